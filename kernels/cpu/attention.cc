@@ -1,0 +1,300 @@
+// Flash-style attention driver. Query heads that attend the same span list
+// (a GQA group) are processed together, so each key/value tile is converted
+// once for all of them. A work item is (group, query tile, key split): its
+// rows are (query, head) pairs; it streams kTileK-row key tiles through
+// Q.K^T -> masked online softmax -> P.V without an n_q x n_ctx matrix. Items
+// are pulled from an atomic counter (heaviest first). When there are too few
+// items for the threads (decode), keys are split and partial results
+// (m, l, O) are merged afterwards.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace ckv::kernels::cpu {
+namespace {
+
+constexpr int kMaxRows = 64;        // rows (query x head) per item
+constexpr int64_t kMinSplitKeys = 512;
+
+bool SameSpans(const KvSpanList& a, const KvSpanList& b) {
+  if (a.count != b.count) return false;
+  for (int i = 0; i < a.count; ++i) {
+    const KvSpan &x = a.spans[i], &y = b.spans[i];
+    if (x.k != y.k || x.v != y.v || x.dtype != y.dtype ||
+        x.stride != y.stride || x.count != y.count ||
+        x.first_pos != y.first_pos || x.positions != y.positions) {
+      return false;
+    }
+  }
+  return true;
+}
+
+struct Group {
+  std::vector<int> heads;
+  const KvSpanList* kv = nullptr;
+  int64_t n_keys = 0;
+  int q_per_tile = 1;
+  int q_tiles = 0;
+  int splits = 1;
+};
+
+struct Item {
+  int group, q_tile, split;
+  int64_t key_begin, key_end;  // in the concatenation of the group's spans
+  int64_t partial = -1;        // slot in the partial buffer, -1 = final
+};
+
+// Per-thread scratch, reused across calls.
+struct Scratch {
+  std::vector<float> kt, vt, s, q, o, m, l, alpha;
+  std::vector<int64_t> qpos, kpos;
+};
+
+struct Plan {
+  const AttentionArgs* a;
+  const KernelSet* ks;
+  std::vector<Group> groups;
+  std::vector<Item> items;
+  int ldv;                     // head_dim rounded up to 16
+  std::vector<float> partial;  // per slot: kMaxRows x (ldv + 2)
+};
+
+std::vector<Group> MakeGroups(const AttentionArgs& a) {
+  std::vector<Group> groups;
+  std::vector<bool> done(a.n_heads, false);
+  for (int h = 0; h < a.n_heads; ++h) {
+    if (done[h]) continue;
+    Group g;
+    g.kv = &a.kv[h];
+    for (int h2 = h; h2 < a.n_heads; ++h2) {
+      if (!done[h2] && SameSpans(a.kv[h], a.kv[h2])) {
+        g.heads.push_back(h2);
+        done[h2] = true;
+      }
+      if (static_cast<int>(g.heads.size()) == kMaxRows) break;
+    }
+    for (int s = 0; s < g.kv->count; ++s) g.n_keys += g.kv->spans[s].count;
+    const int gs = static_cast<int>(g.heads.size());
+    g.q_per_tile = std::max(1, kMaxRows / gs);
+    g.q_tiles = (a.n_q + g.q_per_tile - 1) / g.q_per_tile;
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+void MakeItems(Plan& plan, int n_threads) {
+  int64_t base = 0;
+  for (const Group& g : plan.groups) base += g.q_tiles;
+  const int64_t want = n_threads > 1 ? 4 * n_threads : 1;
+  int64_t slots = 0;
+  for (int gi = 0; gi < static_cast<int>(plan.groups.size()); ++gi) {
+    Group& g = plan.groups[gi];
+    const int64_t by_work = (want + base - 1) / std::max<int64_t>(1, base);
+    const int64_t by_keys = std::max<int64_t>(1, g.n_keys / kMinSplitKeys);
+    g.splits = static_cast<int>(std::clamp<int64_t>(by_work, 1, by_keys));
+    // Key ranges rounded to whole tiles.
+    const int64_t per = (g.n_keys + g.splits - 1) / g.splits;
+    const int64_t step = (per + kTileK - 1) / kTileK * kTileK;
+    for (int qt = g.q_tiles - 1; qt >= 0; --qt) {  // later queries: heavier
+      for (int s = 0; s < g.splits; ++s) {
+        Item it{gi, qt, s, std::min(g.n_keys, s * step),
+                std::min(g.n_keys, (s + 1) * step), -1};
+        if (g.splits > 1) it.partial = slots++;
+        plan.items.push_back(it);
+      }
+    }
+  }
+  plan.partial.resize(slots * kMaxRows * (plan.ldv + 2));
+}
+
+// Fills rows of the item: scaled queries and positions.
+int LoadQueries(const Plan& plan, const Item& it, Scratch& sc) {
+  const AttentionArgs& a = *plan.a;
+  const Group& g = plan.groups[it.group];
+  const int gs = static_cast<int>(g.heads.size());
+  const int q0 = it.q_tile * g.q_per_tile;
+  const int nq = std::min(g.q_per_tile, a.n_q - q0);
+  const int rows = nq * gs;
+  sc.q.resize(rows * a.head_dim);
+  sc.qpos.resize(rows);
+  for (int r = 0; r < rows; ++r) {
+    const int t = q0 + r / gs, h = g.heads[r % gs];
+    const float* src = a.q + (int64_t{t} * a.n_heads + h) * a.head_dim;
+    for (int d = 0; d < a.head_dim; ++d) {
+      sc.q[r * a.head_dim + d] = src[d] * a.scale;
+    }
+    sc.qpos[r] = a.q_pos[t];
+  }
+  return rows;
+}
+
+uint64_t ValidMask(const int64_t* kpos, int n, int64_t kmin, int64_t kmax,
+                   int64_t qpos) {
+  const uint64_t all = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+  if (kmax <= qpos) return all;
+  if (kmin > qpos) return 0;
+  uint64_t m = 0;
+  for (int j = 0; j < n; ++j) m |= uint64_t{kpos[j] <= qpos} << j;
+  return m;
+}
+
+// One key tile (n rows of span `sp` from row j0) against the item's rows.
+void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
+                 int rows, int64_t max_qpos, Scratch& sc) {
+  const AttentionArgs& a = *plan.a;
+  const KernelSet& ks = *plan.ks;
+  int64_t kmin = INT64_MAX, kmax = INT64_MIN;
+  for (int j = 0; j < n; ++j) {
+    const int64_t r = j0 + j;
+    sc.kpos[j] = sp.positions ? sp.positions[r] : sp.first_pos + r;
+    kmin = std::min(kmin, sc.kpos[j]);
+    kmax = std::max(kmax, sc.kpos[j]);
+  }
+  if (kmin > max_qpos) return;  // entirely in every row's future
+  const int64_t off = RowBytes(sp.dtype, sp.stride) * j0;
+  ks.load_kt(sp.dtype, static_cast<const char*>(sp.k) + off, sp.stride, n,
+             a.head_dim, sc.kt.data());
+  ks.load_v(sp.dtype, static_cast<const char*>(sp.v) + off, sp.stride, n,
+            a.head_dim, plan.ldv, sc.vt.data());
+  ks.qk(sc.q.data(), a.head_dim, rows, sc.kt.data(), a.head_dim, sc.s.data());
+  for (int i = 0; i < rows; ++i) {
+    const uint64_t valid = ValidMask(sc.kpos.data(), n, kmin, kmax, sc.qpos[i]);
+    sc.alpha[i] = ks.softmax_row(sc.s.data() + i * kTileK, valid, &sc.m[i],
+                                 &sc.l[i]);
+  }
+  ks.pv(sc.s.data(), rows, sc.vt.data(), n, plan.ldv, sc.alpha.data(),
+        sc.o.data());
+}
+
+// Streams the item's key range [key_begin, key_end) tile by tile.
+void StreamKeys(const Plan& plan, const Item& it, int rows, Scratch& sc) {
+  const KvSpanList& list = *plan.groups[it.group].kv;
+  const int64_t max_qpos = *std::max_element(sc.qpos.begin(), sc.qpos.end());
+  int64_t base = 0;
+  for (int si = 0; si < list.count; ++si) {
+    const KvSpan& sp = list.spans[si];
+    const int64_t lo = std::max<int64_t>(it.key_begin - base, 0);
+    const int64_t hi = std::min<int64_t>(it.key_end - base, sp.count);
+    for (int64_t j0 = lo; j0 < hi; j0 += kTileK) {
+      const int n = static_cast<int>(std::min<int64_t>(kTileK, hi - j0));
+      ProcessTile(plan, sp, j0, n, rows, max_qpos, sc);
+    }
+    base += sp.count;
+  }
+}
+
+void WriteResult(Plan& plan, const Item& it, int rows, const Scratch& sc) {
+  const AttentionArgs& a = *plan.a;
+  const Group& g = plan.groups[it.group];
+  const int gs = static_cast<int>(g.heads.size());
+  const int q0 = it.q_tile * g.q_per_tile;
+  if (it.partial >= 0) {
+    float* dst = plan.partial.data() + it.partial * kMaxRows * (plan.ldv + 2);
+    for (int r = 0; r < rows; ++r) {
+      float* row = dst + r * (plan.ldv + 2);
+      row[0] = sc.m[r];
+      row[1] = sc.l[r];
+      std::memcpy(row + 2, sc.o.data() + r * plan.ldv, plan.ldv * 4);
+    }
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int t = q0 + r / gs, h = g.heads[r % gs];
+    float* out = a.out + (int64_t{t} * a.n_heads + h) * a.head_dim;
+    const float inv = sc.l[r] > 0.0f ? 1.0f / sc.l[r] : 0.0f;
+    for (int d = 0; d < a.head_dim; ++d) {
+      out[d] = sc.o[r * plan.ldv + d] * inv;
+    }
+  }
+}
+
+void ProcessItem(Plan& plan, const Item& it) {
+  static thread_local Scratch sc;
+  const int hd = plan.a->head_dim;
+  const int rows = LoadQueries(plan, it, sc);
+  sc.kt.resize(hd * kTileK);
+  sc.vt.resize(kTileK * plan.ldv);
+  sc.s.resize(rows * kTileK);
+  sc.o.assign(rows * plan.ldv, 0.0f);
+  sc.m.assign(rows, -INFINITY);
+  sc.l.assign(rows, 0.0f);
+  sc.alpha.resize(rows);
+  sc.kpos.resize(kTileK);
+  StreamKeys(plan, it, rows, sc);
+  WriteResult(plan, it, rows, sc);
+}
+
+// Combines the key splits of each (group, query tile) into the output.
+void MergeSplits(Plan& plan) {
+  const AttentionArgs& a = *plan.a;
+  const int64_t slot_floats = kMaxRows * (plan.ldv + 2);
+  size_t i = 0;
+  while (i < plan.items.size()) {
+    const Item& first = plan.items[i];
+    const Group& g = plan.groups[first.group];
+    if (first.partial < 0) {
+      ++i;
+      continue;
+    }
+    const int gs = static_cast<int>(g.heads.size());
+    const int q0 = first.q_tile * g.q_per_tile;
+    const int rows = std::min(g.q_per_tile, a.n_q - q0) * gs;
+    for (int r = 0; r < rows; ++r) {
+      float mx = -INFINITY;
+      for (int s = 0; s < g.splits; ++s) {
+        const int64_t slot = plan.items[i + s].partial;
+        mx = std::max(mx, plan.partial[slot * slot_floats + r * (plan.ldv + 2)]);
+      }
+      const int t = q0 + r / gs, h = g.heads[r % gs];
+      float* out = a.out + (int64_t{t} * a.n_heads + h) * a.head_dim;
+      std::fill(out, out + a.head_dim, 0.0f);
+      if (mx == -INFINITY) continue;  // no visible key in any split
+      float l = 0.0f;
+      for (int s = 0; s < g.splits; ++s) {
+        const float* row = plan.partial.data() +
+                           plan.items[i + s].partial * slot_floats +
+                           r * (plan.ldv + 2);
+        const float w = std::exp(row[0] - mx);
+        l += w * row[1];
+        for (int d = 0; d < a.head_dim; ++d) out[d] += w * row[2 + d];
+      }
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (int d = 0; d < a.head_dim; ++d) out[d] *= inv;
+    }
+    i += g.splits;
+  }
+}
+
+}  // namespace
+
+void Attention(ThreadPool* pool, const AttentionArgs& a) {
+  if (a.n_q <= 0 || a.n_heads <= 0 || a.head_dim <= 0) return;
+  Plan plan;
+  plan.a = &a;
+  plan.ks = &ActiveKernels();
+  plan.ldv = (a.head_dim + 15) / 16 * 16;
+  plan.groups = MakeGroups(a);
+  const int n_threads = pool ? pool->size() : 1;
+  MakeItems(plan, n_threads);
+  std::atomic<int64_t> next{0};
+  const int64_t n_items = static_cast<int64_t>(plan.items.size());
+  auto worker = [&](int64_t, int64_t) {
+    for (int64_t i; (i = next.fetch_add(1)) < n_items;) {
+      ProcessItem(plan, plan.items[i]);
+    }
+  };
+  if (pool != nullptr && n_items > 1) {
+    pool->ParallelFor(n_threads, 1, worker);
+  } else {
+    worker(0, 1);
+  }
+  MergeSplits(plan);
+}
+
+}  // namespace ckv::kernels::cpu

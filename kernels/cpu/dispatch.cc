@@ -1,0 +1,33 @@
+// Chooses the primitive table once from the CPU's features.
+#include <atomic>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/ops.h"
+
+namespace ckv::kernels::cpu {
+namespace {
+
+const KernelSet& Choose() {
+  const CpuFeatures& f = GetCpuFeatures();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c) {
+    if (const KernelSet* ks = Avx512Kernels()) return *ks;
+  }
+  return ScalarKernels();
+}
+
+std::atomic<const KernelSet*> g_override{nullptr};
+
+}  // namespace
+
+const KernelSet& ActiveKernels() {
+  static const KernelSet& chosen = Choose();
+  const KernelSet* o = g_override.load(std::memory_order_relaxed);
+  return o != nullptr ? *o : chosen;
+}
+
+void SetKernelsForTesting(const KernelSet* ks) { g_override.store(ks); }
+
+const char* KernelSetName() { return ActiveKernels().name; }
+
+}  // namespace ckv::kernels::cpu

@@ -1,0 +1,71 @@
+// Internal: the ISA-specific primitives behind the fast ops. One table per
+// instruction set (scalar, avx512), chosen once at run time from
+// GetCpuFeatures(). Drivers (matmul.cc, attention.cc) do blocking and
+// threading; primitives do the inner loops. Not part of the public API.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace ckv::kernels::cpu {
+
+// Attention key tile: rows of K/V converted per step.
+inline constexpr int kTileK = 64;
+// GEMM register tile: kGemmRows weight rows x kGemmCols tokens.
+inline constexpr int kGemmRows = 8;
+inline constexpr int kGemmCols = 32;
+
+struct KernelSet {
+  const char* name;
+
+  // dst[i] = element i of src (type t), i < n. Q8_0 needs n % 32 == 0.
+  void (*to_f32)(DType t, const void* src, int64_t n, float* dst);
+
+  // y[r] = sum_i W_r[i] * x[i] for r < n_rows; row r of W starts at
+  // w + r * row_bytes and has n_in elements of type t.
+  void (*gemv)(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+               int64_t n_in, const float* x, float* y);
+
+  // Register tile of the GEMM: for r < nr (<= kGemmRows), c < nc
+  // (<= kGemmCols): y[c * ldy + r] = sum_k a[r][k] * xt[k * kGemmCols + c].
+  // a[r] must be valid for all r < kGemmRows (padding rows may be zeros).
+  void (*gemm_tile)(const float* const* a, const float* xt, int64_t k,
+                    float* y, int64_t ldy, int nr, int nc);
+
+  // Attention: kt[d * kTileK + j] = K_j[d] for j < n, zeros for
+  // n <= j < kTileK; d < hd. Row j of K is at k + j * stride elements.
+  void (*load_kt)(DType t, const void* k, int64_t stride, int n, int hd,
+                  float* kt);
+  // vt[j * ldv + d] = V_j[d] for j < n, d < hd; zeros for hd <= d < ldv
+  // and for rows n <= j < kTileK. ldv is a multiple of 16.
+  void (*load_v)(DType t, const void* v, int64_t stride, int n, int hd,
+                 int ldv, float* vt);
+  // s[i * kTileK + j] = sum_d q[i * ldq + d] * kt[d * kTileK + j].
+  void (*qk)(const float* q, int ldq, int rows, const float* kt, int hd,
+             float* s);
+  // Online-softmax step of one row: masks s[j] where bit j of `valid` is 0,
+  // updates running max *m and sum *l, writes p[j] = exp(s[j] - m_new)
+  // (0 where masked) into s, and returns the factor exp(m_old - m_new) that
+  // rescales the row's output accumulator (1 when no bit is set).
+  float (*softmax_row)(float* s, uint64_t valid, float* m, float* l);
+  // o[i * ldv + d] = alpha[i] * o[i * ldv + d] + sum_{j<n} p[i*kTileK+j] *
+  // vt[j * ldv + d] for i < rows, d < ldv.
+  void (*pv)(const float* p, int rows, const float* vt, int n, int ldv,
+             const float* alpha, float* o);
+
+  // out[i] = g / (1 + exp(-g)) * up[i], g = gate[i].
+  void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
+};
+
+const KernelSet& ScalarKernels();
+// Null when the binary was built without AVX-512 support.
+const KernelSet* Avx512Kernels();
+
+// The table the fast ops use: the best one for this CPU unless overridden.
+const KernelSet& ActiveKernels();
+// Test hook: makes the fast ops use `ks` (nullptr: back to the detected
+// table). Not thread-safe against concurrently running ops.
+void SetKernelsForTesting(const KernelSet* ks);
+
+}  // namespace ckv::kernels::cpu

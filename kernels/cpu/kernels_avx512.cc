@@ -1,0 +1,186 @@
+// AVX-512 primitives for MatMul and elementwise ops (built with
+// -mavx512f -mavx512bw -mavx512vl -mf16c -mfma; used only when
+// GetCpuFeatures() reports them).
+#include <cstring>
+
+#include "kernels/cpu/avx512_util.h"
+#include "kernels/cpu/kernel_set.h"
+
+namespace ckv::kernels::cpu {
+namespace avx512 {
+
+// Attention primitives (kernels_avx512_attn.cc).
+void LoadKt(DType t, const void* k, int64_t stride, int n, int hd, float* kt);
+void LoadV(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
+           float* vt);
+void Qk(const float* q, int ldq, int rows, const float* kt, int hd, float* s);
+float SoftmaxRow(float* s, uint64_t valid, float* m, float* l);
+void Pv(const float* p, int rows, const float* vt, int n, int ldv,
+        const float* alpha, float* o);
+
+namespace {
+
+template <DType T>
+void ToF32T(const void* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, Load16<T>(src, i));
+  if (i < n) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(dst + i, m, Load16<T>(src, i, m));
+  }
+}
+
+void ToF32Q8(const void* src, int64_t n, float* dst) {
+  const auto* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQ8_0BlockSize; ++i) {
+    const __m512 d = _mm512_set1_ps(F16ToF32(b[i].d));
+    _mm512_storeu_ps(dst + 32 * i, _mm512_mul_ps(d, LoadQ8x16(b[i].qs)));
+    _mm512_storeu_ps(dst + 32 * i + 16,
+                     _mm512_mul_ps(d, LoadQ8x16(b[i].qs + 16)));
+  }
+}
+
+void ToF32(DType t, const void* src, int64_t n, float* dst) {
+  switch (t) {
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
+    case DType::kF16: ToF32T<DType::kF16>(src, n, dst); return;
+    case DType::kBF16: ToF32T<DType::kBF16>(src, n, dst); return;
+    case DType::kQ8_0: ToF32Q8(src, n, dst); return;
+  }
+}
+
+// R rows at once, two accumulators per row; x is shared by the rows.
+template <DType T, int R>
+void GemvRows(const char* w, int64_t row_bytes, int64_t n_in, const float* x,
+              float* y) {
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n_in; i += 32) {
+    const __m512 x0 = _mm512_loadu_ps(x + i);
+    const __m512 x1 = _mm512_loadu_ps(x + i + 16);
+    for (int r = 0; r < R; ++r) {
+      const char* row = w + r * row_bytes;
+      acc[r][0] = _mm512_fmadd_ps(Load16<T>(row, i), x0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(Load16<T>(row, i + 16), x1, acc[r][1]);
+    }
+  }
+  for (; i < n_in; i += 16) {
+    const __mmask16 m = TailMask(n_in - i);
+    const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_fmadd_ps(Load16<T>(w + r * row_bytes, i, m), xv,
+                                  acc[r][0]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+  }
+}
+
+// Q8_0: per block, the dot of the int8 values with x is scaled by d.
+template <int R>
+void GemvRowsQ8(const char* w, int64_t row_bytes, int64_t n_in,
+                const float* x, float* y) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t blk = 0; blk < n_in / kQ8_0BlockSize; ++blk) {
+    const __m512 x0 = _mm512_loadu_ps(x + 32 * blk);
+    const __m512 x1 = _mm512_loadu_ps(x + 32 * blk + 16);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_0& b =
+          reinterpret_cast<const BlockQ8_0*>(w + r * row_bytes)[blk];
+      __m512 s = _mm512_mul_ps(LoadQ8x16(b.qs), x0);
+      s = _mm512_fmadd_ps(LoadQ8x16(b.qs + 16), x1, s);
+      acc[r] = _mm512_fmadd_ps(s, _mm512_set1_ps(F16ToF32(b.d)), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int R>
+void GemvDispatch(DType t, const char* w, int64_t row_bytes, int64_t n_in,
+                  const float* x, float* y) {
+  switch (t) {
+    case DType::kF32: GemvRows<DType::kF32, R>(w, row_bytes, n_in, x, y); break;
+    case DType::kF16: GemvRows<DType::kF16, R>(w, row_bytes, n_in, x, y); break;
+    case DType::kBF16:
+      GemvRows<DType::kBF16, R>(w, row_bytes, n_in, x, y);
+      break;
+    case DType::kQ8_0: GemvRowsQ8<R>(w, row_bytes, n_in, x, y); break;
+  }
+}
+
+void Gemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+          int64_t n_in, const float* x, float* y) {
+  const char* base = static_cast<const char*>(w);
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    GemvDispatch<4>(t, base + r * row_bytes, row_bytes, n_in, x, y + r);
+  }
+  for (; r < n_rows; ++r) {
+    GemvDispatch<1>(t, base + r * row_bytes, row_bytes, n_in, x, y + r);
+  }
+}
+
+void GemmTile(const float* const* a, const float* xt, int64_t k, float* y,
+              int64_t ldy, int nr, int nc) {
+  static_assert(kGemmRows == 8 && kGemmCols == 32);
+  __m512 c[8][2];
+  for (int r = 0; r < 8; ++r) c[r][0] = c[r][1] = _mm512_setzero_ps();
+  const float* a0 = a[0];
+  const float* a1 = a[1];
+  const float* a2 = a[2];
+  const float* a3 = a[3];
+  const float* a4 = a[4];
+  const float* a5 = a[5];
+  const float* a6 = a[6];
+  const float* a7 = a[7];
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const __m512 x0 = _mm512_loadu_ps(xt + kk * 32);
+    const __m512 x1 = _mm512_loadu_ps(xt + kk * 32 + 16);
+    const float av[8] = {a0[kk], a1[kk], a2[kk], a3[kk],
+                         a4[kk], a5[kk], a6[kk], a7[kk]};
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      const __m512 b = _mm512_set1_ps(av[r]);
+      c[r][0] = _mm512_fmadd_ps(b, x0, c[r][0]);
+      c[r][1] = _mm512_fmadd_ps(b, x1, c[r][1]);
+    }
+  }
+  alignas(64) float tmp[8][32];
+  for (int r = 0; r < 8; ++r) {
+    _mm512_store_ps(tmp[r], c[r][0]);
+    _mm512_store_ps(tmp[r] + 16, c[r][1]);
+  }
+  for (int j = 0; j < nc; ++j) {
+    for (int r = 0; r < nr; ++r) y[j * ldy + r] = tmp[r][j];
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(s, u));
+  }
+}
+
+}  // namespace
+}  // namespace avx512
+
+const KernelSet* Avx512Kernels() {
+  static const KernelSet ks = {
+      "avx512",          avx512::ToF32,  avx512::Gemv,
+      avx512::GemmTile,  avx512::LoadKt, avx512::LoadV,
+      avx512::Qk,        avx512::SoftmaxRow, avx512::Pv,
+      avx512::SwiGlu,
+  };
+  return &ks;
+}
+
+}  // namespace ckv::kernels::cpu

@@ -1,0 +1,158 @@
+// Portable primitives (compiled without ISA flags): the fallback table and
+// the baseline that the vectorised tables are tested against.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/ops.h"
+
+namespace ckv::kernels::cpu {
+namespace {
+
+void ToF32(DType t, const void* src, int64_t n, float* dst) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = F16ToF32(h[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(h[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto* b = static_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < n / kQ8_0BlockSize; ++i) {
+        const float d = F16ToF32(b[i].d);
+        for (int j = 0; j < kQ8_0BlockSize; ++j) {
+          dst[i * kQ8_0BlockSize + j] = d * b[i].qs[j];
+        }
+      }
+      return;
+    }
+  }
+}
+
+void Gemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+          int64_t n_in, const float* x, float* y) {
+  std::vector<float> row(n_in);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    ToF32(t, static_cast<const char*>(w) + r * row_bytes, n_in, row.data());
+    float acc[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n_in; i += 8) {
+      for (int j = 0; j < 8; ++j) acc[j] += row[i + j] * x[i + j];
+    }
+    for (; i < n_in; ++i) acc[0] += row[i] * x[i];
+    y[r] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+           ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  }
+}
+
+void GemmTile(const float* const* a, const float* xt, int64_t k, float* y,
+              int64_t ldy, int nr, int nc) {
+  float c[kGemmRows][kGemmCols] = {};
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const float* xr = xt + kk * kGemmCols;
+    for (int r = 0; r < kGemmRows; ++r) {
+      const float av = a[r][kk];
+      for (int j = 0; j < kGemmCols; ++j) c[r][j] += av * xr[j];
+    }
+  }
+  for (int j = 0; j < nc; ++j) {
+    for (int r = 0; r < nr; ++r) y[j * ldy + r] = c[r][j];
+  }
+}
+
+void LoadKt(DType t, const void* k, int64_t stride, int n, int hd,
+            float* kt) {
+  std::fill(kt, kt + int64_t{hd} * kTileK, 0.0f);
+  std::vector<float> row(hd);
+  const int64_t row_bytes = RowBytes(t, stride);
+  for (int j = 0; j < n; ++j) {
+    ToF32(t, static_cast<const char*>(k) + j * row_bytes, hd, row.data());
+    for (int d = 0; d < hd; ++d) kt[d * kTileK + j] = row[d];
+  }
+}
+
+void LoadV(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
+           float* vt) {
+  std::fill(vt, vt + int64_t{ldv} * kTileK, 0.0f);
+  const int64_t row_bytes = RowBytes(t, stride);
+  for (int j = 0; j < n; ++j) {
+    ToF32(t, static_cast<const char*>(v) + j * row_bytes, hd, vt + j * ldv);
+  }
+}
+
+void Qk(const float* q, int ldq, int rows, const float* kt, int hd,
+        float* s) {
+  for (int i = 0; i < rows; ++i) {
+    float* si = s + i * kTileK;
+    std::fill(si, si + kTileK, 0.0f);
+    for (int d = 0; d < hd; ++d) {
+      const float qd = q[i * ldq + d];
+      const float* kr = kt + d * kTileK;
+      for (int j = 0; j < kTileK; ++j) si[j] += qd * kr[j];
+    }
+  }
+}
+
+float SoftmaxRow(float* s, uint64_t valid, float* m, float* l) {
+  if (valid == 0) {
+    std::fill(s, s + kTileK, 0.0f);
+    return 1.0f;
+  }
+  float mx = -INFINITY;
+  for (int j = 0; j < kTileK; ++j) {
+    if ((valid >> j) & 1) mx = std::max(mx, s[j]);
+  }
+  const float m_new = std::max(*m, mx);
+  const float alpha = std::exp(*m - m_new);  // exp(-inf) = 0 on first tile
+  float sum = 0.0f;
+  for (int j = 0; j < kTileK; ++j) {
+    s[j] = ((valid >> j) & 1) ? std::exp(s[j] - m_new) : 0.0f;
+    sum += s[j];
+  }
+  *m = m_new;
+  *l = *l * alpha + sum;
+  return alpha;
+}
+
+void Pv(const float* p, int rows, const float* vt, int n, int ldv,
+        const float* alpha, float* o) {
+  for (int i = 0; i < rows; ++i) {
+    float* oi = o + i * ldv;
+    for (int d = 0; d < ldv; ++d) oi[d] *= alpha[i];
+    for (int j = 0; j < n; ++j) {
+      const float pj = p[i * kTileK + j];
+      if (pj == 0.0f) continue;
+      const float* vr = vt + j * ldv;
+      for (int d = 0; d < ldv; ++d) oi[d] += pj * vr[d];
+    }
+  }
+}
+
+void SwiGluImpl(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+}  // namespace
+
+const KernelSet& ScalarKernels() {
+  static const KernelSet ks = {
+      "scalar", ToF32, Gemv, GemmTile, LoadKt, LoadV, Qk, SoftmaxRow, Pv,
+      SwiGluImpl,
+  };
+  return ks;
+}
+
+}  // namespace ckv::kernels::cpu

@@ -1,0 +1,135 @@
+// Fast MatMul driver. Few tokens: GEMV over blocks of weight rows that stay
+// in L2 while every token uses them (memory-bound; rows split over threads).
+// Many tokens: blocked GEMM; activations are packed transposed into panels
+// of kGemmCols tokens, weight rows are converted to F32 kGemmRows at a time
+// and reused across a chunk of token panels that fits in L2.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace ckv::kernels::cpu {
+namespace {
+
+// From this many tokens on, the GEMM path is used.
+constexpr int64_t kGemmMinTokens = 6;
+// Bytes of weight rows per GEMV block, and of packed activations per GEMM
+// chunk: both meant to stay in L2.
+constexpr int64_t kL2Budget = 256 * 1024;
+
+void Run(ThreadPool* pool, int64_t n, int64_t grain,
+         const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool == nullptr) {
+    fn(0, n);
+  } else {
+    pool->ParallelFor(n, grain, fn);
+  }
+}
+
+void GemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
+              const char* w, int64_t n_in, int64_t n_out, const float* x,
+              int64_t n_tokens, float* y) {
+  const int64_t row_bytes = RowBytes(wtype, n_in);
+  const int64_t block = std::max<int64_t>(16, kL2Budget / row_bytes / 4 * 4);
+  Run(pool, n_out, 16, [&](int64_t o0, int64_t o1) {
+    for (int64_t b = o0; b < o1; b += block) {
+      const int64_t nb = std::min(block, o1 - b);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        ks.gemv(wtype, w + b * row_bytes, row_bytes, nb, n_in, x + t * n_in,
+                y + t * n_out + b);
+      }
+    }
+  });
+}
+
+// xt[p][k][c] = x[p * kGemmCols + c][k], zero for tokens >= n_tokens.
+void PackTransposed(ThreadPool* pool, const float* x, int64_t n_in,
+                    int64_t n_tokens, float* xt) {
+  const int64_t panels = (n_tokens + kGemmCols - 1) / kGemmCols;
+  Run(pool, panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* dst = xt + p * n_in * kGemmCols;
+      for (int c = 0; c < kGemmCols; ++c) {
+        const int64_t t = p * kGemmCols + c;
+        if (t >= n_tokens) {
+          for (int64_t k = 0; k < n_in; ++k) dst[k * kGemmCols + c] = 0.0f;
+          continue;
+        }
+        const float* src = x + t * n_in;
+        for (int64_t k = 0; k < n_in; ++k) dst[k * kGemmCols + c] = src[k];
+      }
+    }
+  });
+}
+
+// Converts kGemmRows weight rows starting at `row0` to F32 (F32 weights are
+// used in place); rows past n_out point at zeros.
+void LoadRows(const KernelSet& ks, DType wtype, const char* w,
+              int64_t n_in, int64_t n_out, int64_t row0,
+              std::vector<float>& buf, const float** a) {
+  const int64_t row_bytes = RowBytes(wtype, n_in);
+  buf.resize((kGemmRows + 1) * n_in);
+  float* zeros = buf.data() + kGemmRows * n_in;
+  std::fill(zeros, zeros + n_in, 0.0f);
+  for (int r = 0; r < kGemmRows; ++r) {
+    const int64_t o = row0 + r;
+    if (o >= n_out) {
+      a[r] = zeros;
+    } else if (wtype == DType::kF32) {
+      a[r] = reinterpret_cast<const float*>(w + o * row_bytes);
+    } else {
+      ks.to_f32(wtype, w + o * row_bytes, n_in, buf.data() + r * n_in);
+      a[r] = buf.data() + r * n_in;
+    }
+  }
+}
+
+void GemmPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
+              const char* w, int64_t n_in, int64_t n_out, const float* x,
+              int64_t n_tokens, float* y) {
+  const int64_t panels = (n_tokens + kGemmCols - 1) / kGemmCols;
+  static thread_local std::vector<float> xt;
+  xt.resize(panels * n_in * kGemmCols);
+  float* xt_data = xt.data();
+  PackTransposed(pool, x, n_in, n_tokens, xt_data);
+  const int64_t panel_floats = n_in * kGemmCols;
+  const int64_t chunk = std::max<int64_t>(
+      1, kL2Budget / (panel_floats * static_cast<int64_t>(sizeof(float))));
+  const int64_t groups = (n_out + kGemmRows - 1) / kGemmRows;
+  Run(pool, groups, 1, [&](int64_t g0, int64_t g1) {
+    static thread_local std::vector<float> buf;
+    const float* a[kGemmRows];
+    for (int64_t p0 = 0; p0 < panels; p0 += chunk) {
+      const int64_t p1 = std::min(panels, p0 + chunk);
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t row0 = g * kGemmRows;
+        LoadRows(ks, wtype, w, n_in, n_out, row0, buf, a);
+        const int nr = static_cast<int>(std::min<int64_t>(kGemmRows, n_out - row0));
+        for (int64_t p = p0; p < p1; ++p) {
+          const int nc = static_cast<int>(
+              std::min<int64_t>(kGemmCols, n_tokens - p * kGemmCols));
+          ks.gemm_tile(a, xt_data + p * panel_floats, n_in,
+                       y + p * kGemmCols * n_out + row0, n_out, nr, nc);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void MatMul(ThreadPool* pool, DType wtype, const void* w, int64_t n_in,
+            int64_t n_out, const float* x, int64_t n_tokens, float* y) {
+  if (n_in <= 0 || n_out <= 0 || n_tokens <= 0) return;
+  const KernelSet& ks = ActiveKernels();
+  const char* wb = static_cast<const char*>(w);
+  if (n_tokens < kGemmMinTokens) {
+    GemvPath(pool, ks, wtype, wb, n_in, n_out, x, n_tokens, y);
+  } else {
+    GemmPath(pool, ks, wtype, wb, n_in, n_out, x, n_tokens, y);
+  }
+}
+
+}  // namespace ckv::kernels::cpu

@@ -1,0 +1,152 @@
+// Scalar reference ops: the oracle for every fast path. Clarity over speed;
+// accumulation in double.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+
+namespace ckv::kernels::cpu::ref {
+namespace {
+
+double ElementAt(DType t, const void* row, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(row)[i];
+    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kBF16:
+      return BF16ToF32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kQ8_0: {
+      const auto* b = static_cast<const BlockQ8_0*>(row) + i / kQ8_0BlockSize;
+      return static_cast<double>(F16ToF32(b->d)) * b->qs[i % kQ8_0BlockSize];
+    }
+  }
+  return 0.0;
+}
+
+const void* RowAt(const void* base, DType t, int64_t stride, int64_t r) {
+  return static_cast<const char*>(base) + r * RowBytes(t, stride);
+}
+
+}  // namespace
+
+void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
+            const float* x, int64_t n_tokens, float* y) {
+  const int64_t row_bytes = RowBytes(wtype, n_in);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      const void* row = static_cast<const char*>(w) + o * row_bytes;
+      double acc = 0.0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        acc += ElementAt(wtype, row, i) * x[t * n_in + i];
+      }
+      y[t * n_out + o] = static_cast<float>(acc);
+    }
+  }
+}
+
+void RmsNorm(const float* x, const float* weight, int64_t n_rows, int64_t n,
+             float eps, float* y) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += double{x[r * n + i]} * x[r * n + i];
+    const double inv = 1.0 / std::sqrt(ss / n + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      y[r * n + i] = static_cast<float>(x[r * n + i] * inv * weight[i]);
+    }
+  }
+}
+
+void Rope(float* x, int64_t n_tokens, int n_heads, int head_dim,
+          const int64_t* positions, const RopeParams& p) {
+  const int half = p.rot_dims / 2;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        double theta = static_cast<double>(positions[t]) * p.freq_scale *
+                       std::pow(double{p.freq_base}, -2.0 * i / p.rot_dims);
+        if (p.freq_factors != nullptr) theta /= p.freq_factors[i];
+        const int i0 = p.mode == RopeMode::kNormal ? 2 * i : i;
+        const int i1 = p.mode == RopeMode::kNormal ? 2 * i + 1 : i + half;
+        const double x0 = v[i0], x1 = v[i1];
+        v[i0] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
+        v[i1] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+      }
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
+void AddBias(float* x, const float* bias, int64_t n_rows, int64_t n) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t i = 0; i < n; ++i) x[r * n + i] += bias[i];
+  }
+}
+
+void Add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = static_cast<float>(ElementAt(t, src, i));
+  }
+}
+
+namespace {
+
+// Attention of one query vector over one head's spans (two-pass softmax).
+void AttendOne(const float* q, int64_t q_pos, int head_dim, float scale,
+               const KvSpanList& list, float* out) {
+  std::vector<double> scores;
+  std::vector<const void*> vrows;
+  std::vector<DType> vtypes;
+  for (int s = 0; s < list.count; ++s) {
+    const KvSpan& sp = list.spans[s];
+    for (int64_t r = 0; r < sp.count; ++r) {
+      const int64_t pos = sp.positions ? sp.positions[r] : sp.first_pos + r;
+      if (pos > q_pos) continue;
+      const void* k = RowAt(sp.k, sp.dtype, sp.stride, r);
+      double dot = 0.0;
+      for (int d = 0; d < head_dim; ++d) {
+        dot += q[d] * ElementAt(sp.dtype, k, d);
+      }
+      scores.push_back(dot * scale);
+      vrows.push_back(RowAt(sp.v, sp.dtype, sp.stride, r));
+      vtypes.push_back(sp.dtype);
+    }
+  }
+  std::vector<double> acc(head_dim, 0.0);
+  double max_s = -INFINITY, sum = 0.0;
+  for (double s : scores) max_s = std::max(max_s, s);
+  for (size_t j = 0; j < scores.size(); ++j) {
+    const double p = std::exp(scores[j] - max_s);
+    sum += p;
+    for (int d = 0; d < head_dim; ++d) {
+      acc[d] += p * ElementAt(vtypes[j], vrows[j], d);
+    }
+  }
+  for (int d = 0; d < head_dim; ++d) {
+    out[d] = sum > 0.0 ? static_cast<float>(acc[d] / sum) : 0.0f;
+  }
+}
+
+}  // namespace
+
+void Attention(const AttentionArgs& a) {
+  for (int t = 0; t < a.n_q; ++t) {
+    for (int h = 0; h < a.n_heads; ++h) {
+      const int64_t off = (int64_t{t} * a.n_heads + h) * a.head_dim;
+      AttendOne(a.q + off, a.q_pos[t], a.head_dim, a.scale, a.kv[h],
+                a.out + off);
+    }
+  }
+}
+
+}  // namespace ckv::kernels::cpu::ref

@@ -1,0 +1,59 @@
+// The KV cache interface the transformer talks to. Attention never reads K,V
+// directly: each layer appends its new keys/values, then asks the cache which
+// rows each query head should attend to (a list of KvSpans). A dense cache
+// answers "everything so far"; the clustered store answers with sinks, the
+// selected clusters and the tail.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/cpu/ops.h"
+
+namespace ckv {
+
+// What the query heads of one layer attend to. per_head[h] indexes into
+// `spans`; the cache owns the memory the spans point to until the next call.
+struct AttendSet {
+  std::vector<kernels::cpu::KvSpan> spans;
+  std::vector<kernels::cpu::KvSpanList> per_head;
+
+  void Clear() {
+    spans.clear();
+    per_head.clear();
+  }
+};
+
+// Query of one layer: n_q tokens, all heads, post-RoPE.
+struct LayerQuery {
+  const float* q = nullptr;        // [n_q][n_heads][head_dim]
+  const int64_t* q_pos = nullptr;  // [n_q]
+  int n_q = 0;
+};
+
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+
+  // Tokens whose K,V are stored in every layer (positions 0..n-1).
+  virtual int64_t num_tokens() const = 0;
+
+  // Prepares to append n tokens. Fails (RESOURCE_EXHAUSTED) without side
+  // effects if they do not fit; on success Append/Select/Commit follow.
+  virtual absl::Status Reserve(int64_t n) = 0;
+
+  // Stores K,V of the n reserved tokens of `layer` at positions
+  // num_tokens()..num_tokens()+n-1. k, v: [n][n_kv_heads][head_dim], F32.
+  virtual void Append(int layer, int64_t n, const float* k,
+                      const float* v) = 0;
+
+  // Fills `out` with the rows each query head attends for `query`, which
+  // includes the rows appended for this layer but not yet committed.
+  virtual void Select(int layer, const LayerQuery& query, AttendSet* out) = 0;
+
+  // Marks the n appended tokens as stored (after every layer appended them).
+  virtual void Commit(int64_t n) = 0;
+};
+
+}  // namespace ckv

@@ -1,0 +1,202 @@
+#include "model/make_random.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/ops.h"
+#include "model/gguf/gguf.h"
+#include "model/gguf/gguf_writer.h"
+
+namespace ckv {
+namespace {
+
+using kernels::DType;
+
+// SplitMix64: small, fast, identical on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-a, a).
+  float Uniform(float a) {
+    return static_cast<float>((Next() >> 40) * 0x1.0p-24 * 2.0 - 1.0) * a;
+  }
+
+ private:
+  uint64_t s_;
+};
+
+std::vector<uint8_t> Encode(const std::vector<float>& x, DType t) {
+  std::vector<uint8_t> out(kernels::RowBytes(t, x.size()));
+  if (t == DType::kF32) {
+    std::memcpy(out.data(), x.data(), out.size());
+  } else if (t == DType::kF16 || t == DType::kBF16) {
+    auto* d = reinterpret_cast<uint16_t*>(out.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      d[i] = t == DType::kF16 ? kernels::F32ToF16(x[i])
+                              : kernels::F32ToBF16(x[i]);
+    }
+  } else {  // Q8_0
+    auto* blocks = reinterpret_cast<kernels::BlockQ8_0*>(out.data());
+    for (size_t b = 0; b < x.size() / kernels::kQ8_0BlockSize; ++b) {
+      const float* v = &x[b * kernels::kQ8_0BlockSize];
+      float amax = 0.0f;
+      for (int i = 0; i < kernels::kQ8_0BlockSize; ++i) {
+        amax = std::max(amax, std::fabs(v[i]));
+      }
+      const float d = amax / 127.0f;
+      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      blocks[b].d = kernels::F32ToF16(d);
+      for (int i = 0; i < kernels::kQ8_0BlockSize; ++i) {
+        blocks[b].qs[i] = static_cast<int8_t>(std::lround(v[i] * inv));
+      }
+    }
+  }
+  return out;
+}
+
+void AddRandomMatrix(gguf::GgufWriter& w, Rng& rng, const std::string& name,
+                     int64_t rows, int64_t cols, DType t, float scale) {
+  std::vector<float> x(rows * cols);
+  for (float& v : x) v = rng.Uniform(scale);
+  w.AddTensor(name, {cols, rows}, t, Encode(x, t));
+}
+
+void AddNorm(gguf::GgufWriter& w, Rng& rng, const std::string& name,
+             int64_t n) {
+  std::vector<float> x(n);
+  for (float& v : x) v = 1.0f + rng.Uniform(0.2f);
+  w.AddTensor(name, {n}, DType::kF32, Encode(x, DType::kF32));
+}
+
+void SetByteVocab(gguf::GgufWriter& w) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int64_t> types = {2, 3, 3};  // unknown, control, control
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+    tokens.push_back(buf);
+    types.push_back(6);  // byte
+  }
+  w.SetString("tokenizer.ggml.model", "llama");
+  w.SetFloat32Array("tokenizer.ggml.scores",
+                    std::vector<double>(tokens.size(), 0.0));
+  w.SetStringArray("tokenizer.ggml.tokens", std::move(tokens));
+  w.SetInt32Array("tokenizer.ggml.token_type", std::move(types));
+  w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
+  w.SetUint32("tokenizer.ggml.bos_token_id", 1);
+  w.SetUint32("tokenizer.ggml.eos_token_id", 2);
+}
+
+// Copies every tokenizer.* key of a vocab GGUF; returns the vocab size.
+absl::StatusOr<int64_t> CopyVocab(gguf::GgufWriter& w,
+                                  const std::string& path) {
+  auto vocab = gguf::GgufFile::Open(path);
+  if (!vocab.ok()) return vocab.status();
+  auto tokens = (*vocab)->GetStringArray("tokenizer.ggml.tokens");
+  if (!tokens.ok()) return tokens.status();
+  for (const auto& [key, value] : (*vocab)->metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) w.Set(key, value);
+  }
+  return static_cast<int64_t>((*tokens)->size());
+}
+
+absl::Status ValidateSpec(const RandomModelSpec& s) {
+  if (s.layers <= 0 || s.dim <= 0 || s.heads <= 0 || s.kv_heads <= 0 ||
+      s.ffn <= 0) {
+    return absl::InvalidArgumentError("all model dimensions must be > 0");
+  }
+  if (s.dim % s.heads != 0 || s.heads % s.kv_heads != 0 ||
+      (s.dim / s.heads) % 2 != 0) {
+    return absl::InvalidArgumentError(
+        "dim must split into an even head_dim; heads must be a multiple of "
+        "kv-heads");
+  }
+  if (s.arch != "llama" && s.arch != "qwen2") {
+    return absl::InvalidArgumentError("arch must be llama or qwen2");
+  }
+  if (s.dtype == DType::kQ8_0 &&
+      (s.dim % kernels::kQ8_0BlockSize || s.ffn % kernels::kQ8_0BlockSize)) {
+    return absl::InvalidArgumentError("q8_0 needs dim and ffn multiples of 32");
+  }
+  return absl::OkStatus();
+}
+
+void SetHyperParams(gguf::GgufWriter& w, const RandomModelSpec& s) {
+  const std::string a = s.arch + ".";
+  w.SetString("general.architecture", s.arch);
+  w.SetString("general.name", absl::StrCat("random-", s.layers, "x", s.dim));
+  w.SetUint32(a + "block_count", s.layers);
+  w.SetUint32(a + "context_length", s.context_length);
+  w.SetUint32(a + "embedding_length", s.dim);
+  w.SetUint32(a + "feed_forward_length", s.ffn);
+  w.SetUint32(a + "attention.head_count", s.heads);
+  w.SetUint32(a + "attention.head_count_kv", s.kv_heads);
+  w.SetUint32(a + "rope.dimension_count", s.dim / s.heads);
+  w.SetFloat32(a + "rope.freq_base", s.rope_freq_base);
+  w.SetFloat32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+}
+
+void AddBias(gguf::GgufWriter& w, Rng& rng, const std::string& name,
+             int64_t n) {
+  std::vector<float> x(n);
+  for (float& v : x) v = rng.Uniform(0.5f);
+  w.AddTensor(name, {n}, DType::kF32, Encode(x, DType::kF32));
+}
+
+}  // namespace
+
+absl::Status WriteRandomModel(const RandomModelSpec& s,
+                              const std::string& out_path) {
+  if (auto st = ValidateSpec(s); !st.ok()) return st;
+  gguf::GgufWriter w;
+  SetHyperParams(w, s);
+  int64_t vocab = 259;
+  if (s.vocab == "byte") {
+    SetByteVocab(w);
+  } else {
+    auto n = CopyVocab(w, s.vocab);
+    if (!n.ok()) return n.status();
+    vocab = *n;
+  }
+  Rng rng(s.seed);
+  const int64_t d = s.dim, hd = s.dim / s.heads, kv = s.kv_heads * hd;
+  const float in_d = std::sqrt(3.0f / d), in_ff = std::sqrt(3.0f / s.ffn);
+  AddRandomMatrix(w, rng, "token_embd.weight", vocab, d, s.dtype, 1.0f);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    AddNorm(w, rng, p + "attn_norm.weight", d);
+    AddRandomMatrix(w, rng, p + "attn_q.weight", d, d, s.dtype, in_d);
+    AddRandomMatrix(w, rng, p + "attn_k.weight", kv, d, s.dtype, in_d);
+    AddRandomMatrix(w, rng, p + "attn_v.weight", kv, d, s.dtype, in_d);
+    if (s.arch == "qwen2") {
+      AddBias(w, rng, p + "attn_q.bias", d);
+      AddBias(w, rng, p + "attn_k.bias", kv);
+      AddBias(w, rng, p + "attn_v.bias", kv);
+    }
+    AddRandomMatrix(w, rng, p + "attn_output.weight", d, d, s.dtype, in_d);
+    AddNorm(w, rng, p + "ffn_norm.weight", d);
+    AddRandomMatrix(w, rng, p + "ffn_gate.weight", s.ffn, d, s.dtype, in_d);
+    AddRandomMatrix(w, rng, p + "ffn_up.weight", s.ffn, d, s.dtype, in_d);
+    AddRandomMatrix(w, rng, p + "ffn_down.weight", d, s.ffn, s.dtype, in_ff);
+  }
+  AddNorm(w, rng, "output_norm.weight", d);
+  if (!s.tied_embeddings) {
+    AddRandomMatrix(w, rng, "output.weight", vocab, d, s.dtype, in_d * 4.0f);
+  }
+  if (s.rope_freqs) {
+    std::vector<float> f(hd / 2);
+    for (int i = 0; i < hd / 2; ++i) f[i] = 1.0f + 7.0f * i / (hd / 2);
+    w.AddTensor("rope_freqs.weight", {hd / 2}, DType::kF32,
+                Encode(f, DType::kF32));
+  }
+  return w.WriteFile(out_path);
+}
+
+}  // namespace ckv

@@ -1,0 +1,39 @@
+#include "model/model.h"
+
+namespace ckv {
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path) {
+  auto model = std::make_unique<Model>();
+  auto file = gguf::GgufFile::Open(path);
+  if (!file.ok()) return file.status();
+  model->file = *std::move(file);
+  auto config = ReadModelConfig(*model->file);
+  if (!config.ok()) return config.status();
+  model->config = *config;
+  auto weights = LoadWeights(*model->file, model->config);
+  if (!weights.ok()) return weights.status();
+  model->weights = *std::move(weights);
+  auto tokenizer = Tokenizer::FromGguf(*model->file);
+  if (!tokenizer.ok()) return tokenizer.status();
+  model->tokenizer = *std::move(tokenizer);
+  if (model->tokenizer->vocab_size() != model->config.vocab_size) {
+    return absl::InvalidArgumentError(
+        "tokenizer vocabulary size differs from token_embd rows");
+  }
+  return model;
+}
+
+DenseKvCacheOptions DenseCacheOptions(const ModelConfig& c,
+                                      kernels::DType dtype,
+                                      int64_t max_tokens) {
+  DenseKvCacheOptions o;
+  o.n_layers = c.n_layers;
+  o.n_heads = c.n_heads;
+  o.n_kv_heads = c.n_kv_heads;
+  o.head_dim = c.head_dim;
+  o.dtype = dtype;
+  o.max_tokens = max_tokens;
+  return o;
+}
+
+}  // namespace ckv

@@ -1,0 +1,31 @@
+// A loaded model: the mapped GGUF, its config, bound weights and tokenizer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/dense_kv_cache.h"
+#include "model/gguf/gguf.h"
+#include "model/model_config.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/weights.h"
+
+namespace ckv {
+
+struct Model {
+  std::unique_ptr<gguf::GgufFile> file;
+  ModelConfig config;
+  ModelWeights weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// Opens and validates a GGUF model (weights and tokenizer).
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path);
+
+// Options of a dense cache shaped for `config`.
+DenseKvCacheOptions DenseCacheOptions(const ModelConfig& config,
+                                      kernels::DType dtype,
+                                      int64_t max_tokens);
+
+}  // namespace ckv

@@ -1,0 +1,130 @@
+// Tokenizer built from GGUF tokenizer metadata. Reproduces llama.cpp's
+// tokenization (llama-vocab.cpp) for SentencePiece-style vocabularies
+// (tokenizer.ggml.model "llama") and byte-level BPE vocabularies ("gpt2"),
+// including special-token partitioning and BOS/EOS rules.
+//
+// Thread safety: a built Tokenizer is immutable; all const methods may be
+// called concurrently. StreamingDetokenizer is per stream (not thread-safe).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "model/gguf/gguf.h"
+
+namespace ckv {
+
+enum class TokenizerType {
+  kSentencePiece,  // tokenizer.ggml.model == "llama"
+  kBpe,            // tokenizer.ggml.model == "gpt2"
+};
+
+// Everything a Tokenizer is built from. FromGguf fills it from metadata;
+// tests and fuzzers can build small in-memory vocabularies directly. Unset
+// optionals take llama.cpp's defaults for the type (SPM: bos 1, eos 2, unk 0,
+// add_bos, add_space_prefix; BPE: bos = eos = 11, no BOS unless the
+// pre-tokenizer is Llama 3; ids out of range are treated as unset).
+struct TokenizerConfig {
+  TokenizerType type = TokenizerType::kSentencePiece;
+  std::string pre;                   // BPE pre-tokenizer ("" = "default")
+  std::vector<std::string> tokens;   // id -> text
+  std::vector<float> scores;         // empty, or one per token
+  std::vector<int32_t> token_types;  // empty (all normal), or GGUF types
+  std::vector<std::string> merges;   // BPE: "left right", rank = index
+  std::optional<int64_t> bos_id, eos_id, unk_id, eot_id, eom_id;
+  std::optional<int64_t> fim_pad_id, fim_rep_id, fim_sep_id;
+  std::optional<bool> add_bos, add_eos, add_space_prefix;
+};
+
+class Tokenizer {
+ public:
+  // Reads tokenizer.ggml.* keys. Errors (INVALID_ARGUMENT / NOT_FOUND /
+  // UNIMPLEMENTED) name the offending key. The result does not reference
+  // `file` after returning.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(
+      const gguf::GgufFile& file);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromConfig(
+      TokenizerConfig config);
+
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  // Token ids of `text` as llama.cpp's llama_tokenize would produce them.
+  // add_special: prepend BOS / append EOS per add_bos() / add_eos().
+  // parse_special: text matching a control token (e.g. "<|eot_id|>") becomes
+  // that token; user-defined tokens are always matched, as in llama.cpp.
+  // INVALID_ARGUMENT when `text` is not valid UTF-8 (or is >= 2 GiB);
+  // RESOURCE_EXHAUSTED if the pre-tokenizer regex hits a PCRE2 limit.
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text,
+                                              bool add_special,
+                                              bool parse_special) const;
+
+  // Raw bytes of one token: SPM "▁" -> " ", "<0xXX>" -> that byte; BPE
+  // byte-level characters -> bytes. Control and unknown tokens give their
+  // text when render_special, else "" (llama.cpp's special=false, as its
+  // server prints). Out-of-range ids and unused tokens give "".
+  std::string TokenToPiece(int32_t id, bool render_special = true) const;
+
+  // Concatenated pieces. No space cleanup and no leading-space removal, so
+  // for SPM with add_space_prefix Decode(Encode(x)) == " " + x. The result may
+  // be invalid UTF-8 if `ids` ends inside a character (see
+  // StreamingDetokenizer for text that must be valid).
+  std::string Decode(absl::Span<const int32_t> ids,
+                     bool render_special = true) const;
+
+  TokenizerType type() const;
+  int32_t vocab_size() const;
+  int32_t bos_id() const;  // -1 when none
+  int32_t eos_id() const;  // -1 when none
+  int32_t eot_id() const;  // -1 when none
+  int32_t unk_id() const;  // -1 when none
+  bool add_bos() const;
+  bool add_eos() const;
+  // True for EOS, EOT, EOM and tokens llama.cpp treats as end of generation
+  // by text (<|eot_id|>, <|im_end|>, <|endoftext|>, <|end_of_text|>, ...).
+  bool IsEndOfGeneration(int32_t id) const;
+  // Sorted ids of the end-of-generation set.
+  const std::vector<int32_t>& eog_ids() const;
+  // True for control and unknown tokens (hidden when !render_special).
+  bool IsControl(int32_t id) const;
+  // The vocabulary text of `id` ("" when out of range).
+  absl::string_view TokenText(int32_t id) const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Turns a stream of token ids into text that is always valid UTF-8 and never
+// splits a character: bytes of an incomplete trailing character are held back
+// until a later token completes it. Ill-formed bytes are replaced by U+FFFD
+// (one per byte that cannot start a character), so the concatenation of all
+// outputs equals Decode(ids) whenever that is valid UTF-8.
+class StreamingDetokenizer {
+ public:
+  // `tokenizer` must outlive this object.
+  explicit StreamingDetokenizer(const Tokenizer& tokenizer,
+                                bool render_special = true);
+
+  // Text completed by `id` (possibly empty).
+  std::string Push(int32_t id);
+  // Emits whatever is held back (an incomplete character becomes U+FFFD) and
+  // resets the stream.
+  std::string Flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool render_special_;
+  std::string pending_;  // bytes of an incomplete trailing character
+};
+
+}  // namespace ckv

@@ -1,0 +1,335 @@
+// Construction of ckv::Tokenizer: GGUF metadata -> TokenizerConfig -> tables,
+// special ids and end-of-generation set as llama.cpp's llama_vocab::load.
+
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/tokenizer/tokenizer_impl.h"
+
+namespace ckv {
+namespace {
+
+using tokenizer_internal::AttrFromGgufType;
+using tokenizer_internal::kAttrControl;
+using tokenizer_internal::kAttrNormal;
+using tokenizer_internal::kAttrUnknown;
+using tokenizer_internal::kAttrUserDefined;
+using tokenizer_internal::Vocab;
+
+constexpr char kModelKey[] = "tokenizer.ggml.model";
+constexpr char kPreKey[] = "tokenizer.ggml.pre";
+constexpr char kTokensKey[] = "tokenizer.ggml.tokens";
+constexpr char kScoresKey[] = "tokenizer.ggml.scores";
+constexpr char kTypesKey[] = "tokenizer.ggml.token_type";
+constexpr char kMergesKey[] = "tokenizer.ggml.merges";
+constexpr char kAddBosKey[] = "tokenizer.ggml.add_bos_token";
+constexpr char kAddEosKey[] = "tokenizer.ggml.add_eos_token";
+constexpr char kBosKey[] = "tokenizer.ggml.bos_token_id";
+constexpr char kEosKey[] = "tokenizer.ggml.eos_token_id";
+
+absl::Status Annotate(const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("tokenizer: ", s.message()));
+}
+
+// Reads an optional integer key into *out; wrong types are errors.
+absl::Status ReadOptionalInt(const gguf::GgufFile& f, const char* key,
+                             std::optional<int64_t>* out) {
+  if (!f.Has(key)) return absl::OkStatus();
+  absl::StatusOr<int64_t> v = f.GetInt(key);
+  if (!v.ok()) return Annotate(v.status());
+  *out = *v;
+  return absl::OkStatus();
+}
+
+absl::Status ReadOptionalBool(const gguf::GgufFile& f, const char* key,
+                              std::optional<bool>* out) {
+  if (!f.Has(key)) return absl::OkStatus();
+  absl::StatusOr<bool> v = f.GetBool(key);
+  if (!v.ok()) return Annotate(v.status());
+  *out = *v;
+  return absl::OkStatus();
+}
+
+// tokenizer.ggml.scores: float32 or int32 array, optional.
+absl::Status ReadScores(const gguf::GgufFile& f, std::vector<float>* out) {
+  if (!f.Has(kScoresKey)) return absl::OkStatus();
+  absl::StatusOr<const std::vector<double>*> floats = f.GetFloatArray(kScoresKey);
+  if (floats.ok()) {
+    out->assign((*floats)->begin(), (*floats)->end());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<const std::vector<int64_t>*> ints = f.GetIntArray(kScoresKey);
+  if (!ints.ok()) return Annotate(floats.status());
+  out->assign((*ints)->begin(), (*ints)->end());
+  return absl::OkStatus();
+}
+
+absl::Status ReadTokenTypes(const gguf::GgufFile& f, std::vector<int32_t>* out) {
+  if (!f.Has(kTypesKey)) return absl::OkStatus();
+  absl::StatusOr<const std::vector<int64_t>*> ints = f.GetIntArray(kTypesKey);
+  if (!ints.ok()) return Annotate(ints.status());
+  out->reserve((*ints)->size());
+  for (int64_t t : **ints) {
+    out->push_back(static_cast<int32_t>(std::clamp<int64_t>(t, -1, 1000)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadModelAndLists(const gguf::GgufFile& f, TokenizerConfig* c) {
+  absl::StatusOr<std::string> model = f.GetString(kModelKey);
+  if (!model.ok()) return Annotate(model.status());
+  if (*model == "llama") {
+    c->type = TokenizerType::kSentencePiece;
+  } else if (*model == "gpt2") {
+    c->type = TokenizerType::kBpe;
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "tokenizer: unsupported ", kModelKey, " '", *model, "'"));
+  }
+  if (f.Has(kPreKey)) {
+    absl::StatusOr<std::string> pre = f.GetString(kPreKey);
+    if (!pre.ok()) return Annotate(pre.status());
+    c->pre = *pre;
+  }
+  absl::StatusOr<const std::vector<std::string>*> tokens =
+      f.GetStringArray(kTokensKey);
+  if (!tokens.ok()) return Annotate(tokens.status());
+  c->tokens = **tokens;
+  if (c->type == TokenizerType::kBpe) {
+    absl::StatusOr<const std::vector<std::string>*> merges =
+        f.GetStringArray(kMergesKey);
+    if (!merges.ok()) return Annotate(merges.status());
+    c->merges = **merges;
+  }
+  if (absl::Status s = ReadScores(f, &c->scores); !s.ok()) return s;
+  return ReadTokenTypes(f, &c->token_types);
+}
+
+absl::Status ReadSpecial(const gguf::GgufFile& f, TokenizerConfig* c) {
+  const std::pair<const char*, std::optional<int64_t>*> ids[] = {
+      {kBosKey, &c->bos_id},
+      {kEosKey, &c->eos_id},
+      {"tokenizer.ggml.unknown_token_id", &c->unk_id},
+      {"tokenizer.ggml.eot_token_id", &c->eot_id},
+      {"tokenizer.ggml.eom_token_id", &c->eom_id},
+      {"tokenizer.ggml.fim_pad_token_id", &c->fim_pad_id},
+      {"tokenizer.ggml.fim_rep_token_id", &c->fim_rep_id},
+      {"tokenizer.ggml.fim_sep_token_id", &c->fim_sep_id},
+  };
+  for (const auto& [key, out] : ids) {
+    if (absl::Status s = ReadOptionalInt(f, key, out); !s.ok()) return s;
+  }
+  const std::pair<const char*, std::optional<bool>*> flags[] = {
+      {kAddBosKey, &c->add_bos},
+      {kAddEosKey, &c->add_eos},
+      {"tokenizer.ggml.add_space_prefix", &c->add_space_prefix},
+  };
+  for (const auto& [key, out] : flags) {
+    if (absl::Status s = ReadOptionalBool(f, key, out); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Fills vocab texts, scores, attributes and the text index (moves tokens).
+absl::Status BuildVocab(TokenizerConfig& c, Vocab* v) {
+  const size_t n = c.tokens.size();
+  if (n == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer: ", kTokensKey, " is empty"));
+  }
+  if (n > (1u << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer: ", kTokensKey, " has too many entries"));
+  }
+  if (!c.scores.empty() && c.scores.size() < n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer: ", kScoresKey, " has ", c.scores.size(),
+        " entries, fewer than the ", n, " tokens"));
+  }
+  if (!c.token_types.empty() && c.token_types.size() < n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer: ", kTypesKey, " has ", c.token_types.size(),
+        " entries, fewer than the ", n, " tokens"));
+  }
+  v->text = std::move(c.tokens);
+  v->score.assign(n, 0.0f);
+  v->attr.assign(n, kAttrNormal);
+  v->index.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (v->text[i].empty()) v->text[i] = absl::StrCat("[EMPTY_", i, "]");
+    if (!c.scores.empty()) v->score[i] = c.scores[i];
+    if (!c.token_types.empty()) v->attr[i] = AttrFromGgufType(c.token_types[i]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    auto [it, inserted] =
+        v->index.emplace(v->text[i], static_cast<int32_t>(i));
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokenizer: duplicate token in ", kTokensKey, ": ids ", it->second,
+          " and ", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `configured` if set and in range, else `fallback` if in range, else -1.
+int32_t PickId(const Vocab& v, const std::optional<int64_t>& configured,
+               int64_t fallback) {
+  if (configured && *configured >= 0 && *configured < v.size()) {
+    return static_cast<int32_t>(*configured);
+  }
+  return fallback >= 0 && fallback < v.size() ? static_cast<int32_t>(fallback)
+                                               : -1;
+}
+
+// First token (in list order) whose text is one of `texts`, or -1.
+int32_t FindByText(const Vocab& v, std::initializer_list<const char*> texts) {
+  for (const char* t : texts) {
+    const int32_t id = v.Find(t);
+    if (id >= 0) return id;
+  }
+  return -1;
+}
+
+// Picks the configured id, else auto-detects by text (marking it control).
+int32_t DetectSpecial(Vocab* v, const std::optional<int64_t>& configured,
+                      std::initializer_list<const char*> texts) {
+  int32_t id = PickId(*v, configured, -1);
+  if (id >= 0) return id;
+  id = FindByText(*v, texts);
+  if (id >= 0) v->attr[id] |= kAttrControl;
+  return id;
+}
+
+absl::Status ResolveSpecialIds(const TokenizerConfig& c,
+                               Tokenizer::Impl* impl) {
+  const bool spm = c.type == TokenizerType::kSentencePiece;
+  Vocab& v = impl->vocab;
+  impl->bos = PickId(v, c.bos_id, spm ? 1 : 11);
+  impl->eos = PickId(v, c.eos_id, spm ? 2 : 11);
+  impl->unk = PickId(v, c.unk_id, spm ? 0 : -1);
+  if (c.add_bos) impl->add_bos = *c.add_bos;
+  if (c.add_eos) impl->add_eos = *c.add_eos;
+  if (impl->add_bos && impl->bos < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer: ", kAddBosKey, " is true, but ", kBosKey, " is not set"));
+  }
+  if (impl->add_eos && impl->eos < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer: ", kAddEosKey, " is true, but ", kEosKey, " is not set"));
+  }
+  impl->eot = DetectSpecial(
+      &v, c.eot_id,
+      {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+       "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
+       "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"});
+  impl->eom = DetectSpecial(&v, c.eom_id, {"<|eom_id|>"});
+  return absl::OkStatus();
+}
+
+// End-of-generation set: FIM pad/repo/file-sep, tokens llama.cpp recognizes
+// by text (marked control), EOS, EOT and EOM.
+void BuildEogSet(const TokenizerConfig& c, Tokenizer::Impl* impl) {
+  Vocab& v = impl->vocab;
+  std::vector<int32_t> eog;
+  const int32_t fim[] = {
+      DetectSpecial(&v, c.fim_pad_id,
+                    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}),
+      DetectSpecial(&v, c.fim_rep_id,
+                    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
+                     "<reponame>"}),
+      DetectSpecial(&v, c.fim_sep_id, {"<|file_sep|>"}),
+  };
+  for (int32_t id : fim) eog.push_back(id);
+  for (const char* text :
+       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+        "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+        "<end_of_utterance>"}) {
+    const int32_t id = v.Find(text);
+    if (id < 0) continue;
+    v.attr[id] |= kAttrControl;
+    eog.push_back(id);
+  }
+  eog.push_back(impl->eos);
+  eog.push_back(impl->eot);
+  eog.push_back(impl->eom);
+  eog.erase(std::remove(eog.begin(), eog.end(), -1), eog.end());
+  std::sort(eog.begin(), eog.end());
+  eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+  impl->eog_ids = std::move(eog);
+}
+
+void BuildSpecialCache(Tokenizer::Impl* impl) {
+  const Vocab& v = impl->vocab;
+  for (int32_t id = 0; id < v.size(); ++id) {
+    if (v.attr[id] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) {
+      impl->special_ids.push_back(id);
+    }
+  }
+  std::stable_sort(impl->special_ids.begin(), impl->special_ids.end(),
+                   [&v](int32_t a, int32_t b) {
+                     return v.text[a].size() > v.text[b].size();
+                   });
+}
+
+// Type-specific tables: merge ranks + pre-tokenizer (BPE) or byte tokens (SPM).
+absl::Status BuildAlgorithm(const TokenizerConfig& c, Tokenizer::Impl* impl) {
+  if (c.type == TokenizerType::kSentencePiece) {
+    impl->add_bos = true;
+    impl->add_space_prefix = c.add_space_prefix.value_or(true);
+    impl->spm = std::make_unique<tokenizer_internal::SpmMerger>(
+        &impl->vocab, PickId(impl->vocab, c.unk_id, 0));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<tokenizer_internal::PreTokenizerSpec> spec =
+      tokenizer_internal::PreTokenizerSpecFor(c.pre);
+  if (!spec.ok()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "tokenizer: ", kPreKey, ": ", spec.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<tokenizer_internal::Pretokenizer>> pretok =
+      tokenizer_internal::Pretokenizer::Create(spec->patterns);
+  if (!pretok.ok()) return Annotate(pretok.status());
+  impl->pretok = std::move(*pretok);
+  impl->add_bos = spec->add_bos;
+  impl->add_space_prefix = c.add_space_prefix.value_or(false);
+  impl->ranks.Build(c.merges);
+  impl->bpe = std::make_unique<tokenizer_internal::BpeMerger>(
+      &impl->vocab, &impl->ranks, spec->ignore_merges);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(
+    const gguf::GgufFile& file) {
+  TokenizerConfig config;
+  if (absl::Status s = ReadModelAndLists(file, &config); !s.ok()) return s;
+  if (absl::Status s = ReadSpecial(file, &config); !s.ok()) return s;
+  return FromConfig(std::move(config));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromConfig(
+    TokenizerConfig config) {
+  auto impl = std::make_unique<Impl>();
+  impl->type = config.type;
+  if (absl::Status s = BuildVocab(config, &impl->vocab); !s.ok()) return s;
+  if (absl::Status s = BuildAlgorithm(config, impl.get()); !s.ok()) return s;
+  if (absl::Status s = ResolveSpecialIds(config, impl.get()); !s.ok()) {
+    return s;
+  }
+  BuildEogSet(config, impl.get());
+  BuildSpecialCache(impl.get());
+  impl->pieces.resize(impl->vocab.size());
+  for (int32_t id = 0; id < impl->vocab.size(); ++id) {
+    impl->pieces[id] = tokenizer_internal::ComputePiece(*impl, id);
+  }
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+}  // namespace ckv

@@ -1,0 +1,97 @@
+#include "model/tools/cli_options.h"
+
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, text_file, "", "tokenize: file with the text");
+ABSL_FLAG(bool, bos, false, "tokenize: add BOS/EOS as the vocabulary says");
+ABSL_FLAG(bool, parse_special, false,
+          "tokenize: match special tokens written in the text");
+ABSL_FLAG(std::string, tokens_file, "", "logits: whitespace-separated ids");
+ABSL_FLAG(std::string, positions, "last", "logits: all|last");
+ABSL_FLAG(std::string, prompt, "Once upon a time", "generate: prompt text");
+ABSL_FLAG(std::string, prompt_file, "", "generate: read the prompt from F");
+ABSL_FLAG(int, max_tokens, 64, "generate: tokens to generate at most");
+ABSL_FLAG(double, temperature, 0.0, "generate: 0 = greedy");
+ABSL_FLAG(int, top_k, 40, "generate: top-k (0 = off)");
+ABSL_FLAG(double, top_p, 0.95, "generate: top-p (1 = off)");
+ABSL_FLAG(uint64_t, seed, 1, "sampling seed / make-random seed");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings");
+ABSL_FLAG(int, threads, 0, "worker threads (0 = all cores)");
+ABSL_FLAG(int, prefill_chunk, 256, "tokens per prefill step");
+ABSL_FLAG(std::string, kv_type, "f16", "KV cache type: f32|f16|bf16");
+ABSL_FLAG(int64_t, max_context, 131072, "KV cache capacity in tokens");
+ABSL_FLAG(std::string, out, "", "make-random: output GGUF path");
+ABSL_FLAG(int, layers, 2, "make-random: layers");
+ABSL_FLAG(int, dim, 256, "make-random: model dimension");
+ABSL_FLAG(int, heads, 8, "make-random: query heads");
+ABSL_FLAG(int, kv_heads, 2, "make-random: KV heads");
+ABSL_FLAG(int, ffn, 704, "make-random: feed-forward dimension");
+ABSL_FLAG(std::string, vocab, "byte", "make-random: byte | VOCAB.gguf");
+ABSL_FLAG(std::string, dtype, "f16", "make-random: f32|f16|bf16|q8_0");
+ABSL_FLAG(bool, rope_freqs, false, "make-random: add rope_freqs.weight");
+ABSL_FLAG(std::string, arch, "llama", "make-random: llama|qwen2");
+ABSL_FLAG(bool, tied, false, "make-random: tie output to token_embd");
+
+namespace ckv {
+namespace {
+
+absl::StatusOr<kernels::DType> ParseDType(const std::string& s,
+                                          bool allow_q8) {
+  if (s == "f32") return kernels::DType::kF32;
+  if (s == "f16") return kernels::DType::kF16;
+  if (s == "bf16") return kernels::DType::kBF16;
+  if (s == "q8_0" && allow_q8) return kernels::DType::kQ8_0;
+  return absl::InvalidArgumentError(absl::StrCat("unknown type '", s, "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<CliOptions> CliOptionsFromFlags() {
+  CliOptions o;
+  o.text_file = absl::GetFlag(FLAGS_text_file);
+  o.bos = absl::GetFlag(FLAGS_bos);
+  o.parse_special = absl::GetFlag(FLAGS_parse_special);
+  o.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  o.positions = absl::GetFlag(FLAGS_positions);
+  o.prompt = absl::GetFlag(FLAGS_prompt);
+  o.prompt_file = absl::GetFlag(FLAGS_prompt_file);
+  o.out = absl::GetFlag(FLAGS_out);
+  o.max_context = absl::GetFlag(FLAGS_max_context);
+  auto kv = ParseDType(absl::GetFlag(FLAGS_kv_type), false);
+  if (!kv.ok()) return kv.status();
+  o.kv_type = *kv;
+  o.sampling.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  o.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  o.sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  o.sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+  o.sampling.seed = absl::GetFlag(FLAGS_seed);
+  o.sampling.stop = absl::GetFlag(FLAGS_stop);
+  if (auto s = ValidateSamplingParams(o.sampling); !s.ok()) return s;
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  o.transformer.threads = threads;
+  o.transformer.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  if (o.transformer.prefill_chunk <= 0) {
+    return absl::InvalidArgumentError("--prefill_chunk must be > 0");
+  }
+  o.random.layers = absl::GetFlag(FLAGS_layers);
+  o.random.dim = absl::GetFlag(FLAGS_dim);
+  o.random.heads = absl::GetFlag(FLAGS_heads);
+  o.random.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  o.random.ffn = absl::GetFlag(FLAGS_ffn);
+  o.random.vocab = absl::GetFlag(FLAGS_vocab);
+  o.random.seed = o.sampling.seed;
+  o.random.rope_freqs = absl::GetFlag(FLAGS_rope_freqs);
+  o.random.arch = absl::GetFlag(FLAGS_arch);
+  o.random.tied_embeddings = absl::GetFlag(FLAGS_tied);
+  auto dt = ParseDType(absl::GetFlag(FLAGS_dtype), true);
+  if (!dt.ok()) return dt.status();
+  o.random.dtype = *dt;
+  return o;
+}
+
+}  // namespace ckv

@@ -1,0 +1,34 @@
+// Typed options of clusterkv-model, filled from its command-line flags.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+#include "model/make_random.h"
+#include "model/sampler.h"
+#include "model/transformer.h"
+
+namespace ckv {
+
+struct CliOptions {
+  std::string text_file;
+  bool bos = false;
+  bool parse_special = false;
+  std::string tokens_file;
+  std::string positions = "last";
+  std::string prompt;
+  std::string prompt_file;
+  std::string out;
+  kernels::DType kv_type = kernels::DType::kF16;
+  int64_t max_context = 131072;
+  SamplingParams sampling;
+  TransformerOptions transformer;
+  RandomModelSpec random;
+};
+
+// Reads every flag (after absl::ParseCommandLine); INVALID_ARGUMENT on bad
+// values.
+absl::StatusOr<CliOptions> CliOptionsFromFlags();
+
+}  // namespace ckv

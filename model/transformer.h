@@ -1,0 +1,68 @@
+// The Llama-family forward pass on the CPU. One call evaluates a batch of
+// sequences, each a run of new tokens appended to its own KvCache: weight
+// matmuls run once over all tokens of the batch, attention per sequence.
+// Long inputs are processed in chunks of `prefill_chunk` tokens so that
+// activation memory is bounded (attention is flash-style: no L x L matrix).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/kv_cache.h"
+#include "model/model_config.h"
+#include "model/weights.h"
+
+namespace ckv {
+
+enum class LogitsMode { kNone, kLast, kAll };
+
+struct SequenceInput {
+  absl::Span<const int32_t> tokens;  // appended at cache->num_tokens()
+  KvCache* cache = nullptr;
+  LogitsMode logits = LogitsMode::kLast;
+  // Output: kLast -> 1 row, kAll -> tokens.size() rows of vocab_size floats.
+  std::vector<float>* logits_out = nullptr;
+};
+
+struct TransformerOptions {
+  int threads = 1;
+  int prefill_chunk = 256;  // max tokens per forward step
+};
+
+class Transformer {
+ public:
+  Transformer(const ModelConfig& config, const ModelWeights& weights,
+              const TransformerOptions& options);
+  ~Transformer();
+
+  // Evaluates all sequences. Validates token ids (INVALID_ARGUMENT) and
+  // reserves cache space (RESOURCE_EXHAUSTED) for every sequence before any
+  // work starts; on error no cache is modified.
+  absl::Status Forward(absl::Span<SequenceInput> batch);
+
+  const ModelConfig& config() const { return config_; }
+  kernels::cpu::ThreadPool* pool() { return pool_.get(); }
+
+ private:
+  struct Step;      // one chunk of rows from several sequences
+  struct Buffers;   // activation scratch, reused between calls
+
+  absl::Status Validate(absl::Span<SequenceInput> batch) const;
+  void RunStep(const Step& step);
+  void Embed(const Step& step);
+  void AttentionBlock(int layer, const Step& step);
+  void MlpBlock(int layer, const Step& step);
+  void OutputLogits(const Step& step);
+
+  const ModelConfig config_;
+  const ModelWeights& weights_;
+  TransformerOptions options_;
+  std::unique_ptr<kernels::cpu::ThreadPool> pool_;
+  std::unique_ptr<Buffers> buf_;
+};
+
+}  // namespace ckv

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build, tests and benchmarks need.
+# Idempotent and non-interactive: packages already present are skipped.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config ccache clang libclang-rt-dev
+  libabsl-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libopenblas-dev libspdlog-dev libfmt-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  prometheus-cpp-dev python3 python3-matplotlib
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"

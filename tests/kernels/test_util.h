@@ -1,0 +1,77 @@
+// Shared helpers of the kernel tests: random data, weight encoding in every
+// dtype, and the list of kernel tables available on this CPU.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_set.h"
+#include "kernels/dtype.h"
+
+namespace ckv::kernels::cpu::testing {
+
+inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n,
+                                       float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Encodes n_rows rows of n F32 values into dtype t (bytes, row-major).
+inline std::vector<uint8_t> Encode(DType t, const std::vector<float>& src,
+                                   int64_t n_rows, int64_t n) {
+  const int64_t rb = RowBytes(t, n);
+  std::vector<uint8_t> out(n_rows * rb);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* s = src.data() + r * n;
+    uint8_t* d = out.data() + r * rb;
+    if (t == DType::kF32) {
+      std::memcpy(d, s, n * 4);
+    } else if (t == DType::kF16 || t == DType::kBF16) {
+      auto* h = reinterpret_cast<uint16_t*>(d);
+      for (int64_t i = 0; i < n; ++i) {
+        h[i] = t == DType::kF16 ? F32ToF16(s[i]) : F32ToBF16(s[i]);
+      }
+    } else {
+      auto* b = reinterpret_cast<BlockQ8_0*>(d);
+      for (int64_t k = 0; k < n / kQ8_0BlockSize; ++k) {
+        float amax = 0.0f;
+        for (int j = 0; j < kQ8_0BlockSize; ++j) {
+          amax = std::max(amax, std::fabs(s[k * kQ8_0BlockSize + j]));
+        }
+        const float dq = amax / 127.0f;
+        b[k].d = F32ToF16(dq);
+        const float inv = dq > 0.0f ? 1.0f / dq : 0.0f;
+        for (int j = 0; j < kQ8_0BlockSize; ++j) {
+          b[k].qs[j] = static_cast<int8_t>(
+              std::lround(s[k * kQ8_0BlockSize + j] * inv));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The kernel tables this CPU can run: scalar always, AVX-512 if present.
+inline std::vector<const KernelSet*> AvailableKernelSets() {
+  std::vector<const KernelSet*> out = {&ScalarKernels()};
+  const CpuFeatures& f = GetCpuFeatures();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c &&
+      Avx512Kernels() != nullptr) {
+    out.push_back(Avx512Kernels());
+  }
+  return out;
+}
+
+// Forces a kernel table for the lifetime of the object.
+class ScopedKernels {
+ public:
+  explicit ScopedKernels(const KernelSet* ks) { SetKernelsForTesting(ks); }
+  ~ScopedKernels() { SetKernelsForTesting(nullptr); }
+};
+
+}  // namespace ckv::kernels::cpu::testing
