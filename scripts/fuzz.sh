@@ -4,10 +4,11 @@
 # per fuzzer.
 #
 # Usage: scripts/fuzz.sh --bin-dir DIR --runs N [--target NAME] [--seed S]
-#                        [--fixtures DIR] [--max-len BYTES]
+#                        [--max-time SECS] [--fixtures DIR] [--max-len BYTES]
 #   --bin-dir   folder holding the fuzzers (e.g. build/fuzz/tests/fuzz)
 #   --runs      executions per fuzzer (-runs=N)
 #   --target    run only this fuzzer
+#   --max-time  stop a fuzzer after SECS seconds even if N runs are not done
 #   --seed      libFuzzer random seed (default: random)
 #   --fixtures  fixtures folder (default: ../shared/fixtures next to the repo)
 #   --max-len   largest input libFuzzer builds (default 65536)
@@ -22,9 +23,9 @@
 # and their paths printed); 2 on a usage error.
 set -euo pipefail
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-bin_dir="" runs="" target="" seed="" max_len=65536
+bin_dir="" runs="" target="" seed="" max_time="" max_len=65536
 fixtures="$(cd "$(dirname "$0")/.." && pwd)/../shared/fixtures"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -32,6 +33,7 @@ while [[ $# -gt 0 ]]; do
     --runs) runs="${2:-}"; shift 2 ;;
     --target) target="${2:-}"; shift 2 ;;
     --seed) seed="${2:-}"; shift 2 ;;
+    --max-time) max_time="${2:-}"; shift 2 ;;
     --fixtures) fixtures="${2:-}"; shift 2 ;;
     --max-len) max_len="${2:-}"; shift 2 ;;
     -h|--help) usage ;;
@@ -83,6 +85,7 @@ for bin in "${fuzzers[@]}"; do
         -malloc_limit_mb=256 -print_final_stats=1
         -artifact_prefix="$work/$name/artifacts/")
   [[ -n "$seed" ]] && args+=(-seed="$seed")
+  [[ -n "$max_time" ]] && args+=(-max_total_time="$max_time")
   start=$SECONDS
   status=0
   CLUSTERKV_FUZZ_SEED_DIR="$corpus" "$bin" "${args[@]}" "$corpus" \

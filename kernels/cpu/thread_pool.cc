@@ -26,6 +26,18 @@ inline void CpuRelax() {
 
 // Iterations of the spin loops (~50-100 us) before blocking / yielding.
 constexpr int kSpinIters = 20000;
+// Spinners yield the core this often, so that an oversubscribed pool (more
+// threads than cores) still makes progress quickly.
+constexpr int kYieldEvery = 256;
+
+// One step of a spin-wait loop.
+inline void SpinStep(int i) {
+  if (i % kYieldEvery == kYieldEvery - 1) {
+    std::this_thread::yield();
+  } else {
+    CpuRelax();
+  }
+}
 
 }  // namespace
 
@@ -56,7 +68,7 @@ struct ThreadPool::Impl {
     for (int i = 0; i < kSpinIters; ++i) {
       const uint64_t g = generation.load(std::memory_order_acquire);
       if (g != seen) return g;
-      CpuRelax();
+      SpinStep(i);
     }
     std::unique_lock<std::mutex> lock(mu);
     sleepers.fetch_add(1);
@@ -86,13 +98,8 @@ struct ThreadPool::Impl {
   }
 
   void AwaitWorkers() {
-    int spins = 0;
-    while (pending.load(std::memory_order_acquire) != 0) {
-      if (++spins < kSpinIters) {
-        CpuRelax();
-      } else {
-        std::this_thread::yield();
-      }
+    for (int i = 0; pending.load(std::memory_order_acquire) != 0; ++i) {
+      SpinStep(std::min(i, kSpinIters));
     }
   }
 };

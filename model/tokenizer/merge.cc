@@ -146,7 +146,10 @@ void BpeMerger::EncodePiece(absl::string_view piece, MergeWorkspace* ws,
                             std::vector<int32_t>* out) const {
   std::string& word = ws->word;
   word.clear();
-  for (char c : piece) word += ByteToUnicode(static_cast<uint8_t>(c));
+  for (char c : piece) {
+    const absl::string_view u = ByteToUnicode(static_cast<uint8_t>(c));
+    word.append(u.data(), u.size());
+  }
   if (word.empty()) return;
   if (ignore_merges_) {
     const int32_t id = vocab_->Find(word);

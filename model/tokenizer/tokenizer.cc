@@ -176,7 +176,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
     const absl::string_view raw = text.substr(f.offset, f.length);
     if (im.type == TokenizerType::kSentencePiece) {
       escaped.clear();
-      if (im.add_space_prefix && prev_special) escaped = std::string(kSpmSpace);
+      if (im.add_space_prefix && prev_special) escaped.assign(kSpmSpace.data(), kSpmSpace.size());
       AppendEscapedSpaces(raw, &escaped);
       im.spm->Encode(escaped, &ws, &out);
     } else {

@@ -98,8 +98,9 @@ class Tokenizer {
   // The vocabulary text of `id` ("" when out of range).
   absl::string_view TokenText(int32_t id) const;
 
+  struct Impl;  // opaque; defined in tokenizer_impl.h
+
  private:
-  struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -51,12 +51,13 @@ uint16_t BruteF32ToF16(float f) {
   static const std::vector<double> table = [] {
     std::vector<double> t;
     for (uint16_t h = 0; h < 0x7c00; ++h) t.push_back(F16Value(h));
+    t.push_back(65536.0);  // 0x7c00: where the next value would be -> inf
     return t;
   }();
   const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
   if (std::isnan(f)) return 0x7e00;
   const double a = std::fabs(static_cast<double>(f));
-  if (a >= 65520.0) return sign | 0x7c00;  // max + half ulp rounds up to inf
+  if (a >= 65536.0) return sign | 0x7c00;
   auto it = std::lower_bound(table.begin(), table.end(), a);
   const uint16_t hi = static_cast<uint16_t>(it - table.begin());
   if (hi < table.size() && table[hi] == a) return sign | hi;
@@ -112,7 +113,10 @@ uint16_t BruteF32ToBF16(float f) {
   const uint16_t hi = lo + 1;  // next magnitude (may become inf)
   const double a = std::fabs(static_cast<double>(f));
   const double vl = std::fabs(double{BitsToFloat(uint32_t{lo} << 16)});
-  const double vh = std::fabs(double{BitsToFloat(uint32_t{hi} << 16)});
+  // Past the largest finite BF16 the next value would be 2^128 (-> inf).
+  const double vh = (hi & 0x7fff) == 0x7f80
+                        ? std::ldexp(1.0, 128)
+                        : std::fabs(double{BitsToFloat(uint32_t{hi} << 16)});
   if (a - vl < vh - a) return lo;
   if (vh - a < a - vl) return hi;
   return (lo & 1) ? hi : lo;

@@ -71,6 +71,7 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
   }
   EXPECT_LE(worst, gc.tolerance) << "worst relative logit error";
   RecordProperty("worst_relative_error", std::to_string(worst));
+  std::printf("%s: worst relative logit error %.2e\n", gc.prompt.c_str(), worst);
 
   // Greedy continuation, one token at a time.
   const auto greedy = golden["greedy"].get<std::vector<int32_t>>();

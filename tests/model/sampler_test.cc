@@ -118,7 +118,9 @@ TEST(StopMatcher, StopSpanningManyPiecesAndFlush) {
   EXPECT_EQ(out, "xaby");
   EXPECT_EQ(m.Flush(), "ab");
   StopMatcher n({"abc"});
-  out = n.Push("zzab", &stopped) + n.Push("cdef", &stopped);
+  out = n.Push("zzab", &stopped);
+  EXPECT_FALSE(stopped);
+  out += n.Push("cdef", &stopped);
   EXPECT_TRUE(stopped);
   EXPECT_EQ(out, "zz");
 }

@@ -1,0 +1,49 @@
+// Typed options of engine_bench. The defaults live here only: the command-line
+// flags (engine_options.cc) take their defaults from this struct.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+#include "model/make_random.h"
+
+namespace ckv::bench {
+
+// The default benchmark model: 4 layers, d 512, 8 query / 2 KV heads, ffn
+// 1536, F16 matrices, the Llama-3 vocabulary (128k tokens) of the shared
+// tokenizer fixtures.
+RandomModelSpec DefaultModelSpec();
+// The --quick model: 2 layers, d 64, byte vocabulary.
+RandomModelSpec QuickModelSpec();
+
+struct EngineBenchOptions {
+  std::string model;  // GGUF path; empty: a random model cached in work_dir
+  std::string work_dir = "bench/results";
+  RandomModelSpec random = DefaultModelSpec();  // used when `model` is empty
+  std::vector<int64_t> depths = {0, 4096, 16384, 32768};  // ascending
+  std::vector<int> threads = {1, 2};
+  int decode_tokens = 32;
+  int prefill_chunk = 256;
+  kernels::DType kv_type = kernels::DType::kF16;
+  std::string out_json;  // empty: no JSON
+  bool quick = false;
+  // Fixed-size prefill ("pp512"), from an empty cache and at each of
+  // pp_depths that is also in `depths`.
+  int pp_tokens = 512;
+  std::vector<int64_t> pp_depths = {8192};
+  int64_t bandwidth_bytes = int64_t{256} << 20;  // read-bandwidth probe
+  int bandwidth_repeats = 3;
+  uint64_t seed = 1;  // random token ids
+
+  int64_t max_depth() const { return depths.empty() ? 0 : depths.back(); }
+};
+
+// Reads the flags (after absl::ParseCommandLine) into options, applying the
+// --quick preset where the corresponding flags were not given. Invalid values
+// are INVALID_ARGUMENT.
+absl::StatusOr<EngineBenchOptions> EngineBenchOptionsFromFlags();
+
+}  // namespace ckv::bench

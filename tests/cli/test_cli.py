@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""End-to-end checks of the clusterkv-model command line (its interface is
+used by external checks, so the formats asserted here are the contract)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/model/clusterkv-model"
+FIXTURES = sys.argv.pop(1) if len(sys.argv) > 1 else "../shared/fixtures"
+
+
+def run(*args, check=True):
+    p = subprocess.run([BIN, *args], capture_output=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{args}: rc={p.returncode} {p.stderr.decode()}")
+    return p
+
+
+class CliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ckv_cli_")
+        cls.model = os.path.join(cls.tmp, "r.gguf")
+        run("make-random", "--out", cls.model, "--layers", "2", "--dim", "64",
+            "--heads", "4", "--kv-heads", "2", "--ffn", "96", "--dtype", "f16",
+            "--seed", "5")
+
+    def path(self, name, text):
+        p = os.path.join(self.tmp, name)
+        with open(p, "wb") as f:
+            f.write(text if isinstance(text, bytes) else text.encode())
+        return p
+
+    def test_info_reports_shape(self):
+        info = json.loads(run("info", self.model).stdout)
+        self.assertEqual(info["architecture"], "llama")
+        self.assertEqual((info["layers"], info["dim"], info["heads"],
+                          info["kv_heads"], info["head_dim"], info["ffn"],
+                          info["vocab_size"]), (2, 64, 4, 2, 16, 96, 259))
+        self.assertIn("F16", info["tensor_types"])
+        self.assertIn("freq_base", info["rope"])
+
+    def test_make_random_variants(self):
+        for extra in (["--dtype", "q8_0"], ["--dtype", "bf16", "--tied"],
+                      ["--arch", "qwen2", "--dtype", "f32"], ["--rope-freqs"]):
+            out = os.path.join(self.tmp, "v.gguf")
+            run("make-random", "--out", out, "--layers", "1", "--dim", "64",
+                "--heads", "2", "--kv-heads", "1", "--ffn", "64", *extra)
+            info = json.loads(run("info", out).stdout)
+            self.assertEqual(info["layers"], 1, extra)
+        bad = run("make-random", "--out", out, "--dim", "63", check=False)
+        self.assertEqual(bad.returncode, 2)
+
+    def test_generate_is_reproducible_and_reports_speed(self):
+        args = ("generate", self.model, "--prompt", "hello there",
+                "--max-tokens", "12", "--temperature", "0.9", "--seed", "11",
+                "--threads", "1")
+        a, b = run(*args), run(*args)
+        self.assertEqual(a.stdout, b.stdout)
+        self.assertIn(b"tok/s", a.stderr)
+        c = run(*args[:-4], "--seed", "12", "--threads", "2")
+        self.assertIn(b"prefill", c.stderr)
+
+    def test_logits_positions(self):
+        toks = self.path("t.txt", "1 72 101 108 108\n111")
+        last = json.loads(run("logits", self.model, "--tokens-file", toks).stdout)
+        allp = json.loads(run("logits", self.model, "--tokens-file", toks,
+                              "--positions", "all").stdout)
+        self.assertEqual(last["positions"], [5])
+        self.assertEqual(allp["positions"], list(range(6)))
+        self.assertEqual(len(allp["logits"][0]), 259)
+        for a, b in zip(last["logits"][0], allp["logits"][5]):
+            self.assertAlmostEqual(a, b, places=4)
+
+    def test_bad_input_is_a_clear_error(self):
+        toks = self.path("bad.txt", "1 2 999999")
+        p = run("logits", self.model, "--tokens-file", toks, check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"outside the vocabulary", p.stderr)
+        corrupt = self.path("corrupt.gguf", open(self.model, "rb").read()[:5000])
+        p = run("info", corrupt, check=False)
+        self.assertIn(p.returncode, (1, 2))
+        self.assertIn(b"error:", p.stderr)
+        p = run("generate", self.model, "--prompt", "x", "--top-p", "0",
+                check=False)
+        self.assertEqual(p.returncode, 2)
+        p = run("nonsense", self.model, check=False)
+        self.assertEqual(p.returncode, 2)
+
+    @unittest.skipUnless(os.path.isdir(FIXTURES), "fixtures absent")
+    def test_tokenize_matches_llama_cpp(self):
+        tok = os.path.join(FIXTURES, "tokenizer")
+        for vocab in ("llama-spm", "llama-bpe", "qwen2", "gpt-2"):
+            base = os.path.join(tok, f"ggml-vocab-{vocab}.gguf")
+            inputs = open(base + ".inp", encoding="utf-8").read().split(
+                "\n__ggml_vocab_test__\n")
+            outputs = open(base + ".out").read().split("\n")
+            for text, want in list(zip(inputs, outputs))[:8]:
+                f = self.path("in.txt", text)
+                got = run("tokenize", base, "--text-file", f).stdout.decode()
+                self.assertEqual(got.split(), want.split(), (vocab, text))
+
+    @unittest.skipUnless(os.path.isdir(FIXTURES), "fixtures absent")
+    def test_logits_match_fixture(self):
+        models = os.path.join(FIXTURES, "models")
+        golden = json.load(open(os.path.join(models, "tiny-a-f32.p64.json")))
+        toks = self.path("p.txt", " ".join(map(str, golden["prompt"])))
+        got = json.loads(run("logits", os.path.join(models, "tiny-a-f32.gguf"),
+                             "--tokens-file", toks, "--positions", "all",
+                             "--kv-type", "f32").stdout)
+        for pos, want in zip(golden["logit_positions"], golden["logits"]):
+            row = got["logits"][pos]
+            spread = max(want) - min(want)
+            err = max(abs(a - b) for a, b in zip(row, want)) / spread
+            self.assertLess(err, 1e-3, pos)
+
+
+if __name__ == "__main__":
+    unittest.main()
