@@ -144,6 +144,21 @@ uint64_t ValidMask(const int64_t* kpos, int n, int64_t kmin, int64_t kmax,
   return m;
 }
 
+// Prefetches rows [j0, j1) of the span's K and V (the next tile), so that
+// its memory latency overlaps the current tile's compute.
+void PrefetchRows(const KvSpan& sp, int64_t j0, int64_t j1, int hd) {
+  const int64_t row_bytes = RowBytes(sp.dtype, sp.stride);
+  const int64_t used = RowBytes(sp.dtype, hd);
+  for (int64_t r = j0; r < j1; ++r) {
+    const char* k = static_cast<const char*>(sp.k) + r * row_bytes;
+    const char* v = static_cast<const char*>(sp.v) + r * row_bytes;
+    for (int64_t off = 0; off < used; off += 64) {
+      __builtin_prefetch(k + off);
+      __builtin_prefetch(v + off);
+    }
+  }
+}
+
 // One key tile (n rows of span `sp` from row j0) against the item's rows.
 void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
                  int rows, int64_t max_qpos, Scratch& sc) {
@@ -157,6 +172,7 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
     kmax = std::max(kmax, sc.kpos[j]);
   }
   if (kmin > max_qpos) return;  // entirely in every row's future
+  PrefetchRows(sp, j0 + n, std::min(sp.count, j0 + 2 * n), a.head_dim);
   const int64_t off = RowBytes(sp.dtype, sp.stride) * j0;
   ks.load_kt(sp.dtype, static_cast<const char*>(sp.k) + off, sp.stride, n,
              a.head_dim, sc.kt.data());

@@ -33,7 +33,7 @@ void ToF32T(const void* src, int64_t n, float* dst) {
 void ToF32Q8(const void* src, int64_t n, float* dst) {
   const auto* b = static_cast<const BlockQ8_0*>(src);
   for (int64_t i = 0; i < n / kQ8_0BlockSize; ++i) {
-    const __m512 d = _mm512_set1_ps(F16ToF32(b[i].d));
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
     _mm512_storeu_ps(dst + 32 * i, _mm512_mul_ps(d, LoadQ8x16(b[i].qs)));
     _mm512_storeu_ps(dst + 32 * i + 16,
                      _mm512_mul_ps(d, LoadQ8x16(b[i].qs + 16)));
@@ -92,7 +92,7 @@ void GemvRowsQ8(const char* w, int64_t row_bytes, int64_t n_in,
           reinterpret_cast<const BlockQ8_0*>(w + r * row_bytes)[blk];
       __m512 s = _mm512_mul_ps(LoadQ8x16(b.qs), x0);
       s = _mm512_fmadd_ps(LoadQ8x16(b.qs + 16), x1, s);
-      acc[r] = _mm512_fmadd_ps(s, _mm512_set1_ps(F16ToF32(b.d)), acc[r]);
+      acc[r] = _mm512_fmadd_ps(s, _mm512_set1_ps(_cvtsh_ss(b.d)), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]);

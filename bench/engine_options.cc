@@ -1,0 +1,179 @@
+#include "bench/engine_options.h"
+
+#include <algorithm>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+#ifndef CLUSTERKV_SOURCE_DIR
+#define CLUSTERKV_SOURCE_DIR "."
+#endif
+
+namespace ckv::bench {
+
+RandomModelSpec DefaultModelSpec() {
+  RandomModelSpec s;
+  s.layers = 4;
+  s.dim = 512;
+  s.heads = 8;
+  s.kv_heads = 2;
+  s.ffn = 1536;
+  s.dtype = kernels::DType::kF16;
+  s.vocab = CLUSTERKV_SOURCE_DIR
+      "/../shared/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf";
+  return s;
+}
+
+RandomModelSpec QuickModelSpec() {
+  RandomModelSpec s;
+  s.layers = 2;
+  s.dim = 64;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.ffn = 128;
+  s.dtype = kernels::DType::kF16;
+  s.vocab = "byte";
+  return s;
+}
+
+namespace {
+
+const EngineBenchOptions& Defaults() {
+  static const EngineBenchOptions* const kDefaults = new EngineBenchOptions;
+  return *kDefaults;
+}
+
+// Settings --quick replaces unless the corresponding flag is given.
+constexpr int64_t kQuickDepths[] = {0, 128};
+constexpr int kQuickDecodeTokens = 8;
+
+}  // namespace
+}  // namespace ckv::bench
+
+using ckv::bench::Defaults;
+
+ABSL_FLAG(std::string, model, "",
+          "GGUF model; empty: a random model of the default shape, written "
+          "once into --work_dir");
+ABSL_FLAG(std::string, work_dir, Defaults().work_dir,
+          "where the random model is cached");
+ABSL_FLAG(std::string, vocab, Defaults().random.vocab,
+          "vocabulary of the random model: a GGUF path or 'byte'");
+ABSL_FLAG(std::string, depths, absl::StrJoin(Defaults().depths, ","),
+          "ascending context depths at which to measure prefill and decode");
+ABSL_FLAG(std::string, threads, absl::StrJoin(Defaults().threads, ","),
+          "thread counts to measure");
+ABSL_FLAG(int, decode_tokens, Defaults().decode_tokens,
+          "decode steps timed at each depth");
+ABSL_FLAG(int, prefill_chunk, Defaults().prefill_chunk,
+          "max tokens per forward step during prefill");
+ABSL_FLAG(std::string, kv_type, "f16", "KV cache type: f32|f16|bf16");
+ABSL_FLAG(std::string, out_json, "", "write all results to this JSON file");
+ABSL_FLAG(bool, quick, false,
+          "smoke test: tiny model (d 64, byte vocab), depths 0,128, 8 decode "
+          "steps");
+ABSL_FLAG(int, pp_tokens, Defaults().pp_tokens,
+          "tokens of the fixed-size prefill (pp512)");
+ABSL_FLAG(int64_t, bandwidth_mb, Defaults().bandwidth_bytes >> 20,
+          "buffer size of the memory read-bandwidth probe (MiB, >= 256)");
+ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed of the random token ids");
+
+namespace ckv::bench {
+namespace {
+
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseList(const std::string& flag,
+                                         const std::string& text, T min) {
+  std::vector<T> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    T v;
+    if (!absl::SimpleAtoi(part, &v) || v < min) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": '", part, "' is not an integer >= ", min));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  }
+  return out;
+}
+
+absl::StatusOr<kernels::DType> ParseKvType(const std::string& s) {
+  if (s == "f32") return kernels::DType::kF32;
+  if (s == "f16") return kernels::DType::kF16;
+  if (s == "bf16") return kernels::DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv_type: unknown type '", s, "'"));
+}
+
+bool Given(absl::string_view name) {
+  const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
+  return f != nullptr && f->IsSpecifiedOnCommandLine();
+}
+
+void ApplyQuickPreset(EngineBenchOptions& o) {
+  o.random = QuickModelSpec();
+  if (!Given("depths")) {
+    o.depths.assign(std::begin(kQuickDepths), std::end(kQuickDepths));
+  }
+  if (!Given("decode_tokens")) o.decode_tokens = kQuickDecodeTokens;
+}
+
+absl::Status ReadLists(EngineBenchOptions& o) {
+  auto depths = ParseList<int64_t>("depths", absl::GetFlag(FLAGS_depths), 0);
+  if (!depths.ok()) return depths.status();
+  o.depths = *std::move(depths);
+  if (!std::is_sorted(o.depths.begin(), o.depths.end()) ||
+      std::adjacent_find(o.depths.begin(), o.depths.end()) != o.depths.end()) {
+    return absl::InvalidArgumentError("--depths must be strictly ascending");
+  }
+  auto threads = ParseList<int>("threads", absl::GetFlag(FLAGS_threads), 1);
+  if (!threads.ok()) return threads.status();
+  o.threads = *std::move(threads);
+  return absl::OkStatus();
+}
+
+absl::Status ReadScalars(EngineBenchOptions& o) {
+  o.model = absl::GetFlag(FLAGS_model);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.random.vocab = absl::GetFlag(FLAGS_vocab);
+  o.out_json = absl::GetFlag(FLAGS_out_json);
+  o.decode_tokens = absl::GetFlag(FLAGS_decode_tokens);
+  o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  o.pp_tokens = absl::GetFlag(FLAGS_pp_tokens);
+  o.bandwidth_bytes = absl::GetFlag(FLAGS_bandwidth_mb) << 20;
+  o.seed = absl::GetFlag(FLAGS_seed);
+  if (o.decode_tokens < 1 || o.prefill_chunk < 1 || o.pp_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "--decode_tokens, --prefill_chunk and --pp_tokens must be >= 1");
+  }
+  if (o.bandwidth_bytes < (int64_t{256} << 20)) {
+    return absl::InvalidArgumentError("--bandwidth_mb must be >= 256");
+  }
+  auto kv = ParseKvType(absl::GetFlag(FLAGS_kv_type));
+  if (!kv.ok()) return kv.status();
+  o.kv_type = *kv;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<EngineBenchOptions> EngineBenchOptionsFromFlags() {
+  EngineBenchOptions o;
+  if (auto s = ReadScalars(o); !s.ok()) return s;
+  if (auto s = ReadLists(o); !s.ok()) return s;
+  o.quick = absl::GetFlag(FLAGS_quick);
+  if (o.quick) {
+    const std::string vocab = o.random.vocab;
+    ApplyQuickPreset(o);
+    if (Given("vocab")) o.random.vocab = vocab;
+  }
+  return o;
+}
+
+}  // namespace ckv::bench

@@ -1,0 +1,298 @@
+#include "bench/engine_report.h"
+
+#include <ctime>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops.h"
+
+namespace ckv::bench {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+int64_t KvBytesPerToken(const ModelConfig& c, kernels::DType kv_type) {
+  const int elem = kv_type == kernels::DType::kF32 ? 4 : 2;
+  return int64_t{c.n_layers} * c.kv_dim() * 2 * elem;  // K and V
+}
+
+const char* KvTypeName(kernels::DType t) {
+  switch (t) {
+    case kernels::DType::kF32: return "f32";
+    case kernels::DType::kBF16: return "bf16";
+    default: return "f16";
+  }
+}
+
+kernels::DType WeightType(const Model& m) {
+  return m.weights.layers.empty() ? m.weights.output.type
+                                  : m.weights.layers[0].wq.type;
+}
+
+double Ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
+
+std::string UtcTimestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Speedup of `run` over `base` in decode (median step time) at depth i.
+double DecodeSpeedup(const ThreadRun& base, const ThreadRun& run, size_t i) {
+  return Ratio(base.depths[i].decode.MedianSeconds(),
+               run.depths[i].decode.MedianSeconds());
+}
+
+double PrefillSpeedup(const PrefillResult& base, const PrefillResult& run) {
+  return Ratio(run.TokensPerSecond(), base.TokensPerSecond());
+}
+
+// ------------------------------------------------------------------- table
+
+void PrintHeader(const BenchReport& r, std::FILE* out) {
+  const EngineBenchOptions& o = *r.options;
+  const ModelConfig& c = r.model->config;
+  std::fprintf(out,
+               "model: %s (%s)\n  %s, %d layers, d_model %d, heads %d/%d "
+               "(head_dim %d), ffn %d, vocab %d, weights %s, matrices "
+               "%.1f MB/token\n",
+               r.model_path.c_str(), r.random_model ? "random" : "file",
+               c.arch.c_str(), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads,
+               c.head_dim, c.ffn_dim, c.vocab_size,
+               kernels::DTypeName(WeightType(*r.model)),
+               r.model->weights.MatrixBytes() / 1e6);
+  std::fprintf(out, "cpu: %s | kernels: %s | hardware threads: %u\n",
+               kernels::cpu::DescribeCpuFeatures().c_str(),
+               kernels::cpu::KernelSetName(),
+               std::thread::hardware_concurrency());
+  std::fprintf(out,
+               "threads: %s | kv: %s | prefill chunk %d | decode tokens %d\n",
+               absl::StrJoin(o.threads, ",").c_str(), KvTypeName(o.kv_type),
+               o.prefill_chunk, o.decode_tokens);
+  std::fprintf(out,
+               "memory read bandwidth (1 thread, %lld MiB, best of %d): "
+               "%.2f GB/s\n\n",
+               static_cast<long long>(r.bandwidth.bytes >> 20),
+               r.bandwidth.repeats, r.bandwidth.bytes_per_second / 1e9);
+}
+
+void PrintDepthRow(const BenchReport& r, int threads, const DepthResult& d,
+                   std::FILE* out) {
+  char segment[48] = "-";
+  char prefill[24] = "-";
+  if (d.prefill.tokens > 0) {
+    std::snprintf(segment, sizeof(segment), "%lld..%lld",
+                  static_cast<long long>(d.prefill.from),
+                  static_cast<long long>(d.prefill.from + d.prefill.tokens));
+    std::snprintf(prefill, sizeof(prefill), "%.1f",
+                  d.prefill.TokensPerSecond());
+  }
+  const double med = d.decode.MedianSeconds();
+  const double floor = r.DecodeFloorSeconds(d.decode.depth);
+  std::fprintf(out, "%4d %7lld  %-15s %13s  %8.2f / %-8.2f %10.1f %9.2f %6.2f\n",
+               threads, static_cast<long long>(d.decode.depth), segment,
+               prefill, 1e3 * med, 1e3 * d.decode.MeanSeconds(),
+               Ratio(1.0, med), 1e3 * floor, Ratio(floor, med));
+}
+
+void PrintRuns(const BenchReport& r, std::FILE* out) {
+  std::fprintf(out, "%4s %7s  %-15s %13s  %-19s %10s %9s %6s\n", "thr",
+               "depth", "prefill tokens", "prefill tok/s", "decode ms med/mean",
+               "decode tok/s", "floor ms", "eff");
+  for (const ThreadRun& run : r.runs) {
+    for (const DepthResult& d : run.depths) {
+      PrintDepthRow(r, run.threads, d, out);
+    }
+  }
+  std::fprintf(out, "\n%4s %7s %7s %13s\n", "thr", "depth", "tokens",
+               "prefill tok/s");
+  for (const ThreadRun& run : r.runs) {
+    for (const PrefillResult& p : run.pp) {
+      std::fprintf(out, "%4d %7lld %7lld %13.1f\n", run.threads,
+                   static_cast<long long>(p.from),
+                   static_cast<long long>(p.tokens), p.TokensPerSecond());
+    }
+  }
+}
+
+void PrintSpeedups(const BenchReport& r, std::FILE* out) {
+  const ThreadRun& base = r.BaseRun();
+  for (const ThreadRun& run : r.runs) {
+    if (&run == &base) continue;
+    std::fprintf(out, "\nspeedup %d vs %d thread(s):", run.threads,
+                 base.threads);
+    for (size_t i = 0; i < run.pp.size() && i < base.pp.size(); ++i) {
+      std::fprintf(out, " pp%lld@%lld x%.2f",
+                   static_cast<long long>(run.pp[i].tokens),
+                   static_cast<long long>(run.pp[i].from),
+                   PrefillSpeedup(base.pp[i], run.pp[i]));
+    }
+    std::fprintf(out, "\n");
+    for (size_t i = 0; i < run.depths.size() && i < base.depths.size(); ++i) {
+      const DepthResult& d = run.depths[i];
+      std::fprintf(out, "  depth %7lld: prefill x%.2f  decode x%.2f\n",
+                   static_cast<long long>(d.depth),
+                   PrefillSpeedup(base.depths[i].prefill, d.prefill),
+                   DecodeSpeedup(base, run, i));
+    }
+  }
+}
+
+// -------------------------------------------------------------------- JSON
+
+Json ModelJson(const BenchReport& r) {
+  const ModelConfig& c = r.model->config;
+  return Json{{"path", r.model_path},
+              {"random", r.random_model},
+              {"arch", c.arch},
+              {"n_layers", c.n_layers},
+              {"d_model", c.d_model},
+              {"n_heads", c.n_heads},
+              {"n_kv_heads", c.n_kv_heads},
+              {"head_dim", c.head_dim},
+              {"ffn_dim", c.ffn_dim},
+              {"vocab_size", c.vocab_size},
+              {"weight_type", kernels::DTypeName(WeightType(*r.model))},
+              {"matrix_bytes", r.model->weights.MatrixBytes()}};
+}
+
+Json ConfigJson(const BenchReport& r) {
+  const EngineBenchOptions& o = *r.options;
+  return Json{{"threads", o.threads},
+              {"depths", o.depths},
+              {"decode_tokens", o.decode_tokens},
+              {"prefill_chunk", o.prefill_chunk},
+              {"pp_tokens", o.pp_tokens},
+              {"kv_type", KvTypeName(o.kv_type)},
+              {"kv_bytes_per_token",
+               KvBytesPerToken(r.model->config, o.kv_type)},
+              {"quick", o.quick},
+              {"seed", o.seed}};
+}
+
+Json SystemJson(const BenchReport& r) {
+  const BandwidthResult& b = r.bandwidth;
+  return Json{{"cpu_features", kernels::cpu::DescribeCpuFeatures()},
+              {"kernel_set", kernels::cpu::KernelSetName()},
+              {"hardware_threads", std::thread::hardware_concurrency()},
+              {"bandwidth",
+               Json{{"threads", 1},
+                    {"bytes", b.bytes},
+                    {"repeats", b.repeats},
+                    {"best_seconds", b.best_seconds},
+                    {"gb_per_s", b.bytes_per_second / 1e9}}}};
+}
+
+Json PrefillJson(const PrefillResult& p) {
+  return Json{{"from", p.from},
+              {"tokens", p.tokens},
+              {"seconds", p.seconds},
+              {"tok_per_s", p.TokensPerSecond()}};
+}
+
+Json DecodeJson(const BenchReport& r, const DecodeResult& d) {
+  const double med = d.MedianSeconds();
+  const double mean = d.MeanSeconds();
+  const double floor = r.DecodeFloorSeconds(d.depth);
+  return Json{{"depth", d.depth},
+              {"tokens", d.step_seconds.size()},
+              {"median_ms", 1e3 * med},
+              {"mean_ms", 1e3 * mean},
+              {"tok_per_s", Ratio(1.0, med)},
+              {"tok_per_s_mean", Ratio(1.0, mean)},
+              {"bytes_per_token", r.DecodeBytes(d.depth)},
+              {"achieved_gb_per_s", Ratio(r.DecodeBytes(d.depth), med) / 1e9},
+              {"floor_ms", 1e3 * floor},
+              {"efficiency", Ratio(floor, med)},
+              {"step_ms", [&d] {
+                 std::vector<double> ms;
+                 for (double s : d.step_seconds) ms.push_back(1e3 * s);
+                 return ms;
+               }()}};
+}
+
+Json RunJson(const BenchReport& r, const ThreadRun& run) {
+  Json pp = Json::array();
+  for (const PrefillResult& p : run.pp) pp.push_back(PrefillJson(p));
+  Json depths = Json::array();
+  for (const DepthResult& d : run.depths) {
+    depths.push_back(Json{{"depth", d.depth},
+                          {"prefill", PrefillJson(d.prefill)},
+                          {"decode", DecodeJson(r, d.decode)}});
+  }
+  return Json{{"threads", run.threads}, {"pp", pp}, {"depths", depths}};
+}
+
+Json SpeedupsJson(const BenchReport& r) {
+  const ThreadRun& base = r.BaseRun();
+  Json out = Json::array();
+  for (const ThreadRun& run : r.runs) {
+    if (&run == &base) continue;
+    Json pp = Json::array();
+    for (size_t i = 0; i < run.pp.size() && i < base.pp.size(); ++i) {
+      pp.push_back(Json{{"from", run.pp[i].from},
+                        {"prefill", PrefillSpeedup(base.pp[i], run.pp[i])}});
+    }
+    Json depths = Json::array();
+    for (size_t i = 0; i < run.depths.size() && i < base.depths.size(); ++i) {
+      depths.push_back(Json{
+          {"depth", run.depths[i].depth},
+          {"prefill",
+           PrefillSpeedup(base.depths[i].prefill, run.depths[i].prefill)},
+          {"decode", DecodeSpeedup(base, run, i)}});
+    }
+    out.push_back(Json{{"threads", run.threads},
+                       {"base_threads", base.threads},
+                       {"pp", pp},
+                       {"depths", depths}});
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t BenchReport::DecodeBytes(int64_t depth) const {
+  return model->weights.MatrixBytes() +
+         depth * KvBytesPerToken(model->config, options->kv_type);
+}
+
+double BenchReport::DecodeFloorSeconds(int64_t depth) const {
+  return Ratio(static_cast<double>(DecodeBytes(depth)),
+               bandwidth.bytes_per_second);
+}
+
+const ThreadRun& BenchReport::BaseRun() const {
+  const ThreadRun* base = &runs.front();
+  for (const ThreadRun& run : runs) {
+    if (run.threads == 1) return run;
+    if (run.threads < base->threads) base = &run;
+  }
+  return *base;
+}
+
+void PrintReport(const BenchReport& report, std::FILE* out) {
+  PrintHeader(report, out);
+  PrintRuns(report, out);
+  if (report.runs.size() > 1) PrintSpeedups(report, out);
+  std::fprintf(out,
+               "\nfloor = (weight matrices + KV at depth) / 1-thread read "
+               "bandwidth; eff = floor / median decode step\n");
+}
+
+Json ReportJson(const BenchReport& r) {
+  Json runs = Json::array();
+  for (const ThreadRun& run : r.runs) runs.push_back(RunJson(r, run));
+  return Json{{"benchmark", "engine_bench"},
+              {"timestamp", UtcTimestamp()},
+              {"system", SystemJson(r)},
+              {"model", ModelJson(r)},
+              {"config", ConfigJson(r)},
+              {"runs", runs},
+              {"speedups", SpeedupsJson(r)}};
+}
+
+}  // namespace ckv::bench

@@ -1,0 +1,38 @@
+// Derived metrics (decode floor and efficiency, thread speedups), the
+// stdout table and the JSON of engine_bench.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/engine_options.h"
+#include "bench/engine_runner.h"
+#include "bench/mem_bandwidth.h"
+#include "model/model.h"
+#include "nlohmann/json.hpp"
+
+namespace ckv::bench {
+
+struct BenchReport {
+  const EngineBenchOptions* options = nullptr;
+  const Model* model = nullptr;
+  std::string model_path;
+  bool random_model = false;
+  BandwidthResult bandwidth;
+  std::vector<ThreadRun> runs;
+
+  // Bytes decode must read per token at `depth`: every weight matrix once
+  // plus the K and V rows of `depth` cached tokens in every layer.
+  int64_t DecodeBytes(int64_t depth) const;
+  // DecodeBytes / measured single-thread read bandwidth.
+  double DecodeFloorSeconds(int64_t depth) const;
+  // The run speedups are relative to: 1 thread, else the fewest threads.
+  const ThreadRun& BaseRun() const;
+};
+
+void PrintReport(const BenchReport& report, std::FILE* out);
+nlohmann::ordered_json ReportJson(const BenchReport& report);
+
+}  // namespace ckv::bench

@@ -1,0 +1,213 @@
+#include "bench/engine_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "model/dense_kv_cache.h"
+#include "model/transformer.h"
+
+namespace ckv::bench {
+
+double DecodeResult::MedianSeconds() const {
+  if (step_seconds.empty()) return 0.0;
+  std::vector<double> s = step_seconds;
+  std::sort(s.begin(), s.end());
+  const size_t n = s.size();
+  return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+double DecodeResult::MeanSeconds() const {
+  if (step_seconds.empty()) return 0.0;
+  return std::accumulate(step_seconds.begin(), step_seconds.end(), 0.0) /
+         step_seconds.size();
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Runner {
+ public:
+  Runner(const Model& model, const EngineBenchOptions& o, int threads)
+      : config_(model.config),
+        o_(o),
+        tf_(model.config, model.weights,
+            TransformerOptions{.threads = threads,
+                               .prefill_chunk = o.prefill_chunk}),
+        rng_(o.seed) {}
+
+  absl::StatusOr<ThreadRun> Run(int threads);
+
+ private:
+  // A cache holding up to `tokens`, with its memory allocated up front so
+  // that no timed step grows it.
+  DenseKvCache MakeCache(int64_t tokens) const;
+  int32_t RandomToken();
+  int32_t Argmax() const;
+  // One forward step over `tokens`, last-row logits into logits_.
+  absl::StatusOr<double> Timed(KvCache& cache,
+                               absl::Span<const int32_t> tokens);
+  absl::StatusOr<PrefillResult> Prefill(KvCache& cache, int64_t n);
+  absl::StatusOr<DecodeResult> Decode(KvCache& cache, int32_t* next);
+  absl::Status WarmUp();
+  absl::Status MeasureDepth(DenseKvCache& cache, int64_t depth,
+                            int32_t* next, ThreadRun* run);
+
+  const ModelConfig& config_;
+  const EngineBenchOptions& o_;
+  Transformer tf_;
+  std::mt19937_64 rng_;
+  std::vector<float> logits_;
+};
+
+DenseKvCache Runner::MakeCache(int64_t tokens) const {
+  DenseKvCache cache(DenseCacheOptions(config_, o_.kv_type, tokens));
+  if (cache.Reserve(tokens).ok()) cache.Reserve(0).IgnoreError();
+  return cache;
+}
+
+int32_t Runner::RandomToken() {
+  std::uniform_int_distribution<int32_t> dist(0, config_.vocab_size - 1);
+  return dist(rng_);
+}
+
+int32_t Runner::Argmax() const {
+  const auto end = logits_.begin() + config_.vocab_size;
+  return static_cast<int32_t>(std::max_element(logits_.begin(), end) -
+                              logits_.begin());
+}
+
+absl::StatusOr<double> Runner::Timed(KvCache& cache,
+                                     absl::Span<const int32_t> tokens) {
+  SequenceInput in{tokens, &cache, LogitsMode::kLast, &logits_};
+  const Clock::time_point t0 = Clock::now();
+  const absl::Status s = tf_.Forward(absl::MakeSpan(&in, 1));
+  const std::chrono::duration<double> dt = Clock::now() - t0;
+  if (!s.ok()) return s;
+  return dt.count();
+}
+
+absl::StatusOr<PrefillResult> Runner::Prefill(KvCache& cache, int64_t n) {
+  std::vector<int32_t> tokens(n);
+  for (int32_t& t : tokens) t = RandomToken();
+  PrefillResult r;
+  r.from = cache.num_tokens();
+  r.tokens = n;
+  auto seconds = Timed(cache, tokens);
+  if (!seconds.ok()) return seconds.status();
+  r.seconds = *seconds;
+  return r;
+}
+
+absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
+  DecodeResult r;
+  r.depth = cache.num_tokens();
+  for (int i = 0; i < o_.decode_tokens; ++i) {
+    auto seconds = Timed(cache, absl::MakeConstSpan(next, 1));
+    if (!seconds.ok()) return seconds.status();
+    r.step_seconds.push_back(*seconds);
+    *next = Argmax();
+  }
+  return r;
+}
+
+absl::Status Runner::WarmUp() {
+  DenseKvCache cache = MakeCache(o_.prefill_chunk + 2);
+  auto prefill = Prefill(cache, o_.prefill_chunk);
+  if (!prefill.ok()) return prefill.status();
+  int32_t next = Argmax();
+  for (int i = 0; i < 2; ++i) {
+    if (auto s = Timed(cache, absl::MakeConstSpan(&next, 1)); !s.ok()) {
+      return s.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Tokens the depth sweep stores at most (decode steps may carry the cache
+// past the next depth), including the copies the pp_depths prefills extend.
+int64_t CacheTokensNeeded(const EngineBenchOptions& o) {
+  int64_t tokens = 0;
+  int64_t most = 0;
+  for (int64_t depth : o.depths) {
+    tokens = std::max(tokens, depth);
+    if (std::count(o.pp_depths.begin(), o.pp_depths.end(), depth) > 0) {
+      most = std::max(most, tokens + o.pp_tokens);
+    }
+    tokens += o.decode_tokens;
+    most = std::max(most, tokens);
+  }
+  return most;
+}
+
+void LogPrefill(int threads, const char* what, const PrefillResult& p) {
+  std::fprintf(stderr, "  [%d thr] %s: %lld tokens at depth %lld: %.1f tok/s\n",
+               threads, what, static_cast<long long>(p.tokens),
+               static_cast<long long>(p.from), p.TokensPerSecond());
+}
+
+absl::Status Runner::MeasureDepth(DenseKvCache& cache, int64_t depth,
+                                  int32_t* next, ThreadRun* run) {
+  DepthResult d;
+  d.depth = depth;
+  d.prefill.from = cache.num_tokens();
+  const int64_t n = std::max<int64_t>(0, depth - cache.num_tokens());
+  if (n > 0) {
+    auto p = Prefill(cache, n);
+    if (!p.ok()) return p.status();
+    d.prefill = *p;
+    *next = Argmax();
+    LogPrefill(run->threads, "prefill", d.prefill);
+  }
+  const auto& pp_depths = o_.pp_depths;
+  if (depth > 0 &&
+      std::find(pp_depths.begin(), pp_depths.end(), depth) != pp_depths.end()) {
+    DenseKvCache fork = cache;
+    auto p = Prefill(fork, o_.pp_tokens);
+    if (!p.ok()) return p.status();
+    run->pp.push_back(*p);
+    LogPrefill(run->threads, "pp", *p);
+  }
+  auto dec = Decode(cache, next);
+  if (!dec.ok()) return dec.status();
+  d.decode = *std::move(dec);
+  std::fprintf(stderr, "  [%d thr] decode at depth %lld: %.2f ms/token\n",
+               run->threads, static_cast<long long>(d.decode.depth),
+               1e3 * d.decode.MedianSeconds());
+  run->depths.push_back(std::move(d));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ThreadRun> Runner::Run(int threads) {
+  ThreadRun run;
+  run.threads = threads;
+  if (auto s = WarmUp(); !s.ok()) return s;
+  {
+    DenseKvCache empty = MakeCache(o_.pp_tokens);
+    auto p = Prefill(empty, o_.pp_tokens);
+    if (!p.ok()) return p.status();
+    run.pp.push_back(*p);
+    LogPrefill(threads, "pp", *p);
+  }
+  DenseKvCache cache = MakeCache(CacheTokensNeeded(o_));
+  int32_t next = RandomToken();
+  for (int64_t depth : o_.depths) {
+    if (auto s = MeasureDepth(cache, depth, &next, &run); !s.ok()) return s;
+  }
+  return run;
+}
+
+}  // namespace
+
+absl::StatusOr<ThreadRun> RunThreadCount(const Model& model,
+                                         const EngineBenchOptions& options,
+                                         int threads) {
+  std::fprintf(stderr, "engine_bench: %d thread(s)\n", threads);
+  Runner runner(model, options, threads);
+  return runner.Run(threads);
+}
+
+}  // namespace ckv::bench

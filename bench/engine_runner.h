@@ -1,0 +1,56 @@
+// Timed prefill and decode runs of the CPU transformer for one thread count.
+//
+// Method: one DenseKvCache is filled to increasing depths D (random valid
+// token ids; the transformer chunks long inputs). The tokens from the
+// previous depth up to D are one timed prefill ("prefill at depth"); then
+// `decode_tokens` single tokens are decoded greedily at depth D, each timed.
+// Separately, a `pp_tokens` prefill is timed from an empty cache and, on a
+// copy of the cache, at each depth of `pp_depths` that is also in `depths`.
+// Everything is warmed up once first; caches are grown before timing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/engine_options.h"
+#include "model/model.h"
+
+namespace ckv::bench {
+
+struct PrefillResult {
+  int64_t from = 0;  // cache depth before the prefill
+  int64_t tokens = 0;
+  double seconds = 0;
+
+  double TokensPerSecond() const {
+    return tokens > 0 && seconds > 0 ? tokens / seconds : 0.0;
+  }
+};
+
+struct DecodeResult {
+  int64_t depth = 0;  // cache depth before the first step
+  std::vector<double> step_seconds;
+
+  double MedianSeconds() const;
+  double MeanSeconds() const;
+};
+
+struct DepthResult {
+  int64_t depth = 0;      // requested depth
+  PrefillResult prefill;  // segment from the previous depth; may be empty
+  DecodeResult decode;    // decode.depth is the actual depth
+};
+
+struct ThreadRun {
+  int threads = 0;
+  std::vector<PrefillResult> pp;  // from empty first, then at pp_depths
+  std::vector<DepthResult> depths;
+};
+
+// Runs the whole method for `threads` threads; progress goes to stderr.
+absl::StatusOr<ThreadRun> RunThreadCount(const Model& model,
+                                         const EngineBenchOptions& options,
+                                         int threads);
+
+}  // namespace ckv::bench

@@ -1,0 +1,157 @@
+// Microbenchmark of the CPU kernels at the shapes of the target model
+// (d=512, 8 heads / 2 KV heads, head_dim 64, ffn 1536, vocab 128256).
+// Prints the kernel set, then best-of-N times: GEMV GB/s, GEMM GFLOP/s,
+// attention GB/s (decode) and GFLOP/s (prefill), at 1 and 2 threads.
+// Usage: kernels_bench [reps] [threads (default: 1 then 2)]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace ckv::kernels::cpu {
+namespace {
+
+int g_reps = 5;
+
+double BestSeconds(const std::function<void()>& fn) {
+  fn();  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < g_reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    const auto t1 = std::chrono::steady_clock::now();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+  }
+  return best;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, DType t) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> b(n);
+  if (t == DType::kF16 || t == DType::kBF16) {
+    auto* h = reinterpret_cast<uint16_t*>(b.data());
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (size_t i = 0; i < n / 2; ++i) {
+      h[i] = t == DType::kF16 ? F32ToF16(d(rng)) : F32ToBF16(d(rng));
+    }
+  } else if (t == DType::kF32) {
+    auto* f = reinterpret_cast<float*>(b.data());
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (size_t i = 0; i < n / 4; ++i) f[i] = d(rng);
+  } else {
+    auto* q = reinterpret_cast<BlockQ8_0*>(b.data());
+    for (size_t i = 0; i < n / sizeof(BlockQ8_0); ++i) {
+      q[i].d = F32ToF16(0.01f);
+      for (auto& v : q[i].qs) v = static_cast<int8_t>(rng() % 255 - 127);
+    }
+  }
+  return b;
+}
+
+void BenchGemv(ThreadPool* pool, int threads) {
+  const int64_t n_in = 512, n_out = 128256;
+  for (DType t : {DType::kF16, DType::kQ8_0, DType::kBF16, DType::kF32}) {
+    const int64_t bytes = RowBytes(t, n_in) * n_out;
+    const auto w = RandomBytes(bytes, t);
+    std::vector<float> x(n_in, 0.5f), y(n_out);
+    const double s = BestSeconds([&] {
+      MatMul(pool, t, w.data(), n_in, n_out, x.data(), 1, y.data());
+    });
+    std::printf("gemv  %-4s 128256x512  threads=%d  %7.2f ms  %6.2f GB/s\n",
+                DTypeName(t), threads, s * 1e3, bytes / s / 1e9);
+  }
+}
+
+void BenchGemm(ThreadPool* pool, int threads) {
+  struct Shape { int64_t n_in, n_out, n_tokens; };
+  for (Shape sh : {Shape{512, 1536, 64}, Shape{512, 1536, 512},
+                   Shape{1536, 512, 512}, Shape{512, 512, 128}}) {
+    const auto w = RandomBytes(RowBytes(DType::kF16, sh.n_in) * sh.n_out,
+                               DType::kF16);
+    std::vector<float> x(sh.n_in * sh.n_tokens, 0.5f);
+    std::vector<float> y(sh.n_out * sh.n_tokens);
+    const double s = BestSeconds([&] {
+      MatMul(pool, DType::kF16, w.data(), sh.n_in, sh.n_out, x.data(),
+             sh.n_tokens, y.data());
+    });
+    const double flop = 2.0 * sh.n_in * sh.n_out * sh.n_tokens;
+    std::printf("gemm  F16  %4ldx%-4ld tokens=%-4ld threads=%d  %7.2f ms  "
+                "%6.1f GFLOP/s\n",
+                static_cast<long>(sh.n_out), static_cast<long>(sh.n_in),
+                static_cast<long>(sh.n_tokens), threads, s * 1e3,
+                flop / s / 1e9);
+  }
+}
+
+// 8 query heads over 2 KV heads (head_dim 64), contiguous K/V per KV head.
+void BenchAttention(ThreadPool* pool, int threads, DType t, int64_t n_ctx,
+                    int n_q) {
+  const int n_heads = 8, n_kv = 2, hd = 64;
+  const int64_t rb = RowBytes(t, hd);
+  std::vector<std::vector<uint8_t>> k, v;
+  std::vector<KvSpan> spans(n_kv);
+  for (int h = 0; h < n_kv; ++h) {
+    k.push_back(RandomBytes(rb * n_ctx, t));
+    v.push_back(RandomBytes(rb * n_ctx, t));
+    spans[h] = KvSpan{k[h].data(), v[h].data(), t, hd, n_ctx, 0, nullptr};
+  }
+  std::vector<KvSpanList> lists(n_heads);
+  for (int h = 0; h < n_heads; ++h) lists[h] = {&spans[h / 4], 1};
+  std::vector<float> q(int64_t{n_q} * n_heads * hd, 0.1f);
+  std::vector<float> out(q.size());
+  std::vector<int64_t> qpos(n_q);
+  for (int i = 0; i < n_q; ++i) qpos[i] = n_ctx - n_q + i;
+  AttentionArgs a{q.data(), qpos.data(), n_q, n_heads, hd, 0.125f,
+                  lists.data(), out.data()};
+  const double s = BestSeconds([&] { Attention(pool, a); });
+  if (n_q == 1) {
+    const double bytes = 2.0 * n_kv * rb * n_ctx;
+    std::printf("attn decode %-4s ctx=%-6ld threads=%d  %7.3f ms  %6.2f GB/s\n",
+                DTypeName(t), static_cast<long>(n_ctx), threads, s * 1e3,
+                bytes / s / 1e9);
+  } else {
+    // Visible keys per query summed over queries (causal).
+    double keys = 0;
+    for (int i = 0; i < n_q; ++i) keys += qpos[i] + 1;
+    const double flop = 4.0 * keys * n_heads * hd;
+    std::printf("attn prefill %-4s ctx=%-6ld n_q=%d threads=%d  %8.2f ms  "
+                "%6.1f GFLOP/s\n",
+                DTypeName(t), static_cast<long>(n_ctx), n_q, threads, s * 1e3,
+                flop / s / 1e9);
+  }
+}
+
+void RunAll(int threads) {
+  ThreadPool pool(threads);
+  BenchGemv(&pool, threads);
+  BenchGemm(&pool, threads);
+  for (DType t : {DType::kF16, DType::kF32}) {
+    for (int64_t ctx : {16384, 32768}) BenchAttention(&pool, threads, t, ctx, 1);
+  }
+  BenchAttention(&pool, threads, DType::kF16, 4096, 512);
+  BenchAttention(&pool, threads, DType::kF16, 32768, 512);
+}
+
+}  // namespace
+}  // namespace ckv::kernels::cpu
+
+int main(int argc, char** argv) {
+  using namespace ckv::kernels::cpu;
+  if (argc > 1) g_reps = std::max(1, std::atoi(argv[1]));
+  std::printf("kernel set: %s  (cpu features: %s)\n", KernelSetName(),
+              DescribeCpuFeatures().c_str());
+  const int only = argc > 2 ? std::atoi(argv[2]) : 0;
+  for (int threads : {1, 2}) {
+    if (only != 0 && only != threads) continue;
+    RunAll(threads);
+  }
+  return 0;
+}
