@@ -46,7 +46,8 @@ absl::StatusOr<std::string> EnsureRandomModel(const EngineBenchOptions& o) {
   }
   std::error_code ec;
   fs::create_directories(o.work_dir, ec);
-  const std::string path = (fs::path(o.work_dir) / RandomModelName(spec));
+  const std::string path =
+      (fs::path(o.work_dir) / RandomModelName(spec)).string();
   if (fs::exists(path)) return path;
   std::fprintf(stderr, "engine_bench: writing random model %s\n",
                path.c_str());
@@ -95,11 +96,8 @@ absl::Status Run(const EngineBenchOptions& o) {
   return WriteJson(report, o.out_json);
 }
 
-}  // namespace
-}  // namespace ckv::bench
-
 // Accepts --foo-bar for the absl flag --foo_bar.
-static void DashesToUnderscores(int argc, char** argv) {
+void DashesToUnderscores(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     char* a = argv[i];
     if (a[0] != '-' || a[1] != '-') continue;
@@ -109,12 +107,15 @@ static void DashesToUnderscores(int argc, char** argv) {
   }
 }
 
+}  // namespace
+}  // namespace ckv::bench
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "CPU engine benchmark: prefill/decode tok/s vs context depth and "
       "threads.\n  engine_bench [--model M.gguf] [--depths 0,4096,...] "
       "[--threads 1,2] [--out-json F] [--quick]");
-  DashesToUnderscores(argc, argv);
+  ckv::bench::DashesToUnderscores(argc, argv);
   absl::ParseCommandLine(argc, argv);
   auto options = ckv::bench::EngineBenchOptionsFromFlags();
   if (!options.ok()) {

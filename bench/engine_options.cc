@@ -47,7 +47,7 @@ const EngineBenchOptions& Defaults() {
   return *kDefaults;
 }
 
-// Settings --quick replaces unless the corresponding flag is given.
+// Settings --quick replaces unless the corresponding flag is changed.
 constexpr int64_t kQuickDepths[] = {0, 128};
 constexpr int kQuickDecodeTokens = 8;
 
@@ -111,17 +111,20 @@ absl::StatusOr<kernels::DType> ParseKvType(const std::string& s) {
       absl::StrCat("--kv_type: unknown type '", s, "'"));
 }
 
-bool Given(absl::string_view name) {
-  const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
-  return f != nullptr && f->IsSpecifiedOnCommandLine();
+// Whether a flag was set to something other than its default (this abseil
+// cannot tell whether a flag was given on the command line).
+template <typename T>
+bool Changed(const absl::Flag<T>& flag) {
+  const absl::CommandLineFlag& f = absl::GetFlagReflectionHandle(flag);
+  return f.CurrentValue() != f.DefaultValue();
 }
 
 void ApplyQuickPreset(EngineBenchOptions& o) {
   o.random = QuickModelSpec();
-  if (!Given("depths")) {
+  if (!Changed(FLAGS_depths)) {
     o.depths.assign(std::begin(kQuickDepths), std::end(kQuickDepths));
   }
-  if (!Given("decode_tokens")) o.decode_tokens = kQuickDecodeTokens;
+  if (!Changed(FLAGS_decode_tokens)) o.decode_tokens = kQuickDecodeTokens;
 }
 
 absl::Status ReadLists(EngineBenchOptions& o) {
@@ -171,7 +174,7 @@ absl::StatusOr<EngineBenchOptions> EngineBenchOptionsFromFlags() {
   if (o.quick) {
     const std::string vocab = o.random.vocab;
     ApplyQuickPreset(o);
-    if (Given("vocab")) o.random.vocab = vocab;
+    if (Changed(FLAGS_vocab)) o.random.vocab = vocab;
   }
   return o;
 }

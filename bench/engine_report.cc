@@ -47,8 +47,20 @@ double DecodeSpeedup(const ThreadRun& base, const ThreadRun& run, size_t i) {
                run.depths[i].decode.MedianSeconds());
 }
 
+// 0 when either side has no prefill (e.g. the empty segment at depth 0).
 double PrefillSpeedup(const PrefillResult& base, const PrefillResult& run) {
   return Ratio(run.TokensPerSecond(), base.TokensPerSecond());
+}
+
+// A speedup for the JSON: null when it could not be measured.
+Json SpeedupValue(double x) { return x > 0 ? Json(x) : Json(nullptr); }
+
+// "x1.23", or "-" when it could not be measured.
+std::string SpeedupText(double x) {
+  if (x <= 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "x%.2f", x);
+  return buf;
 }
 
 // ------------------------------------------------------------------- table
@@ -93,9 +105,10 @@ void PrintDepthRow(const BenchReport& r, int threads, const DepthResult& d,
   }
   const double med = d.decode.MedianSeconds();
   const double floor = r.DecodeFloorSeconds(d.decode.depth);
-  std::fprintf(out, "%4d %7lld  %-15s %13s  %8.2f / %-8.2f %10.1f %9.2f %6.2f\n",
-               threads, static_cast<long long>(d.decode.depth), segment,
-               prefill, 1e3 * med, 1e3 * d.decode.MeanSeconds(),
+  constexpr char kRow[] =
+      "%4d %7lld  %-15s %13s  %8.2f / %-8.2f %10.1f %9.2f %6.2f\n";
+  std::fprintf(out, kRow, threads, static_cast<long long>(d.decode.depth),
+               segment, prefill, 1e3 * med, 1e3 * d.decode.MeanSeconds(),
                Ratio(1.0, med), 1e3 * floor, Ratio(floor, med));
 }
 
@@ -108,8 +121,8 @@ void PrintRuns(const BenchReport& r, std::FILE* out) {
       PrintDepthRow(r, run.threads, d, out);
     }
   }
-  std::fprintf(out, "\n%4s %7s %7s %13s\n", "thr", "depth", "tokens",
-               "prefill tok/s");
+  std::fprintf(out, "\nfixed-size prefill:\n%4s %7s %7s %13s\n", "thr",
+               "depth", "tokens", "prefill tok/s");
   for (const ThreadRun& run : r.runs) {
     for (const PrefillResult& p : run.pp) {
       std::fprintf(out, "%4d %7lld %7lld %13.1f\n", run.threads,
@@ -119,6 +132,23 @@ void PrintRuns(const BenchReport& r, std::FILE* out) {
   }
 }
 
+// Runs whose timed steps got less than this share of their cores are flagged.
+constexpr double kLowCpuShare = 0.9;
+
+void PrintCpuShares(const BenchReport& r, std::FILE* out) {
+  std::fprintf(out,
+               "\ncpu share of timed steps (process CPU / wall / threads):");
+  bool low = false;
+  for (const ThreadRun& run : r.runs) {
+    std::fprintf(out, " %d thr %.2f", run.threads, run.CpuShare());
+    low = low || run.CpuShare() < kLowCpuShare;
+  }
+  std::fprintf(out, "\n%s",
+               low ? "NOTE: below 0.9: other load on the cores (numbers are "
+                     "pessimistic) or pool threads left idle\n"
+                   : "");
+}
+
 void PrintSpeedups(const BenchReport& r, std::FILE* out) {
   const ThreadRun& base = r.BaseRun();
   for (const ThreadRun& run : r.runs) {
@@ -126,18 +156,20 @@ void PrintSpeedups(const BenchReport& r, std::FILE* out) {
     std::fprintf(out, "\nspeedup %d vs %d thread(s):", run.threads,
                  base.threads);
     for (size_t i = 0; i < run.pp.size() && i < base.pp.size(); ++i) {
-      std::fprintf(out, " pp%lld@%lld x%.2f",
+      std::fprintf(out, " pp%lld@%lld %s",
                    static_cast<long long>(run.pp[i].tokens),
                    static_cast<long long>(run.pp[i].from),
-                   PrefillSpeedup(base.pp[i], run.pp[i]));
+                   SpeedupText(PrefillSpeedup(base.pp[i], run.pp[i])).c_str());
     }
     std::fprintf(out, "\n");
     for (size_t i = 0; i < run.depths.size() && i < base.depths.size(); ++i) {
       const DepthResult& d = run.depths[i];
-      std::fprintf(out, "  depth %7lld: prefill x%.2f  decode x%.2f\n",
-                   static_cast<long long>(d.depth),
-                   PrefillSpeedup(base.depths[i].prefill, d.prefill),
-                   DecodeSpeedup(base, run, i));
+      std::fprintf(
+          out, "  depth %7lld: prefill %-6s decode %s\n",
+          static_cast<long long>(d.depth),
+          SpeedupText(PrefillSpeedup(base.depths[i].prefill, d.prefill))
+              .c_str(),
+          SpeedupText(DecodeSpeedup(base, run, i)).c_str());
     }
   }
 }
@@ -224,7 +256,10 @@ Json RunJson(const BenchReport& r, const ThreadRun& run) {
                           {"prefill", PrefillJson(d.prefill)},
                           {"decode", DecodeJson(r, d.decode)}});
   }
-  return Json{{"threads", run.threads}, {"pp", pp}, {"depths", depths}};
+  return Json{{"threads", run.threads},
+              {"cpu_share", run.CpuShare()},
+              {"pp", pp},
+              {"depths", depths}};
 }
 
 Json SpeedupsJson(const BenchReport& r) {
@@ -234,16 +269,18 @@ Json SpeedupsJson(const BenchReport& r) {
     if (&run == &base) continue;
     Json pp = Json::array();
     for (size_t i = 0; i < run.pp.size() && i < base.pp.size(); ++i) {
-      pp.push_back(Json{{"from", run.pp[i].from},
-                        {"prefill", PrefillSpeedup(base.pp[i], run.pp[i])}});
+      pp.push_back(
+          Json{{"from", run.pp[i].from},
+               {"prefill",
+                SpeedupValue(PrefillSpeedup(base.pp[i], run.pp[i]))}});
     }
     Json depths = Json::array();
     for (size_t i = 0; i < run.depths.size() && i < base.depths.size(); ++i) {
       depths.push_back(Json{
           {"depth", run.depths[i].depth},
-          {"prefill",
-           PrefillSpeedup(base.depths[i].prefill, run.depths[i].prefill)},
-          {"decode", DecodeSpeedup(base, run, i)}});
+          {"prefill", SpeedupValue(PrefillSpeedup(base.depths[i].prefill,
+                                                  run.depths[i].prefill))},
+          {"decode", SpeedupValue(DecodeSpeedup(base, run, i))}});
     }
     out.push_back(Json{{"threads", run.threads},
                        {"base_threads", base.threads},
@@ -278,6 +315,7 @@ void PrintReport(const BenchReport& report, std::FILE* out) {
   PrintHeader(report, out);
   PrintRuns(report, out);
   if (report.runs.size() > 1) PrintSpeedups(report, out);
+  PrintCpuShares(report, out);
   std::fprintf(out,
                "\nfloor = (weight matrices + KV at depth) / 1-thread read "
                "bandwidth; eff = floor / median decode step\n");

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <random>
 
+#include <time.h>
+
 #include "model/dense_kv_cache.h"
 #include "model/transformer.h"
 
@@ -29,6 +31,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
 class Runner {
  public:
   Runner(const Model& model, const EngineBenchOptions& o, int threads)
@@ -47,9 +55,11 @@ class Runner {
   DenseKvCache MakeCache(int64_t tokens) const;
   int32_t RandomToken();
   int32_t Argmax() const;
-  // One forward step over `tokens`, last-row logits into logits_.
+  // One forward call over `tokens` (a prefill: kPrompt; a decode step:
+  // kGenerated), last-row logits into logits_; returns its wall time.
   absl::StatusOr<double> Timed(KvCache& cache,
-                               absl::Span<const int32_t> tokens);
+                               absl::Span<const int32_t> tokens,
+                               AppendKind kind);
   absl::StatusOr<PrefillResult> Prefill(KvCache& cache, int64_t n);
   absl::StatusOr<DecodeResult> Decode(KvCache& cache, int32_t* next);
   absl::Status WarmUp();
@@ -61,11 +71,15 @@ class Runner {
   Transformer tf_;
   std::mt19937_64 rng_;
   std::vector<float> logits_;
+  double wall_seconds_ = 0;  // totals over Timed() calls
+  double cpu_seconds_ = 0;
 };
 
 DenseKvCache Runner::MakeCache(int64_t tokens) const {
   DenseKvCache cache(DenseCacheOptions(config_, o_.kv_type, tokens));
-  if (cache.Reserve(tokens).ok()) cache.Reserve(0).IgnoreError();
+  if (cache.Reserve(tokens, AppendKind::kPrompt).ok()) {
+    cache.Reserve(0, AppendKind::kPrompt).IgnoreError();
+  }
   return cache;
 }
 
@@ -81,12 +95,17 @@ int32_t Runner::Argmax() const {
 }
 
 absl::StatusOr<double> Runner::Timed(KvCache& cache,
-                                     absl::Span<const int32_t> tokens) {
-  SequenceInput in{tokens, &cache, LogitsMode::kLast, &logits_};
+                                     absl::Span<const int32_t> tokens,
+                                     AppendKind kind) {
+  SequenceInput in =
+      MakeInput(tokens, &cache, LogitsMode::kLast, &logits_, kind);
+  const double cpu0 = ProcessCpuSeconds();
   const Clock::time_point t0 = Clock::now();
   const absl::Status s = tf_.Forward(absl::MakeSpan(&in, 1));
   const std::chrono::duration<double> dt = Clock::now() - t0;
   if (!s.ok()) return s;
+  wall_seconds_ += dt.count();
+  cpu_seconds_ += ProcessCpuSeconds() - cpu0;
   return dt.count();
 }
 
@@ -96,7 +115,7 @@ absl::StatusOr<PrefillResult> Runner::Prefill(KvCache& cache, int64_t n) {
   PrefillResult r;
   r.from = cache.num_tokens();
   r.tokens = n;
-  auto seconds = Timed(cache, tokens);
+  auto seconds = Timed(cache, tokens, AppendKind::kPrompt);
   if (!seconds.ok()) return seconds.status();
   r.seconds = *seconds;
   return r;
@@ -106,7 +125,8 @@ absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
   DecodeResult r;
   r.depth = cache.num_tokens();
   for (int i = 0; i < o_.decode_tokens; ++i) {
-    auto seconds = Timed(cache, absl::MakeConstSpan(next, 1));
+    auto seconds =
+        Timed(cache, absl::MakeConstSpan(next, 1), AppendKind::kGenerated);
     if (!seconds.ok()) return seconds.status();
     r.step_seconds.push_back(*seconds);
     *next = Argmax();
@@ -120,7 +140,9 @@ absl::Status Runner::WarmUp() {
   if (!prefill.ok()) return prefill.status();
   int32_t next = Argmax();
   for (int i = 0; i < 2; ++i) {
-    if (auto s = Timed(cache, absl::MakeConstSpan(&next, 1)); !s.ok()) {
+    if (auto s = Timed(cache, absl::MakeConstSpan(&next, 1),
+                       AppendKind::kGenerated);
+        !s.ok()) {
       return s.status();
     }
   }
@@ -185,6 +207,7 @@ absl::StatusOr<ThreadRun> Runner::Run(int threads) {
   ThreadRun run;
   run.threads = threads;
   if (auto s = WarmUp(); !s.ok()) return s;
+  wall_seconds_ = cpu_seconds_ = 0;
   {
     DenseKvCache empty = MakeCache(o_.pp_tokens);
     auto p = Prefill(empty, o_.pp_tokens);
@@ -197,6 +220,8 @@ absl::StatusOr<ThreadRun> Runner::Run(int threads) {
   for (int64_t depth : o_.depths) {
     if (auto s = MeasureDepth(cache, depth, &next, &run); !s.ok()) return s;
   }
+  run.wall_seconds = wall_seconds_;
+  run.cpu_seconds = cpu_seconds_;
   return run;
 }
 

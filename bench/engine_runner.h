@@ -46,6 +46,15 @@ struct ThreadRun {
   int threads = 0;
   std::vector<PrefillResult> pp;  // from empty first, then at pp_depths
   std::vector<DepthResult> depths;
+  // Totals over all timed steps: wall time and process CPU time. Their
+  // ratio per thread tells whether the run had its cores (a noise check on
+  // shared machines).
+  double wall_seconds = 0;
+  double cpu_seconds = 0;
+
+  double CpuShare() const {
+    return wall_seconds > 0 ? cpu_seconds / (wall_seconds * threads) : 0.0;
+  }
 };
 
 // Runs the whole method for `threads` threads; progress goes to stderr.

@@ -62,20 +62,21 @@ void BenchGemv(ThreadPool* pool, int threads) {
     const int64_t bytes = RowBytes(t, n_in) * n_out;
     const auto w = RandomBytes(bytes, t);
     std::vector<float> x(n_in, 0.5f), y(n_out);
-    const double s = BestSeconds([&] {
-      MatMul(pool, t, w.data(), n_in, n_out, x.data(), 1, y.data());
-    });
+    const double s = BestSeconds(
+        [&] { MatMul(pool, t, w.data(), n_in, n_out, x.data(), 1, y.data()); });
     std::printf("gemv  %-4s 128256x512  threads=%d  %7.2f ms  %6.2f GB/s\n",
                 DTypeName(t), threads, s * 1e3, bytes / s / 1e9);
   }
 }
 
 void BenchGemm(ThreadPool* pool, int threads) {
-  struct Shape { int64_t n_in, n_out, n_tokens; };
+  struct Shape {
+    int64_t n_in, n_out, n_tokens;
+  };
   for (Shape sh : {Shape{512, 1536, 64}, Shape{512, 1536, 512},
                    Shape{1536, 512, 512}, Shape{512, 512, 128}}) {
-    const auto w = RandomBytes(RowBytes(DType::kF16, sh.n_in) * sh.n_out,
-                               DType::kF16);
+    const auto w =
+        RandomBytes(RowBytes(DType::kF16, sh.n_in) * sh.n_out, DType::kF16);
     std::vector<float> x(sh.n_in * sh.n_tokens, 0.5f);
     std::vector<float> y(sh.n_out * sh.n_tokens);
     const double s = BestSeconds([&] {
@@ -83,11 +84,11 @@ void BenchGemm(ThreadPool* pool, int threads) {
              sh.n_tokens, y.data());
     });
     const double flop = 2.0 * sh.n_in * sh.n_out * sh.n_tokens;
-    std::printf("gemm  F16  %4ldx%-4ld tokens=%-4ld threads=%d  %7.2f ms  "
-                "%6.1f GFLOP/s\n",
-                static_cast<long>(sh.n_out), static_cast<long>(sh.n_in),
-                static_cast<long>(sh.n_tokens), threads, s * 1e3,
-                flop / s / 1e9);
+    std::printf(
+        "gemm  F16  %4ldx%-4ld tokens=%-4ld threads=%d  %7.2f ms  "
+        "%6.1f GFLOP/s\n",
+        static_cast<long>(sh.n_out), static_cast<long>(sh.n_in),
+        static_cast<long>(sh.n_tokens), threads, s * 1e3, flop / s / 1e9);
   }
 }
 
@@ -109,8 +110,8 @@ void BenchAttention(ThreadPool* pool, int threads, DType t, int64_t n_ctx,
   std::vector<float> out(q.size());
   std::vector<int64_t> qpos(n_q);
   for (int i = 0; i < n_q; ++i) qpos[i] = n_ctx - n_q + i;
-  AttentionArgs a{q.data(), qpos.data(), n_q, n_heads, hd, 0.125f,
-                  lists.data(), out.data()};
+  AttentionArgs a{q.data(), qpos.data(), n_q,          n_heads,
+                  hd,       0.125f,      lists.data(), out.data()};
   const double s = BestSeconds([&] { Attention(pool, a); });
   if (n_q == 1) {
     const double bytes = 2.0 * n_kv * rb * n_ctx;
@@ -122,10 +123,11 @@ void BenchAttention(ThreadPool* pool, int threads, DType t, int64_t n_ctx,
     double keys = 0;
     for (int i = 0; i < n_q; ++i) keys += qpos[i] + 1;
     const double flop = 4.0 * keys * n_heads * hd;
-    std::printf("attn prefill %-4s ctx=%-6ld n_q=%d threads=%d  %8.2f ms  "
-                "%6.1f GFLOP/s\n",
-                DTypeName(t), static_cast<long>(n_ctx), n_q, threads, s * 1e3,
-                flop / s / 1e9);
+    std::printf(
+        "attn prefill %-4s ctx=%-6ld n_q=%d threads=%d  %8.2f ms  "
+        "%6.1f GFLOP/s\n",
+        DTypeName(t), static_cast<long>(n_ctx), n_q, threads, s * 1e3,
+        flop / s / 1e9);
   }
 }
 
@@ -134,7 +136,8 @@ void RunAll(int threads) {
   BenchGemv(&pool, threads);
   BenchGemm(&pool, threads);
   for (DType t : {DType::kF16, DType::kF32}) {
-    for (int64_t ctx : {16384, 32768}) BenchAttention(&pool, threads, t, ctx, 1);
+    for (int64_t ctx : {16384, 32768})
+      BenchAttention(&pool, threads, t, ctx, 1);
   }
   BenchAttention(&pool, threads, DType::kF16, 4096, 512);
   BenchAttention(&pool, threads, DType::kF16, 32768, 512);

@@ -26,8 +26,9 @@ uint64_t SumWords(const uint64_t* p, int64_t n) {
 
 BandwidthResult MeasureReadBandwidth(int64_t bytes, int repeats) {
   const int64_t n = bytes / static_cast<int64_t>(sizeof(uint64_t));
-  auto buf = std::make_unique<uint64_t[]>(n);  // value-initialised: touched
-  for (int64_t i = 0; i < n; i += 512) buf[i] = static_cast<uint64_t>(i);
+  // Every word written (no page may stay a shared zero page).
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[n]);
+  for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<uint64_t>(i) * 7 + 1;
   BandwidthResult r;
   r.bytes = n * static_cast<int64_t>(sizeof(uint64_t));
   r.repeats = std::max(1, repeats);

@@ -22,7 +22,7 @@ int64_t DenseKvCache::bytes() const {
   return n;
 }
 
-absl::Status DenseKvCache::Reserve(int64_t n) {
+absl::Status DenseKvCache::Reserve(int64_t n, AppendKind /*kind*/) {
   if (n < 0 || n_tokens_ + n > opt_.max_tokens) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV cache holds at most ", opt_.max_tokens, " tokens; ", n_tokens_,

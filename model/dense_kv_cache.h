@@ -24,7 +24,7 @@ class DenseKvCache : public KvCache {
   explicit DenseKvCache(const DenseKvCacheOptions& options);
 
   int64_t num_tokens() const override { return n_tokens_; }
-  absl::Status Reserve(int64_t n) override;
+  absl::Status Reserve(int64_t n, AppendKind kind) override;
   void Append(int layer, int64_t n, const float* k, const float* v) override;
   void Select(int layer, const LayerQuery& query, AttendSet* out) override;
   void Commit(int64_t n) override;

@@ -102,7 +102,8 @@ absl::StatusOr<GenerationResult> Generate(Transformer& model,
     }
     if (i + 1 == params.max_tokens) break;
     const int32_t next[1] = {token};
-    SequenceInput in{next, &cache, LogitsMode::kLast, &logits};
+    SequenceInput in = MakeInput(next, &cache, LogitsMode::kLast, &logits,
+                                 AppendKind::kGenerated);
     if (auto s = model.Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
   }
   if (r.finish == FinishReason::kLength || r.finish == FinishReason::kEos) {

@@ -32,6 +32,11 @@ struct LayerQuery {
   int n_q = 0;
 };
 
+// How appended tokens are grouped. kPrompt: the tokens of one Forward call
+// (a prefill call) close as one segment at its end. kGenerated: decoded or
+// appended tokens join the tail, which closes a segment every `window`.
+enum class AppendKind { kPrompt, kGenerated };
+
 class KvCache {
  public:
   virtual ~KvCache() = default;
@@ -39,9 +44,10 @@ class KvCache {
   // Tokens whose K,V are stored in every layer (positions 0..n-1).
   virtual int64_t num_tokens() const = 0;
 
-  // Prepares to append n tokens. Fails (RESOURCE_EXHAUSTED) without side
-  // effects if they do not fit; on success Append/Select/Commit follow.
-  virtual absl::Status Reserve(int64_t n) = 0;
+  // Prepares to append n tokens of `kind`. Fails (RESOURCE_EXHAUSTED) without
+  // side effects if they do not fit; on success Append/Select/Commit follow.
+  // Reserve(0, ...) drops an unused reservation.
+  virtual absl::Status Reserve(int64_t n, AppendKind kind) = 0;
 
   // Stores K,V of the n reserved tokens of `layer` at positions
   // num_tokens()..num_tokens()+n-1. k, v: [n][n_kv_heads][head_dim], F32.

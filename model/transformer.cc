@@ -80,8 +80,11 @@ absl::Status Transformer::Validate(absl::Span<SequenceInput> batch) const {
 absl::Status Transformer::Forward(absl::Span<SequenceInput> batch) {
   if (auto s = Validate(batch); !s.ok()) return s;
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (auto s = batch[i].cache->Reserve(batch[i].tokens.size()); !s.ok()) {
-      for (size_t j = 0; j < i; ++j) batch[j].cache->Reserve(0).IgnoreError();
+    const SequenceInput& in = batch[i];
+    if (auto s = in.cache->Reserve(in.tokens.size(), in.kind); !s.ok()) {
+      for (size_t j = 0; j < i; ++j) {
+        batch[j].cache->Reserve(0, batch[j].kind).IgnoreError();
+      }
       return s;
     }
   }

@@ -26,7 +26,24 @@ struct SequenceInput {
   LogitsMode logits = LogitsMode::kLast;
   // Output: kLast -> 1 row, kAll -> tokens.size() rows of vocab_size floats.
   std::vector<float>* logits_out = nullptr;
+  // kPrompt: a prefill call whose tokens form one segment; kGenerated:
+  // decoded tokens or appended input, which join the tail.
+  AppendKind kind = AppendKind::kPrompt;
 };
+
+// Builds a SequenceInput (aggregate order is easy to get wrong at call sites).
+inline SequenceInput MakeInput(absl::Span<const int32_t> tokens,
+                               KvCache* cache, LogitsMode logits,
+                               std::vector<float>* logits_out,
+                               AppendKind kind = AppendKind::kPrompt) {
+  SequenceInput in;
+  in.tokens = tokens;
+  in.cache = cache;
+  in.logits = logits;
+  in.kind = kind;
+  in.logits_out = logits_out;
+  return in;
+}
 
 struct TransformerOptions {
   int threads = 1;

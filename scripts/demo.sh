@@ -13,9 +13,13 @@ if [ -z "$MODEL" ]; then
   MODEL=build/demo/demo-model.gguf
   if [ ! -f "$MODEL" ]; then
     mkdir -p build/demo
-    echo "demo: writing random-weight model $MODEL"
+    # The Llama-3 vocabulary makes random weights print words, not bytes.
+    VOCAB=../shared/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf
+    [ -f "$VOCAB" ] || VOCAB=byte
+    echo "demo: writing random-weight model $MODEL (vocab: $VOCAB)"
     build/model/clusterkv-model make-random --out "$MODEL" --layers 4 \
-      --dim 512 --heads 8 --kv-heads 2 --ffn 1536 --dtype f16 --seed 7
+      --dim 512 --heads 8 --kv-heads 2 --ffn 1536 --dtype f16 --seed 7 \
+      --vocab "$VOCAB"
   fi
 fi
 build/model/clusterkv-model info "$MODEL"

@@ -19,7 +19,7 @@
 namespace ckv::kernels::cpu {
 namespace {
 
-constexpr int kMaxRows = 64;        // rows (query x head) per item
+constexpr int kMaxRows = 64;  // rows (query x head) per item
 constexpr int64_t kMinSplitKeys = 512;
 
 bool SameSpans(const KvSpanList& a, const KvSpanList& b) {
@@ -103,8 +103,12 @@ void MakeItems(Plan& plan, int n_threads) {
     const int64_t step = (per + kTileK - 1) / kTileK * kTileK;
     for (int qt = g.q_tiles - 1; qt >= 0; --qt) {  // later queries: heavier
       for (int s = 0; s < g.splits; ++s) {
-        Item it{gi, qt, s, std::min(g.n_keys, s * step),
-                std::min(g.n_keys, (s + 1) * step), -1};
+        Item it{gi,
+                qt,
+                s,
+                std::min(g.n_keys, s * step),
+                std::min(g.n_keys, (s + 1) * step),
+                -1};
         if (g.splits > 1) it.partial = slots++;
         plan.items.push_back(it);
       }
@@ -181,8 +185,8 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
   ks.qk(sc.q.data(), a.head_dim, rows, sc.kt.data(), a.head_dim, sc.s.data());
   for (int i = 0; i < rows; ++i) {
     const uint64_t valid = ValidMask(sc.kpos.data(), n, kmin, kmax, sc.qpos[i]);
-    sc.alpha[i] = ks.softmax_row(sc.s.data() + i * kTileK, valid, &sc.m[i],
-                                 &sc.l[i]);
+    sc.alpha[i] =
+        ks.softmax_row(sc.s.data() + i * kTileK, valid, &sc.m[i], &sc.l[i]);
   }
   ks.pv(sc.s.data(), rows, sc.vt.data(), n, plan.ldv, sc.alpha.data(),
         sc.o.data());
@@ -265,7 +269,8 @@ void MergeSplits(Plan& plan) {
       float mx = -INFINITY;
       for (int s = 0; s < g.splits; ++s) {
         const int64_t slot = plan.items[i + s].partial;
-        mx = std::max(mx, plan.partial[slot * slot_floats + r * (plan.ldv + 2)]);
+        mx =
+            std::max(mx, plan.partial[slot * slot_floats + r * (plan.ldv + 2)]);
       }
       const int t = q0 + r / gs, h = g.heads[r % gs];
       float* out = a.out + (int64_t{t} * a.n_heads + h) * a.head_dim;

@@ -27,8 +27,7 @@ inline __m512 Load16(const void* row, int64_t i, __mmask16 m) {
   } else {
     const __m256i h =
         _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + i);
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 }
 
@@ -43,8 +42,7 @@ inline __m512 Load16(const void* row, int64_t i) {
   } else {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
         static_cast<const uint16_t*>(row) + i));
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 }
 

@@ -62,10 +62,14 @@ std::string DescribeCpuFeatures() {
     const char* name;
   };
   const Named all[] = {
-      {f.avx2, "avx2"},         {f.fma, "fma"},
-      {f.f16c, "f16c"},         {f.avx512f, "avx512f"},
-      {f.avx512bw, "avx512bw"}, {f.avx512vl, "avx512vl"},
-      {f.avx512_bf16, "avx512_bf16"}, {f.avx512_fp16, "avx512_fp16"},
+      {f.avx2, "avx2"},
+      {f.fma, "fma"},
+      {f.f16c, "f16c"},
+      {f.avx512f, "avx512f"},
+      {f.avx512bw, "avx512bw"},
+      {f.avx512vl, "avx512vl"},
+      {f.avx512_bf16, "avx512_bf16"},
+      {f.avx512_fp16, "avx512_fp16"},
       {f.avx512_vnni, "avx512_vnni"},
   };
   std::string out;

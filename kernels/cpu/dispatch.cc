@@ -13,6 +13,9 @@ const KernelSet& Choose() {
   if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c) {
     if (const KernelSet* ks = Avx512Kernels()) return *ks;
   }
+  if (f.avx2 && f.fma && f.f16c) {
+    if (const KernelSet* ks = Avx2Kernels()) return *ks;
+  }
   return ScalarKernels();
 }
 

@@ -65,8 +65,8 @@ void Rope(ThreadPool* pool, float* x, int64_t n_tokens, int n_heads,
   const int half = p.rot_dims / 2;
   std::vector<double> inv_freq(half);
   for (int i = 0; i < half; ++i) {
-    inv_freq[i] = p.freq_scale *
-                  std::pow(double{p.freq_base}, -2.0 * i / p.rot_dims);
+    inv_freq[i] =
+        p.freq_scale * std::pow(double{p.freq_base}, -2.0 * i / p.rot_dims);
     if (p.freq_factors != nullptr) inv_freq[i] /= p.freq_factors[i];
   }
   Run(pool, n_tokens, 1, [&](int64_t t0, int64_t t1) {

@@ -1,5 +1,5 @@
 // Internal: the ISA-specific primitives behind the fast ops. One table per
-// instruction set (scalar, avx512), chosen once at run time from
+// instruction set (scalar, avx2, avx512), chosen once at run time from
 // GetCpuFeatures(). Drivers (matmul.cc, attention.cc) do blocking and
 // threading; primitives do the inner loops. Not part of the public API.
 #pragma once
@@ -30,8 +30,8 @@ struct KernelSet {
   // Register tile of the GEMM: for r < nr (<= kGemmRows), c < nc
   // (<= kGemmCols): y[c * ldy + r] = sum_k a[r][k] * xt[k * kGemmCols + c].
   // a[r] must be valid for all r < kGemmRows (padding rows may be zeros).
-  void (*gemm_tile)(const float* const* a, const float* xt, int64_t k,
-                    float* y, int64_t ldy, int nr, int nc);
+  void (*gemm_tile)(const float* const* a, const float* xt, int64_t k, float* y,
+                    int64_t ldy, int nr, int nc);
 
   // Attention: kt[d * kTileK + j] = K_j[d] for j < n, zeros for
   // n <= j < kTileK; d < hd. Row j of K is at k + j * stride elements.
@@ -39,8 +39,8 @@ struct KernelSet {
                   float* kt);
   // vt[j * ldv + d] = V_j[d] for j < n, d < hd; zeros for hd <= d < ldv
   // and for rows n <= j < kTileK. ldv is a multiple of 16.
-  void (*load_v)(DType t, const void* v, int64_t stride, int n, int hd,
-                 int ldv, float* vt);
+  void (*load_v)(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
+                 float* vt);
   // s[i * kTileK + j] = sum_d q[i * ldq + d] * kt[d * kTileK + j].
   void (*qk)(const float* q, int ldq, int rows, const float* kt, int hd,
              float* s);
@@ -59,8 +59,10 @@ struct KernelSet {
 };
 
 const KernelSet& ScalarKernels();
-// Null when the binary was built without AVX-512 support.
+// Null when the binary was built without support for that ISA. Call only
+// when GetCpuFeatures() reports the ISA.
 const KernelSet* Avx512Kernels();
+const KernelSet* Avx2Kernels();
 
 // The table the fast ops use: the best one for this CPU unless overridden.
 const KernelSet& ActiveKernels();

@@ -42,10 +42,18 @@ void ToF32Q8(const void* src, int64_t n, float* dst) {
 
 void ToF32(DType t, const void* src, int64_t n, float* dst) {
   switch (t) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); return;
-    case DType::kF16: ToF32T<DType::kF16>(src, n, dst); return;
-    case DType::kBF16: ToF32T<DType::kBF16>(src, n, dst); return;
-    case DType::kQ8_0: ToF32Q8(src, n, dst); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF16:
+      ToF32T<DType::kF16>(src, n, dst);
+      return;
+    case DType::kBF16:
+      ToF32T<DType::kBF16>(src, n, dst);
+      return;
+    case DType::kQ8_0:
+      ToF32Q8(src, n, dst);
+      return;
   }
 }
 
@@ -69,8 +77,8 @@ void GemvRows(const char* w, int64_t row_bytes, int64_t n_in, const float* x,
     const __mmask16 m = TailMask(n_in - i);
     const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
     for (int r = 0; r < R; ++r) {
-      acc[r][0] = _mm512_fmadd_ps(Load16<T>(w + r * row_bytes, i, m), xv,
-                                  acc[r][0]);
+      acc[r][0] =
+          _mm512_fmadd_ps(Load16<T>(w + r * row_bytes, i, m), xv, acc[r][0]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -80,8 +88,8 @@ void GemvRows(const char* w, int64_t row_bytes, int64_t n_in, const float* x,
 
 // Q8_0: per block, the dot of the int8 values with x is scaled by d.
 template <int R>
-void GemvRowsQ8(const char* w, int64_t row_bytes, int64_t n_in,
-                const float* x, float* y) {
+void GemvRowsQ8(const char* w, int64_t row_bytes, int64_t n_in, const float* x,
+                float* y) {
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t blk = 0; blk < n_in / kQ8_0BlockSize; ++blk) {
@@ -102,12 +110,18 @@ template <int R>
 void GemvDispatch(DType t, const char* w, int64_t row_bytes, int64_t n_in,
                   const float* x, float* y) {
   switch (t) {
-    case DType::kF32: GemvRows<DType::kF32, R>(w, row_bytes, n_in, x, y); break;
-    case DType::kF16: GemvRows<DType::kF16, R>(w, row_bytes, n_in, x, y); break;
+    case DType::kF32:
+      GemvRows<DType::kF32, R>(w, row_bytes, n_in, x, y);
+      break;
+    case DType::kF16:
+      GemvRows<DType::kF16, R>(w, row_bytes, n_in, x, y);
+      break;
     case DType::kBF16:
       GemvRows<DType::kBF16, R>(w, row_bytes, n_in, x, y);
       break;
-    case DType::kQ8_0: GemvRowsQ8<R>(w, row_bytes, n_in, x, y); break;
+    case DType::kQ8_0:
+      GemvRowsQ8<R>(w, row_bytes, n_in, x, y);
+      break;
   }
 }
 
@@ -175,10 +189,9 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
 
 const KernelSet* Avx512Kernels() {
   static const KernelSet ks = {
-      "avx512",          avx512::ToF32,  avx512::Gemv,
-      avx512::GemmTile,  avx512::LoadKt, avx512::LoadV,
-      avx512::Qk,        avx512::SoftmaxRow, avx512::Pv,
-      avx512::SwiGlu,
+      "avx512",       avx512::ToF32,  avx512::Gemv, avx512::GemmTile,
+      avx512::LoadKt, avx512::LoadV,  avx512::Qk,   avx512::SoftmaxRow,
+      avx512::Pv,     avx512::SwiGlu,
   };
   return &ks;
 }

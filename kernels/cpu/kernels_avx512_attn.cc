@@ -19,8 +19,7 @@ void KtBlock(const char* k, int64_t row_bytes, int rows, int d0, int dn,
   const __mmask16 m = TailMask(dn);
   __m512 r[16];
   for (int j = 0; j < 16; ++j) {
-    r[j] = j < rows ? Load16<T>(k + j * row_bytes, d0, m)
-                    : _mm512_setzero_ps();
+    r[j] = j < rows ? Load16<T>(k + j * row_bytes, d0, m) : _mm512_setzero_ps();
   }
   Transpose16(r);
   for (int d = 0; d < dn; ++d) _mm512_storeu_ps(kt + (d0 + d) * kTileK, r[d]);
@@ -46,8 +45,7 @@ void LoadKtT(const void* k, int64_t stride, int n, int hd, float* kt) {
 }
 
 template <DType T>
-void LoadVT(const void* v, int64_t stride, int n, int hd, int ldv,
-            float* vt) {
+void LoadVT(const void* v, int64_t stride, int n, int hd, int ldv, float* vt) {
   const int64_t row_bytes = RowBytes(T, stride);
   const char* base = static_cast<const char*>(v);
   for (int j = 0; j < n; ++j) {
@@ -114,40 +112,57 @@ void PvBlock(const float* p, const float* vt, int n, int ldv,
 }
 
 template <int R>
-void PvRows(const float* p, const float* vt, int n, int ldv,
-            const float* alpha, float* o) {
+void PvRows(const float* p, const float* vt, int n, int ldv, const float* alpha,
+            float* o) {
   int d = 0;
   for (; d + 64 <= ldv; d += 64) PvBlock<R, 4>(p, vt + d, n, ldv, alpha, o + d);
   switch ((ldv - d) / 16) {
-    case 3: PvBlock<R, 3>(p, vt + d, n, ldv, alpha, o + d); break;
-    case 2: PvBlock<R, 2>(p, vt + d, n, ldv, alpha, o + d); break;
-    case 1: PvBlock<R, 1>(p, vt + d, n, ldv, alpha, o + d); break;
-    default: break;
+    case 3:
+      PvBlock<R, 3>(p, vt + d, n, ldv, alpha, o + d);
+      break;
+    case 2:
+      PvBlock<R, 2>(p, vt + d, n, ldv, alpha, o + d);
+      break;
+    case 1:
+      PvBlock<R, 1>(p, vt + d, n, ldv, alpha, o + d);
+      break;
+    default:
+      break;
   }
 }
 
 }  // namespace
 
-void LoadKt(DType t, const void* k, int64_t stride, int n, int hd,
-            float* kt) {
+void LoadKt(DType t, const void* k, int64_t stride, int n, int hd, float* kt) {
   switch (t) {
-    case DType::kF16: LoadKtT<DType::kF16>(k, stride, n, hd, kt); return;
-    case DType::kBF16: LoadKtT<DType::kBF16>(k, stride, n, hd, kt); return;
-    default: LoadKtT<DType::kF32>(k, stride, n, hd, kt); return;
+    case DType::kF16:
+      LoadKtT<DType::kF16>(k, stride, n, hd, kt);
+      return;
+    case DType::kBF16:
+      LoadKtT<DType::kBF16>(k, stride, n, hd, kt);
+      return;
+    default:
+      LoadKtT<DType::kF32>(k, stride, n, hd, kt);
+      return;
   }
 }
 
 void LoadV(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
            float* vt) {
   switch (t) {
-    case DType::kF16: LoadVT<DType::kF16>(v, stride, n, hd, ldv, vt); return;
-    case DType::kBF16: LoadVT<DType::kBF16>(v, stride, n, hd, ldv, vt); return;
-    default: LoadVT<DType::kF32>(v, stride, n, hd, ldv, vt); return;
+    case DType::kF16:
+      LoadVT<DType::kF16>(v, stride, n, hd, ldv, vt);
+      return;
+    case DType::kBF16:
+      LoadVT<DType::kBF16>(v, stride, n, hd, ldv, vt);
+      return;
+    default:
+      LoadVT<DType::kF32>(v, stride, n, hd, ldv, vt);
+      return;
   }
 }
 
-void Qk(const float* q, int ldq, int rows, const float* kt, int hd,
-        float* s) {
+void Qk(const float* q, int ldq, int rows, const float* kt, int hd, float* s) {
   int i = 0;
   for (; i + 4 <= rows; i += 4) {
     QkRows<4>(q + i * ldq, ldq, kt, hd, s + i * kTileK);
@@ -155,17 +170,25 @@ void Qk(const float* q, int ldq, int rows, const float* kt, int hd,
   const float* qi = q + i * ldq;
   float* si = s + i * kTileK;
   switch (rows - i) {
-    case 3: QkRows<3>(qi, ldq, kt, hd, si); break;
-    case 2: QkRows<2>(qi, ldq, kt, hd, si); break;
-    case 1: QkRows<1>(qi, ldq, kt, hd, si); break;
-    default: break;
+    case 3:
+      QkRows<3>(qi, ldq, kt, hd, si);
+      break;
+    case 2:
+      QkRows<2>(qi, ldq, kt, hd, si);
+      break;
+    case 1:
+      QkRows<1>(qi, ldq, kt, hd, si);
+      break;
+    default:
+      break;
   }
 }
 
 float SoftmaxRow(float* s, uint64_t valid, float* m, float* l) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   if (valid == 0) {
-    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(s + 16 * v, _mm512_setzero_ps());
+    for (int v = 0; v < 4; ++v)
+      _mm512_storeu_ps(s + 16 * v, _mm512_setzero_ps());
     return 1.0f;
   }
   __mmask16 mk[4];
@@ -199,10 +222,17 @@ void Pv(const float* p, int rows, const float* vt, int n, int ldv,
   const float* pi = p + i * kTileK;
   float* oi = o + i * ldv;
   switch (rows - i) {
-    case 3: PvRows<3>(pi, vt, n, ldv, alpha + i, oi); break;
-    case 2: PvRows<2>(pi, vt, n, ldv, alpha + i, oi); break;
-    case 1: PvRows<1>(pi, vt, n, ldv, alpha + i, oi); break;
-    default: break;
+    case 3:
+      PvRows<3>(pi, vt, n, ldv, alpha + i, oi);
+      break;
+    case 2:
+      PvRows<2>(pi, vt, n, ldv, alpha + i, oi);
+      break;
+    case 1:
+      PvRows<1>(pi, vt, n, ldv, alpha + i, oi);
+      break;
+    default:
+      break;
   }
 }
 

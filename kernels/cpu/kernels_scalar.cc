@@ -70,8 +70,7 @@ void GemmTile(const float* const* a, const float* xt, int64_t k, float* y,
   }
 }
 
-void LoadKt(DType t, const void* k, int64_t stride, int n, int hd,
-            float* kt) {
+void LoadKt(DType t, const void* k, int64_t stride, int n, int hd, float* kt) {
   std::fill(kt, kt + int64_t{hd} * kTileK, 0.0f);
   std::vector<float> row(hd);
   const int64_t row_bytes = RowBytes(t, stride);
@@ -90,8 +89,7 @@ void LoadV(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
   }
 }
 
-void Qk(const float* q, int ldq, int rows, const float* kt, int hd,
-        float* s) {
+void Qk(const float* q, int ldq, int rows, const float* kt, int hd, float* s) {
   for (int i = 0; i < rows; ++i) {
     float* si = s + i * kTileK;
     std::fill(si, si + kTileK, 0.0f);
@@ -149,8 +147,8 @@ void SwiGluImpl(const float* gate, const float* up, int64_t n, float* out) {
 
 const KernelSet& ScalarKernels() {
   static const KernelSet ks = {
-      "scalar", ToF32, Gemv, GemmTile, LoadKt, LoadV, Qk, SoftmaxRow, Pv,
-      SwiGluImpl,
+      "scalar", ToF32, Gemv,       GemmTile, LoadKt,
+      LoadV,    Qk,    SoftmaxRow, Pv,       SwiGluImpl,
   };
   return ks;
 }

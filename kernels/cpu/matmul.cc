@@ -28,9 +28,9 @@ void Run(ThreadPool* pool, int64_t n, int64_t grain,
   }
 }
 
-void GemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
-              const char* w, int64_t n_in, int64_t n_out, const float* x,
-              int64_t n_tokens, float* y) {
+void GemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype, const char* w,
+              int64_t n_in, int64_t n_out, const float* x, int64_t n_tokens,
+              float* y) {
   const int64_t row_bytes = RowBytes(wtype, n_in);
   const int64_t block = std::max<int64_t>(16, kL2Budget / row_bytes / 4 * 4);
   Run(pool, n_out, 16, [&](int64_t o0, int64_t o1) {
@@ -66,9 +66,9 @@ void PackTransposed(ThreadPool* pool, const float* x, int64_t n_in,
 
 // Converts kGemmRows weight rows starting at `row0` to F32 (F32 weights are
 // used in place); rows past n_out point at zeros.
-void LoadRows(const KernelSet& ks, DType wtype, const char* w,
-              int64_t n_in, int64_t n_out, int64_t row0,
-              std::vector<float>& buf, const float** a) {
+void LoadRows(const KernelSet& ks, DType wtype, const char* w, int64_t n_in,
+              int64_t n_out, int64_t row0, std::vector<float>& buf,
+              const float** a) {
   const int64_t row_bytes = RowBytes(wtype, n_in);
   buf.resize((kGemmRows + 1) * n_in);
   float* zeros = buf.data() + kGemmRows * n_in;
@@ -86,9 +86,9 @@ void LoadRows(const KernelSet& ks, DType wtype, const char* w,
   }
 }
 
-void GemmPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
-              const char* w, int64_t n_in, int64_t n_out, const float* x,
-              int64_t n_tokens, float* y) {
+void GemmPath(ThreadPool* pool, const KernelSet& ks, DType wtype, const char* w,
+              int64_t n_in, int64_t n_out, const float* x, int64_t n_tokens,
+              float* y) {
   const int64_t panels = (n_tokens + kGemmCols - 1) / kGemmCols;
   static thread_local std::vector<float> xt;
   xt.resize(panels * n_in * kGemmCols);
@@ -106,7 +106,8 @@ void GemmPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
       for (int64_t g = g0; g < g1; ++g) {
         const int64_t row0 = g * kGemmRows;
         LoadRows(ks, wtype, w, n_in, n_out, row0, buf, a);
-        const int nr = static_cast<int>(std::min<int64_t>(kGemmRows, n_out - row0));
+        const int nr =
+            static_cast<int>(std::min<int64_t>(kGemmRows, n_out - row0));
         for (int64_t p = p0; p < p1; ++p) {
           const int nc = static_cast<int>(
               std::min<int64_t>(kGemmCols, n_tokens - p * kGemmCols));

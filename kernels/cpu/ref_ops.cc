@@ -11,8 +11,10 @@ namespace {
 
 double ElementAt(DType t, const void* row, int64_t i) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(row)[i];
-    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(row)[i]);
+    case DType::kF32:
+      return static_cast<const float*>(row)[i];
+    case DType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(row)[i]);
     case DType::kBF16:
       return BF16ToF32(static_cast<const uint16_t*>(row)[i]);
     case DType::kQ8_0: {

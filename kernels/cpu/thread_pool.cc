@@ -123,8 +123,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t chunks = (n + grain - 1) / grain;
-  const int ranges =
-      static_cast<int>(std::min<int64_t>(n_threads_, chunks));
+  const int ranges = static_cast<int>(std::min<int64_t>(n_threads_, chunks));
   if (ranges <= 1) {
     fn(0, n);
     return;

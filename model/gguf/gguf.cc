@@ -223,8 +223,9 @@ absl::Status GgufParser::ReadMetadata(GgufFile& out, uint64_t n_kv) {
       return absl::InvalidArgumentError(
           absl::StrCat("GGUF metadata '", key, "': ", st.message()));
     }
-    if (!out.kv_.emplace(std::move(key), std::move(v)).second) {
-      return absl::InvalidArgumentError("GGUF metadata has a duplicate key");
+    if (!out.kv_.try_emplace(key, std::move(v)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GGUF metadata has a duplicate key '", key, "'"));
     }
   }
   return absl::OkStatus();
@@ -354,7 +355,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(
     const std::string& path, const ReaderLimits& limits) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat rejects it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return absl::NotFoundError(
         absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));

@@ -23,9 +23,8 @@ void SplitChars(absl::string_view text, std::vector<Symbol>* symbols) {
   size_t offs = 0;
   int index = 0;
   while (offs < text.size()) {
-    const size_t len =
-        std::min<size_t>(Utf8LenFromLead(static_cast<uint8_t>(text[offs])),
-                         text.size() - offs);
+    const size_t len = std::min<size_t>(
+        Utf8LenFromLead(static_cast<uint8_t>(text[offs])), text.size() - offs);
     Symbol sym;
     sym.start = static_cast<uint32_t>(offs);
     sym.n = static_cast<uint32_t>(len);
@@ -94,9 +93,8 @@ void SpmMerger::Encode(absl::string_view text, MergeWorkspace* ws,
   for (int i = 1; i < static_cast<int>(ws->symbols.size()); ++i) {
     TryAddBigram(text, i - 1, i, ws);
   }
-  RunMerges(ws->symbols, ws->heap, SpmLater, [&](int left, int right) {
-    TryAddBigram(text, left, right, ws);
-  });
+  RunMerges(ws->symbols, ws->heap, SpmLater,
+            [&](int left, int right) { TryAddBigram(text, left, right, ws); });
   if (ws->symbols.empty()) return;
   for (int i = 0; i != -1; i = ws->symbols[i].next) {
     const Symbol& sym = ws->symbols[i];
@@ -163,9 +161,8 @@ void BpeMerger::EncodePiece(absl::string_view piece, MergeWorkspace* ws,
   for (int i = 1; i < static_cast<int>(ws->symbols.size()); ++i) {
     TryAddBigram(word, i - 1, i, ws);
   }
-  RunMerges(ws->symbols, ws->heap, BpeLater, [&](int left, int right) {
-    TryAddBigram(word, left, right, ws);
-  });
+  RunMerges(ws->symbols, ws->heap, BpeLater,
+            [&](int left, int right) { TryAddBigram(word, left, right, ws); });
   for (int i = 0; i != -1; i = ws->symbols[i].next) {
     const Symbol& sym = ws->symbols[i];
     EmitSymbol(absl::string_view(word).substr(sym.start, sym.n), out);

@@ -17,8 +17,7 @@ constexpr char kContractions[] =
 
 // Llama 3 (tiktoken cl100k-style) split.
 std::string Llama3Pattern() {
-  return absl::StrCat(kContractions,
-                      R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})",
+  return absl::StrCat(kContractions, R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})",
                       R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
 }
 
@@ -61,13 +60,13 @@ absl::StatusOr<PreTokenizerSpec> PreTokenizerSpecFor(absl::string_view pre) {
     spec.patterns = {Llama3Pattern()};
     spec.ignore_merges = !IsOneOf(pre, {"dbrx", "smaug-bpe"});
     spec.add_bos = spec.ignore_merges;
-  } else if (IsOneOf(pre, {"qwen2", "deepseek-r1-qwen", "stablelm2",
-                           "hunyuan", "megrez"})) {
+  } else if (IsOneOf(pre, {"qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan",
+                           "megrez"})) {
     spec.patterns = {Qwen2Pattern()};
-  } else if (IsOneOf(pre, {"gpt-2", "phi-2", "jina-es", "jina-de",
-                           "gigachat", "jina-v1-en", "jina-v2-es",
-                           "jina-v2-de", "jina-v2-code", "roberta-bpe", "mpt",
-                           "olmo", "jais", "trillion", "granite-docling"})) {
+  } else if (IsOneOf(pre, {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat",
+                           "jina-v1-en", "jina-v2-es", "jina-v2-de",
+                           "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais",
+                           "trillion", "granite-docling"})) {
     spec.patterns = {kGpt2Pattern};
   } else if (IsOneOf(pre, {"starcoder", "refact", "command-r", "smollm",
                            "codeshell", "exaone", "minerva-7b"})) {
@@ -94,9 +93,9 @@ absl::StatusOr<std::unique_ptr<Pretokenizer>> Pretokenizer::Create(
     if (code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof(msg));
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pre-tokenizer regex '", pattern, "' at offset ", err_off, ": ",
-          reinterpret_cast<const char*>(msg)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pre-tokenizer regex '", pattern, "' at offset ",
+                       err_off, ": ", reinterpret_cast<const char*>(msg)));
     }
     auto* c = new Compiled{code, false};
     c->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
@@ -146,19 +145,18 @@ absl::Status SplitPiece(pcre2_code* code, absl::string_view piece,
                         MatchScratch* scratch,
                         std::vector<absl::string_view>* out) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
-  size_t start = 0;     // where the next search starts
-  size_t emitted = 0;   // end of what has been appended so far
+  size_t start = 0;    // where the next search starts
+  size_t emitted = 0;  // end of what has been appended so far
   while (start < piece.size()) {
-    const int rc = pcre2_match(code, subject, piece.size(), start,
-                               PCRE2_NO_UTF_CHECK, scratch->data(),
-                               scratch->ctx());
+    const int rc =
+        pcre2_match(code, subject, piece.size(), start, PCRE2_NO_UTF_CHECK,
+                    scratch->data(), scratch->ctx());
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof(msg));
-      return absl::ResourceExhaustedError(
-          absl::StrCat("pre-tokenizer regex failed: ",
-                       reinterpret_cast<const char*>(msg)));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "pre-tokenizer regex failed: ", reinterpret_cast<const char*>(msg)));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(scratch->data());
     const size_t m_begin = ov[0];
@@ -172,7 +170,8 @@ absl::Status SplitPiece(pcre2_code* code, absl::string_view piece,
       start = next;
       continue;
     }
-    if (m_begin > emitted) out->push_back(piece.substr(emitted, m_begin - emitted));
+    if (m_begin > emitted)
+      out->push_back(piece.substr(emitted, m_begin - emitted));
     out->push_back(piece.substr(m_begin, m_end - m_begin));
     emitted = m_end;
     start = m_end;

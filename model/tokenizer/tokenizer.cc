@@ -3,7 +3,6 @@
 #include "model/tokenizer/tokenizer.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/tokenizer_impl.h"
@@ -20,6 +19,9 @@ using tokenizer_internal::kAttrUserDefined;
 using tokenizer_internal::MergeWorkspace;
 
 constexpr absl::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581
+
+// Longest accepted input; keeps every merge buffer offset within uint32.
+constexpr size_t kMaxEncodeBytes = size_t{1} << 28;
 
 // A piece of the input: a special token (token >= 0) or raw text.
 struct Fragment {
@@ -142,8 +144,10 @@ std::string ComputePiece(const Tokenizer::Impl& impl, int32_t id) {
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
     absl::string_view text, bool add_special, bool parse_special) const {
-  if (text.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError("text too long to tokenize (>= 2 GiB)");
+  if (text.size() > kMaxEncodeBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text too long to tokenize (", text.size(),
+                     " bytes, limit ", kMaxEncodeBytes, ")"));
   }
   const size_t bad = tokenizer_internal::FirstInvalidUtf8(text);
   if (bad != text.size()) {
@@ -176,12 +180,14 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
     const absl::string_view raw = text.substr(f.offset, f.length);
     if (im.type == TokenizerType::kSentencePiece) {
       escaped.clear();
-      if (im.add_space_prefix && prev_special) escaped.assign(kSpmSpace.data(), kSpmSpace.size());
+      if (im.add_space_prefix && prev_special)
+        escaped.assign(kSpmSpace.data(), kSpmSpace.size());
       AppendEscapedSpaces(raw, &escaped);
       im.spm->Encode(escaped, &ws, &out);
     } else {
       if (absl::Status s = im.pretok->Split(raw, &pieces); !s.ok()) return s;
-      for (absl::string_view piece : pieces) im.bpe->EncodePiece(piece, &ws, &out);
+      for (absl::string_view piece : pieces)
+        im.bpe->EncodePiece(piece, &ws, &out);
     }
     prev_special = false;
   }

@@ -61,7 +61,7 @@ class Tokenizer {
   // add_special: prepend BOS / append EOS per add_bos() / add_eos().
   // parse_special: text matching a control token (e.g. "<|eot_id|>") becomes
   // that token; user-defined tokens are always matched, as in llama.cpp.
-  // INVALID_ARGUMENT when `text` is not valid UTF-8 (or is >= 2 GiB);
+  // INVALID_ARGUMENT when `text` is not valid UTF-8 (or exceeds 256 MiB);
   // RESOURCE_EXHAUSTED if the pre-tokenizer regex hits a PCRE2 limit.
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text,
                                               bool add_special,

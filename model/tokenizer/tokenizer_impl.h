@@ -17,7 +17,7 @@ namespace ckv {
 struct Tokenizer::Impl {
   TokenizerType type = TokenizerType::kSentencePiece;
   tokenizer_internal::Vocab vocab;
-  tokenizer_internal::MergeRanks ranks;                     // BPE only
+  tokenizer_internal::MergeRanks ranks;                      // BPE only
   std::unique_ptr<tokenizer_internal::Pretokenizer> pretok;  // BPE only
   std::unique_ptr<tokenizer_internal::SpmMerger> spm;
   std::unique_ptr<tokenizer_internal::BpeMerger> bpe;

@@ -55,7 +55,8 @@ absl::Status ReadOptionalBool(const gguf::GgufFile& f, const char* key,
 // tokenizer.ggml.scores: float32 or int32 array, optional.
 absl::Status ReadScores(const gguf::GgufFile& f, std::vector<float>* out) {
   if (!f.Has(kScoresKey)) return absl::OkStatus();
-  absl::StatusOr<const std::vector<double>*> floats = f.GetFloatArray(kScoresKey);
+  absl::StatusOr<const std::vector<double>*> floats =
+      f.GetFloatArray(kScoresKey);
   if (floats.ok()) {
     out->assign((*floats)->begin(), (*floats)->end());
     return absl::OkStatus();
@@ -66,7 +67,8 @@ absl::Status ReadScores(const gguf::GgufFile& f, std::vector<float>* out) {
   return absl::OkStatus();
 }
 
-absl::Status ReadTokenTypes(const gguf::GgufFile& f, std::vector<int32_t>* out) {
+absl::Status ReadTokenTypes(const gguf::GgufFile& f,
+                            std::vector<int32_t>* out) {
   if (!f.Has(kTypesKey)) return absl::OkStatus();
   absl::StatusOr<const std::vector<int64_t>*> ints = f.GetIntArray(kTypesKey);
   if (!ints.ok()) return Annotate(ints.status());
@@ -85,8 +87,8 @@ absl::Status ReadModelAndLists(const gguf::GgufFile& f, TokenizerConfig* c) {
   } else if (*model == "gpt2") {
     c->type = TokenizerType::kBpe;
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "tokenizer: unsupported ", kModelKey, " '", *model, "'"));
+    return absl::UnimplementedError(
+        absl::StrCat("tokenizer: unsupported ", kModelKey, " '", *model, "'"));
   }
   if (f.Has(kPreKey)) {
     absl::StatusOr<std::string> pre = f.GetString(kPreKey);
@@ -144,14 +146,14 @@ absl::Status BuildVocab(TokenizerConfig& c, Vocab* v) {
         absl::StrCat("tokenizer: ", kTokensKey, " has too many entries"));
   }
   if (!c.scores.empty() && c.scores.size() < n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer: ", kScoresKey, " has ", c.scores.size(),
-        " entries, fewer than the ", n, " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer: ", kScoresKey, " has ", c.scores.size(),
+                     " entries, fewer than the ", n, " tokens"));
   }
   if (!c.token_types.empty() && c.token_types.size() < n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer: ", kTypesKey, " has ", c.token_types.size(),
-        " entries, fewer than the ", n, " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer: ", kTypesKey, " has ", c.token_types.size(),
+                     " entries, fewer than the ", n, " tokens"));
   }
   v->text = std::move(c.tokens);
   v->score.assign(n, 0.0f);
@@ -163,12 +165,11 @@ absl::Status BuildVocab(TokenizerConfig& c, Vocab* v) {
     if (!c.token_types.empty()) v->attr[i] = AttrFromGgufType(c.token_types[i]);
   }
   for (size_t i = 0; i < n; ++i) {
-    auto [it, inserted] =
-        v->index.emplace(v->text[i], static_cast<int32_t>(i));
+    auto [it, inserted] = v->index.emplace(v->text[i], static_cast<int32_t>(i));
     if (!inserted) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tokenizer: duplicate token in ", kTokensKey, ": ids ", it->second,
-          " and ", i));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer: duplicate token in ", kTokensKey, ": ids ",
+                       it->second, " and ", i));
     }
   }
   return absl::OkStatus();
@@ -181,7 +182,7 @@ int32_t PickId(const Vocab& v, const std::optional<int64_t>& configured,
     return static_cast<int32_t>(*configured);
   }
   return fallback >= 0 && fallback < v.size() ? static_cast<int32_t>(fallback)
-                                               : -1;
+                                              : -1;
 }
 
 // First token (in list order) whose text is one of `texts`, or -1.
@@ -220,11 +221,12 @@ absl::Status ResolveSpecialIds(const TokenizerConfig& c,
     return absl::InvalidArgumentError(absl::StrCat(
         "tokenizer: ", kAddEosKey, " is true, but ", kEosKey, " is not set"));
   }
-  impl->eot = DetectSpecial(
-      &v, c.eot_id,
-      {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-       "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-       "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"});
+  impl->eot =
+      DetectSpecial(&v, c.eot_id,
+                    {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                     "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
+                     "<\xEF\xBD\x9C"
+                     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"});
   impl->eom = DetectSpecial(&v, c.eom_id, {"<|eom_id|>"});
   return absl::OkStatus();
 }
@@ -244,9 +246,11 @@ void BuildEogSet(const TokenizerConfig& c, Tokenizer::Impl* impl) {
   };
   for (int32_t id : fim) eog.push_back(id);
   for (const char* text :
-       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-        "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
-        "<end_of_utterance>"}) {
+       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+        "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<\xEF\xBD\x9C"
+        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"}) {
     const int32_t id = v.Find(text);
     if (id < 0) continue;
     v.attr[id] |= kAttrControl;
@@ -286,8 +290,8 @@ absl::Status BuildAlgorithm(const TokenizerConfig& c, Tokenizer::Impl* impl) {
   absl::StatusOr<tokenizer_internal::PreTokenizerSpec> spec =
       tokenizer_internal::PreTokenizerSpecFor(c.pre);
   if (!spec.ok()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tokenizer: ", kPreKey, ": ", spec.status().message()));
+    return absl::UnimplementedError(
+        absl::StrCat("tokenizer: ", kPreKey, ": ", spec.status().message()));
   }
   absl::StatusOr<std::unique_ptr<tokenizer_internal::Pretokenizer>> pretok =
       tokenizer_internal::Pretokenizer::Create(spec->patterns);

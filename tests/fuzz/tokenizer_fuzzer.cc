@@ -79,9 +79,18 @@ std::unique_ptr<Tokenizer> BpeTokenizer(const char* pre) {
     }
     c.tokens.push_back(s);
   }
-  c.merges = {"\xC4\xA0 a", "a b", "\xC4\xA0" "a b", "\xC4\xA0 \xC4\xA0", "1 2",
+  c.merges = {"\xC4\xA0 a",
+              "a b",
+              "\xC4\xA0"
+              "a b",
+              "\xC4\xA0 \xC4\xA0",
+              "1 2",
               "\xC3\x83 \xC2\xA4"};
-  for (const char* t : {"\xC4\xA0" "a", "ab", "\xC4\xA0" "ab",
+  for (const char* t : {"\xC4\xA0"
+                        "a",
+                        "ab",
+                        "\xC4\xA0"
+                        "ab",
                         "\xC4\xA0\xC4\xA0", "12", "\xC3\x83\xC2\xA4"}) {
     c.tokens.push_back(t);
   }
@@ -129,7 +138,8 @@ void CheckTokenizer(const Tokenizer& tok, const std::string& text,
   Check(IsValidUtf8(text));
   for (int32_t id : *ids) Check(id >= 0 && id < tok.vocab_size());
   const std::string decoded = tok.Decode(*ids);
-  if (!add_special && !parse_special && text.find("[UD]") == std::string::npos) {
+  if (!add_special && !parse_special &&
+      text.find("[UD]") == std::string::npos) {
     const bool spm = tok.type() == TokenizerType::kSentencePiece;
     Check(decoded == ((spm && !text.empty()) ? " " + text : text));
   }

@@ -35,10 +35,10 @@ class KvFixture {
   KvFixture(const Shape& s, std::mt19937& rng) : s_(s) {
     const int64_t stride = s.head_dim + 3;  // rows are not packed
     for (int h = 0; h < s.n_kv; ++h) {
-      k_.push_back(Encode(s.dtype, RandomFloats(rng, s.n_ctx * stride),
-                          s.n_ctx, stride));
-      v_.push_back(Encode(s.dtype, RandomFloats(rng, s.n_ctx * stride),
-                          s.n_ctx, stride));
+      k_.push_back(Encode(s.dtype, RandomFloats(rng, s.n_ctx * stride), s.n_ctx,
+                          stride));
+      v_.push_back(Encode(s.dtype, RandomFloats(rng, s.n_ctx * stride), s.n_ctx,
+                          stride));
     }
     // Cut [0, n_ctx) into 3 spans plus an empty one; span 1 gets explicit,
     // descending positions; the list is stored in reverse order.

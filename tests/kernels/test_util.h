@@ -47,8 +47,8 @@ inline std::vector<uint8_t> Encode(DType t, const std::vector<float>& src,
         b[k].d = F32ToF16(dq);
         const float inv = dq > 0.0f ? 1.0f / dq : 0.0f;
         for (int j = 0; j < kQ8_0BlockSize; ++j) {
-          b[k].qs[j] = static_cast<int8_t>(
-              std::lround(s[k * kQ8_0BlockSize + j] * inv));
+          b[k].qs[j] =
+              static_cast<int8_t>(std::lround(s[k * kQ8_0BlockSize + j] * inv));
         }
       }
     }
@@ -56,10 +56,14 @@ inline std::vector<uint8_t> Encode(DType t, const std::vector<float>& src,
   return out;
 }
 
-// The kernel tables this CPU can run: scalar always, AVX-512 if present.
+// The kernel tables this CPU can run: scalar always, AVX2 and AVX-512 if
+// present.
 inline std::vector<const KernelSet*> AvailableKernelSets() {
   std::vector<const KernelSet*> out = {&ScalarKernels()};
   const CpuFeatures& f = GetCpuFeatures();
+  if (f.avx2 && f.fma && f.f16c && Avx2Kernels() != nullptr) {
+    out.push_back(Avx2Kernels());
+  }
   if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c &&
       Avx512Kernels() != nullptr) {
     out.push_back(Avx512Kernels());

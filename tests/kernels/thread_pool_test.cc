@@ -37,9 +37,8 @@ TEST_P(ThreadPoolTest, ManySmallJobs) {
   ThreadPool pool(GetParam());
   std::atomic<int64_t> sum{0};
   for (int rep = 0; rep < 20000; ++rep) {
-    pool.ParallelFor(GetParam() * 2, 1, [&](int64_t b, int64_t e) {
-      sum.fetch_add(e - b);
-    });
+    pool.ParallelFor(GetParam() * 2, 1,
+                     [&](int64_t b, int64_t e) { sum.fetch_add(e - b); });
   }
   EXPECT_EQ(sum.load(), int64_t{20000} * GetParam() * 2);
 }

@@ -59,7 +59,8 @@ TEST(SpmConfigTest, MergesByScoreWithByteFallback) {
   const int32_t base = 3 + 256;  // first extra id
   // "▁a" (score -(base+3)) outranks "ab" (-(base+4)), then "▁a"+"b".
   EXPECT_EQ(Enc(*t, "ab"), (std::vector<int32_t>{base + 5}));
-  EXPECT_EQ(Enc(*t, "ba"), (std::vector<int32_t>{base + 0, base + 2, base + 1}));
+  EXPECT_EQ(Enc(*t, "ba"),
+            (std::vector<int32_t>{base + 0, base + 2, base + 1}));
   // 'é' = C3 A9 has no token: byte fallback.
   EXPECT_EQ(Enc(*t, "\xC3\xA9"),
             (std::vector<int32_t>{base + 0, 3 + 0xC3, 3 + 0xA9}));
@@ -82,7 +83,13 @@ TokenizerConfig BpeConfig() {
   c.type = TokenizerType::kBpe;
   c.pre = "gpt-2";
   // Byte-level: ' ' is U+0120 "Ġ".
-  c.tokens = {"a", "b", "\xC4\xA0", "ab", "\xC4\xA0" "ab", "<|end|>"};
+  c.tokens = {"a",
+              "b",
+              "\xC4\xA0",
+              "ab",
+              "\xC4\xA0"
+              "ab",
+              "<|end|>"};
   c.token_types = {1, 1, 1, 1, 1, 3};
   c.merges = {"a b", "\xC4\xA0 ab"};
   return c;

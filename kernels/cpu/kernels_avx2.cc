@@ -1,0 +1,169 @@
+// AVX2/FMA/F16C primitives for CPUs without AVX-512 (built with
+// -mavx2 -mfma -mf16c; used only when GetCpuFeatures() reports them).
+// MatMul and SwiGlu are vectorised here; the attention primitives reuse the
+// portable versions (they are auto-vectorised reasonably well).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/kernel_set.h"
+
+namespace ckv::kernels::cpu {
+namespace avx2 {
+namespace {
+
+template <DType T>
+inline __m256 Load8(const void* row, int64_t i) {
+  if constexpr (T == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + i);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+        static_cast<const uint16_t*>(row) + i));
+    if constexpr (T == DType::kF16) {
+      return _mm256_cvtph_ps(h);
+    } else {
+      return _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+  }
+}
+
+inline float Sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+float ElementF(DType t, const void* row, int64_t i) {
+  const auto* h = static_cast<const uint16_t*>(row);
+  switch (t) {
+    case DType::kF32:
+      return static_cast<const float*>(row)[i];
+    case DType::kF16:
+      return _cvtsh_ss(h[i]);
+    default:
+      return BF16ToF32(h[i]);
+  }
+}
+
+template <DType T>
+float DotRow(const void* row, int64_t n, const float* x) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(Load8<T>(row, i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(Load8<T>(row, i + 8), _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float s = Sum8(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) s += ElementF(T, row, i) * x[i];
+  return s;
+}
+
+float DotQ8(const void* row, int64_t n, const float* x) {
+  const auto* b = static_cast<const BlockQ8_0*>(row);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t k = 0; k < n / kQ8_0BlockSize; ++k) {
+    __m256 s = _mm256_setzero_ps();
+    for (int j = 0; j < kQ8_0BlockSize; j += 8) {
+      const __m128i q =
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[k].qs + j));
+      s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)),
+                          _mm256_loadu_ps(x + 32 * k + j), s);
+    }
+    acc = _mm256_fmadd_ps(s, _mm256_set1_ps(_cvtsh_ss(b[k].d)), acc);
+  }
+  return Sum8(acc);
+}
+
+void Gemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+          int64_t n_in, const float* x, float* y) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const void* row = static_cast<const char*>(w) + r * row_bytes;
+    switch (t) {
+      case DType::kF32:
+        y[r] = DotRow<DType::kF32>(row, n_in, x);
+        break;
+      case DType::kF16:
+        y[r] = DotRow<DType::kF16>(row, n_in, x);
+        break;
+      case DType::kBF16:
+        y[r] = DotRow<DType::kBF16>(row, n_in, x);
+        break;
+      case DType::kQ8_0:
+        y[r] = DotQ8(row, n_in, x);
+        break;
+    }
+  }
+}
+
+template <DType T>
+void ToF32T(const void* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, Load8<T>(src, i));
+  for (; i < n; ++i) dst[i] = ElementF(T, src, i);
+}
+
+void ToF32(DType t, const void* src, int64_t n, float* dst) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF16:
+      ToF32T<DType::kF16>(src, n, dst);
+      return;
+    case DType::kBF16:
+      ToF32T<DType::kBF16>(src, n, dst);
+      return;
+    case DType::kQ8_0:
+      ScalarKernels().to_f32(t, src, n, dst);
+      return;
+  }
+}
+
+// Rows [r0, r0+4) x columns [c0, c0+16) of the register tile.
+void GemmQuarter(const float* const* a, const float* xt, int64_t k, int r0,
+                 int c0, float (*tmp)[kGemmCols]) {
+  __m256 c[4][2];
+  for (auto& row : c) row[0] = row[1] = _mm256_setzero_ps();
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const __m256 x0 = _mm256_loadu_ps(xt + kk * kGemmCols + c0);
+    const __m256 x1 = _mm256_loadu_ps(xt + kk * kGemmCols + c0 + 8);
+    for (int r = 0; r < 4; ++r) {
+      const __m256 b = _mm256_broadcast_ss(a[r0 + r] + kk);
+      c[r][0] = _mm256_fmadd_ps(b, x0, c[r][0]);
+      c[r][1] = _mm256_fmadd_ps(b, x1, c[r][1]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    _mm256_storeu_ps(tmp[r0 + r] + c0, c[r][0]);
+    _mm256_storeu_ps(tmp[r0 + r] + c0 + 8, c[r][1]);
+  }
+}
+
+void GemmTile(const float* const* a, const float* xt, int64_t k, float* y,
+              int64_t ldy, int nr, int nc) {
+  static_assert(kGemmRows == 8 && kGemmCols == 32);
+  float tmp[kGemmRows][kGemmCols];
+  for (int r0 = 0; r0 < 8; r0 += 4) {
+    for (int c0 = 0; c0 < 32; c0 += 16) GemmQuarter(a, xt, k, r0, c0, tmp);
+  }
+  for (int j = 0; j < nc; ++j) {
+    for (int r = 0; r < nr; ++r) y[j * ldy + r] = tmp[r][j];
+  }
+}
+
+}  // namespace
+}  // namespace avx2
+
+const KernelSet* Avx2Kernels() {
+  const KernelSet& s = ScalarKernels();
+  static const KernelSet ks = {
+      "avx2",   avx2::ToF32, avx2::Gemv,    avx2::GemmTile, s.load_kt,
+      s.load_v, s.qk,        s.softmax_row, s.pv,           s.swiglu,
+  };
+  return &ks;
+}
+
+}  // namespace ckv::kernels::cpu
