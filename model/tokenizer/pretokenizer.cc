@@ -27,8 +27,9 @@ std::string Qwen2Pattern() {
                       R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
 }
 
-constexpr char kGpt2Pattern[] =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+// GPT-2 split (HF's, with the trailing \s+ that llama.cpp leaves implicit).
+constexpr char kGpt2Pattern[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+)"
+                                R"(| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 bool IsOneOf(absl::string_view s, std::initializer_list<absl::string_view> l) {
   for (absl::string_view x : l) {

@@ -6,7 +6,8 @@
 // Checked invariants (violations trap): Encode fails only with
 // INVALID_ARGUMENT and only on invalid UTF-8; ids are in range; without
 // special handling Decode(Encode(x)) reproduces x (SPM: with the space
-// prefix); streamed text is valid UTF-8 and equals Decode when that is.
+// prefix, and only for text without a literal U+2581); streamed text is valid
+// UTF-8 and equals Decode when that is.
 
 #include <cstddef>
 #include <cstdint>
@@ -138,9 +139,12 @@ void CheckTokenizer(const Tokenizer& tok, const std::string& text,
   Check(IsValidUtf8(text));
   for (int32_t id : *ids) Check(id >= 0 && id < tok.vocab_size());
   const std::string decoded = tok.Decode(*ids);
+  // Round trip, unless special tokens are involved or (SPM) the text holds
+  // U+2581 itself, which decodes to a space like the escaped spaces.
+  const bool spm = tok.type() == TokenizerType::kSentencePiece;
   if (!add_special && !parse_special &&
-      text.find("[UD]") == std::string::npos) {
-    const bool spm = tok.type() == TokenizerType::kSentencePiece;
+      text.find("[UD]") == std::string::npos &&
+      !(spm && text.find(kSp) != std::string::npos)) {
     Check(decoded == ((spm && !text.empty()) ? " " + text : text));
   }
   ckv::StreamingDetokenizer stream(tok);
