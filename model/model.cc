@@ -36,4 +36,19 @@ DenseKvCacheOptions DenseCacheOptions(const ModelConfig& c,
   return o;
 }
 
+KvShape KvShapeOf(const ModelConfig& c) {
+  return KvShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim};
+}
+
+std::unique_ptr<KvCache> NewKvCache(const ModelConfig& config,
+                                    const KvStoreConfig& kv,
+                                    kernels::DType dense_type,
+                                    ClusterWorker* worker) {
+  if (kv.policy == KvPolicy::kFull) {
+    return std::make_unique<DenseKvCache>(
+        DenseCacheOptions(config, dense_type, kv.max_tokens));
+  }
+  return std::make_unique<ClusteredKvStore>(KvShapeOf(config), kv, worker);
+}
+
 }  // namespace ckv

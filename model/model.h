@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "model/dense_kv_cache.h"
 #include "model/gguf/gguf.h"
+#include "model/kv/clustered_store.h"
 #include "model/model_config.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
@@ -27,5 +28,14 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path);
 DenseKvCacheOptions DenseCacheOptions(const ModelConfig& config,
                                       kernels::DType dtype,
                                       int64_t max_tokens);
+
+// The KV cache a session of `config` uses: policy full -> a dense cache of
+// `dense_type` (F32 allowed); otherwise the clustered store (its host tier
+// is kv.kv_dtype), clustering on `worker` when given.
+std::unique_ptr<KvCache> NewKvCache(const ModelConfig& config,
+                                    const KvStoreConfig& kv,
+                                    kernels::DType dense_type,
+                                    ClusterWorker* worker);
+KvShape KvShapeOf(const ModelConfig& config);
 
 }  // namespace ckv

@@ -28,7 +28,8 @@ bool SameSpans(const KvSpanList& a, const KvSpanList& b) {
     const KvSpan &x = a.spans[i], &y = b.spans[i];
     if (x.k != y.k || x.v != y.v || x.dtype != y.dtype ||
         x.stride != y.stride || x.count != y.count ||
-        x.first_pos != y.first_pos || x.positions != y.positions) {
+        x.first_pos != y.first_pos || x.positions != y.positions ||
+        x.rows != y.rows) {
       return false;
     }
   }
@@ -154,8 +155,9 @@ void PrefetchRows(const KvSpan& sp, int64_t j0, int64_t j1, int hd) {
   const int64_t row_bytes = RowBytes(sp.dtype, sp.stride);
   const int64_t used = RowBytes(sp.dtype, hd);
   for (int64_t r = j0; r < j1; ++r) {
-    const char* k = static_cast<const char*>(sp.k) + r * row_bytes;
-    const char* v = static_cast<const char*>(sp.v) + r * row_bytes;
+    const int64_t i = sp.rows ? sp.rows[r] : r;
+    const char* k = static_cast<const char*>(sp.k) + i * row_bytes;
+    const char* v = static_cast<const char*>(sp.v) + i * row_bytes;
     for (int64_t off = 0; off < used; off += 64) {
       __builtin_prefetch(k + off);
       __builtin_prefetch(v + off);
@@ -163,7 +165,8 @@ void PrefetchRows(const KvSpan& sp, int64_t j0, int64_t j1, int hd) {
   }
 }
 
-// One key tile (n rows of span `sp` from row j0) against the item's rows.
+// One key tile (span rows [j0, j0 + n)) against the item's rows. With an
+// index list the loaders gather the stored rows sp.rows[j0 + j].
 void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
                  int rows, int64_t max_qpos, Scratch& sc) {
   const AttentionArgs& a = *plan.a;
@@ -171,16 +174,19 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
   int64_t kmin = INT64_MAX, kmax = INT64_MIN;
   for (int j = 0; j < n; ++j) {
     const int64_t r = j0 + j;
-    sc.kpos[j] = sp.positions ? sp.positions[r] : sp.first_pos + r;
+    sc.kpos[j] = sp.positions ? sp.positions[r]
+                 : sp.rows    ? sp.first_pos + sp.rows[r]
+                              : sp.first_pos + r;
     kmin = std::min(kmin, sc.kpos[j]);
     kmax = std::max(kmax, sc.kpos[j]);
   }
   if (kmin > max_qpos) return;  // entirely in every row's future
   PrefetchRows(sp, j0 + n, std::min(sp.count, j0 + 2 * n), a.head_dim);
-  const int64_t off = RowBytes(sp.dtype, sp.stride) * j0;
-  ks.load_kt(sp.dtype, static_cast<const char*>(sp.k) + off, sp.stride, n,
+  const int32_t* idx = sp.rows ? sp.rows + j0 : nullptr;
+  const int64_t off = idx ? 0 : RowBytes(sp.dtype, sp.stride) * j0;
+  ks.load_kt(sp.dtype, static_cast<const char*>(sp.k) + off, sp.stride, idx, n,
              a.head_dim, sc.kt.data());
-  ks.load_v(sp.dtype, static_cast<const char*>(sp.v) + off, sp.stride, n,
+  ks.load_v(sp.dtype, static_cast<const char*>(sp.v) + off, sp.stride, idx, n,
             a.head_dim, plan.ldv, sc.vt.data());
   ks.qk(sc.q.data(), a.head_dim, rows, sc.kt.data(), a.head_dim, sc.s.data());
   for (int i = 0; i < rows; ++i) {

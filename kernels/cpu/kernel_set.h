@@ -15,6 +15,9 @@ inline constexpr int kTileK = 64;
 // GEMM register tile: kGemmRows weight rows x kGemmCols tokens.
 inline constexpr int kGemmRows = 8;
 inline constexpr int kGemmCols = 32;
+// K-means score block: kScoreRows keys x panels of kScoreCols centroids.
+inline constexpr int kScoreRows = 12;
+inline constexpr int kScoreCols = 32;
 
 struct KernelSet {
   const char* name;
@@ -34,13 +37,14 @@ struct KernelSet {
                     int64_t ldy, int nr, int nc);
 
   // Attention: kt[d * kTileK + j] = K_j[d] for j < n, zeros for
-  // n <= j < kTileK; d < hd. Row j of K is at k + j * stride elements.
-  void (*load_kt)(DType t, const void* k, int64_t stride, int n, int hd,
-                  float* kt);
+  // n <= j < kTileK; d < hd. Row j of K is at k + i * stride elements with
+  // i = rows[j] when `rows` is set (a gather), else i = j.
+  void (*load_kt)(DType t, const void* k, int64_t stride, const int32_t* rows,
+                  int n, int hd, float* kt);
   // vt[j * ldv + d] = V_j[d] for j < n, d < hd; zeros for hd <= d < ldv
-  // and for rows n <= j < kTileK. ldv is a multiple of 16.
-  void (*load_v)(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
-                 float* vt);
+  // and for rows n <= j < kTileK. ldv is a multiple of 16. Rows as load_kt.
+  void (*load_v)(DType t, const void* v, int64_t stride, const int32_t* rows,
+                 int n, int hd, int ldv, float* vt);
   // s[i * kTileK + j] = sum_d q[i * ldq + d] * kt[d * kTileK + j].
   void (*qk)(const float* q, int ldq, int rows, const float* kt, int hd,
              float* s);
@@ -56,6 +60,28 @@ struct KernelSet {
 
   // out[i] = g / (1 + exp(-g)) * up[i], g = gate[i].
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
+
+  // K-means scores (kmeans.cc) of kScoreRows keys against n_panels panels of
+  // kScoreCols centroids. xt[d * kScoreRows + r] is element d of key r;
+  // panels[(p * dim + d) * kScoreCols + c] is element d of centroid
+  // p * kScoreCols + c. For r < kScoreRows, c < n_panels * kScoreCols:
+  // s[r * lds + c] = sum_d key_r[d] * centroid_c[d] in F32, summation order
+  // unspecified (the caller bounds the rounding error).
+  void (*score_block)(const float* xt, const float* panels, int n_panels,
+                      int dim, float* s, int64_t lds);
+  // Over s[0..n), n >= 1: *best = the maximum, *best_idx = its lowest index,
+  // *second = the maximum over the other indices (-inf when n == 1).
+  void (*top2)(const float* s, int n, float* best, int* best_idx,
+               float* second);
+  // Quest page bounds: mn[d] / mx[d] = min / max over rows j < n (n >= 1)
+  // of element d (d < dim) of row j, at src + j * stride elements of type t
+  // (kF32, kF16 or kBF16).
+  void (*page_minmax)(DType t, const void* src, int64_t stride, int n, int dim,
+                      float* mn, float* mx);
+  // scores[p] = sum_d max(q[d] * mx[p * dim + d], q[d] * mn[p * dim + d])
+  // for p < n_pages, in F32.
+  void (*quest_scores)(const float* q, const float* mn, const float* mx,
+                       int64_t n_pages, int dim, float* scores);
 };
 
 const KernelSet& ScalarKernels();

@@ -1,9 +1,11 @@
 // AVX2/FMA/F16C primitives for CPUs without AVX-512 (built with
 // -mavx2 -mfma -mf16c; used only when GetCpuFeatures() reports them).
-// MatMul and SwiGlu are vectorised here; the attention primitives reuse the
+// MatMul, SwiGlu, the k-means score block and Quest page bounds are
+// vectorised here; the attention primitives (and top2, quest_scores) reuse the
 // portable versions (they are auto-vectorised reasonably well).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -154,14 +156,103 @@ void GemmTile(const float* const* a, const float* xt, int64_t k, float* y,
   }
 }
 
+// Keys [r0, r0 + 6) x columns [c0, c0 + 16) of one panel.
+void ScoreSixth(const float* xt, const float* mp, int dim, int r0, int c0,
+                float* s, int64_t lds) {
+  __m256 acc[6][2];
+  for (auto& row : acc) row[0] = row[1] = _mm256_setzero_ps();
+  for (int d = 0; d < dim; ++d) {
+    const __m256 m0 = _mm256_loadu_ps(mp + d * kScoreCols + c0);
+    const __m256 m1 = _mm256_loadu_ps(mp + d * kScoreCols + c0 + 8);
+    const float* xr = xt + d * kScoreRows + r0;
+    for (int r = 0; r < 6; ++r) {
+      const __m256 b = _mm256_broadcast_ss(xr + r);
+      acc[r][0] = _mm256_fmadd_ps(b, m0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(b, m1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < 6; ++r) {
+    _mm256_storeu_ps(s + (r0 + r) * lds + c0, acc[r][0]);
+    _mm256_storeu_ps(s + (r0 + r) * lds + c0 + 8, acc[r][1]);
+  }
+}
+
+void ScoreBlock(const float* xt, const float* panels, int n_panels, int dim,
+                float* s, int64_t lds) {
+  static_assert(kScoreRows == 12 && kScoreCols == 32);
+  for (int p = 0; p < n_panels; ++p) {
+    const float* mp = panels + int64_t{p} * dim * kScoreCols;
+    for (int r0 = 0; r0 < kScoreRows; r0 += 6) {
+      for (int c0 = 0; c0 < kScoreCols; c0 += 16) {
+        ScoreSixth(xt, mp, dim, r0, c0, s + p * kScoreCols, lds);
+      }
+    }
+  }
+}
+
+template <DType T>
+void PageMinMaxT(const void* src, int64_t stride, int n, int dim, float* mn,
+                 float* mx) {
+  const int64_t row_bytes = RowBytes(T, stride);
+  const char* base = static_cast<const char*>(src);
+  int d = 0;
+  for (; d + 8 <= dim; d += 8) {
+    __m256 lo = Load8<T>(base, d), hi = lo;
+    for (int j = 1; j < n; ++j) {
+      const __m256 v = Load8<T>(base + j * row_bytes, d);
+      lo = _mm256_min_ps(lo, v);
+      hi = _mm256_max_ps(hi, v);
+    }
+    _mm256_storeu_ps(mn + d, lo);
+    _mm256_storeu_ps(mx + d, hi);
+  }
+  for (; d < dim; ++d) {
+    float lo = ElementF(T, base, d), hi = lo;
+    for (int j = 1; j < n; ++j) {
+      const float v = ElementF(T, base + j * row_bytes, d);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    mn[d] = lo;
+    mx[d] = hi;
+  }
+}
+
+void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
+                float* mn, float* mx) {
+  switch (t) {
+    case DType::kF16:
+      PageMinMaxT<DType::kF16>(src, stride, n, dim, mn, mx);
+      return;
+    case DType::kBF16:
+      PageMinMaxT<DType::kBF16>(src, stride, n, dim, mn, mx);
+      return;
+    default:
+      PageMinMaxT<DType::kF32>(src, stride, n, dim, mn, mx);
+      return;
+  }
+}
+
 }  // namespace
 }  // namespace avx2
 
 const KernelSet* Avx2Kernels() {
   const KernelSet& s = ScalarKernels();
   static const KernelSet ks = {
-      "avx2",   avx2::ToF32, avx2::Gemv,    avx2::GemmTile, s.load_kt,
-      s.load_v, s.qk,        s.softmax_row, s.pv,           s.swiglu,
+      "avx2",
+      avx2::ToF32,
+      avx2::Gemv,
+      avx2::GemmTile,
+      s.load_kt,
+      s.load_v,
+      s.qk,
+      s.softmax_row,
+      s.pv,
+      s.swiglu,
+      avx2::ScoreBlock,
+      s.top2,
+      avx2::PageMinMax,
+      s.quest_scores,
   };
   return &ks;
 }

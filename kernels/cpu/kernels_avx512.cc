@@ -10,13 +10,22 @@ namespace ckv::kernels::cpu {
 namespace avx512 {
 
 // Attention primitives (kernels_avx512_attn.cc).
-void LoadKt(DType t, const void* k, int64_t stride, int n, int hd, float* kt);
-void LoadV(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
-           float* vt);
+void LoadKt(DType t, const void* k, int64_t stride, const int32_t* rows, int n,
+            int hd, float* kt);
+void LoadV(DType t, const void* v, int64_t stride, const int32_t* rows, int n,
+           int hd, int ldv, float* vt);
 void Qk(const float* q, int ldq, int rows, const float* kt, int hd, float* s);
 float SoftmaxRow(float* s, uint64_t valid, float* m, float* l);
 void Pv(const float* p, int rows, const float* vt, int n, int ldv,
         const float* alpha, float* o);
+// Clustered-KV primitives (kernels_avx512_cluster.cc).
+void ScoreBlock(const float* xt, const float* panels, int n_panels, int dim,
+                float* s, int64_t lds);
+void Top2(const float* s, int n, float* best, int* best_idx, float* second);
+void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
+                float* mn, float* mx);
+void QuestScores(const float* q, const float* mn, const float* mx,
+                 int64_t n_pages, int dim, float* scores);
 
 namespace {
 
@@ -189,9 +198,11 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
 
 const KernelSet* Avx512Kernels() {
   static const KernelSet ks = {
-      "avx512",       avx512::ToF32,  avx512::Gemv, avx512::GemmTile,
-      avx512::LoadKt, avx512::LoadV,  avx512::Qk,   avx512::SoftmaxRow,
-      avx512::Pv,     avx512::SwiGlu,
+      "avx512",           avx512::ToF32,       avx512::Gemv,
+      avx512::GemmTile,   avx512::LoadKt,      avx512::LoadV,
+      avx512::Qk,         avx512::SoftmaxRow,  avx512::Pv,
+      avx512::SwiGlu,     avx512::ScoreBlock,  avx512::Top2,
+      avx512::PageMinMax, avx512::QuestScores,
   };
   return &ks;
 }

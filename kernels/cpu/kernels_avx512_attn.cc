@@ -12,21 +12,29 @@ namespace {
 
 static_assert(kTileK == 64, "qk/softmax assume 4 vectors per key tile");
 
+// Row j of a tile: k + i * row_bytes, i = rows[j] (gather) or j.
+inline const char* RowPtr(const char* k, int64_t row_bytes, const int32_t* rows,
+                          int j) {
+  return k + (rows != nullptr ? int64_t{rows[j]} : int64_t{j}) * row_bytes;
+}
+
 // Transposes a block of 16 rows x (up to) 16 dims into kt columns.
 template <DType T>
-void KtBlock(const char* k, int64_t row_bytes, int rows, int d0, int dn,
-             float* kt) {
+void KtBlock(const char* k, int64_t row_bytes, const int32_t* idx, int rows,
+             int d0, int dn, float* kt) {
   const __mmask16 m = TailMask(dn);
   __m512 r[16];
   for (int j = 0; j < 16; ++j) {
-    r[j] = j < rows ? Load16<T>(k + j * row_bytes, d0, m) : _mm512_setzero_ps();
+    r[j] = j < rows ? Load16<T>(RowPtr(k, row_bytes, idx, j), d0, m)
+                    : _mm512_setzero_ps();
   }
   Transpose16(r);
   for (int d = 0; d < dn; ++d) _mm512_storeu_ps(kt + (d0 + d) * kTileK, r[d]);
 }
 
 template <DType T>
-void LoadKtT(const void* k, int64_t stride, int n, int hd, float* kt) {
+void LoadKtT(const void* k, int64_t stride, const int32_t* idx, int n, int hd,
+             float* kt) {
   const int64_t row_bytes = RowBytes(T, stride);
   const char* base = static_cast<const char*>(k);
   for (int j0 = 0; j0 < kTileK; j0 += 16) {
@@ -38,18 +46,20 @@ void LoadKtT(const void* k, int64_t stride, int n, int hd, float* kt) {
         }
         continue;
       }
-      KtBlock<T>(base + j0 * row_bytes, row_bytes, rows, d0,
-                 std::min(16, hd - d0), kt + j0);
+      KtBlock<T>(idx ? base : base + j0 * row_bytes, row_bytes,
+                 idx ? idx + j0 : nullptr, rows, d0, std::min(16, hd - d0),
+                 kt + j0);
     }
   }
 }
 
 template <DType T>
-void LoadVT(const void* v, int64_t stride, int n, int hd, int ldv, float* vt) {
+void LoadVT(const void* v, int64_t stride, const int32_t* idx, int n, int hd,
+            int ldv, float* vt) {
   const int64_t row_bytes = RowBytes(T, stride);
   const char* base = static_cast<const char*>(v);
   for (int j = 0; j < n; ++j) {
-    const char* row = base + j * row_bytes;
+    const char* row = RowPtr(base, row_bytes, idx, j);
     for (int d = 0; d < ldv; d += 16) {
       const __mmask16 m = TailMask(hd - d);
       _mm512_storeu_ps(vt + j * ldv + d,
@@ -133,31 +143,32 @@ void PvRows(const float* p, const float* vt, int n, int ldv, const float* alpha,
 
 }  // namespace
 
-void LoadKt(DType t, const void* k, int64_t stride, int n, int hd, float* kt) {
+void LoadKt(DType t, const void* k, int64_t stride, const int32_t* rows, int n,
+            int hd, float* kt) {
   switch (t) {
     case DType::kF16:
-      LoadKtT<DType::kF16>(k, stride, n, hd, kt);
+      LoadKtT<DType::kF16>(k, stride, rows, n, hd, kt);
       return;
     case DType::kBF16:
-      LoadKtT<DType::kBF16>(k, stride, n, hd, kt);
+      LoadKtT<DType::kBF16>(k, stride, rows, n, hd, kt);
       return;
     default:
-      LoadKtT<DType::kF32>(k, stride, n, hd, kt);
+      LoadKtT<DType::kF32>(k, stride, rows, n, hd, kt);
       return;
   }
 }
 
-void LoadV(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
-           float* vt) {
+void LoadV(DType t, const void* v, int64_t stride, const int32_t* rows, int n,
+           int hd, int ldv, float* vt) {
   switch (t) {
     case DType::kF16:
-      LoadVT<DType::kF16>(v, stride, n, hd, ldv, vt);
+      LoadVT<DType::kF16>(v, stride, rows, n, hd, ldv, vt);
       return;
     case DType::kBF16:
-      LoadVT<DType::kBF16>(v, stride, n, hd, ldv, vt);
+      LoadVT<DType::kBF16>(v, stride, rows, n, hd, ldv, vt);
       return;
     default:
-      LoadVT<DType::kF32>(v, stride, n, hd, ldv, vt);
+      LoadVT<DType::kF32>(v, stride, rows, n, hd, ldv, vt);
       return;
   }
 }

@@ -70,22 +70,29 @@ void GemmTile(const float* const* a, const float* xt, int64_t k, float* y,
   }
 }
 
-void LoadKt(DType t, const void* k, int64_t stride, int n, int hd, float* kt) {
+const char* RowPtr(const void* base, int64_t row_bytes, const int32_t* rows,
+                   int j) {
+  return static_cast<const char*>(base) +
+         (rows != nullptr ? int64_t{rows[j]} : int64_t{j}) * row_bytes;
+}
+
+void LoadKt(DType t, const void* k, int64_t stride, const int32_t* rows, int n,
+            int hd, float* kt) {
   std::fill(kt, kt + int64_t{hd} * kTileK, 0.0f);
   std::vector<float> row(hd);
   const int64_t row_bytes = RowBytes(t, stride);
   for (int j = 0; j < n; ++j) {
-    ToF32(t, static_cast<const char*>(k) + j * row_bytes, hd, row.data());
+    ToF32(t, RowPtr(k, row_bytes, rows, j), hd, row.data());
     for (int d = 0; d < hd; ++d) kt[d * kTileK + j] = row[d];
   }
 }
 
-void LoadV(DType t, const void* v, int64_t stride, int n, int hd, int ldv,
-           float* vt) {
+void LoadV(DType t, const void* v, int64_t stride, const int32_t* rows, int n,
+           int hd, int ldv, float* vt) {
   std::fill(vt, vt + int64_t{ldv} * kTileK, 0.0f);
   const int64_t row_bytes = RowBytes(t, stride);
   for (int j = 0; j < n; ++j) {
-    ToF32(t, static_cast<const char*>(v) + j * row_bytes, hd, vt + j * ldv);
+    ToF32(t, RowPtr(v, row_bytes, rows, j), hd, vt + j * ldv);
   }
 }
 
@@ -143,12 +150,73 @@ void SwiGluImpl(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void ScoreBlock(const float* xt, const float* panels, int n_panels, int dim,
+                float* s, int64_t lds) {
+  for (int p = 0; p < n_panels; ++p) {
+    const float* mp = panels + int64_t{p} * dim * kScoreCols;
+    for (int r = 0; r < kScoreRows; ++r) {
+      float acc[kScoreCols] = {};
+      for (int d = 0; d < dim; ++d) {
+        const float xv = xt[d * kScoreRows + r];
+        for (int c = 0; c < kScoreCols; ++c) {
+          acc[c] += xv * mp[d * kScoreCols + c];
+        }
+      }
+      std::copy(acc, acc + kScoreCols, s + r * lds + p * kScoreCols);
+    }
+  }
+}
+
+void Top2(const float* s, int n, float* best, int* best_idx, float* second) {
+  float b = s[0], sec = -INFINITY;
+  int bi = 0;
+  for (int c = 1; c < n; ++c) {
+    if (s[c] > b) {
+      sec = b;
+      b = s[c];
+      bi = c;
+    } else {
+      sec = std::max(sec, s[c]);
+    }
+  }
+  *best = b;
+  *best_idx = bi;
+  *second = sec;
+}
+
+void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
+                float* mn, float* mx) {
+  std::vector<float> row(dim);
+  const int64_t row_bytes = RowBytes(t, stride);
+  ToF32(t, src, dim, mn);
+  std::copy(mn, mn + dim, mx);
+  for (int j = 1; j < n; ++j) {
+    ToF32(t, static_cast<const char*>(src) + j * row_bytes, dim, row.data());
+    for (int d = 0; d < dim; ++d) {
+      mn[d] = std::min(mn[d], row[d]);
+      mx[d] = std::max(mx[d], row[d]);
+    }
+  }
+}
+
+void QuestScores(const float* q, const float* mn, const float* mx,
+                 int64_t n_pages, int dim, float* scores) {
+  for (int64_t p = 0; p < n_pages; ++p) {
+    float acc = 0.0f;
+    for (int d = 0; d < dim; ++d) {
+      acc += std::max(q[d] * mx[p * dim + d], q[d] * mn[p * dim + d]);
+    }
+    scores[p] = acc;
+  }
+}
+
 }  // namespace
 
 const KernelSet& ScalarKernels() {
   static const KernelSet ks = {
-      "scalar", ToF32, Gemv,       GemmTile, LoadKt,
-      LoadV,    Qk,    SoftmaxRow, Pv,       SwiGluImpl,
+      "scalar",   ToF32, Gemv,       GemmTile,    LoadKt,
+      LoadV,      Qk,    SoftmaxRow, Pv,          SwiGluImpl,
+      ScoreBlock, Top2,  PageMinMax, QuestScores,
   };
   return ks;
 }

@@ -29,11 +29,13 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // optional [rot_dims/2]: theta_i /= f_i
 };
 
-// One run of cached keys/values a query may attend to. Row r of the run is at
-// k + r*stride (elements of `dtype`); its sequence position is positions[r]
-// when `positions` is set, else first_pos + r. A query at position p attends
-// only rows with position <= p (causal). Spans of one query head must not
-// overlap; their union is what that head attends.
+// One run of cached keys/values a query may attend to. Row r (r < count) of
+// the run is the stored row i = rows[r] when `rows` is set (an index list:
+// any order, gaps allowed), else i = r; it is at k + i*stride (elements of
+// `dtype`), and its sequence position is positions[r] when `positions` is
+// set, else first_pos + i. A query at position p attends only rows with
+// position <= p (causal). Spans of one query head must not overlap; their
+// union is what that head attends.
 struct KvSpan {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -42,6 +44,7 @@ struct KvSpan {
   int64_t count = 0;          // rows in the run
   int64_t first_pos = 0;
   const int64_t* positions = nullptr;  // optional, ascending not required
+  const int32_t* rows = nullptr;       // optional [count] stored-row indices
 };
 
 struct KvSpanList {

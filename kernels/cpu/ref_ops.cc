@@ -112,15 +112,16 @@ void AttendOne(const float* q, int64_t q_pos, int head_dim, float scale,
   for (int s = 0; s < list.count; ++s) {
     const KvSpan& sp = list.spans[s];
     for (int64_t r = 0; r < sp.count; ++r) {
-      const int64_t pos = sp.positions ? sp.positions[r] : sp.first_pos + r;
+      const int64_t i = sp.rows ? sp.rows[r] : r;  // stored row
+      const int64_t pos = sp.positions ? sp.positions[r] : sp.first_pos + i;
       if (pos > q_pos) continue;
-      const void* k = RowAt(sp.k, sp.dtype, sp.stride, r);
+      const void* k = RowAt(sp.k, sp.dtype, sp.stride, i);
       double dot = 0.0;
       for (int d = 0; d < head_dim; ++d) {
         dot += q[d] * ElementAt(sp.dtype, k, d);
       }
       scores.push_back(dot * scale);
-      vrows.push_back(RowAt(sp.v, sp.dtype, sp.stride, r));
+      vrows.push_back(RowAt(sp.v, sp.dtype, sp.stride, i));
       vtypes.push_back(sp.dtype);
     }
   }

@@ -34,6 +34,26 @@ ABSL_FLAG(std::string, dtype, "f16", "make-random: f32|f16|bf16|q8_0");
 ABSL_FLAG(bool, rope_freqs, false, "make-random: add rope_freqs.weight");
 ABSL_FLAG(std::string, arch, "llama", "make-random: llama|qwen2");
 ABSL_FLAG(bool, tied, false, "make-random: tie output to token_embd");
+// KV store (see model/kv/kv_config.h for the semantics and defaults).
+ABSL_FLAG(std::string, policy, "full", "full|clusterkv|quest|streaming");
+ABSL_FLAG(int, budget, ckv::KvStoreConfig{}.budget, "selected tokens B");
+ABSL_FLAG(int, sink_tokens, ckv::KvStoreConfig{}.sink_tokens, "sink tokens");
+ABSL_FLAG(int, tokens_per_cluster, ckv::KvStoreConfig{}.tokens_per_cluster,
+          "k = ceil(n / tokens_per_cluster)");
+ABSL_FLAG(int, window, ckv::KvStoreConfig{}.window, "tail segment length");
+ABSL_FLAG(int, kmeans_max_iters, ckv::KvStoreConfig{}.kmeans_max_iters,
+          "k-means iterations at most");
+ABSL_FLAG(int, cache_steps, ckv::KvStoreConfig{}.cache_steps,
+          "R: keep blocks selected in the last R steps (0 = no cache)");
+ABSL_FLAG(std::string, gqa_selection, "per_query_head",
+          "per_query_head|per_kv_head");
+ABSL_FLAG(int, recent_tokens, ckv::KvStoreConfig{}.recent_tokens,
+          "most recent clustered tokens always selected");
+ABSL_FLAG(uint64_t, cluster_seed, ckv::KvStoreConfig{}.seed, "k-means seed");
+ABSL_FLAG(int, dense_layers, ckv::KvStoreConfig{}.dense_layers,
+          "layers below this attend densely");
+ABSL_FLAG(std::string, cluster_metric, "cosine", "cosine|l2|ip (ablation)");
+ABSL_FLAG(bool, async_clustering, true, "cluster on a worker thread");
 
 namespace ckv {
 namespace {
@@ -45,6 +65,34 @@ absl::StatusOr<kernels::DType> ParseDType(const std::string& s,
   if (s == "bf16") return kernels::DType::kBF16;
   if (s == "q8_0" && allow_q8) return kernels::DType::kQ8_0;
   return absl::InvalidArgumentError(absl::StrCat("unknown type '", s, "'"));
+}
+
+absl::Status ReadKvFlags(CliOptions& o) {
+  KvStoreConfig& c = o.kv;
+  auto policy = ParseKvPolicy(absl::GetFlag(FLAGS_policy));
+  if (!policy.ok()) return policy.status();
+  c.policy = *policy;
+  auto gqa = ParseGqaSelection(absl::GetFlag(FLAGS_gqa_selection));
+  if (!gqa.ok()) return gqa.status();
+  c.gqa_selection = *gqa;
+  auto metric = ParseClusterMetric(absl::GetFlag(FLAGS_cluster_metric));
+  if (!metric.ok()) return metric.status();
+  c.metric = *metric;
+  c.budget = absl::GetFlag(FLAGS_budget);
+  c.sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
+  c.tokens_per_cluster = absl::GetFlag(FLAGS_tokens_per_cluster);
+  c.window = absl::GetFlag(FLAGS_window);
+  c.kmeans_max_iters = absl::GetFlag(FLAGS_kmeans_max_iters);
+  c.cache_steps = absl::GetFlag(FLAGS_cache_steps);
+  c.recent_tokens = absl::GetFlag(FLAGS_recent_tokens);
+  c.seed = absl::GetFlag(FLAGS_cluster_seed);
+  c.dense_layers = absl::GetFlag(FLAGS_dense_layers);
+  c.async_clustering = absl::GetFlag(FLAGS_async_clustering);
+  c.max_tokens = o.max_context;
+  // The host tier is F16 or BF16; an F32 request keeps F16 there.
+  c.kv_dtype = o.kv_type == kernels::DType::kBF16 ? kernels::DType::kBF16
+                                                  : kernels::DType::kF16;
+  return ValidateKvStoreConfig(c);
 }
 
 }  // namespace
@@ -88,6 +136,7 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
   o.random.rope_freqs = absl::GetFlag(FLAGS_rope_freqs);
   o.random.arch = absl::GetFlag(FLAGS_arch);
   o.random.tied_embeddings = absl::GetFlag(FLAGS_tied);
+  if (auto s = ReadKvFlags(o); !s.ok()) return s;
   auto dt = ParseDType(absl::GetFlag(FLAGS_dtype), true);
   if (!dt.ok()) return dt.status();
   o.random.dtype = *dt;

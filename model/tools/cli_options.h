@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/dtype.h"
+#include "model/kv/kv_config.h"
 #include "model/make_random.h"
 #include "model/sampler.h"
 #include "model/transformer.h"
@@ -25,6 +26,7 @@ struct CliOptions {
   SamplingParams sampling;
   TransformerOptions transformer;
   RandomModelSpec random;
+  KvStoreConfig kv;  // policy == kFull: a dense cache of kv_type
 };
 
 // Reads every flag (after absl::ParseCommandLine); INVALID_ARGUMENT on bad

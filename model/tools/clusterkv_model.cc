@@ -20,6 +20,7 @@
 #include "model/make_random.h"
 #include "model/model.h"
 #include "model/tools/cli_options.h"
+#include "model/tools/recall_command.h"
 #include "nlohmann/json.hpp"
 
 namespace ckv {
@@ -83,11 +84,12 @@ absl::Status Logits(const std::string& path, const CliOptions& o) {
   }
   const ModelConfig& c = (*model)->config;
   Transformer tf(c, (*model)->weights, o.transformer);
-  DenseKvCache cache(DenseCacheOptions(c, o.kv_type, o.max_context));
+  ClusterWorker worker;
+  auto cache = NewKvCache(c, o.kv, o.kv_type, &worker);
   std::vector<float> logits;
   const bool all = o.positions == "all";
-  SequenceInput in{*ids, &cache, all ? LogitsMode::kAll : LogitsMode::kLast,
-                   &logits};
+  SequenceInput in = MakeInput(
+      *ids, cache.get(), all ? LogitsMode::kAll : LogitsMode::kLast, &logits);
   if (auto s = tf.Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
   nlohmann::json j;
   j["positions"] = nlohmann::json::array();
@@ -117,8 +119,9 @@ absl::Status RunGenerate(const std::string& path, const CliOptions& o) {
                                  /*parse_special=*/true);
   if (!ids.ok()) return ids.status();
   Transformer tf(m.config, m.weights, o.transformer);
-  DenseKvCache cache(DenseCacheOptions(m.config, o.kv_type, o.max_context));
-  auto result = Generate(tf, *m.tokenizer, cache, *ids, o.sampling,
+  ClusterWorker worker;
+  auto cache = NewKvCache(m.config, o.kv, o.kv_type, &worker);
+  auto result = Generate(tf, *m.tokenizer, *cache, *ids, o.sampling,
                          [](absl::string_view piece) {
                            std::fwrite(piece.data(), 1, piece.size(), stdout);
                            std::fflush(stdout);
@@ -129,13 +132,23 @@ absl::Status RunGenerate(const std::string& path, const CliOptions& o) {
   const double n_gen = result->tokens.size();
   std::fprintf(stderr,
                "prefill: %lld tokens, %.1f tok/s | decode: %.0f tokens, "
-               "%.1f tok/s | finish: %s | threads %d, kernels %s\n",
+               "%.1f tok/s | finish: %s | policy %s | threads %d, kernels %s\n",
                static_cast<long long>(result->prompt_tokens),
                result->prompt_tokens / std::max(1e-9, result->prefill_seconds),
                n_gen, (n_gen - 1) / std::max(1e-9, result->decode_seconds),
-               FinishReasonName(result->finish), o.transformer.threads,
+               FinishReasonName(result->finish), KvPolicyName(o.kv.policy),
+               o.transformer.threads,
                kernels::cpu::KernelSetName());
   return absl::OkStatus();
+}
+
+absl::Status Recall(const std::string& path, const CliOptions& o) {
+  if (o.tokens_file.empty()) {
+    return absl::InvalidArgumentError("recall: --tokens-file is required");
+  }
+  auto ids = ReadTokens(o.tokens_file);
+  if (!ids.ok()) return ids.status();
+  return RunRecall(path, *ids, o);
 }
 
 absl::Status MakeRandom(const CliOptions& o) {
@@ -150,6 +163,8 @@ constexpr char kUsage[] =
     "  logits MODEL --tokens-file F [--positions all|last]\n"
     "  generate MODEL (--prompt TEXT | --prompt-file F) [--max-tokens N]\n"
     "      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
+    "  recall MODEL --tokens-file F --prompt-tokens P [--policy ...]\n"
+    "      [--budget B] [KV store flags]: sparse vs dense quality, JSON\n"
     "  make-random --out F.gguf --layers N --dim D --heads H --kv-heads K\n"
     "      --ffn F [--vocab byte|VOCAB.gguf] [--dtype f32|f16|bf16|q8_0]\n"
     "      [--seed S]\n";
@@ -164,6 +179,7 @@ absl::Status Dispatch(const std::vector<std::string>& args,
   if (cmd == "tokenize") return Tokenize(model, o);
   if (cmd == "logits") return Logits(model, o);
   if (cmd == "generate") return RunGenerate(model, o);
+  if (cmd == "recall") return Recall(model, o);
   return absl::InvalidArgumentError(kUsage);
 }
 

@@ -90,6 +90,42 @@ class CliTest(unittest.TestCase):
         p = run("nonsense", self.model, check=False)
         self.assertEqual(p.returncode, 2)
 
+    def test_recall_reports_quality(self):
+        ids = [(i * 37 + 11) % 259 for i in range(400)]
+        toks = self.path("recall.txt", " ".join(map(str, ids)))
+        base = ("recall", self.model, "--tokens-file", toks,
+                "--prompt-tokens", "360", "--dense-layers", "1",
+                "--window", "32", "--threads", "1")
+        full = json.loads(run(*base, "--policy", "full").stdout)
+        for key in ("steps", "topk_recall", "mass_recall", "kl",
+                    "top1_agreement", "layers"):
+            self.assertIn(key, full)
+        self.assertEqual(full["steps"], 40)
+        self.assertEqual([l["layer"] for l in full["layers"]], [1])
+        self.assertEqual(full["topk_recall"], 1.0)
+        self.assertAlmostEqual(full["mass_recall"], 1.0, places=9)
+        self.assertLess(full["kl"], 1e-6)
+        self.assertEqual(full["top1_agreement"], 1.0)
+        for policy in ("clusterkv", "quest", "streaming"):
+            got = json.loads(run(*base, "--policy", policy,
+                                 "--budget", "16").stdout)
+            self.assertEqual(got["steps"], 40, policy)
+            self.assertLess(got["topk_recall"], 1.0, policy)
+            self.assertLess(got["mass_recall"], 1.0, policy)
+            self.assertGreater(got["kl"], 0.0, policy)
+            layer = got["layers"][0]
+            self.assertGreater(layer["topk_recall"], 0.0, policy)
+            self.assertLessEqual(layer["mass_recall"], 1.0, policy)
+        for bad in (["--prompt-tokens", "0"], ["--prompt-tokens", "400"]):
+            p = run(*base[:4], *bad, check=False)
+            self.assertEqual(p.returncode, 2, bad)
+            self.assertIn(b"--prompt-tokens", p.stderr)
+        bad_ids = self.path("recall_bad.txt", "1 2 999999 4")
+        p = run("recall", self.model, "--tokens-file", bad_ids,
+                "--prompt-tokens", "2", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"outside the vocabulary", p.stderr)
+
     @unittest.skipUnless(os.path.isdir(FIXTURES), "fixtures absent")
     def test_tokenize_matches_llama_cpp(self):
         tok = os.path.join(FIXTURES, "tokenizer")

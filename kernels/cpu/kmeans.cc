@@ -1,0 +1,259 @@
+// Fast k-means (contract in cluster_ops.h), bit-identical to ref::KMeans.
+//
+// Assignment: every key is scored against every centroid in F32 by the
+// KernelSet's score_block (a register-tiled GEMM: kScoreRows keys x
+// kScoreCols centroids). The F32 scores are turned into the exact decision
+// as follows. Let s_c be the F32 score and t_c the exact one (the metric's
+// value up to a per-key positive factor and offset); the rounding error is
+// |s_c - t_c| <= E_i, a rigorous per-key bound (dot-product rounding
+// gamma_D * |x| * max_c |y_c| plus the rounding of the operands, see
+// Margin()). If the best F32 score beats the runner-up by more than
+// 2 * E_i (we use twice that again), its cluster is the exact argmax. Else
+// the key is settled by internal::ExactScore -- the very function ref::
+// KMeans assigns with -- over every cluster whose F32 score is within the
+// margin of the best, which provably contains the exact winner. Ties thus
+// resolve exactly as in the reference (lowest index among equal doubles).
+//
+// Update: internal::UpdateCentroids (shared with the reference): double
+// sums per cluster and channel in key order, so centroids are bitwise equal.
+//
+// Operands of the score GEMM per metric (x: key side, y: centroid side):
+//   kCosine:       x = k / |k|, y = mu / |mu|   (argmax of cos)
+//   kInnerProduct: x = k, y = mu
+//   kL2:           x = [k, 1], y = [mu, -|mu|^2 / 2]   (argmax <k,mu> -
+//                  |mu|^2/2 = argmin |k - mu|^2)
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cpu/cluster_ops.h"
+#include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/kmeans_internal.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace ckv::kernels::cpu {
+namespace {
+
+constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // F32
+
+class Solver {
+ public:
+  Solver(const KMeansProblem& p, const KernelSet& ks)
+      : p_(p),
+        ks_(ks),
+        k_(static_cast<int>(std::clamp<int64_t>(p.k, 1, p.n))),
+        dim_a_(p.dim + (p.metric == ClusterMetric::kL2 ? 1 : 0)),
+        n_blocks_((p.n + kScoreRows - 1) / kScoreRows),
+        n_panels_((k_ + kScoreCols - 1) / kScoreCols) {}
+
+  void Run(ThreadPool* pool, KMeansResult* out);
+
+ private:
+  void PrepareKeys();
+  void PackCentroids();
+  void AssignBlocks(int64_t b0, int64_t b1);
+  double Margin(int64_t i) const;
+  int32_t Settle(int64_t i, const float* s, double threshold) const;
+
+  const KMeansProblem& p_;
+  const KernelSet& ks_;
+  const int k_;
+  const int dim_a_;  // columns of the score GEMM
+  const int64_t n_blocks_;
+  const int n_panels_;
+  std::vector<float> raw_;        // [n][dim] keys in F32
+  std::vector<float> xt_;         // [n_blocks][dim_a][kScoreRows] key operand
+  std::vector<double> xnorm_;     // [n] |x|
+  std::vector<double> ksq_;       // [n] |k|^2 (kL2 margin)
+  std::vector<float> centroids_;  // [k][dim]
+  std::vector<double> inv_norm_;  // [k] for ExactScore
+  std::vector<float> panels_;     // packed centroid operand y
+  double ymax_ = 0.0;             // max_c |y_c|
+  double musq_max_ = 0.0;         // max_c |mu_c|^2
+  std::vector<int32_t> assignment_, next_;
+};
+
+void Solver::PrepareKeys() {
+  const int dim = p_.dim;
+  raw_.resize(p_.n * dim);
+  xt_.assign(n_blocks_ * dim_a_ * kScoreRows, 0.0f);
+  xnorm_.resize(p_.n);
+  ksq_.resize(p_.n);
+  const int64_t row_bytes = RowBytes(p_.dtype, p_.stride);
+  for (int64_t i = 0; i < p_.n; ++i) {
+    float* k = raw_.data() + i * dim;
+    ks_.to_f32(p_.dtype, static_cast<const char*>(p_.keys) + i * row_bytes, dim,
+               k);
+    double ss = 0.0;
+    for (int d = 0; d < dim; ++d) ss += double{k[d]} * k[d];
+    const double scale = p_.metric != ClusterMetric::kCosine ? 1.0
+                         : ss > 0.0 ? 1.0 / std::sqrt(ss)
+                                    : 0.0;
+    float* x =
+        xt_.data() + (i / kScoreRows) * dim_a_ * kScoreRows + i % kScoreRows;
+    double xs = 0.0;
+    for (int d = 0; d < dim; ++d) {
+      const float v = static_cast<float>(k[d] * scale);
+      x[d * kScoreRows] = v;
+      xs += double{v} * v;
+    }
+    if (dim_a_ > dim) {  // kL2: the constant 1 that picks up -|mu|^2/2
+      x[dim * kScoreRows] = 1.0f;
+      xs += 1.0;
+    }
+    xnorm_[i] = std::sqrt(xs);
+    ksq_[i] = ss;
+  }
+}
+
+void Solver::PackCentroids() {
+  const int dim = p_.dim;
+  panels_.assign(int64_t{n_panels_} * dim_a_ * kScoreCols, 0.0f);
+  inv_norm_.resize(k_);
+  ymax_ = musq_max_ = 0.0;
+  std::vector<float> y(dim_a_);
+  for (int c = 0; c < k_; ++c) {
+    const float* mu = centroids_.data() + int64_t{c} * dim;
+    inv_norm_[c] = internal::CentroidInvNorm(mu, dim);
+    const double scale =
+        p_.metric == ClusterMetric::kCosine ? inv_norm_[c] : 1.0;
+    double musq = 0.0, ys = 0.0;
+    for (int d = 0; d < dim; ++d) {
+      musq += double{mu[d]} * mu[d];
+      y[d] = static_cast<float>(mu[d] * scale);
+    }
+    if (dim_a_ > dim) y[dim] = static_cast<float>(-0.5 * musq);
+    for (int d = 0; d < dim_a_; ++d) ys += double{y[d]} * y[d];
+    ymax_ = std::max(ymax_, std::sqrt(ys));
+    musq_max_ = std::max(musq_max_, musq);
+    float* panel =
+        panels_.data() + int64_t{c / kScoreCols} * dim_a_ * kScoreCols;
+    for (int d = 0; d < dim_a_; ++d)
+      panel[d * kScoreCols + c % kScoreCols] = y[d];
+  }
+}
+
+// Twice a rigorous bound on |s_a - s_b - (t_a - t_b)| for key i, doubled
+// again for safety: F32 dot rounding gamma_D <= 1.01 * D * u times
+// |x| * |y|, plus the F32 rounding of the operands (<= 2u each relative, in
+// the same units), plus the reference's own double rounding (kL2: relative
+// to |k|^2 + |mu|^2; otherwise negligible against the F32 terms).
+double Solver::Margin(int64_t i) const {
+  double a = xnorm_[i] * ymax_;
+  if (p_.metric == ClusterMetric::kL2) {
+    a += (ksq_[i] + musq_max_) * 0x1p-28;
+  }
+  return 4.0 * (dim_a_ + 9) * kUnitRoundoff * a + 1e-30;
+}
+
+// The exact winner among clusters whose F32 score is >= threshold.
+int32_t Solver::Settle(int64_t i, const float* s, double threshold) const {
+  const float* key = raw_.data() + i * p_.dim;
+  double best = -INFINITY;
+  int32_t arg = -1;
+  for (int c = 0; c < k_; ++c) {
+    if (s[c] < threshold) continue;
+    const double e = internal::ExactScore(
+        p_.metric, key, centroids_.data() + int64_t{c} * p_.dim, inv_norm_[c],
+        p_.dim);
+    if (arg < 0 || e > best) {  // strict: ties keep the lowest index
+      best = e;
+      arg = c;
+    }
+  }
+  return std::max(arg, 0);
+}
+
+void Solver::AssignBlocks(int64_t b0, int64_t b1) {
+  static thread_local std::vector<float> s;
+  const int64_t lds = int64_t{n_panels_} * kScoreCols;
+  s.resize(kScoreRows * lds);
+  for (int64_t b = b0; b < b1; ++b) {
+    ks_.score_block(xt_.data() + b * dim_a_ * kScoreRows, panels_.data(),
+                    n_panels_, dim_a_, s.data(), lds);
+    for (int r = 0; r < kScoreRows; ++r) {
+      const int64_t i = b * kScoreRows + r;
+      if (i >= p_.n) break;
+      const float* row = s.data() + r * lds;
+      float best, second;
+      int idx;
+      ks_.top2(row, k_, &best, &idx, &second);
+      const double margin = Margin(i);
+      next_[i] = double{best} - second > margin
+                     ? idx
+                     : Settle(i, row, double{best} - margin);
+    }
+  }
+}
+
+void Solver::Run(ThreadPool* pool, KMeansResult* out) {
+  *out = KMeansResult{};
+  if (p_.n <= 0 || p_.dim <= 0) return;
+  PrepareKeys();
+  const int dim = p_.dim;
+  centroids_.resize(int64_t{k_} * dim);
+  const std::vector<int64_t> seeds = internal::KMeansSeeds(p_.n, k_, p_.seed);
+  for (int c = 0; c < k_; ++c) {
+    std::copy_n(raw_.data() + seeds[c] * dim, dim,
+                centroids_.data() + int64_t{c} * dim);
+  }
+  assignment_.assign(p_.n, -1);
+  next_.resize(p_.n);
+  std::vector<int32_t> sizes(k_);
+  for (int it = 1; it <= std::max(1, p_.max_iters); ++it) {
+    PackCentroids();
+    if (pool != nullptr && pool->size() > 1 && n_blocks_ > 1) {
+      pool->ParallelFor(n_blocks_, 1, [this](int64_t b0, int64_t b1) {
+        AssignBlocks(b0, b1);
+      });
+    } else {
+      AssignBlocks(0, n_blocks_);
+    }
+    const bool changed = next_ != assignment_;
+    assignment_.swap(next_);
+    internal::UpdateCentroids(raw_.data(), p_.n, dim, assignment_.data(), k_,
+                              centroids_.data(), sizes.data());
+    out->iterations = it;
+    if (!changed) {
+      out->converged = true;
+      break;
+    }
+  }
+  internal::FinishKMeans(k_, dim, centroids_, sizes, assignment_, out);
+}
+
+double Cost(const KMeansProblem& p) {
+  return static_cast<double>(p.n) * std::max(1, p.k) * std::max(1, p.dim);
+}
+
+}  // namespace
+
+// Many problems (>= 2 per thread): one problem per thread at a time, pulled
+// heaviest first. Few problems: one after another, each using every thread.
+// Results do not depend on the number of threads.
+void KMeansBatch(ThreadPool* pool, const KMeansProblem* problems, int count,
+                 KMeansResult* results) {
+  const KernelSet& ks = ActiveKernels();
+  const int threads = pool != nullptr ? pool->size() : 1;
+  if (threads <= 1 || count < 2 * threads) {
+    for (int i = 0; i < count; ++i) {
+      Solver(problems[i], ks).Run(pool, &results[i]);
+    }
+    return;
+  }
+  std::vector<int> order(count);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return Cost(problems[a]) > Cost(problems[b]);
+  });
+  std::atomic<int> next{0};
+  pool->ParallelFor(threads, 1, [&](int64_t, int64_t) {
+    for (int j; (j = next.fetch_add(1)) < count;) {
+      Solver(problems[order[j]], ks).Run(nullptr, &results[order[j]]);
+    }
+  });
+}
+
+}  // namespace ckv::kernels::cpu

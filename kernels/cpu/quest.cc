@@ -1,0 +1,34 @@
+// Fast centroid scores and Quest page bounds/scores (contracts in
+// cluster_ops.h): thin drivers over the active KernelSet's primitives.
+#include <algorithm>
+
+#include "kernels/cpu/cluster_ops.h"
+#include "kernels/cpu/kernel_set.h"
+
+namespace ckv::kernels::cpu {
+
+void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
+                    float* scores) {
+  if (n <= 0) return;
+  ActiveKernels().gemv(DType::kF32, centroids, int64_t{dim} * 4, n, dim, q,
+                       scores);
+}
+
+void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
+                     int dim, int page_size, float* page_min, float* page_max) {
+  const KernelSet& ks = ActiveKernels();
+  const int64_t row_bytes = RowBytes(dtype, stride);
+  for (int64_t p = 0; p * page_size < n; ++p) {
+    const int64_t begin = p * page_size;
+    const int rows = static_cast<int>(std::min<int64_t>(page_size, n - begin));
+    ks.page_minmax(dtype, static_cast<const char*>(keys) + begin * row_bytes,
+                   stride, rows, dim, page_min + p * dim, page_max + p * dim);
+  }
+}
+
+void QuestScores(const float* q, const float* page_min, const float* page_max,
+                 int64_t n_pages, int dim, float* scores) {
+  ActiveKernels().quest_scores(q, page_min, page_max, n_pages, dim, scores);
+}
+
+}  // namespace ckv::kernels::cpu

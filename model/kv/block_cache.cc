@@ -1,0 +1,111 @@
+#include "model/kv/block_cache.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ckv {
+
+void CacheStats::Add(const CacheStats& o) {
+  lookups += o.lookups;
+  hits += o.hits;
+  misses += o.misses;
+  hit_tokens += o.hit_tokens;
+  miss_tokens += o.miss_tokens;
+  h2d_bytes += o.h2d_bytes;
+}
+
+BlockCache::BlockCache(int head_dim, int cache_steps, int page_size)
+    : head_dim_(head_dim), cache_steps_(cache_steps), page_size_(page_size) {}
+
+int64_t BlockCache::device_bytes() const {
+  return static_cast<int64_t>(k_.size() + v_.size()) * 2 +
+         static_cast<int64_t>(pos_.size()) * sizeof(int64_t);
+}
+
+int64_t BlockCache::Allocate(int32_t rows) {
+  const int64_t capacity = static_cast<int64_t>(pos_.size());
+  if (end_ + rows > capacity) {
+    if (live_rows_ + rows <= capacity && end_ > 2 * live_rows_) {
+      Compact();
+    }
+    if (end_ + rows > capacity) {
+      const int64_t grown = std::max(end_ + rows, capacity * 2);
+      k_.resize(grown * head_dim_);
+      v_.resize(grown * head_dim_);
+      pos_.resize(grown);
+    }
+  }
+  const int64_t offset = end_;
+  end_ += rows;
+  live_rows_ += rows;
+  return offset;
+}
+
+// Moves live blocks to the front, keeping their order (device-to-device
+// moves: not host->device traffic).
+void BlockCache::Compact() {
+  std::vector<Entry*> live;
+  for (auto& [key, e] : entries_) live.push_back(&e);
+  std::sort(live.begin(), live.end(),
+            [](const Entry* a, const Entry* b) { return a->offset < b->offset; });
+  int64_t next = 0;
+  for (Entry* e : live) {
+    if (e->offset != next) {
+      std::memmove(&k_[next * head_dim_], &k_[e->offset * head_dim_],
+                   size_t{2} * e->size * head_dim_);
+      std::memmove(&v_[next * head_dim_], &v_[e->offset * head_dim_],
+                   size_t{2} * e->size * head_dim_);
+      std::memmove(&pos_[next], &pos_[e->offset], sizeof(int64_t) * e->size);
+      e->offset = next;
+    }
+    next += e->size;
+  }
+  end_ = next;
+}
+
+int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
+                           int kv_head, const BlockRef& block) {
+  ++stats_.lookups;
+  const Key key{seg.uid(), block.kind, block.id};
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    ++stats_.hits;
+    stats_.hit_tokens += it->second.size;
+    it->second.last_used = step;
+    return it->second.offset;
+  }
+  const int32_t size =
+      BlockSize(seg, layer, kv_head, block.kind, block.id, page_size_);
+  const int64_t offset = Allocate(size);
+  const uint16_t* k = seg.keys(layer, kv_head);
+  const uint16_t* v = seg.values(layer, kv_head);
+  const size_t row_bytes = size_t{2} * head_dim_;
+  for (int32_t r = 0; r < size; ++r) {
+    const int32_t row =
+        BlockRow(seg, layer, kv_head, block.kind, block.id, r, page_size_);
+    std::memcpy(&k_[(offset + r) * head_dim_], k + int64_t{row} * head_dim_,
+                row_bytes);
+    std::memcpy(&v_[(offset + r) * head_dim_], v + int64_t{row} * head_dim_,
+                row_bytes);
+    pos_[offset + r] = seg.first_pos() + row;
+  }
+  ++stats_.misses;
+  stats_.miss_tokens += size;
+  stats_.h2d_bytes += 2 * static_cast<int64_t>(row_bytes) * size;
+  entries_.emplace(key, Entry{offset, size, step});
+  return offset;
+}
+
+void BlockCache::EndStep(int64_t step) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (step - it->second.last_used >= cache_steps_) {
+      live_rows_ -= it->second.size;
+      entries_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  if (entries_.empty()) end_ = 0;
+}
+
+}  // namespace ckv

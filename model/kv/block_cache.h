@@ -1,0 +1,80 @@
+// Cluster-granular device cache of one (layer, KV head): the blocks
+// (clusters or pages) selected in the last R decode steps stay resident in a
+// device arena; each step only missing blocks are copied from the host tier.
+// On the CPU backend the arena is ordinary memory and copies are memcpy,
+// counted exactly as host->device copies would be.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "model/kv/selection.h"
+
+namespace ckv {
+
+struct CacheStats {
+  int64_t lookups = 0;      // blocks looked up
+  int64_t hits = 0;         // blocks found resident
+  int64_t misses = 0;       // blocks copied from the host tier
+  int64_t hit_tokens = 0;
+  int64_t miss_tokens = 0;
+  int64_t h2d_bytes = 0;    // = miss_tokens * bytes per token (K and V)
+
+  void Add(const CacheStats& o);
+};
+
+class BlockCache {
+ public:
+  // head_dim elements per row; rows are 2-byte (F16/BF16) K and V.
+  BlockCache(int head_dim, int cache_steps, int page_size);
+
+  // Makes the block resident; returns its first arena row. Marks it used in
+  // `step`.
+  int64_t Ensure(int64_t step, const Segment& seg, int layer, int kv_head,
+                 const BlockRef& block);
+  // Evicts blocks not used in the last `cache_steps` steps (all when 0).
+  void EndStep(int64_t step);
+
+  const uint16_t* keys() const { return k_.data(); }
+  const uint16_t* values() const { return v_.data(); }
+  // Sequence position of each arena row.
+  const int64_t* positions() const { return pos_.data(); }
+  const CacheStats& stats() const { return stats_; }
+  int64_t resident_tokens() const { return live_rows_; }
+  int64_t device_bytes() const;
+
+ private:
+  struct Key {
+    int64_t segment_uid;
+    BlockKind kind;
+    int32_t id;
+    bool operator==(const Key& o) const {
+      return segment_uid == o.segment_uid && kind == o.kind && id == o.id;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.segment_uid, k.kind, k.id);
+    }
+  };
+  struct Entry {
+    int64_t offset;
+    int32_t size;
+    int64_t last_used;
+  };
+
+  int64_t Allocate(int32_t rows);
+  void Compact();
+
+  int head_dim_;
+  int cache_steps_;
+  int page_size_;
+  std::vector<uint16_t> k_, v_;  // [capacity][head_dim]
+  std::vector<int64_t> pos_;     // [capacity]
+  int64_t end_ = 0;              // rows in use up to here (with holes)
+  int64_t live_rows_ = 0;
+  absl::flat_hash_map<Key, Entry> entries_;
+  CacheStats stats_;
+};
+
+}  // namespace ckv

@@ -1,0 +1,481 @@
+#include "model/kv/clustered_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckv {
+
+namespace cpu = kernels::cpu;
+using kernels::DType;
+
+ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
+                                   const KvStoreConfig& config,
+                                   ClusterWorker* worker)
+    : shape_(shape),
+      config_(config),
+      worker_(config.async_clustering ? worker : nullptr),
+      sinks_(shape.n_layers),
+      open_(shape.n_layers),
+      sink_rows_(shape.n_layers, 0),
+      open_rows_(shape.n_layers, 0),
+      uncommitted_(shape.n_layers, 0),
+      open_first_pos_(config.sink_tokens),
+      steps_(shape.n_layers, 0),
+      plans_(shape.n_heads),
+      sel_rows_(shape.n_heads),
+      sel_pos_(shape.n_heads),
+      recorded_(shape.n_layers,
+                std::vector<std::vector<int64_t>>(shape.n_heads)),
+      decode_records_(shape.n_layers) {
+  const size_t sink_elems =
+      size_t{1} * shape.n_kv_heads * config.sink_tokens * shape.head_dim;
+  for (auto& s : sinks_) {
+    s.k.resize(sink_elems);
+    s.v.resize(sink_elems);
+    s.capacity = config.sink_tokens;
+  }
+  caches_.resize(shape.n_layers);
+  for (auto& per_layer : caches_) {
+    for (int h = 0; h < shape.n_kv_heads; ++h) {
+      per_layer.emplace_back(shape.head_dim, config.cache_steps,
+                             config.quest_page_size);
+    }
+  }
+}
+
+bool ClusteredKvStore::IsSparseLayer(int layer) const {
+  return config_.policy != KvPolicy::kFull && layer >= config_.dense_layers;
+}
+
+bool ClusteredKvStore::NeedsIndex(int layer) const {
+  return layer >= config_.dense_layers &&
+         (config_.build_all_indexes || config_.policy == KvPolicy::kClusterKv ||
+          config_.policy == KvPolicy::kQuest);
+}
+
+int64_t ClusteredKvStore::clustered_tokens() const {
+  int64_t n = 0;
+  for (const auto& s : segments_) n += s->size();
+  return n;
+}
+
+// ------------------------------------------------------------ appending
+
+absl::Status ClusteredKvStore::Reserve(int64_t n, AppendKind kind) {
+  if (n < 0 || n_tokens_ + n > config_.max_tokens) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV store holds at most ", config_.max_tokens, " tokens; ", n_tokens_,
+        " stored, ", n, " more requested"));
+  }
+  reserved_ = n;
+  committed_in_call_ = 0;
+  kind_ = kind;
+  if (n == 0) return absl::OkStatus();
+  // A prompt forms its own segment: close the tail before it.
+  if (kind == AppendKind::kPrompt && open_rows_[0] > 0) {
+    CloseOpenRows(open_rows_[0]);
+  }
+  GrowOpen(open_rows_[0] + n);
+  return absl::OkStatus();
+}
+
+void ClusteredKvStore::GrowOpen(int64_t rows) {
+  const int hd = shape_.head_dim;
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    RowBuffer& b = open_[l];
+    if (rows <= b.capacity) continue;
+    const int64_t cap = std::max(rows, b.capacity * 2 + 64);
+    for (auto* buf : {&b.k, &b.v}) {
+      std::vector<uint16_t> grown(size_t{1} * shape_.n_kv_heads * cap * hd);
+      for (int h = 0; h < shape_.n_kv_heads; ++h) {
+        std::memcpy(&grown[size_t{1} * h * cap * hd],
+                    buf->data() + size_t{1} * h * b.capacity * hd,
+                    size_t{2} * open_rows_[l] * hd);
+      }
+      buf->swap(grown);
+    }
+    b.capacity = cap;
+  }
+}
+
+void ClusteredKvStore::StoreRow(const float* src, uint16_t* dst) const {
+  const bool f16 = config_.kv_dtype == DType::kF16;
+  for (int i = 0; i < shape_.head_dim; ++i) {
+    dst[i] = f16 ? kernels::F32ToF16(src[i]) : kernels::F32ToBF16(src[i]);
+  }
+}
+
+void ClusteredKvStore::Append(int layer, int64_t n, const float* k,
+                              const float* v) {
+  const int hd = shape_.head_dim, n_kv = shape_.n_kv_heads;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t pos = n_tokens_ + uncommitted_[layer] + i;
+    const bool sink = pos < config_.sink_tokens;
+    RowBuffer& b = sink ? sinks_[layer] : open_[layer];
+    int64_t& rows = sink ? sink_rows_[layer] : open_rows_[layer];
+    for (int h = 0; h < n_kv; ++h) {
+      const size_t dst = (size_t{1} * h * b.capacity + rows) * hd;
+      const size_t src = (size_t{1} * i * n_kv + h) * hd;
+      StoreRow(k + src, &b.k[dst]);
+      StoreRow(v + src, &b.v[dst]);
+    }
+    ++rows;
+  }
+  uncommitted_[layer] += n;
+  const bool call_done =
+      committed_in_call_ + uncommitted_[layer] == reserved_;
+  if (kind_ == AppendKind::kPrompt && call_done) FinishPromptLayer(layer);
+}
+
+// The prompt's last rows of `layer` are in: copy them into the pending
+// segment and start indexing that layer (on the worker when there is one).
+void ClusteredKvStore::FinishPromptLayer(int layer) {
+  const int64_t rows = open_rows_[layer];
+  if (rows == 0) return;  // the whole prompt went to the sinks
+  if (pending_ == nullptr) {
+    pending_ = std::make_shared<Segment>(Segment::NextUid(), open_first_pos_,
+                                         rows, shape_);
+  }
+  const int hd = shape_.head_dim;
+  for (int h = 0; h < shape_.n_kv_heads; ++h) {
+    const size_t src = size_t{1} * h * open_[layer].capacity * hd;
+    std::memcpy(pending_->mutable_keys(layer, h), &open_[layer].k[src],
+                size_t{2} * rows * hd);
+    std::memcpy(pending_->mutable_values(layer, h), &open_[layer].v[src],
+                size_t{2} * rows * hd);
+  }
+  if (NeedsIndex(layer)) ScheduleIndex(pending_, {layer});
+}
+
+void ClusteredKvStore::ScheduleIndex(const std::shared_ptr<Segment>& seg,
+                                     std::vector<int> layers) {
+  if (layers.empty()) return;
+  auto job = [config = config_, seg, layers] {
+    IndexSegmentLayers(config, *seg, layers, nullptr);
+  };
+  if (worker_ == nullptr) {
+    job();
+    return;
+  }
+  const int64_t ticket = worker_->Submit(std::move(job));
+  for (int l : layers) seg->layer(l).ticket = ticket;
+}
+
+// Moves the first `rows` open rows of every layer into a new segment.
+void ClusteredKvStore::CloseOpenRows(int64_t rows) {
+  auto seg = std::make_shared<Segment>(Segment::NextUid(), open_first_pos_,
+                                       rows, shape_);
+  const int hd = shape_.head_dim;
+  std::vector<int> sparse;
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    RowBuffer& b = open_[l];
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      uint16_t* k = &b.k[size_t{1} * h * b.capacity * hd];
+      uint16_t* v = &b.v[size_t{1} * h * b.capacity * hd];
+      std::memcpy(seg->mutable_keys(l, h), k, size_t{2} * rows * hd);
+      std::memcpy(seg->mutable_values(l, h), v, size_t{2} * rows * hd);
+      const size_t rest = size_t{2} * (open_rows_[l] - rows) * hd;
+      std::memmove(k, k + rows * hd, rest);
+      std::memmove(v, v + rows * hd, rest);
+    }
+    open_rows_[l] -= rows;
+    if (NeedsIndex(l)) sparse.push_back(l);
+  }
+  open_first_pos_ += rows;
+  segments_.push_back(seg);
+  ScheduleIndex(seg, std::move(sparse));
+}
+
+void ClusteredKvStore::Commit(int64_t n) {
+  n_tokens_ += n;
+  committed_in_call_ += n;
+  std::fill(uncommitted_.begin(), uncommitted_.end(), 0);
+  if (committed_in_call_ < reserved_) return;
+  if (kind_ == AppendKind::kPrompt) {
+    if (pending_ != nullptr) {
+      open_first_pos_ += pending_->size();
+      segments_.push_back(std::move(pending_));
+      pending_ = nullptr;
+      std::fill(open_rows_.begin(), open_rows_.end(), 0);
+    }
+  } else {
+    while (open_rows_[0] >= config_.window) CloseOpenRows(config_.window);
+  }
+  reserved_ = 0;
+  committed_in_call_ = 0;
+}
+
+void ClusteredKvStore::WaitForIndex(int layer) const {
+  if (worker_ == nullptr) return;
+  int64_t ticket = 0;
+  for (const auto& s : segments_) ticket = std::max(ticket, s->layer(layer).ticket);
+  worker_->Wait(ticket);
+}
+
+// ------------------------------------------------------------- selecting
+
+cpu::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head) const {
+  const RowBuffer& b = sinks_[layer];
+  cpu::KvSpan s;
+  s.k = &b.k[size_t{1} * kv_head * b.capacity * shape_.head_dim];
+  s.v = &b.v[size_t{1} * kv_head * b.capacity * shape_.head_dim];
+  s.dtype = config_.kv_dtype;
+  s.stride = shape_.head_dim;
+  s.count = sink_rows_[layer];
+  s.first_pos = 0;
+  return s;
+}
+
+cpu::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head) const {
+  const RowBuffer& b = open_[layer];
+  cpu::KvSpan s;
+  s.k = b.k.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
+  s.v = b.v.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
+  s.dtype = config_.kv_dtype;
+  s.stride = shape_.head_dim;
+  s.count = open_rows_[layer];
+  s.first_pos = open_first_pos_;
+  return s;
+}
+
+cpu::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
+                                          int kv_head) const {
+  cpu::KvSpan s;
+  s.k = seg.keys(layer, kv_head);
+  s.v = seg.values(layer, kv_head);
+  s.dtype = config_.kv_dtype;
+  s.stride = shape_.head_dim;
+  s.count = seg.size();
+  s.first_pos = seg.first_pos();
+  return s;
+}
+
+void ClusteredKvStore::Select(int layer, const LayerQuery& query,
+                              AttendSet* out) {
+  out->Clear();
+  const bool sparse =
+      query.n_q == 1 && IsSparseLayer(layer) && !segments_.empty();
+  if (record_selection_ && query.n_q == 1 && layer >= config_.dense_layers) {
+    RecordDecode(layer, query, !sparse);
+  }
+  if (sparse) {
+    SelectSparse(layer, query, out);
+  } else {
+    SelectDense(layer, out);
+  }
+}
+
+void ClusteredKvStore::RecordDecode(int layer, const LayerQuery& query,
+                                    bool dense) {
+  DecodeRecord& r = decode_records_[layer];
+  r.valid = true;
+  r.dense = dense;
+  r.q_pos = query.q_pos[0];
+  r.clustered_begin = config_.sink_tokens;
+  r.clustered_end = open_first_pos_;
+  r.q.assign(query.q, query.q + size_t{1} * shape_.n_heads * shape_.head_dim);
+}
+
+std::vector<cpu::KvSpan> ClusteredKvStore::HostSpans(int layer,
+                                                     int kv_head) const {
+  std::vector<cpu::KvSpan> spans{SinkSpan(layer, kv_head)};
+  for (const auto& seg : segments_) {
+    spans.push_back(SegmentSpan(*seg, layer, kv_head));
+  }
+  spans.push_back(OpenSpan(layer, kv_head));
+  return spans;
+}
+
+void ClusteredKvStore::SelectDense(int layer, AttendSet* out) {
+  const int per_head = 2 + static_cast<int>(segments_.size());
+  for (int g = 0; g < shape_.n_kv_heads; ++g) {
+    out->spans.push_back(SinkSpan(layer, g));
+    for (const auto& seg : segments_) {
+      out->spans.push_back(SegmentSpan(*seg, layer, g));
+    }
+    out->spans.push_back(OpenSpan(layer, g));
+  }
+  out->per_head.resize(shape_.n_heads);
+  for (int h = 0; h < shape_.n_heads; ++h) {
+    out->per_head[h] = {&out->spans[(h / shape_.group()) * per_head],
+                        per_head};
+  }
+}
+
+// Plans every query head of `layer` into plans_ (shared plans are copied to
+// each head of the group for per_kv_head).
+void ClusteredKvStore::PlanHeads(int layer, const float* q) {
+  const int hd = shape_.head_dim, group = shape_.group();
+  const bool shared = config_.gqa_selection == GqaSelection::kPerKvHead;
+  for (int g = 0; g < shape_.n_kv_heads; ++g) {
+    const PlanContext ctx{&seg_view_, layer, g, hd};
+    const float* group_q = q + size_t{1} * g * group * hd;
+    for (int j = 0; j < (shared ? 1 : group); ++j) {
+      HeadPlan& plan = plans_[g * group + j];
+      const float* qh = group_q + size_t{1} * j * hd;
+      if (config_.policy == KvPolicy::kStreaming) {
+        PlanStreaming(config_, ctx, &plan);
+      } else if (config_.policy == KvPolicy::kQuest) {
+        std::vector<const float*> qs;
+        for (int i = 0; i < (shared ? group : 1); ++i) {
+          qs.push_back(qh + size_t{1} * i * hd);
+        }
+        PlanQuest(config_, ctx, qs.data(), static_cast<int>(qs.size()), &plan);
+      } else if (shared) {
+        q_sum_.assign(hd, 0.0f);
+        for (int i = 0; i < group; ++i) {
+          for (int d = 0; d < hd; ++d) q_sum_[d] += group_q[i * hd + d];
+        }
+        PlanClusterKv(config_, ctx, q_sum_.data(), &plan);
+      } else {
+        PlanClusterKv(config_, ctx, qh, &plan);
+      }
+    }
+    if (shared) {
+      for (int j = 1; j < group; ++j) plans_[g * group + j] = plans_[g * group];
+    }
+  }
+}
+
+void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
+                                    AttendSet* out) {
+  WaitForIndex(layer);
+  seg_view_.clear();
+  for (const auto& s : segments_) seg_view_.push_back(s.get());
+  PlanHeads(layer, query.q);
+  const int group = shape_.group();
+  const int64_t step = steps_[layer]++;
+  out->spans.resize(size_t{3} * shape_.n_heads);
+  out->per_head.resize(shape_.n_heads);
+  for (int g = 0; g < shape_.n_kv_heads; ++g) {
+    BlockCache& cache = caches_[layer][g];
+    // One lookup per distinct block of the group's selections this step.
+    step_blocks_.clear();
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      sel_rows_[h].clear();
+      for (const BlockRef& b : plans_[h].blocks) {
+        const auto key = std::make_tuple(b.segment, b.kind, b.id);
+        auto it = step_blocks_.find(key);
+        if (it == step_blocks_.end()) {
+          it = step_blocks_
+                   .emplace(key, cache.Ensure(step, *seg_view_[b.segment],
+                                              layer, g, b))
+                   .first;
+        }
+        const int64_t first = it->second + b.begin;
+        for (int32_t r = 0; r < b.count; ++r) {
+          sel_rows_[h].push_back(static_cast<int32_t>(first + r));
+        }
+      }
+    }
+    cache.EndStep(step);
+    // Arena pointers are stable only after the last Ensure of this head.
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      sel_pos_[h].resize(sel_rows_[h].size());
+      for (size_t i = 0; i < sel_rows_[h].size(); ++i) {
+        sel_pos_[h][i] = cache.positions()[sel_rows_[h][i]];
+      }
+      cpu::KvSpan sel;
+      sel.k = cache.keys();
+      sel.v = cache.values();
+      sel.dtype = config_.kv_dtype;
+      sel.stride = shape_.head_dim;
+      sel.count = static_cast<int64_t>(sel_rows_[h].size());
+      sel.rows = sel_rows_[h].data();
+      sel.positions = sel_pos_[h].data();
+      out->spans[3 * h] = SinkSpan(layer, g);
+      out->spans[3 * h + 1] = sel;
+      out->spans[3 * h + 2] = OpenSpan(layer, g);
+      out->per_head[h] = {&out->spans[3 * h], 3};
+      if (record_selection_) recorded_[layer][h] = sel_pos_[h];
+    }
+  }
+}
+
+// ------------------------------------------------------------ bookkeeping
+
+CacheStats ClusteredKvStore::cache_stats() const {
+  CacheStats total;
+  for (const auto& per_layer : caches_) {
+    for (const auto& c : per_layer) total.Add(c.stats());
+  }
+  return total;
+}
+
+// Host tier: sinks, open rows and every referenced segment (K,V + index).
+// Device tier, as a GPU would hold it: every token of dense layers, sinks
+// and tail of sparse layers, the selection index, and the cache arenas.
+KvMemoryStats ClusteredKvStore::memory() const {
+  KvMemoryStats m;
+  const int64_t row_bytes = int64_t{2} * 2 * shape_.head_dim *
+                            shape_.n_kv_heads;  // K+V, all KV heads
+  const int64_t edge_rows = sink_count() + tail_tokens();
+  m.host_bytes = row_bytes * edge_rows * shape_.n_layers;
+  for (const auto& s : segments_) {
+    const int64_t b = s->kv_bytes() + s->index_bytes();
+    m.host_bytes += b;
+    if (s.use_count() > 1) m.host_shared_bytes += b;
+  }
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    if (!IsSparseLayer(l)) {
+      m.device_bytes += row_bytes * n_tokens_;
+      continue;
+    }
+    m.device_bytes += row_bytes * edge_rows;
+    for (const auto& s : segments_) {
+      for (const auto& h : s->layer(l).heads) m.device_bytes += h.bytes();
+    }
+    for (const auto& c : caches_[l]) m.device_bytes += c.device_bytes();
+  }
+  return m;
+}
+
+namespace {
+
+// Fields that shape the stored segments must match between parent and fork.
+absl::Status CheckForkConfig(const KvStoreConfig& p, const KvStoreConfig& c) {
+  if (p.sink_tokens != c.sink_tokens || p.window != c.window ||
+      p.tokens_per_cluster != c.tokens_per_cluster ||
+      p.kmeans_max_iters != c.kmeans_max_iters || p.seed != c.seed ||
+      p.dense_layers != c.dense_layers || p.kv_dtype != c.kv_dtype ||
+      p.metric != c.metric || p.quest_page_size != c.quest_page_size) {
+    return absl::InvalidArgumentError(
+        "a fork may change only policy, budget, gqa_selection, "
+        "recent_tokens and cache_steps");
+  }
+  const bool has_clusters =
+      p.build_all_indexes || p.policy == KvPolicy::kClusterKv;
+  const bool has_pages = p.build_all_indexes || p.policy == KvPolicy::kQuest;
+  if ((c.policy == KvPolicy::kClusterKv && !has_clusters) ||
+      (c.policy == KvPolicy::kQuest && !has_pages)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the parent's segments have no index for policy ",
+        KvPolicyName(c.policy)));
+  }
+  return ValidateKvStoreConfig(c);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Fork(
+    const KvStoreConfig& child_config) const {
+  if (reserved_ != 0) {
+    return absl::FailedPreconditionError("cannot fork during a call");
+  }
+  if (auto s = CheckForkConfig(config_, child_config); !s.ok()) return s;
+  KvStoreConfig c = child_config;
+  c.build_all_indexes = config_.build_all_indexes;
+  auto child = std::make_unique<ClusteredKvStore>(shape_, c, worker_);
+  child->n_tokens_ = n_tokens_;
+  child->sinks_ = sinks_;
+  child->open_ = open_;
+  child->sink_rows_ = sink_rows_;
+  child->open_rows_ = open_rows_;
+  child->open_first_pos_ = open_first_pos_;
+  child->segments_ = segments_;
+  return child;
+}
+
+}  // namespace ckv

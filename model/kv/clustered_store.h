@@ -1,0 +1,147 @@
+// The per-session clustered KV store (ClusterKV): sinks, immutable clustered
+// segments and a tail in the host tier; a device tier holding what decode
+// steps attend (sinks, tail, dense layers, selection index, and a
+// cluster-granular cache of selected blocks). Implements KvCache: prefill and
+// multi-token appends attend densely; single-token decode steps in layers >=
+// dense_layers attend sinks + the policy's selection + tail.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "model/kv/block_cache.h"
+#include "model/kv/cluster_worker.h"
+#include "model/kv/kv_config.h"
+#include "model/kv/segment.h"
+#include "model/kv_cache.h"
+
+namespace ckv {
+
+struct KvMemoryStats {
+  int64_t host_bytes = 0;         // everything this store references
+  int64_t host_shared_bytes = 0;  // part of host_bytes shared with forks
+  int64_t device_bytes = 0;       // device tier (accounted; see .cc)
+};
+
+// What the last recorded decode Select (one query token) of a layer >=
+// dense_layers saw; model/kv/quality.h measures against it.
+struct DecodeRecord {
+  bool valid = false;
+  bool dense = false;           // every token was attended (no selection)
+  int64_t q_pos = 0;            // position of the query token
+  int64_t clustered_begin = 0;  // clustered positions then: [begin, end)
+  int64_t clustered_end = 0;
+  std::vector<float> q;         // [n_heads][head_dim], post-RoPE
+};
+
+class ClusteredKvStore : public KvCache {
+ public:
+  // `worker` runs clustering off the compute thread; null = inline.
+  ClusteredKvStore(const KvShape& shape, const KvStoreConfig& config,
+                   ClusterWorker* worker);
+
+  int64_t num_tokens() const override { return n_tokens_; }
+  absl::Status Reserve(int64_t n, AppendKind kind) override;
+  void Append(int layer, int64_t n, const float* k, const float* v) override;
+  void Select(int layer, const LayerQuery& query, AttendSet* out) override;
+  void Commit(int64_t n) override;
+
+  // A new store sharing this one's segments read-only, with copies of its
+  // sinks and tail and an empty device cache. FAILED_PRECONDITION while a
+  // call is in flight. The child may use another policy, budget,
+  // gqa_selection, recent_tokens or cache_steps (INVALID_ARGUMENT for other
+  // changes, or for a policy whose index the segments lack).
+  absl::StatusOr<std::unique_ptr<ClusteredKvStore>> Fork() const {
+    return Fork(config_);
+  }
+  absl::StatusOr<std::unique_ptr<ClusteredKvStore>> Fork(
+      const KvStoreConfig& child_config) const;
+
+  const KvStoreConfig& config() const { return config_; }
+  const KvShape& shape() const { return shape_; }
+  KvMemoryStats memory() const;
+  CacheStats cache_stats() const;
+  // Closed segments, oldest first (their indexes may still be building).
+  const std::vector<std::shared_ptr<Segment>>& segments() const {
+    return segments_;
+  }
+  int64_t clustered_tokens() const;
+  int64_t tail_tokens() const { return open_rows_.empty() ? 0 : open_rows_[0]; }
+  int64_t sink_count() const { return sink_rows_.empty() ? 0 : sink_rows_[0]; }
+  // Blocks until every segment's index of `layer` is built.
+  void WaitForIndex(int layer) const;
+
+  // When on, decode Selects record the selected positions per query head.
+  void set_record_selection(bool on) { record_selection_ = on; }
+  const std::vector<int64_t>& selected_positions(int layer, int head) const {
+    return recorded_[layer][head];
+  }
+  // Recorded with the selection (also for dense decode Selects, then with
+  // dense = true and selected_positions left as they were).
+  const DecodeRecord& decode_record(int layer) const {
+    return decode_records_[layer];
+  }
+  // Host-tier rows of (layer, kv_head) in position order: sinks, each
+  // segment, then the tail (including rows appended but not committed).
+  // Valid until the next Reserve/Append/Commit.
+  std::vector<kernels::cpu::KvSpan> HostSpans(int layer, int kv_head) const;
+
+ private:
+  struct RowBuffer {  // per layer: [n_kv][capacity][head_dim]
+    std::vector<uint16_t> k, v;
+    int64_t capacity = 0;
+  };
+
+  bool IsSparseLayer(int layer) const;  // decode steps select here
+  bool NeedsIndex(int layer) const;     // segments build an index here
+  void GrowOpen(int64_t rows);
+  void StoreRow(const float* src, uint16_t* dst) const;
+  void CloseOpenRows(int64_t rows);
+  void FinishPromptLayer(int layer);
+  void ScheduleIndex(const std::shared_ptr<Segment>& seg,
+                     std::vector<int> layers);
+  void SelectDense(int layer, AttendSet* out);
+  void SelectSparse(int layer, const LayerQuery& query, AttendSet* out);
+  void PlanHeads(int layer, const float* q);
+  void RecordDecode(int layer, const LayerQuery& query, bool dense);
+  kernels::cpu::KvSpan SinkSpan(int layer, int kv_head) const;
+  kernels::cpu::KvSpan OpenSpan(int layer, int kv_head) const;
+  kernels::cpu::KvSpan SegmentSpan(const Segment& seg, int layer,
+                                   int kv_head) const;
+
+  KvShape shape_;
+  KvStoreConfig config_;
+  ClusterWorker* worker_;
+  int64_t n_tokens_ = 0;
+  // Current call.
+  int64_t reserved_ = 0;
+  int64_t committed_in_call_ = 0;
+  AppendKind kind_ = AppendKind::kGenerated;
+  std::shared_ptr<Segment> pending_;  // the prompt segment being built
+  // Host tier.
+  std::vector<RowBuffer> sinks_, open_;
+  std::vector<int64_t> sink_rows_, open_rows_;  // per layer, incl. uncommitted
+  std::vector<int64_t> uncommitted_;  // per layer: appended since Commit
+  int64_t open_first_pos_;
+  std::vector<std::shared_ptr<Segment>> segments_;
+  // Device tier: cluster cache per (layer, kv head); decode step per layer.
+  std::vector<std::vector<BlockCache>> caches_;
+  std::vector<int64_t> steps_;
+  // Scratch of the last Select (the spans point here).
+  std::vector<const Segment*> seg_view_;
+  std::vector<HeadPlan> plans_;
+  std::vector<std::vector<int32_t>> sel_rows_;
+  std::vector<std::vector<int64_t>> sel_pos_;
+  std::vector<float> q_sum_;
+  absl::flat_hash_map<std::tuple<int32_t, BlockKind, int32_t>, int64_t>
+      step_blocks_;  // block -> arena row, for the KV head being selected
+  bool record_selection_ = false;
+  std::vector<std::vector<std::vector<int64_t>>> recorded_;
+  std::vector<DecodeRecord> decode_records_;  // per layer
+};
+
+}  // namespace ckv

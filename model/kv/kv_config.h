@@ -1,0 +1,59 @@
+// Typed configuration of the clustered KV store and its selection policies,
+// with the defaults of ARCHITECTURE.md ("ClusterKV semantics") in one place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cpu/cluster_ops.h"
+#include "kernels/dtype.h"
+
+namespace ckv {
+
+enum class KvPolicy {
+  kFull,       // dense attention over every token
+  kClusterKv,  // k-means clusters scored by q . centroid, best until budget
+  kQuest,      // pages of 16 scored by per-channel min/max upper bound
+  kStreaming,  // the most recent `budget` clustered tokens
+};
+
+enum class GqaSelection {
+  kPerQueryHead,  // each query head selects from its KV head's clusters
+  kPerKvHead,     // scores summed over the group: one shared selection
+};
+
+struct KvStoreConfig {
+  KvPolicy policy = KvPolicy::kClusterKv;
+  int budget = 1024;             // B: selected clustered tokens per head
+  int sink_tokens = 16;          // first tokens, always attended
+  int tokens_per_cluster = 80;   // k = max(1, ceil(n / tokens_per_cluster))
+  int window = 320;              // tail closes as a segment at this length
+  int kmeans_max_iters = 20;
+  int cache_steps = 1;           // R: keep blocks selected in the last R steps
+  GqaSelection gqa_selection = GqaSelection::kPerQueryHead;
+  int recent_tokens = 0;         // most recent clustered tokens always chosen
+  uint64_t seed = 0;             // k-means initialisation
+  int dense_layers = 2;          // layers below this attend densely
+  int quest_page_size = 16;
+  kernels::DType kv_dtype = kernels::DType::kF16;  // host tier: F16 or BF16
+  kernels::cpu::ClusterMetric metric = kernels::cpu::ClusterMetric::kCosine;
+  bool async_clustering = true;  // cluster on a worker, overlapping compute
+  // Build both the k-means and the Quest index whatever the policy, so that
+  // forks may switch policy (benchmarks and quality comparisons).
+  bool build_all_indexes = false;
+  int64_t max_tokens = 1 << 20;  // Reserve beyond this fails
+};
+
+// INVALID_ARGUMENT naming the field when a value is out of range.
+absl::Status ValidateKvStoreConfig(const KvStoreConfig& c);
+
+const char* KvPolicyName(KvPolicy p);
+absl::StatusOr<KvPolicy> ParseKvPolicy(const std::string& name);
+const char* GqaSelectionName(GqaSelection g);
+absl::StatusOr<GqaSelection> ParseGqaSelection(const std::string& name);
+absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
+    const std::string& name);
+
+}  // namespace ckv

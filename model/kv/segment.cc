@@ -1,0 +1,138 @@
+#include "model/kv/segment.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace ckv {
+
+namespace cpu = kernels::cpu;
+
+int64_t HeadIndex::bytes() const {
+  return static_cast<int64_t>(centroids.size() + page_min.size() +
+                              page_max.size()) * sizeof(float) +
+         static_cast<int64_t>(offsets.size() + members.size()) *
+             sizeof(int32_t);
+}
+
+Segment::Segment(int64_t uid, int64_t first_pos, int64_t n,
+                 const KvShape& shape)
+    : uid_(uid), first_pos_(first_pos), n_(n), shape_(shape),
+      layers_(shape.n_layers) {
+  const size_t per_layer =
+      static_cast<size_t>(shape.n_kv_heads) * n * shape.head_dim;
+  for (auto& l : layers_) {
+    l.k.resize(per_layer);
+    l.v.resize(per_layer);
+  }
+}
+
+const uint16_t* Segment::keys(int l, int h) const {
+  return layers_[l].k.data() + static_cast<size_t>(h) * n_ * shape_.head_dim;
+}
+const uint16_t* Segment::values(int l, int h) const {
+  return layers_[l].v.data() + static_cast<size_t>(h) * n_ * shape_.head_dim;
+}
+uint16_t* Segment::mutable_keys(int l, int h) {
+  return layers_[l].k.data() + static_cast<size_t>(h) * n_ * shape_.head_dim;
+}
+uint16_t* Segment::mutable_values(int l, int h) {
+  return layers_[l].v.data() + static_cast<size_t>(h) * n_ * shape_.head_dim;
+}
+
+int64_t Segment::kv_bytes() const {
+  int64_t b = 0;
+  for (const auto& l : layers_) b += (l.k.size() + l.v.size()) * 2;
+  return b;
+}
+
+int64_t Segment::index_bytes() const {
+  int64_t b = 0;
+  for (const auto& l : layers_) {
+    for (const auto& h : l.heads) b += h.bytes();
+  }
+  return b;
+}
+
+int64_t Segment::NextUid() {
+  static std::atomic<int64_t> next{1};
+  return next.fetch_add(1);
+}
+
+namespace {
+
+uint64_t MixSeed(uint64_t seed, int layer, int head, int64_t first_pos) {
+  uint64_t z = seed ^ (uint64_t(layer) << 48) ^ (uint64_t(head) << 32) ^
+               static_cast<uint64_t>(first_pos);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Members of each cluster in ascending row order (= position order).
+void FillClusters(const cpu::KMeansResult& r, HeadIndex& h) {
+  h.k = r.k;
+  h.kmeans_iterations = r.iterations;
+  h.centroids.assign(r.centroids.begin(), r.centroids.end());
+  h.offsets.assign(r.k + 1, 0);
+  for (int c = 0; c < r.k; ++c) h.offsets[c + 1] = h.offsets[c] + r.sizes[c];
+  h.members.resize(r.assignment.size());
+  std::vector<int32_t> cursor(h.offsets.begin(), h.offsets.end() - 1);
+  for (size_t i = 0; i < r.assignment.size(); ++i) {
+    h.members[cursor[r.assignment[i]]++] = static_cast<int32_t>(i);
+  }
+}
+
+}  // namespace
+
+void IndexSegmentLayers(const KvStoreConfig& config, Segment& seg,
+                        const std::vector<int>& layers,
+                        cpu::ThreadPool* pool) {
+  const KvShape& s = seg.shape();
+  const int64_t n = seg.size();
+  for (int l : layers) seg.layer(l).heads.assign(s.n_kv_heads, HeadIndex{});
+  if (n == 0) return;
+  const bool all = config.build_all_indexes;
+  if (all || config.policy == KvPolicy::kQuest) {
+    for (int l : layers) {
+      for (int h = 0; h < s.n_kv_heads; ++h) {
+        HeadIndex& hi = seg.layer(l).heads[h];
+        const int64_t pages =
+            (n + config.quest_page_size - 1) / config.quest_page_size;
+        hi.page_min.resize(pages * s.head_dim);
+        hi.page_max.resize(pages * s.head_dim);
+        cpu::QuestPageBounds(seg.keys(l, h), config.kv_dtype, s.head_dim, n,
+                             s.head_dim, config.quest_page_size,
+                             hi.page_min.data(), hi.page_max.data());
+      }
+    }
+  }
+  if (!all && config.policy != KvPolicy::kClusterKv) return;
+  std::vector<cpu::KMeansProblem> problems;
+  for (int l : layers) {
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      cpu::KMeansProblem p;
+      p.keys = seg.keys(l, h);
+      p.dtype = config.kv_dtype;
+      p.stride = s.head_dim;
+      p.n = n;
+      p.dim = s.head_dim;
+      p.k = static_cast<int>(std::max<int64_t>(
+          1, (n + config.tokens_per_cluster - 1) / config.tokens_per_cluster));
+      p.max_iters = config.kmeans_max_iters;
+      p.seed = MixSeed(config.seed, l, h, seg.first_pos());
+      p.metric = config.metric;
+      problems.push_back(p);
+    }
+  }
+  std::vector<cpu::KMeansResult> results(problems.size());
+  cpu::KMeansBatch(pool, problems.data(), static_cast<int>(problems.size()),
+                   results.data());
+  size_t i = 0;
+  for (int l : layers) {
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      FillClusters(results[i++], seg.layer(l).heads[h]);
+    }
+  }
+}
+
+}  // namespace ckv

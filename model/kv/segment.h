@@ -1,0 +1,85 @@
+// An immutable run of clustered tokens: the host-tier K,V of every layer and
+// KV head, plus the selection index of each sparse layer (k-means clusters
+// for clusterkv, min/max pages for quest). Built once when the segment
+// closes, then shared read-only (forks share their parent's segments).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/cluster_ops.h"
+#include "kernels/dtype.h"
+#include "model/kv/kv_config.h"
+
+namespace ckv {
+
+// Shape of the KV rows a store holds.
+struct KvShape {
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int group() const { return n_heads / n_kv_heads; }
+};
+
+// Selection index of one (layer, KV head) of a segment.
+struct HeadIndex {
+  // clusterkv: cluster c holds members[offsets[c] .. offsets[c+1]), rows of
+  // the segment in ascending position order; centroids are [k][head_dim].
+  int k = 0;
+  std::vector<float> centroids;
+  std::vector<int32_t> offsets;
+  std::vector<int32_t> members;
+  int kmeans_iterations = 0;
+  // quest: pages of quest_page_size rows in position order, [pages][hd].
+  std::vector<float> page_min, page_max;
+
+  int64_t bytes() const;
+};
+
+struct SegmentLayer {
+  std::vector<uint16_t> k, v;    // [n_kv_heads][n][head_dim], host tier
+  std::vector<HeadIndex> heads;  // [n_kv_heads]; empty for dense layers
+  int64_t ticket = 0;            // ClusterWorker job that builds `heads`
+};
+
+class Segment {
+ public:
+  Segment(int64_t uid, int64_t first_pos, int64_t n, const KvShape& shape);
+
+  int64_t uid() const { return uid_; }          // unique in the process
+  int64_t first_pos() const { return first_pos_; }
+  int64_t size() const { return n_; }
+  const KvShape& shape() const { return shape_; }
+
+  SegmentLayer& layer(int l) { return layers_[l]; }
+  const SegmentLayer& layer(int l) const { return layers_[l]; }
+  // Rows of one (layer, KV head): [n][head_dim] of the host dtype.
+  const uint16_t* keys(int l, int h) const;
+  const uint16_t* values(int l, int h) const;
+  uint16_t* mutable_keys(int l, int h);
+  uint16_t* mutable_values(int l, int h);
+
+  int64_t kv_bytes() const;     // host-tier K,V
+  int64_t index_bytes() const;  // centroids, offsets, members, pages
+
+  static int64_t NextUid();
+
+ private:
+  int64_t uid_, first_pos_, n_;
+  KvShape shape_;
+  std::vector<SegmentLayer> layers_;
+};
+
+// Builds heads[] of the given layers of `seg` (k-means over post-RoPE keys
+// per KV head for clusterkv, page bounds for quest), batched over all
+// (layer, head) problems. Deterministic: the k-means seed of (layer, head)
+// derives from config.seed, the layer, the head and the segment's first
+// position — not from timing or thread count.
+void IndexSegmentLayers(const KvStoreConfig& config, Segment& seg,
+                        const std::vector<int>& layers,
+                        kernels::cpu::ThreadPool* pool);
+
+}  // namespace ckv

@@ -1,0 +1,132 @@
+// Quest page bounds and scores, and centroid scores: ref and fast against
+// brute force, every kernel set, odd dims, last page shorter.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/cluster_ops.h"
+#include "kernels/cpu/ops.h"
+#include "tests/kernels/test_util.h"
+
+namespace ckv::kernels::cpu {
+namespace {
+
+using testing::AvailableKernelSets;
+using testing::Encode;
+using testing::RandomFloats;
+using testing::ScopedKernels;
+
+using BoundsFn = void (*)(const void*, DType, int64_t, int64_t, int, int,
+                          float*, float*);
+
+TEST(QuestTest, PageBoundsMatchBruteForce) {
+  std::mt19937 rng(21);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int dim : {3, 17, 64, 128}) {
+      for (int64_t n : {1, 16, 37, 300}) {
+        const int page = 16;
+        const int64_t stride = dim + 5;
+        const auto bytes =
+            Encode(t, RandomFloats(rng, n * stride, -3, 3), n, stride);
+        std::vector<float> rows(n * dim);
+        for (int64_t i = 0; i < n; ++i) {
+          DequantizeRow(t, bytes.data() + i * RowBytes(t, stride), dim,
+                        &rows[i * dim]);
+        }
+        const int64_t pages = (n + page - 1) / page;
+        std::vector<float> want_min(pages * dim), want_max(pages * dim);
+        for (int64_t p = 0; p < pages; ++p) {
+          for (int d = 0; d < dim; ++d) {
+            float lo = INFINITY, hi = -INFINITY;
+            for (int64_t i = p * page; i < std::min(n, (p + 1) * page); ++i) {
+              lo = std::min(lo, rows[i * dim + d]);
+              hi = std::max(hi, rows[i * dim + d]);
+            }
+            want_min[p * dim + d] = lo;
+            want_max[p * dim + d] = hi;
+          }
+        }
+        auto check = [&](BoundsFn fn, const char* what) {
+          std::vector<float> mn(pages * dim, NAN), mx(pages * dim, NAN);
+          fn(bytes.data(), t, stride, n, dim, page, mn.data(), mx.data());
+          EXPECT_EQ(mn, want_min) << what << " n=" << n << " dim=" << dim;
+          EXPECT_EQ(mx, want_max) << what << " n=" << n << " dim=" << dim;
+        };
+        check(ref::QuestPageBounds, "ref");
+        for (const KernelSet* ks : AvailableKernelSets()) {
+          ScopedKernels scoped(ks);
+          check(QuestPageBounds, ks->name);
+        }
+      }
+    }
+  }
+}
+
+TEST(QuestTest, ScoresMatchBruteForce) {
+  std::mt19937 rng(22);
+  for (int dim : {3, 17, 64, 128}) {
+    for (int64_t pages : {1, 3, 4, 5, 131}) {
+      const auto q = RandomFloats(rng, dim, -2, 2);
+      auto mn = RandomFloats(rng, pages * dim, -1, 1);
+      auto mx = RandomFloats(rng, pages * dim, -1, 1);
+      for (int64_t i = 0; i < pages * dim; ++i) {
+        if (mn[i] > mx[i]) std::swap(mn[i], mx[i]);
+      }
+      std::vector<double> want(pages), mag(pages, 0.0);
+      for (int64_t p = 0; p < pages; ++p) {
+        double acc = 0.0;
+        for (int d = 0; d < dim; ++d) {
+          const double a = double{q[d]} * mx[p * dim + d];
+          const double b = double{q[d]} * mn[p * dim + d];
+          acc += std::max(a, b);
+          mag[p] += std::fabs(a) + std::fabs(b);
+        }
+        want[p] = acc;
+      }
+      std::vector<float> got(pages, NAN);
+      ref::QuestScores(q.data(), mn.data(), mx.data(), pages, dim, got.data());
+      for (int64_t p = 0; p < pages; ++p) {
+        EXPECT_NEAR(got[p], want[p], 1e-6 * mag[p]);
+      }
+      for (const KernelSet* ks : AvailableKernelSets()) {
+        ScopedKernels scoped(ks);
+        std::fill(got.begin(), got.end(), NAN);
+        QuestScores(q.data(), mn.data(), mx.data(), pages, dim, got.data());
+        for (int64_t p = 0; p < pages; ++p) {
+          EXPECT_NEAR(got[p], want[p], 1e-5 * mag[p])
+              << ks->name << " p=" << p << " dim=" << dim;
+        }
+      }
+    }
+  }
+}
+
+TEST(CentroidScoresTest, FastMatchesRef) {
+  std::mt19937 rng(23);
+  for (int dim : {3, 64, 128}) {
+    for (int64_t n : {1, 5, 410}) {
+      const auto q = RandomFloats(rng, dim, -2, 2);
+      const auto mu = RandomFloats(rng, n * dim);
+      std::vector<float> want(n, NAN), got(n, NAN);
+      ref::CentroidScores(q.data(), mu.data(), n, dim, want.data());
+      for (int64_t c = 0; c < n; ++c) {
+        double acc = 0.0;
+        for (int d = 0; d < dim; ++d) acc += double{q[d]} * mu[c * dim + d];
+        EXPECT_NEAR(want[c], acc, 1e-6);
+      }
+      for (const KernelSet* ks : AvailableKernelSets()) {
+        ScopedKernels scoped(ks);
+        CentroidScores(q.data(), mu.data(), n, dim, got.data());
+        for (int64_t c = 0; c < n; ++c) {
+          EXPECT_NEAR(got[c], want[c], 1e-5 * dim) << ks->name;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckv::kernels::cpu

@@ -1,0 +1,334 @@
+// The clustered KV store against brute-force references: segment/tail/window
+// boundaries, selection order and trimming (both GQA modes), Quest and
+// streaming selections, cache accounting, async == inline, forks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "model/kv/clustered_store.h"
+
+namespace ckv {
+namespace {
+
+using kernels::DType;
+
+const KvShape kShape{/*n_layers=*/2, /*n_heads=*/4, /*n_kv_heads=*/2,
+                     /*head_dim=*/16};
+
+KvStoreConfig SmallConfig(KvPolicy policy) {
+  KvStoreConfig c;
+  c.policy = policy;
+  c.budget = 40;
+  c.sink_tokens = 4;
+  c.tokens_per_cluster = 10;
+  c.window = 32;
+  c.dense_layers = 1;
+  c.async_clustering = false;
+  return c;
+}
+
+// Feeds tokens with random K,V (deterministic per position) into `store`.
+class Feeder {
+ public:
+  explicit Feeder(uint64_t seed) : seed_(seed) {}
+  void Add(ClusteredKvStore& store, int64_t n, AppendKind kind) {
+    ASSERT_TRUE(store.Reserve(n, kind).ok());
+    const int width = kShape.n_kv_heads * kShape.head_dim;
+    std::vector<float> k(n * width), v(n * width);
+    for (int l = 0; l < kShape.n_layers; ++l) {
+      for (int64_t t = 0; t < n; ++t) Row(store.num_tokens() + t, l, &k[t * width], &v[t * width]);
+      store.Append(l, n, k.data(), v.data());
+    }
+    store.Commit(n);
+  }
+  // Keys cluster around 6 directions so k-means has structure to find.
+  void Row(int64_t pos, int layer, float* k, float* v) const {
+    std::mt19937_64 rng(seed_ * 1000003 + pos * 31 + layer);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    const int width = kShape.n_kv_heads * kShape.head_dim;
+    const int dir = static_cast<int>(rng() % 6);
+    for (int i = 0; i < width; ++i) {
+      k[i] = 0.3f * n(rng) + ((i % kShape.head_dim) % 6 == dir ? 3.0f : 0.0f);
+      v[i] = n(rng);
+    }
+  }
+
+ private:
+  uint64_t seed_;
+};
+
+std::vector<float> RandomQuery(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> q(kShape.n_heads * kShape.head_dim);
+  for (float& x : q) x = n(rng);
+  return q;
+}
+
+// Positions the store selects for each query head at `layer` (one decode
+// Select with query q at position `pos`).
+std::vector<std::vector<int64_t>> Selected(ClusteredKvStore& store, int layer,
+                                           const std::vector<float>& q) {
+  store.set_record_selection(true);
+  AttendSet set;
+  const int64_t pos = store.num_tokens() - 1;
+  store.Select(layer, LayerQuery{q.data(), &pos, 1}, &set);
+  std::vector<std::vector<int64_t>> out;
+  for (int h = 0; h < kShape.n_heads; ++h) {
+    auto p = store.selected_positions(layer, h);
+    std::sort(p.begin(), p.end());
+    out.push_back(p);
+  }
+  return out;
+}
+
+float Dot(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Token-level formulation of clusterkv selection: order tokens by their
+// cluster's score (desc), then cluster id, then position; take the first B.
+std::vector<int64_t> BruteForceClusterKv(const ClusteredKvStore& store,
+                                         int layer, int kv_head,
+                                         const float* q, int64_t budget) {
+  struct Tok {
+    float score;
+    int seg, cluster;
+    int64_t pos;
+  };
+  std::vector<Tok> toks;
+  const auto& segs = store.segments();
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const HeadIndex& h = segs[s]->layer(layer).heads[kv_head];
+    for (int c = 0; c < h.k; ++c) {
+      const float sc = Dot(q, &h.centroids[c * kShape.head_dim], kShape.head_dim);
+      for (int i = h.offsets[c]; i < h.offsets[c + 1]; ++i) {
+        toks.push_back({sc, static_cast<int>(s), c,
+                        segs[s]->first_pos() + h.members[i]});
+      }
+    }
+  }
+  std::sort(toks.begin(), toks.end(), [](const Tok& a, const Tok& b) {
+    if (a.score != b.score) return a.score > b.score;
+    if (a.seg != b.seg) return a.seg < b.seg;
+    if (a.cluster != b.cluster) return a.cluster < b.cluster;
+    return a.pos < b.pos;
+  });
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < toks.size() && static_cast<int64_t>(i) < budget; ++i) {
+    out.push_back(toks[i].pos);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(KvStore, PromptSegmentTailAndWindowBoundaries) {
+  ClusteredKvStore store(kShape, SmallConfig(KvPolicy::kClusterKv), nullptr);
+  Feeder f(1);
+  f.Add(store, 100, AppendKind::kPrompt);
+  ASSERT_EQ(store.segments().size(), 1u);
+  EXPECT_EQ(store.segments()[0]->first_pos(), 4);
+  EXPECT_EQ(store.segments()[0]->size(), 96);
+  EXPECT_EQ(store.sink_count(), 4);
+  EXPECT_EQ(store.tail_tokens(), 0);
+  // k = ceil(96 / 10) = 10 clusters (fewer only if some came out empty).
+  const HeadIndex& h = store.segments()[0]->layer(1).heads[0];
+  EXPECT_LE(h.k, 10);
+  EXPECT_EQ(h.offsets.back(), 96);
+  for (int i = 0; i < 31; ++i) f.Add(store, 1, AppendKind::kGenerated);
+  EXPECT_EQ(store.segments().size(), 1u);
+  EXPECT_EQ(store.tail_tokens(), 31);
+  f.Add(store, 1, AppendKind::kGenerated);  // tail reaches the window
+  ASSERT_EQ(store.segments().size(), 2u);
+  EXPECT_EQ(store.segments()[1]->first_pos(), 100);
+  EXPECT_EQ(store.segments()[1]->size(), 32);
+  EXPECT_EQ(store.tail_tokens(), 0);
+  f.Add(store, 70, AppendKind::kGenerated);  // crosses two windows at once
+  EXPECT_EQ(store.segments().size(), 4u);
+  EXPECT_EQ(store.tail_tokens(), 6);
+  f.Add(store, 5, AppendKind::kPrompt);  // the tail closes on its own first
+  ASSERT_EQ(store.segments().size(), 6u);
+  EXPECT_EQ(store.segments()[4]->size(), 6);
+  EXPECT_EQ(store.segments()[5]->size(), 5);
+  EXPECT_EQ(store.num_tokens(), 207);
+  EXPECT_EQ(store.clustered_tokens(), 207 - 4);
+}
+
+TEST(KvStore, ShortPromptFillsSinksFirst) {
+  ClusteredKvStore store(kShape, SmallConfig(KvPolicy::kClusterKv), nullptr);
+  Feeder f(2);
+  f.Add(store, 3, AppendKind::kPrompt);
+  EXPECT_EQ(store.sink_count(), 3);
+  EXPECT_TRUE(store.segments().empty());
+  f.Add(store, 10, AppendKind::kPrompt);
+  EXPECT_EQ(store.sink_count(), 4);
+  ASSERT_EQ(store.segments().size(), 1u);
+  EXPECT_EQ(store.segments()[0]->first_pos(), 4);
+  EXPECT_EQ(store.segments()[0]->size(), 9);
+}
+
+TEST(KvStore, ClusterKvSelectionMatchesBruteForce) {
+  for (GqaSelection gqa :
+       {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
+    for (int budget : {1, 7, 40, 95, 1000}) {
+      KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+      c.gqa_selection = gqa;
+      c.budget = budget;
+      ClusteredKvStore store(kShape, c, nullptr);
+      Feeder f(3);
+      f.Add(store, 150, AppendKind::kPrompt);
+      f.Add(store, 40, AppendKind::kGenerated);
+      const auto q = RandomQuery(budget);
+      const auto got = Selected(store, 1, q);
+      for (int h = 0; h < kShape.n_heads; ++h) {
+        std::vector<float> qh(q.begin() + h * 16, q.begin() + (h + 1) * 16);
+        if (gqa == GqaSelection::kPerKvHead) {
+          const int first = (h / 2) * 2;
+          for (int d = 0; d < 16; ++d) qh[d] = q[first * 16 + d] + q[(first + 1) * 16 + d];
+        }
+        EXPECT_EQ(got[h], BruteForceClusterKv(store, 1, h / 2, qh.data(), budget))
+            << GqaSelectionName(gqa) << " budget " << budget << " head " << h;
+      }
+    }
+  }
+}
+
+TEST(KvStore, RecentTokensAreAlwaysSelectedAndCountTowardBudget) {
+  KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+  c.budget = 30;
+  c.recent_tokens = 12;
+  ClusteredKvStore store(kShape, c, nullptr);
+  Feeder f(4);
+  f.Add(store, 120, AppendKind::kPrompt);
+  const auto got = Selected(store, 1, RandomQuery(9));
+  for (int h = 0; h < kShape.n_heads; ++h) {
+    ASSERT_EQ(got[h].size(), 30u);
+    std::set<int64_t> sel(got[h].begin(), got[h].end());
+    for (int64_t p = 120 - 12; p < 120; ++p) EXPECT_TRUE(sel.count(p)) << p;
+  }
+}
+
+TEST(KvStore, QuestSelectsTopPagesByUpperBound) {
+  KvStoreConfig c = SmallConfig(KvPolicy::kQuest);
+  c.budget = 33;  // ceil(33/16) = 3 pages
+  ClusteredKvStore store(kShape, c, nullptr);
+  Feeder f(5);
+  f.Add(store, 100, AppendKind::kPrompt);  // 96 rows: 6 pages of 16
+  const auto q = RandomQuery(11);
+  const auto got = Selected(store, 1, q);
+  const Segment& seg = *store.segments()[0];
+  for (int h = 0; h < kShape.n_heads; ++h) {
+    // Brute force: page bounds from the stored keys, then the definition.
+    std::vector<std::pair<float, int>> scores;
+    for (int p = 0; p < 6; ++p) {
+      float s = 0;
+      for (int d = 0; d < 16; ++d) {
+        float lo = 1e30f, hi = -1e30f;
+        for (int r = p * 16; r < p * 16 + 16; ++r) {
+          const float k = kernels::F16ToF32(seg.keys(1, h / 2)[r * 16 + d]);
+          lo = std::min(lo, k);
+          hi = std::max(hi, k);
+        }
+        const float qd = q[h * 16 + d];
+        s += std::max(qd * hi, qd * lo);
+      }
+      scores.push_back({-s, p});
+    }
+    std::sort(scores.begin(), scores.end());
+    std::vector<int64_t> want;
+    for (int i = 0; i < 3; ++i) {
+      for (int r = 0; r < 16; ++r) want.push_back(4 + scores[i].second * 16 + r);
+    }
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got[h], want) << "head " << h;
+  }
+}
+
+TEST(KvStore, StreamingSelectsMostRecentClusteredTokens) {
+  KvStoreConfig c = SmallConfig(KvPolicy::kStreaming);
+  c.budget = 25;
+  ClusteredKvStore store(kShape, c, nullptr);
+  Feeder f(6);
+  f.Add(store, 60, AppendKind::kPrompt);
+  f.Add(store, 32, AppendKind::kGenerated);  // closes a window segment
+  f.Add(store, 3, AppendKind::kGenerated);   // tail
+  const auto got = Selected(store, 1, RandomQuery(1));
+  std::vector<int64_t> want;
+  for (int64_t p = 92 - 25; p < 92; ++p) want.push_back(p);
+  for (int h = 0; h < kShape.n_heads; ++h) EXPECT_EQ(got[h], want);
+}
+
+TEST(KvStore, CacheAccountingAndReuse) {
+  for (int steps : {0, 1, 3}) {
+    KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+    c.cache_steps = steps;
+    ClusteredKvStore store(kShape, c, nullptr);
+    Feeder f(7);
+    f.Add(store, 200, AppendKind::kPrompt);
+    const auto q = RandomQuery(3);
+    Selected(store, 1, q);
+    const CacheStats first = store.cache_stats();
+    EXPECT_EQ(first.hits, 0);
+    Selected(store, 1, q);  // same query: same blocks
+    const CacheStats s = store.cache_stats();
+    EXPECT_EQ(s.hits + s.misses, s.lookups);
+    EXPECT_EQ(s.h2d_bytes, s.miss_tokens * 2 * 2 * kShape.head_dim);
+    if (steps == 0) {
+      EXPECT_EQ(s.hits, 0);
+    } else {
+      EXPECT_EQ(s.misses, first.misses) << "second step must hit everything";
+      EXPECT_EQ(s.hits, first.lookups);
+    }
+  }
+}
+
+TEST(KvStore, AsyncClusteringEqualsInline) {
+  ClusterWorker worker;
+  KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+  ClusteredKvStore inline_store(kShape, c, nullptr);
+  c.async_clustering = true;
+  ClusteredKvStore async_store(kShape, c, &worker);
+  Feeder f(8);
+  for (auto* s : {&inline_store, &async_store}) {
+    f.Add(*s, 300, AppendKind::kPrompt);
+    f.Add(*s, 40, AppendKind::kGenerated);
+  }
+  const auto q = RandomQuery(5);
+  EXPECT_EQ(Selected(inline_store, 1, q), Selected(async_store, 1, q));
+}
+
+TEST(KvStore, ForkSharesSegmentsAndKeepsItsOwnTail) {
+  ClusteredKvStore parent(kShape, SmallConfig(KvPolicy::kClusterKv), nullptr);
+  Feeder f(9);
+  f.Add(parent, 120, AppendKind::kPrompt);
+  f.Add(parent, 5, AppendKind::kGenerated);
+  auto child = parent.Fork();
+  ASSERT_TRUE(child.ok());
+  EXPECT_EQ((*child)->num_tokens(), 125);
+  EXPECT_EQ((*child)->segments()[0].get(), parent.segments()[0].get());
+  EXPECT_GT(parent.memory().host_shared_bytes, 0);
+  Feeder g(10);
+  g.Add(**child, 3, AppendKind::kGenerated);
+  EXPECT_EQ((*child)->tail_tokens(), 8);
+  EXPECT_EQ(parent.tail_tokens(), 5);
+  const auto q = RandomQuery(2);
+  EXPECT_EQ(Selected(parent, 1, q), Selected(**child, 1, q));
+}
+
+TEST(KvStore, CapacityIsEnforced) {
+  KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+  c.max_tokens = 50;
+  ClusteredKvStore store(kShape, c, nullptr);
+  EXPECT_TRUE(store.Reserve(50, AppendKind::kPrompt).ok());
+  EXPECT_TRUE(store.Reserve(0, AppendKind::kPrompt).ok());
+  EXPECT_EQ(store.Reserve(51, AppendKind::kPrompt).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace ckv
