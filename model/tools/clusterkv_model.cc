@@ -167,7 +167,12 @@ constexpr char kUsage[] =
     "      [--budget B] [KV store flags]: sparse vs dense quality, JSON\n"
     "  make-random --out F.gguf --layers N --dim D --heads H --kv-heads K\n"
     "      --ffn F [--vocab byte|VOCAB.gguf] [--dtype f32|f16|bf16|q8_0]\n"
-    "      [--seed S]\n";
+    "      [--seed S]\n"
+    "KV store flags (generate, logits, recall): --policy full|clusterkv|quest|\n"
+    "  streaming --budget B --sink-tokens N --tokens-per-cluster N --window N\n"
+    "  --kmeans-max-iters N --cache-steps R --gqa-selection per_query_head|\n"
+    "  per_kv_head --recent-tokens N --cluster-seed S --dense-layers N\n"
+    "  --cluster-metric cosine|l2|ip --async-clustering=true|false\n";
 
 absl::Status Dispatch(const std::vector<std::string>& args,
                       const CliOptions& o) {
