@@ -3,11 +3,9 @@
 #include <algorithm>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
+#include "bench/bench_common.h"
 
 #ifndef CLUSTERKV_SOURCE_DIR
 #define CLUSTERKV_SOURCE_DIR "."
@@ -85,38 +83,12 @@ ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed of the random token ids");
 namespace ckv::bench {
 namespace {
 
-template <typename T>
-absl::StatusOr<std::vector<T>> ParseList(const std::string& flag,
-                                         const std::string& text, T min) {
-  std::vector<T> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    T v;
-    if (!absl::SimpleAtoi(part, &v) || v < min) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", flag, ": '", part, "' is not an integer >= ", min));
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
-  }
-  return out;
-}
-
 absl::StatusOr<kernels::DType> ParseKvType(const std::string& s) {
   if (s == "f32") return kernels::DType::kF32;
   if (s == "f16") return kernels::DType::kF16;
   if (s == "bf16") return kernels::DType::kBF16;
   return absl::InvalidArgumentError(
       absl::StrCat("--kv_type: unknown type '", s, "'"));
-}
-
-// Whether a flag was set to something other than its default (this abseil
-// cannot tell whether a flag was given on the command line).
-template <typename T>
-bool Changed(const absl::Flag<T>& flag) {
-  const absl::CommandLineFlag& f = absl::GetFlagReflectionHandle(flag);
-  return f.CurrentValue() != f.DefaultValue();
 }
 
 void ApplyQuickPreset(EngineBenchOptions& o) {

@@ -1,9 +1,9 @@
 #include "bench/engine_report.h"
 
-#include <ctime>
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "bench/bench_common.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 
@@ -31,15 +31,6 @@ kernels::DType WeightType(const Model& m) {
 }
 
 double Ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
-
-std::string UtcTimestamp() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 // Speedup of `run` over `base` in decode (median step time) at depth i.
 double DecodeSpeedup(const ThreadRun& base, const ThreadRun& run, size_t i) {

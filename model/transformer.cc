@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -10,6 +11,18 @@
 namespace ckv {
 
 namespace cpu = kernels::cpu;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NanosSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() -
+                                                              t0)
+      .count();
+}
+
+}  // namespace
 
 // Rows of one sequence inside a step.
 struct StepPart {
@@ -81,8 +94,10 @@ absl::Status Transformer::Forward(absl::Span<SequenceInput> batch) {
   if (auto s = Validate(batch); !s.ok()) return s;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceInput& in = batch[i];
+    if (in.reserved) continue;
     if (auto s = in.cache->Reserve(in.tokens.size(), in.kind); !s.ok()) {
       for (size_t j = 0; j < i; ++j) {
+        if (batch[j].reserved) continue;
         batch[j].cache->Reserve(0, batch[j].kind).IgnoreError();
       }
       return s;
@@ -121,6 +136,8 @@ absl::Status Transformer::Forward(absl::Span<SequenceInput> batch) {
 }
 
 void Transformer::RunStep(const Step& step) {
+  const Clock::time_point t0 =
+      options_.profile ? Clock::now() : Clock::time_point{};
   buf_->Size(config_, step.rows);
   for (const StepPart& p : step.parts) {
     for (int64_t i = 0; i < p.n; ++i) buf_->pos[p.row + i] = p.pos0 + i;
@@ -132,6 +149,10 @@ void Transformer::RunStep(const Step& step) {
   }
   for (const StepPart& p : step.parts) p.cache->Commit(p.n);
   OutputLogits(step);
+  if (options_.profile) {
+    profile_.total_ns += NanosSince(t0);
+    ++profile_.steps;
+  }
 }
 
 void Transformer::Embed(const Step& step) {
@@ -183,24 +204,37 @@ void Transformer::AttentionBlock(int layer, const Step& step) {
   cpu::Rope(pool(), b.k.data(), rows, c.n_kv_heads, c.head_dim, b.pos.data(),
             rope);
   for (const StepPart& p : step.parts) {
-    p.cache->Append(layer, p.n, &b.k[p.row * c.kv_dim()],
-                    &b.v[p.row * c.kv_dim()]);
-    LayerQuery query{&b.q[p.row * c.q_dim()], &b.pos[p.row],
-                     static_cast<int>(p.n)};
-    p.cache->Select(layer, query, &b.attend);
-    cpu::AttentionArgs args;
-    args.q = query.q;
-    args.q_pos = query.q_pos;
-    args.n_q = query.n_q;
-    args.n_heads = c.n_heads;
-    args.head_dim = c.head_dim;
-    args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    args.kv = b.attend.per_head.data();
-    args.out = &b.attn[p.row * c.q_dim()];
-    cpu::Attention(pool(), args);
+    const Clock::time_point t0 =
+        options_.profile ? Clock::now() : Clock::time_point{};
+    AttendPart(layer, p);
+    if (options_.profile) profile_.attention_ns += NanosSince(t0);
   }
   MatMul(pool(), w.wo, b.attn.data(), rows, b.tmp.data());
   cpu::Add(b.x.data(), b.tmp.data(), rows * c.d_model);
+}
+
+// Appends the part's K,V, asks its cache what to attend, and attends.
+void Transformer::AttendPart(int layer, const StepPart& p) {
+  const ModelConfig& c = config_;
+  Buffers& b = *buf_;
+  p.cache->Append(layer, p.n, &b.k[p.row * c.kv_dim()],
+                  &b.v[p.row * c.kv_dim()]);
+  LayerQuery query{&b.q[p.row * c.q_dim()], &b.pos[p.row],
+                   static_cast<int>(p.n)};
+  const Clock::time_point t0 =
+      options_.profile ? Clock::now() : Clock::time_point{};
+  p.cache->Select(layer, query, &b.attend);
+  if (options_.profile) profile_.select_ns += NanosSince(t0);
+  cpu::AttentionArgs args;
+  args.q = query.q;
+  args.q_pos = query.q_pos;
+  args.n_q = query.n_q;
+  args.n_heads = c.n_heads;
+  args.head_dim = c.head_dim;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  args.kv = b.attend.per_head.data();
+  args.out = &b.attn[p.row * c.q_dim()];
+  cpu::Attention(pool(), args);
 }
 
 void Transformer::MlpBlock(int layer, const Step& step) {

@@ -29,6 +29,9 @@ struct SequenceInput {
   // kPrompt: a prefill call whose tokens form one segment; kGenerated:
   // decoded tokens or appended input, which join the tail.
   AppendKind kind = AppendKind::kPrompt;
+  // The caller already called cache->Reserve for a larger input of which
+  // these tokens are one chunk; Forward then does not Reserve.
+  bool reserved = false;
 };
 
 // Builds a SequenceInput (aggregate order is easy to get wrong at call sites).
@@ -48,7 +51,21 @@ inline SequenceInput MakeInput(absl::Span<const int32_t> tokens,
 struct TransformerOptions {
   int threads = 1;
   int prefill_chunk = 256;  // max tokens per forward step
+  bool profile = false;     // accumulate ForwardProfile (benchmarks)
 };
+
+// Cumulative wall time of Forward calls, when TransformerOptions::profile is
+// on: `attention` is the per-sequence part of the attention blocks (KV
+// append, Select, attention over the selected rows), `select` the Select
+// calls inside it; `total` covers whole forward steps (all layers, logits).
+struct ForwardProfile {
+  int64_t steps = 0;
+  int64_t total_ns = 0;
+  int64_t attention_ns = 0;
+  int64_t select_ns = 0;
+};
+
+struct StepPart;  // rows of one sequence inside a forward step
 
 class Transformer {
  public:
@@ -63,6 +80,8 @@ class Transformer {
 
   const ModelConfig& config() const { return config_; }
   kernels::cpu::ThreadPool* pool() { return pool_.get(); }
+  const ForwardProfile& profile() const { return profile_; }
+  void ResetProfile() { profile_ = ForwardProfile{}; }
 
  private:
   struct Step;      // one chunk of rows from several sequences
@@ -74,12 +93,14 @@ class Transformer {
   void AttentionBlock(int layer, const Step& step);
   void MlpBlock(int layer, const Step& step);
   void OutputLogits(const Step& step);
+  void AttendPart(int layer, const StepPart& p);
 
   const ModelConfig config_;
   const ModelWeights& weights_;
   TransformerOptions options_;
   std::unique_ptr<kernels::cpu::ThreadPool> pool_;
   std::unique_ptr<Buffers> buf_;
+  ForwardProfile profile_;
 };
 
 }  // namespace ckv

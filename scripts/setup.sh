@@ -8,7 +8,7 @@ PACKAGES=(
   libabsl-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libopenblas-dev libspdlog-dev libfmt-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  prometheus-cpp-dev python3 python3-matplotlib
+  prometheus-cpp-dev prometheus python3 python3-matplotlib
 )
 
 missing=()

@@ -29,6 +29,11 @@ void ClusterWorker::Wait(int64_t ticket) {
   done_cv_.wait(lock, [&] { return completed_ >= ticket; });
 }
 
+bool ClusterWorker::IsDone(int64_t ticket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return completed_ >= ticket;
+}
+
 void ClusterWorker::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

@@ -24,6 +24,8 @@ class ClusterWorker {
   // Blocks until the job with `ticket` (and every earlier one) has run.
   // Ticket 0 is "nothing to wait for".
   void Wait(int64_t ticket);
+  // Whether the job with `ticket` has run (never blocks).
+  bool IsDone(int64_t ticket);
 
  private:
   void Loop();

@@ -1,6 +1,7 @@
 #include "model/kv/clustered_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,19 @@ namespace ckv {
 
 namespace cpu = kernels::cpu;
 using kernels::DType;
+
+namespace {
+
+// Nanoseconds since *t; moves *t to now.
+int64_t Lap(std::chrono::steady_clock::time_point* t) {
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - *t).count();
+  *t = now;
+  return ns;
+}
+
+}  // namespace
 
 ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
                                    const KvStoreConfig& config,
@@ -214,6 +228,25 @@ void ClusteredKvStore::WaitForIndex(int layer) const {
   worker_->Wait(ticket);
 }
 
+bool ClusteredKvStore::IndexReady() const {
+  if (worker_ == nullptr) return true;
+  int64_t ticket = 0;
+  for (const auto& s : segments_) {
+    for (int l = 0; l < shape_.n_layers; ++l) {
+      ticket = std::max(ticket, s->layer(l).ticket);
+    }
+  }
+  return worker_->IsDone(ticket);
+}
+
+int ClusteredKvStore::SegmentClusters(size_t i) const {
+  const int l = config_.dense_layers;
+  if (i >= segments_.size() || l >= shape_.n_layers || !IndexReady()) return 0;
+  int k = 0;
+  for (const auto& h : segments_[i]->layer(l).heads) k += h.k;
+  return k;
+}
+
 // ------------------------------------------------------------- selecting
 
 cpu::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head) const {
@@ -341,10 +374,14 @@ void ClusteredKvStore::PlanHeads(int layer, const float* q) {
 
 void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
                                     AttendSet* out) {
+  auto t = std::chrono::steady_clock::now();
   WaitForIndex(layer);
+  timings_.wait_ns += Lap(&t);
   seg_view_.clear();
   for (const auto& s : segments_) seg_view_.push_back(s.get());
   PlanHeads(layer, query.q);
+  timings_.plan_ns += Lap(&t);
+  ++timings_.calls;
   const int group = shape_.group();
   const int64_t step = steps_[layer]++;
   out->spans.resize(size_t{3} * shape_.n_heads);
@@ -392,6 +429,7 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
       if (record_selection_) recorded_[layer][h] = sel_pos_[h];
     }
   }
+  timings_.cache_ns += Lap(&t);
 }
 
 // ------------------------------------------------------------ bookkeeping
@@ -470,7 +508,22 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Fork(
   auto child = std::make_unique<ClusteredKvStore>(shape_, c, worker_);
   child->n_tokens_ = n_tokens_;
   child->sinks_ = sinks_;
-  child->open_ = open_;
+  // Only the used open rows: a parent that prefilled a long prompt keeps a
+  // large, empty open buffer that the child need not copy.
+  const int hd = shape_.head_dim;
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    RowBuffer& dst = child->open_[l];
+    dst.capacity = open_rows_[l];
+    const size_t n = size_t{1} * shape_.n_kv_heads * dst.capacity * hd;
+    dst.k.resize(n);
+    dst.v.resize(n);
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      const size_t from = size_t{1} * h * open_[l].capacity * hd;
+      const size_t to = size_t{1} * h * dst.capacity * hd;
+      std::copy_n(open_[l].k.data() + from, open_rows_[l] * hd, dst.k.data() + to);
+      std::copy_n(open_[l].v.data() + from, open_rows_[l] * hd, dst.v.data() + to);
+    }
+  }
   child->sink_rows_ = sink_rows_;
   child->open_rows_ = open_rows_;
   child->open_first_pos_ = open_first_pos_;

@@ -27,6 +27,17 @@ struct KvMemoryStats {
   int64_t device_bytes = 0;       // device tier (accounted; see .cc)
 };
 
+// Cumulative time of the sparse decode Selects of a store (wall clock of
+// the calling thread): waiting for a segment index still being built,
+// planning (scoring clusters or pages, ordering, budget), and making the
+// selected blocks resident in the device cache (lookups + copies).
+struct SelectTimings {
+  int64_t calls = 0;  // sparse Selects (one per layer and decode step)
+  int64_t wait_ns = 0;
+  int64_t plan_ns = 0;
+  int64_t cache_ns = 0;
+};
+
 // What the last recorded decode Select (one query token) of a layer >=
 // dense_layers saw; model/kv/quality.h measures against it.
 struct DecodeRecord {
@@ -65,6 +76,8 @@ class ClusteredKvStore : public KvCache {
   const KvShape& shape() const { return shape_; }
   KvMemoryStats memory() const;
   CacheStats cache_stats() const;
+  const SelectTimings& select_timings() const { return timings_; }
+  void ResetSelectTimings() { timings_ = SelectTimings{}; }
   // Closed segments, oldest first (their indexes may still be building).
   const std::vector<std::shared_ptr<Segment>>& segments() const {
     return segments_;
@@ -74,6 +87,11 @@ class ClusteredKvStore : public KvCache {
   int64_t sink_count() const { return sink_rows_.empty() ? 0 : sink_rows_[0]; }
   // Blocks until every segment's index of `layer` is built.
   void WaitForIndex(int layer) const;
+  // Whether every segment's index of every layer is built (never blocks).
+  bool IndexReady() const;
+  // k-means clusters of segment `i` summed over KV heads, at the first
+  // layer that has an index (0 when none or not built yet).
+  int SegmentClusters(size_t i) const;
 
   // When on, decode Selects record the selected positions per query head.
   void set_record_selection(bool on) { record_selection_ = on; }
@@ -142,6 +160,7 @@ class ClusteredKvStore : public KvCache {
   bool record_selection_ = false;
   std::vector<std::vector<std::vector<int64_t>>> recorded_;
   std::vector<DecodeRecord> decode_records_;  // per layer
+  SelectTimings timings_;
 };
 
 }  // namespace ckv

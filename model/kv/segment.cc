@@ -1,6 +1,7 @@
 #include "model/kv/segment.h"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 namespace ckv {
@@ -68,6 +69,12 @@ uint64_t MixSeed(uint64_t seed, int layer, int head, int64_t first_pos) {
   return z ^ (z >> 31);
 }
 
+int64_t NanosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
 // Members of each cluster in ascending row order (= position order).
 void FillClusters(const cpu::KMeansResult& r, HeadIndex& h) {
   h.k = r.k;
@@ -92,6 +99,7 @@ void IndexSegmentLayers(const KvStoreConfig& config, Segment& seg,
   for (int l : layers) seg.layer(l).heads.assign(s.n_kv_heads, HeadIndex{});
   if (n == 0) return;
   const bool all = config.build_all_indexes;
+  const auto t_pages = std::chrono::steady_clock::now();
   if (all || config.policy == KvPolicy::kQuest) {
     for (int l : layers) {
       for (int h = 0; h < s.n_kv_heads; ++h) {
@@ -106,7 +114,12 @@ void IndexSegmentLayers(const KvStoreConfig& config, Segment& seg,
       }
     }
   }
-  if (!all && config.policy != KvPolicy::kClusterKv) return;
+  const int64_t pages_ns = NanosSince(t_pages);
+  if (!all && config.policy != KvPolicy::kClusterKv) {
+    seg.AddIndexNanos(0, pages_ns);
+    return;
+  }
+  const auto t_kmeans = std::chrono::steady_clock::now();
   std::vector<cpu::KMeansProblem> problems;
   for (int l : layers) {
     for (int h = 0; h < s.n_kv_heads; ++h) {
@@ -133,6 +146,7 @@ void IndexSegmentLayers(const KvStoreConfig& config, Segment& seg,
       FillClusters(results[i++], seg.layer(l).heads[h]);
     }
   }
+  seg.AddIndexNanos(NanosSince(t_kmeans), pages_ns);
 }
 
 }  // namespace ckv

@@ -65,12 +65,23 @@ class Segment {
   int64_t kv_bytes() const;     // host-tier K,V
   int64_t index_bytes() const;  // centroids, offsets, members, pages
 
+  // Time spent building this segment's indexes (k-means; Quest page
+  // bounds), summed over the index jobs of all its layers. Written by the
+  // job (possibly on the ClusterWorker), read after WaitForIndex.
+  int64_t kmeans_nanos() const { return kmeans_ns_.load(); }
+  int64_t pages_nanos() const { return pages_ns_.load(); }
+  void AddIndexNanos(int64_t kmeans, int64_t pages) {
+    kmeans_ns_.fetch_add(kmeans);
+    pages_ns_.fetch_add(pages);
+  }
+
   static int64_t NextUid();
 
  private:
   int64_t uid_, first_pos_, n_;
   KvShape shape_;
   std::vector<SegmentLayer> layers_;
+  std::atomic<int64_t> kmeans_ns_{0}, pages_ns_{0};
 };
 
 // Builds heads[] of the given layers of `seg` (k-means over post-RoPE keys

@@ -1,0 +1,97 @@
+// cluster_bench: the ClusterKV benchmark. Two workloads (see
+// cluster_keys.h and cluster_engine.h): `keys` measures recall (clusterkv vs
+// quest vs streaming at equal budget, the clustering-metric and
+// tokens-per-cluster ablations) and the cost of one attention layer on
+// synthetic keys with the structure of real ones; `engine` runs the
+// transformer end to end (prefill once, many sessions decoding forks of it)
+// and splits steps into attention, selection and the rest. Writes a JSON
+// (--json) and, via plot_cluster.py, PNGs next to it; scripts/bench.sh runs
+// the full settings.
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "bench/bench_common.h"
+#include "bench/cluster_engine.h"
+#include "bench/cluster_keys.h"
+#include "bench/cluster_options.h"
+#include "bench/cluster_report.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/kv/cluster_worker.h"
+
+namespace ckv::bench {
+namespace {
+
+void PrintHeader(const ClusterBenchOptions& o, int threads) {
+  std::printf("cluster_bench%s | cpu: %s | kernels: %s | threads %d of %u\n",
+              o.quick ? " --quick" : "",
+              kernels::cpu::DescribeCpuFeatures().c_str(),
+              kernels::cpu::KernelSetName(), threads,
+              std::thread::hardware_concurrency());
+  if (o.run_keys) {
+    std::printf("keys: one attention layer, %d query / %d KV heads, head dim "
+                "%d, every layer sparse; clustering on one worker thread\n",
+                o.heads, o.kv_heads, o.head_dim);
+  }
+  std::fflush(stdout);
+}
+
+absl::Status Run(const ClusterBenchOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ClusterReport report;
+  report.options = &o;
+  report.threads = o.threads > 0
+                       ? o.threads
+                       : std::max(1u, std::thread::hardware_concurrency());
+  PrintHeader(o, report.threads);
+  ClusterWorker worker;
+  if (o.run_keys) {
+    kernels::cpu::ThreadPool pool(report.threads);
+    if (auto s = RunKeysWorkload(o, &pool, &worker, &report.runs); !s.ok()) {
+      return s;
+    }
+  }
+  if (o.run_engine) {
+    if (auto s = RunEngineWorkload(o, report.threads, &worker, &report);
+        !s.ok()) {
+      return s;
+    }
+  }
+  report.wall_seconds = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+  PrintSummary(report, stdout);
+  if (auto s = WriteTextFile(o.out_json, ReportJson(report).dump(2) + "\n");
+      !s.ok()) {
+    return s;
+  }
+  std::fprintf(stderr, "cluster_bench: wrote %s\n", o.out_json.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ckv::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ClusterKV benchmark: recall vs budget, step time vs context, overhead."
+      "\n  cluster_bench [--quick] [--json F] [--workloads keys,engine] "
+      "[--budgets 256,...] [--key-contexts ...] [--engine-contexts ...] "
+      "[--batches 1,4,16]");
+  ckv::bench::DashesToUnderscores(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  auto options = ckv::bench::ClusterBenchOptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "error: %s\n", options.status().ToString().c_str());
+    return 2;
+  }
+  if (auto s = ckv::bench::Run(*options); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,299 @@
+#include "bench/cluster_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "bench/bench_common.h"
+#include "model/kv/clustered_store.h"
+#include "model/kv/quality.h"
+#include "model/model.h"
+#include "model/transformer.h"
+
+namespace ckv::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct PolicyChoice {
+  const char* name;
+  KvPolicy policy;
+};
+
+constexpr PolicyChoice kSparsePolicies[] = {{"clusterkv", KvPolicy::kClusterKv},
+                                            {"quest", KvPolicy::kQuest},
+                                            {"streaming", KvPolicy::kStreaming}};
+constexpr PolicyChoice kFullPolicy = {"full", KvPolicy::kFull};
+
+// The prefilled parent session of one context.
+struct Prefilled {
+  std::unique_ptr<ClusteredKvStore> store;
+  int64_t context = 0;
+  double prefill_ms = 0;     // the Forward call
+  double index_wait_ms = 0;  // clustering still running after it
+  double kmeans_ms = 0, pages_ms = 0;
+  double attention_share = 0;  // of the prefill's forward steps
+};
+
+// Sums of the stores' counters over the sessions of a batch.
+struct BatchCounters {
+  SelectTimings select;
+  CacheStats cache;
+};
+
+class EngineBench {
+ public:
+  EngineBench(const ClusterBenchOptions& o, int threads, ClusterWorker* worker,
+              ClusterReport* report)
+      : o_(o), threads_(threads), worker_(worker), report_(report) {}
+
+  absl::Status Run();
+
+ private:
+  absl::Status LoadAndDescribe();
+  absl::StatusOr<Prefilled> Prefill(int64_t ctx);
+  absl::Status Decode(const Prefilled& p, const PolicyChoice& pc, int budget,
+                      int batch);
+  absl::Status Step(std::vector<std::unique_ptr<ClusteredKvStore>>& sessions,
+                    std::vector<int32_t>& tokens);
+  void Quality(const ClusteredKvStore& s, RunRecord* r) const;
+  static BatchCounters Counters(
+      const std::vector<std::unique_ptr<ClusteredKvStore>>& sessions);
+
+  const ClusterBenchOptions& o_;
+  int threads_;
+  ClusterWorker* worker_;
+  ClusterReport* report_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Transformer> tr_;
+  std::vector<std::vector<float>> logits_;
+};
+
+absl::Status EngineBench::LoadAndDescribe() {
+  auto path = EnsureRandomModel(o_.model, o_.work_dir, "cluster_bench");
+  if (!path.ok()) return path.status();
+  auto model = LoadModel(*path);
+  if (!model.ok()) return model.status();
+  model_ = *std::move(model);
+  TransformerOptions to;
+  to.threads = threads_;
+  to.prefill_chunk = o_.prefill_chunk;
+  to.profile = true;
+  tr_ = std::make_unique<Transformer>(model_->config, model_->weights, to);
+  const ModelConfig& c = model_->config;
+  report_->engine_model = Json{
+      {"path", *path},           {"random", true},
+      {"n_layers", c.n_layers},  {"dense_layers", o_.dense_layers},
+      {"d_model", c.d_model},    {"n_heads", c.n_heads},
+      {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
+      {"ffn_dim", c.ffn_dim},    {"vocab_size", c.vocab_size},
+      {"weight_type", kernels::DTypeName(model_->weights.layers[0].wq.type)},
+      {"matrix_bytes", model_->weights.MatrixBytes()}};
+  std::printf("engine model: %s\n  %d layers (dense_layers %d), d_model %d, "
+              "heads %d/%d (head_dim %d), ffn %d, vocab %d, %.1f MB of "
+              "matrices\n", path->c_str(), c.n_layers, o_.dense_layers,
+              c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim,
+              c.vocab_size, model_->weights.MatrixBytes() / 1e6);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
+  KvStoreConfig c;
+  c.policy = KvPolicy::kClusterKv;
+  c.build_all_indexes = true;
+  c.dense_layers = o_.dense_layers;
+  c.seed = o_.seed;
+  c.max_tokens = ctx + o_.decode_steps + 8;
+  Prefilled p;
+  p.context = ctx;
+  p.store = std::make_unique<ClusteredKvStore>(KvShapeOf(model_->config), c,
+                                               worker_);
+  std::mt19937_64 rng(o_.seed * 31 + ctx);
+  std::uniform_int_distribution<int32_t> byte(3, model_->config.vocab_size - 1);
+  std::vector<int32_t> tokens(ctx);
+  for (int32_t& t : tokens) t = byte(rng);
+  std::vector<float> logits;
+  SequenceInput in = MakeInput(tokens, p.store.get(), LogitsMode::kLast,
+                               &logits, AppendKind::kPrompt);
+  tr_->ResetProfile();
+  auto t0 = Clock::now();
+  if (auto s = tr_->Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
+  p.prefill_ms = MsSince(t0);
+  t0 = Clock::now();
+  for (int l = 0; l < model_->config.n_layers; ++l) p.store->WaitForIndex(l);
+  p.index_wait_ms = MsSince(t0);
+  for (const auto& seg : p.store->segments()) {
+    p.kmeans_ms += seg->kmeans_nanos() / 1e6;
+    p.pages_ms += seg->pages_nanos() / 1e6;
+  }
+  const ForwardProfile& prof = tr_->profile();
+  p.attention_share =
+      prof.total_ns > 0 ? double(prof.attention_ns) / prof.total_ns : 0;
+  std::fprintf(stderr,
+               "cluster_bench: engine prefill %lld tokens: %.1f s (attention "
+               "%.0f%%), k-means %.2f s (%.1f%% of prefill), index wait "
+               "%.2f s\n",
+               static_cast<long long>(ctx), p.prefill_ms / 1e3,
+               100 * p.attention_share, p.kmeans_ms / 1e3,
+               100 * p.kmeans_ms / p.prefill_ms, p.index_wait_ms / 1e3);
+  return p;
+}
+
+absl::Status EngineBench::Step(
+    std::vector<std::unique_ptr<ClusteredKvStore>>& sessions,
+    std::vector<int32_t>& tokens) {
+  const size_t n = sessions.size();
+  logits_.resize(n);
+  std::vector<SequenceInput> batch;
+  for (size_t i = 0; i < n; ++i) {
+    batch.push_back(MakeInput(absl::MakeConstSpan(&tokens[i], 1),
+                              sessions[i].get(), LogitsMode::kLast,
+                              &logits_[i], AppendKind::kGenerated));
+  }
+  if (auto s = tr_->Forward(absl::MakeSpan(batch)); !s.ok()) return s;
+  for (size_t i = 0; i < n; ++i) {  // greedy
+    tokens[i] = static_cast<int32_t>(
+        std::max_element(logits_[i].begin(), logits_[i].end()) -
+        logits_[i].begin());
+  }
+  return absl::OkStatus();
+}
+
+BatchCounters EngineBench::Counters(
+    const std::vector<std::unique_ptr<ClusteredKvStore>>& sessions) {
+  BatchCounters c;
+  for (const auto& s : sessions) {
+    const SelectTimings& t = s->select_timings();
+    c.select.calls += t.calls;
+    c.select.wait_ns += t.wait_ns;
+    c.select.plan_ns += t.plan_ns;
+    c.select.cache_ns += t.cache_ns;
+    c.cache.Add(s->cache_stats());
+  }
+  return c;
+}
+
+// Recall of session 0's last step, averaged over the sparse layers.
+void EngineBench::Quality(const ClusteredKvStore& s, RunRecord* r) const {
+  double topk = 0, mass = 0, err = 0;
+  int n = 0;
+  for (int l = o_.dense_layers; l < model_->config.n_layers; ++l, ++n) {
+    auto q = MeasureLastDecode(s, l);
+    if (!q.ok()) return;
+    topk += q->topk_recall;
+    mass += q->mass_recall;
+    err += q->output_rel_err;
+  }
+  if (n == 0) return;
+  r->topk_recall = topk / n;
+  r->mass_recall = mass / n;
+  r->output_rel_err = err / n;
+}
+
+absl::Status EngineBench::Decode(const Prefilled& p, const PolicyChoice& pc,
+                                 int budget, int batch) {
+  KvStoreConfig c = p.store->config();
+  c.policy = pc.policy;
+  c.budget = std::max(budget, 1);
+  std::vector<std::unique_ptr<ClusteredKvStore>> sessions;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < batch; ++i) {
+    auto fork = p.store->Fork(c);
+    if (!fork.ok()) return fork.status();
+    sessions.push_back(*std::move(fork));
+    tokens.push_back(3 + (17 * i + 5) % 256);  // distinct questions
+  }
+  const bool quality = o_.engine_quality && pc.policy != KvPolicy::kFull &&
+                       batch == o_.batches.front();
+  sessions[0]->set_record_selection(quality);
+  if (auto s = Step(sessions, tokens); !s.ok()) return s;  // untimed
+  for (auto& s : sessions) s->ResetSelectTimings();
+  const CacheStats before = Counters(sessions).cache;
+  tr_->ResetProfile();
+  std::vector<double> ms;
+  for (int i = 0; i < o_.decode_steps; ++i) {
+    const auto t0 = Clock::now();
+    if (auto s = Step(sessions, tokens); !s.ok()) return s;
+    ms.push_back(MsSince(t0));
+  }
+  const BatchCounters after = Counters(sessions);
+  const ForwardProfile& prof = tr_->profile();
+  const double n = o_.decode_steps;
+  RunRecord r;
+  r.workload = "engine";
+  r.experiment = "decode";
+  r.policy = pc.name;
+  r.context = p.context;
+  r.budget = budget;
+  r.batch = batch;
+  double total = 0;
+  for (double x : ms) total += x;
+  r.step_ms = total / n;
+  r.select_ms = prof.select_ns / 1e6 / n;
+  r.cluster_ms = p.kmeans_ms;
+  r.prefill_ms = p.prefill_ms;
+  if (quality) Quality(*sessions[0], &r);
+  std::sort(ms.begin(), ms.end());
+  const int64_t lookups = after.cache.lookups - before.lookups;
+  const KvMemoryStats mem = sessions[0]->memory();
+  r.extra = Json{
+      {"tokens_per_s", batch * 1e3 / r.step_ms},
+      {"step_ms_median", ms[ms.size() / 2]},
+      {"attention_ms", prof.attention_ns / 1e6 / n},
+      {"attention_share",
+       prof.total_ns > 0 ? double(prof.attention_ns) / prof.total_ns : 0.0},
+      {"plan_ms", after.select.plan_ns / 1e6 / n},
+      {"cache_ms", after.select.cache_ns / 1e6 / n},
+      {"index_wait_ms", after.select.wait_ns / 1e6 / n},
+      {"cache_hit_rate",
+       Num(lookups > 0 ? double(after.cache.hits - before.hits) / lookups
+                       : kNotMeasured)},
+      {"h2d_bytes_per_step", (after.cache.h2d_bytes - before.h2d_bytes) / n},
+      {"prefill_attention_share", p.attention_share},
+      {"prefill_index_wait_ms", p.index_wait_ms},
+      {"quest_pages_ms", p.pages_ms},
+      {"session_host_bytes", mem.host_bytes},
+      {"session_host_shared_bytes", mem.host_shared_bytes},
+      {"session_device_bytes", mem.device_bytes},
+      {"timed_steps", o_.decode_steps}};
+  PrintRecord(r, stderr);
+  report_->runs.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+absl::Status EngineBench::Run() {
+  if (auto s = LoadAndDescribe(); !s.ok()) return s;
+  for (int64_t ctx : o_.engine_contexts) {
+    auto p = Prefill(ctx);
+    if (!p.ok()) return p.status();
+    for (int batch : o_.batches) {
+      if (auto s = Decode(*p, kFullPolicy, 0, batch); !s.ok()) return s;
+    }
+    for (const PolicyChoice& pc : kSparsePolicies) {
+      for (int b : o_.budgets) {
+        for (int batch : o_.batches) {
+          if (auto s = Decode(*p, pc, b, batch); !s.ok()) return s;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunEngineWorkload(const ClusterBenchOptions& options,
+                               int threads, ClusterWorker* worker,
+                               ClusterReport* report) {
+  EngineBench bench(options, threads, worker, report);
+  return bench.Run();
+}
+
+}  // namespace ckv::bench

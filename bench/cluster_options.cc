@@ -1,0 +1,180 @@
+#include "bench/cluster_options.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_common.h"
+
+namespace ckv::bench {
+namespace {
+
+const ClusterBenchOptions& Defaults() {
+  static const ClusterBenchOptions* const kDefaults = new ClusterBenchOptions;
+  return *kDefaults;
+}
+
+// Settings --quick replaces unless the corresponding flag is changed.
+constexpr int64_t kQuickKeyContexts[] = {4096};
+constexpr int kQuickBudgets[] = {256, 1024};
+constexpr int64_t kQuickEngineContexts[] = {2048};
+constexpr int kQuickBatches[] = {1, 4};
+constexpr int kQuickKeyQueries = 4;
+constexpr int kQuickTimingSteps = 8;
+constexpr int kQuickDecodeSteps = 4;
+
+}  // namespace
+}  // namespace ckv::bench
+
+using ckv::bench::Defaults;
+
+ABSL_FLAG(std::string, json, Defaults().out_json,
+          "where the JSON goes; the plots are written next to it");
+ABSL_FLAG(std::string, work_dir, Defaults().work_dir,
+          "where the random engine model is cached");
+ABSL_FLAG(bool, quick, false,
+          "about a minute: keys at 4k, engine at 2k, budgets 256,1024, "
+          "batches 1,4");
+ABSL_FLAG(int, threads, Defaults().threads,
+          "compute threads (0: every hardware thread)");
+ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed of keys, queries, tokens");
+ABSL_FLAG(std::string, workloads, "keys,engine", "keys, engine or both");
+ABSL_FLAG(std::string, budgets, absl::StrJoin(Defaults().budgets, ","),
+          "token budgets B of the sparse policies");
+ABSL_FLAG(std::string, key_contexts,
+          absl::StrJoin(Defaults().key_contexts, ","),
+          "keys: context lengths; the largest also runs the metric and "
+          "tokens-per-cluster ablations and the attention-layer timing");
+ABSL_FLAG(std::string, tokens_per_cluster,
+          absl::StrJoin(Defaults().tokens_per_cluster, ","),
+          "keys: tokens-per-cluster ratios of the ablation");
+ABSL_FLAG(int, key_queries, Defaults().key_queries,
+          "keys: decode steps measured per configuration");
+ABSL_FLAG(int, timing_steps, Defaults().timing_steps,
+          "keys: timed steps of one attention layer per policy");
+ABSL_FLAG(std::string, engine_contexts,
+          absl::StrJoin(Defaults().engine_contexts, ","),
+          "engine: prefilled context lengths");
+ABSL_FLAG(std::string, batches, absl::StrJoin(Defaults().batches, ","),
+          "engine: sessions decoding together (forks of one prefill)");
+ABSL_FLAG(int, decode_steps, Defaults().decode_steps,
+          "engine: timed decode steps per run (after one untimed step)");
+ABSL_FLAG(int, layers, Defaults().model.layers, "engine: model layers");
+ABSL_FLAG(int, ffn, Defaults().model.ffn, "engine: feed-forward dimension");
+ABSL_FLAG(int, dense_layers, Defaults().dense_layers,
+          "engine: layers below this attend densely");
+ABSL_FLAG(int, prefill_chunk, Defaults().prefill_chunk,
+          "engine: max tokens per forward step during prefill");
+ABSL_FLAG(bool, engine_quality, Defaults().engine_quality,
+          "engine: measure recall on session 0 of the first batch size");
+
+namespace ckv::bench {
+namespace {
+
+absl::Status ReadWorkloads(ClusterBenchOptions& o) {
+  o.run_keys = o.run_engine = false;
+  for (absl::string_view w :
+       absl::StrSplit(absl::GetFlag(FLAGS_workloads), ',', absl::SkipEmpty())) {
+    if (w == "keys") {
+      o.run_keys = true;
+    } else if (w == "engine") {
+      o.run_engine = true;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workloads: unknown workload '", w, "'"));
+    }
+  }
+  if (!o.run_keys && !o.run_engine) {
+    return absl::InvalidArgumentError("--workloads is empty");
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status ReadList(const char* name, const absl::Flag<std::string>& flag,
+                      T min, std::vector<T>* out) {
+  auto v = ParseList<T>(name, absl::GetFlag(flag), min);
+  if (!v.ok()) return v.status();
+  *out = *std::move(v);
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  return absl::OkStatus();
+}
+
+absl::Status ReadLists(ClusterBenchOptions& o) {
+  for (absl::Status s :
+       {ReadList<int>("budgets", FLAGS_budgets, 1, &o.budgets),
+        ReadList<int64_t>("key_contexts", FLAGS_key_contexts, 64,
+                          &o.key_contexts),
+        ReadList<int>("tokens_per_cluster", FLAGS_tokens_per_cluster, 1,
+                      &o.tokens_per_cluster),
+        ReadList<int64_t>("engine_contexts", FLAGS_engine_contexts, 64,
+                          &o.engine_contexts),
+        ReadList<int>("batches", FLAGS_batches, 1, &o.batches)}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadScalars(ClusterBenchOptions& o) {
+  o.out_json = absl::GetFlag(FLAGS_json);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.key_queries = absl::GetFlag(FLAGS_key_queries);
+  o.timing_steps = absl::GetFlag(FLAGS_timing_steps);
+  o.decode_steps = absl::GetFlag(FLAGS_decode_steps);
+  o.model.layers = absl::GetFlag(FLAGS_layers);
+  o.model.ffn = absl::GetFlag(FLAGS_ffn);
+  o.dense_layers = absl::GetFlag(FLAGS_dense_layers);
+  o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  o.engine_quality = absl::GetFlag(FLAGS_engine_quality);
+  if (o.out_json.empty()) return absl::InvalidArgumentError("--json is empty");
+  if (o.threads < 0 || o.key_queries < 1 || o.timing_steps < 1 ||
+      o.decode_steps < 1 || o.model.layers < 1 || o.model.ffn < 1 ||
+      o.prefill_chunk < 1) {
+    return absl::InvalidArgumentError(
+        "--threads must be >= 0; --key_queries, --timing_steps, "
+        "--decode_steps, --layers, --ffn and --prefill_chunk >= 1");
+  }
+  if (o.dense_layers < 0 || o.dense_layers > o.model.layers) {
+    return absl::InvalidArgumentError("--dense_layers must be in [0, layers]");
+  }
+  return ReadWorkloads(o);
+}
+
+void ApplyQuickPreset(ClusterBenchOptions& o) {
+  if (!Changed(FLAGS_key_contexts)) {
+    o.key_contexts.assign(std::begin(kQuickKeyContexts),
+                          std::end(kQuickKeyContexts));
+  }
+  if (!Changed(FLAGS_budgets)) {
+    o.budgets.assign(std::begin(kQuickBudgets), std::end(kQuickBudgets));
+  }
+  if (!Changed(FLAGS_engine_contexts)) {
+    o.engine_contexts.assign(std::begin(kQuickEngineContexts),
+                             std::end(kQuickEngineContexts));
+  }
+  if (!Changed(FLAGS_batches)) {
+    o.batches.assign(std::begin(kQuickBatches), std::end(kQuickBatches));
+  }
+  if (!Changed(FLAGS_key_queries)) o.key_queries = kQuickKeyQueries;
+  if (!Changed(FLAGS_timing_steps)) o.timing_steps = kQuickTimingSteps;
+  if (!Changed(FLAGS_decode_steps)) o.decode_steps = kQuickDecodeSteps;
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterBenchOptions> ClusterBenchOptionsFromFlags() {
+  ClusterBenchOptions o;
+  if (auto s = ReadScalars(o); !s.ok()) return s;
+  if (auto s = ReadLists(o); !s.ok()) return s;
+  o.quick = absl::GetFlag(FLAGS_quick);
+  if (o.quick) ApplyQuickPreset(o);
+  return o;
+}
+
+}  // namespace ckv::bench

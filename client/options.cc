@@ -1,0 +1,272 @@
+#include "client/options.h"
+
+#include <string_view>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace {
+const ckv::client::ClientOptions kDefaults;
+}  // namespace
+
+ABSL_FLAG(std::string, server, kDefaults.server, "server address host:port");
+ABSL_FLAG(bool, json, kDefaults.json, "print one JSON document");
+ABSL_FLAG(double, timeout, kDefaults.timeout_seconds,
+          "deadline of each RPC in seconds (0 = none)");
+ABSL_FLAG(std::string, progress, "auto", "prefill progress: auto|bar|lines|off");
+ABSL_FLAG(std::string, prompt, kDefaults.prompt, "generate: prompt text");
+ABSL_FLAG(std::string, prompt_file, kDefaults.prompt_file,
+          "generate: read the prompt from F");
+ABSL_FLAG(std::string, doc, kDefaults.doc, "qa: document file");
+ABSL_FLAG(std::string, file, kDefaults.file, "session prefill: text file");
+ABSL_FLAG(std::string, text, kDefaults.text, "session prefill: text");
+ABSL_FLAG(std::string, question_format, kDefaults.question_format,
+          "text appended per question; {question} is replaced");
+ABSL_FLAG(std::optional<bool>, add_bos, kDefaults.add_bos,
+          "prepend BOS to an empty session (server default: true)");
+ABSL_FLAG(int, chunk_kib, static_cast<int>(kDefaults.chunk_bytes / 1024),
+          "Prefill request size in KiB");
+// Sampling.
+ABSL_FLAG(std::optional<int>, max_tokens, std::nullopt, "tokens at most");
+ABSL_FLAG(std::optional<float>, temperature, std::nullopt, "0 = greedy");
+ABSL_FLAG(std::optional<int>, top_k, std::nullopt, "top-k (0 = off)");
+ABSL_FLAG(std::optional<float>, top_p, std::nullopt, "top-p (1 = off)");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "sampling seed");
+// KV store.
+ABSL_FLAG(std::string, policy, kDefaults.kv.policy,
+          "full|clusterkv|quest|streaming");
+ABSL_FLAG(std::optional<int>, budget, std::nullopt, "selected tokens B");
+ABSL_FLAG(std::optional<int>, sink_tokens, std::nullopt, "sink tokens");
+ABSL_FLAG(std::optional<int>, tokens_per_cluster, std::nullopt,
+          "tokens per k-means cluster");
+ABSL_FLAG(std::optional<int>, window, std::nullopt, "tail segment length");
+ABSL_FLAG(std::optional<int>, recent_tokens, std::nullopt,
+          "most recent clustered tokens always selected");
+ABSL_FLAG(std::optional<int>, cache_steps, std::nullopt,
+          "R: device cache keeps blocks of the last R steps");
+ABSL_FLAG(std::optional<int>, dense_layers, std::nullopt,
+          "layers below this attend densely");
+ABSL_FLAG(std::string, gqa_selection, kDefaults.kv.gqa_selection,
+          "per_query_head|per_kv_head");
+ABSL_FLAG(uint32_t, idle_ttl, kDefaults.idle_ttl_seconds,
+          "session create: idle TTL in seconds (0 = server default)");
+ABSL_FLAG(std::string, service, kDefaults.service, "health: service name");
+
+namespace ckv::client {
+
+const char kUsage[] =
+    "usage: clusterkv [--server ADDR] [--json] [--timeout SECONDS] COMMAND\n"
+    "  generate (--prompt TEXT | --prompt-file F) [sampling] [kv]\n"
+    "  qa --doc FILE --question Q [--question Q ...] [sampling] [kv]\n"
+    "  session create [kv] [sampling] [--idle-ttl S]\n"
+    "  session prefill ID (--file F | --text T)\n"
+    "  session ask ID --question Q [sampling]\n"
+    "  session fork ID | info ID | close ID | list\n"
+    "  info\n"
+    "  health [--service NAME]       exit 0 when SERVING, 1 otherwise\n"
+    "sampling: --max-tokens N --temperature T --top-k K --top-p P --seed S\n"
+    "  --stop S (repeatable)\n"
+    "kv: --policy full|clusterkv|quest|streaming --budget B --sink-tokens N\n"
+    "  --tokens-per-cluster N --window N --recent-tokens N --cache-steps R\n"
+    "  --dense-layers N --gqa-selection per_query_head|per_kv_head\n"
+    "other: --question-format F ({question} is replaced; default\n"
+    "  \"\\n\\nQuestion: {question}\\nAnswer:\") --add-bos=true|false\n"
+    "  --chunk-kib N (Prefill request size, 64) --progress auto|bar|lines|off\n"
+    "errors: 'error: CODE: message' on stderr; exit 2 for INVALID_ARGUMENT,\n"
+    "  1 otherwise\n";
+
+namespace {
+
+// --foo-bar=x-y -> --foo_bar=x-y (only the name part).
+void DashesToUnderscores(std::string& arg) {
+  if (arg.size() < 2 || arg[0] != '-') return;
+  const size_t start = arg[1] == '-' ? 2 : 1;
+  for (size_t i = start; i < arg.size() && arg[i] != '='; ++i) {
+    if (arg[i] == '-') arg[i] = '_';
+  }
+}
+
+// Splits "--name=value" / "-name" into its parts; false if not a flag.
+bool SplitFlag(const std::string& arg, std::string* name, std::string* value,
+               bool* has_value) {
+  if (arg.size() < 2 || arg[0] != '-' || arg == "--") return false;
+  const size_t start = arg[1] == '-' ? 2 : 1;
+  const size_t eq = arg.find('=');
+  *has_value = eq != std::string::npos;
+  *name = arg.substr(start, *has_value ? eq - start : std::string::npos);
+  *value = *has_value ? arg.substr(eq + 1) : "";
+  return true;
+}
+
+bool IsRepeatable(const std::string& name) {
+  return name == "question" || name == "stop";
+}
+
+// Removes --question/--stop (any number of times) and --help from args.
+absl::Status ExtractSpecial(std::vector<std::string>& args, CommandLine& cl) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name, value;
+    bool has_value = false;
+    if (i == 0 || !SplitFlag(args[i], &name, &value, &has_value)) {
+      rest.push_back(args[i]);
+      if (i > 0 && args[i] == "--") {
+        rest.insert(rest.end(), args.begin() + i + 1, args.end());
+        break;
+      }
+      continue;
+    }
+    if (name == "help" || name == "h") {
+      cl.help = true;
+      continue;
+    }
+    if (!IsRepeatable(name)) {
+      rest.push_back(args[i]);
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("flag --", name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    auto& list = name == "question" ? cl.options.questions
+                                    : cl.options.sampling.stop;
+    list.push_back(value);
+  }
+  args = std::move(rest);
+  return absl::OkStatus();
+}
+
+// Checks one flag argument (and its separate value, advancing *i) the way
+// absl would parse it, but reports problems as a status.
+absl::Status CheckFlag(const std::vector<std::string>& args, size_t* i) {
+  std::string name, value;
+  bool has_value = false;
+  if (!SplitFlag(args[*i], &name, &value, &has_value)) return absl::OkStatus();
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr && !has_value && name.rfind("no", 0) == 0) {
+    absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+    if (negated != nullptr && negated->IsOfType<bool>()) return absl::OkStatus();
+  }
+  if (flag == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+  }
+  if (flag->IsOfType<bool>() && !has_value) return absl::OkStatus();
+  if (!has_value) {
+    if (*i + 1 >= args.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", name, " needs a value"));
+    }
+    value = args[++*i];
+  }
+  std::string error;
+  if (!flag->ParseFrom(value, &error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad value '", value, "' for --", name, ": ", error));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFlags(const std::vector<std::string>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--") break;
+    if (auto s = CheckFlag(args, &i); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProgressMode> ParseProgressMode(const std::string& s) {
+  if (s == "auto") return ProgressMode::kAuto;
+  if (s == "bar") return ProgressMode::kBar;
+  if (s == "lines") return ProgressMode::kLines;
+  if (s == "off") return ProgressMode::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--progress must be auto|bar|lines|off, not '", s, "'"));
+}
+
+void ReadSamplingFlags(SamplingOptions& s) {
+  s.temperature = absl::GetFlag(FLAGS_temperature);
+  s.top_k = absl::GetFlag(FLAGS_top_k);
+  s.top_p = absl::GetFlag(FLAGS_top_p);
+  s.seed = absl::GetFlag(FLAGS_seed);
+  s.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+}
+
+void ReadKvFlags(KvOptions& kv) {
+  kv.policy = absl::GetFlag(FLAGS_policy);
+  kv.budget = absl::GetFlag(FLAGS_budget);
+  kv.sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
+  kv.tokens_per_cluster = absl::GetFlag(FLAGS_tokens_per_cluster);
+  kv.window = absl::GetFlag(FLAGS_window);
+  kv.recent_tokens = absl::GetFlag(FLAGS_recent_tokens);
+  kv.cache_steps = absl::GetFlag(FLAGS_cache_steps);
+  kv.dense_layers = absl::GetFlag(FLAGS_dense_layers);
+  kv.gqa_selection = absl::GetFlag(FLAGS_gqa_selection);
+}
+
+}  // namespace
+
+absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
+  ClientOptions o;
+  o.server = absl::GetFlag(FLAGS_server);
+  o.json = absl::GetFlag(FLAGS_json);
+  o.timeout_seconds = absl::GetFlag(FLAGS_timeout);
+  if (o.timeout_seconds < 0) {
+    return absl::InvalidArgumentError("--timeout must be >= 0");
+  }
+  auto progress = ParseProgressMode(absl::GetFlag(FLAGS_progress));
+  if (!progress.ok()) return progress.status();
+  o.progress = *progress;
+  o.prompt = absl::GetFlag(FLAGS_prompt);
+  o.prompt_file = absl::GetFlag(FLAGS_prompt_file);
+  o.doc = absl::GetFlag(FLAGS_doc);
+  o.file = absl::GetFlag(FLAGS_file);
+  o.text = absl::GetFlag(FLAGS_text);
+  o.question_format = absl::GetFlag(FLAGS_question_format);
+  o.add_bos = absl::GetFlag(FLAGS_add_bos);
+  const int kib = absl::GetFlag(FLAGS_chunk_kib);
+  if (kib < 1 || kib > 3072) {
+    return absl::InvalidArgumentError("--chunk-kib must be in [1, 3072]");
+  }
+  o.chunk_bytes = static_cast<size_t>(kib) * 1024;
+  ReadSamplingFlags(o.sampling);
+  ReadKvFlags(o.kv);
+  o.idle_ttl_seconds = absl::GetFlag(FLAGS_idle_ttl);
+  o.service = absl::GetFlag(FLAGS_service);
+  return o;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    DashesToUnderscores(args[i]);
+  }
+  CommandLine cl;
+  if (auto s = ExtractSpecial(args, cl); !s.ok()) return s;
+  if (auto s = CheckFlags(args); !s.ok()) return s;
+  std::vector<char*> ptrs;
+  for (std::string& a : args) ptrs.push_back(a.data());
+  const std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(ptrs.size()), ptrs.data());
+  std::vector<std::string> questions = std::move(cl.options.questions);
+  std::vector<std::string> stops = std::move(cl.options.sampling.stop);
+  auto options = ClientOptionsFromFlags();
+  if (!options.ok()) return options.status();
+  cl.options = *std::move(options);
+  cl.options.questions = std::move(questions);
+  cl.options.sampling.stop = std::move(stops);
+  cl.args.assign(positional.begin() + 1, positional.end());
+  return cl;
+}
+
+std::string FormatQuestion(const std::string& format,
+                           const std::string& question) {
+  return absl::StrReplaceAll(format, {{"{question}", question}});
+}
+
+}  // namespace ckv::client

@@ -1,0 +1,89 @@
+// Options of the clusterkv command-line client: one typed struct whose
+// member initialisers are the defaults (the absl flags take them from here).
+#ifndef CLUSTERKV_CLIENT_OPTIONS_H_
+#define CLUSTERKV_CLIENT_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ckv::client {
+
+// Sampling parameters; unset ones take the session's (or server's) defaults.
+struct SamplingOptions {
+  std::optional<float> temperature;
+  std::optional<int> top_k;
+  std::optional<float> top_p;
+  std::optional<uint64_t> seed;
+  std::optional<int> max_tokens;
+  std::vector<std::string> stop;  // --stop S, repeatable
+};
+
+// KV store settings; unset ones take the server's defaults.
+struct KvOptions {
+  std::string policy;  // full|clusterkv|quest|streaming ("" = default)
+  std::optional<int> budget;
+  std::optional<int> sink_tokens;
+  std::optional<int> tokens_per_cluster;
+  std::optional<int> window;
+  std::optional<int> recent_tokens;
+  std::optional<int> cache_steps;
+  std::optional<int> dense_layers;
+  std::string gqa_selection;  // per_query_head|per_kv_head ("" = default)
+};
+
+enum class ProgressMode { kAuto, kBar, kLines, kOff };
+
+struct ClientOptions {
+  // Global.
+  std::string server = "127.0.0.1:50051";
+  bool json = false;
+  double timeout_seconds = 0;  // deadline of each RPC; 0 = none
+  ProgressMode progress = ProgressMode::kAuto;
+  // Inputs.
+  std::string prompt;
+  std::string prompt_file;
+  std::string doc;                      // qa: the document file
+  std::vector<std::string> questions;   // --question Q, repeatable
+  std::string file;                     // session prefill --file
+  std::string text;                     // session prefill --text
+  // How a question is appended to the session; {question} is replaced.
+  std::string question_format = "\n\nQuestion: {question}\nAnswer:";
+  std::optional<bool> add_bos;          // unset: server default (true)
+  size_t chunk_bytes = 64 * 1024;       // Prefill request size (--chunk-kib)
+  // Session settings.
+  SamplingOptions sampling;
+  KvOptions kv;
+  uint32_t idle_ttl_seconds = 0;        // 0 = server default
+  // health.
+  std::string service;
+};
+
+struct CommandLine {
+  ClientOptions options;
+  std::vector<std::string> args;  // positional arguments, without argv[0]
+  bool help = false;              // --help / -h / `help`
+};
+
+// Parses argv: converts --foo-bar to --foo_bar, collects the repeatable
+// --question and --stop flags, rejects unknown flags and bad values with
+// INVALID_ARGUMENT (instead of absl's exit(1)), then runs
+// absl::ParseCommandLine and reads the flags into ClientOptions.
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv);
+
+// Reads the current flag values (after absl parsing) into ClientOptions.
+absl::StatusOr<ClientOptions> ClientOptionsFromFlags();
+
+// Replaces {question} in `format` with `question`.
+std::string FormatQuestion(const std::string& format,
+                           const std::string& question);
+
+extern const char kUsage[];
+
+}  // namespace ckv::client
+
+#endif  // CLUSTERKV_CLIENT_OPTIONS_H_

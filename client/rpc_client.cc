@@ -1,0 +1,277 @@
+#include "client/rpc_client.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace ckv::client {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+
+// Drains a Decode/Generate stream: tokens to the callback, the summary as
+// the result.
+absl::StatusOr<pb::DecodeSummary> ReadDecodeStream(
+    grpc::ClientReader<pb::DecodeResponse>& reader,
+    const TokenCallback& on_token) {
+  pb::DecodeResponse response;
+  std::optional<pb::DecodeSummary> summary;
+  while (reader.Read(&response)) {
+    if (response.has_token() && on_token) on_token(response.token());
+    if (response.has_summary()) summary = response.summary();
+  }
+  if (auto s = FromGrpc(reader.Finish()); !s.ok()) return s;
+  if (!summary) return absl::InternalError("stream ended without a summary");
+  return *summary;
+}
+
+absl::Status ReadPrefillStream(
+    grpc::ClientReaderWriter<pb::PrefillRequest, pb::PrefillResponse>& stream,
+    const ProgressCallback& on_progress,
+    std::optional<pb::PrefillSummary>* summary) {
+  pb::PrefillResponse response;
+  while (stream.Read(&response)) {
+    if (response.has_progress() && on_progress) on_progress(response.progress());
+    if (response.has_summary()) *summary = response.summary();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      s.error_message());
+}
+
+const char* ServingStatusName(ServingStatus s) {
+  switch (s) {
+    case ServingStatus::kServing: return "SERVING";
+    case ServingStatus::kNotServing: return "NOT_SERVING";
+    case ServingStatus::kServiceUnknown: return "SERVICE_UNKNOWN";
+    case ServingStatus::kUnknown: break;
+  }
+  return "UNKNOWN";
+}
+
+RpcClient::RpcClient(std::shared_ptr<grpc::Channel> channel,
+                     double timeout_seconds)
+    : channel_(std::move(channel)),
+      stub_(pb::ClusterKv::NewStub(channel_)),
+      timeout_seconds_(timeout_seconds) {}
+
+std::unique_ptr<RpcClient> RpcClient::Connect(const std::string& address,
+                                              double timeout_seconds) {
+  return std::make_unique<RpcClient>(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()),
+      timeout_seconds);
+}
+
+std::unique_ptr<grpc::ClientContext> RpcClient::NewContext(
+    const std::string& session_id) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  if (timeout_seconds_ > 0) {
+    context->set_deadline(
+        std::chrono::system_clock::now() +
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::duration<double>(timeout_seconds_)));
+  }
+  if (!session_id.empty()) {
+    context->AddMetadata(kSessionIdMetadata, session_id);
+  }
+  return context;
+}
+
+absl::StatusOr<pb::SessionInfo> RpcClient::CreateSession(
+    const pb::CreateSessionRequest& request) {
+  auto context = NewContext("");
+  pb::SessionInfo info;
+  if (auto s = FromGrpc(stub_->CreateSession(context.get(), request, &info));
+      !s.ok()) {
+    return s;
+  }
+  return info;
+}
+
+absl::StatusOr<pb::PrefillSummary> RpcClient::Prefill(
+    const std::string& session_id, Utf8ChunkReader& reader,
+    std::optional<bool> add_bos, const ProgressCallback& on_progress) {
+  auto context = NewContext(session_id);
+  auto stream = stub_->Prefill(context.get());
+  std::optional<pb::PrefillSummary> summary;
+  std::thread read_thread([&] {
+    ReadPrefillStream(*stream, on_progress, &summary).IgnoreError();
+  });
+  absl::Status input_status;
+  pb::PrefillRequest request;
+  request.set_session_id(session_id);
+  if (add_bos) request.set_add_bos(*add_bos);
+  std::string chunk;
+  bool sent_any = false;
+  while (true) {
+    auto more = reader.Next(&chunk);
+    if (!more.ok()) input_status = more.status();
+    if (!more.ok() || !*more) break;
+    request.set_text(std::move(chunk));
+    if (!stream->Write(request)) break;  // the server ended the call
+    request.Clear();
+    sent_any = true;
+  }
+  if (input_status.ok() && !sent_any) stream->Write(request);  // names it
+  if (!input_status.ok()) context->TryCancel();
+  stream->WritesDone();
+  read_thread.join();
+  const absl::Status rpc_status = FromGrpc(stream->Finish());
+  if (!input_status.ok()) return input_status;
+  if (!rpc_status.ok()) return rpc_status;
+  if (!summary) return absl::InternalError("stream ended without a summary");
+  return *summary;
+}
+
+absl::StatusOr<pb::DecodeSummary> RpcClient::Decode(
+    const pb::DecodeRequest& request, const TokenCallback& on_token) {
+  auto context = NewContext(request.session_id());
+  auto reader = stub_->Decode(context.get(), request);
+  return ReadDecodeStream(*reader, on_token);
+}
+
+absl::StatusOr<pb::DecodeSummary> RpcClient::Generate(
+    const pb::GenerateRequest& request, const TokenCallback& on_token) {
+  auto context = NewContext("");
+  auto reader = stub_->Generate(context.get(), request);
+  return ReadDecodeStream(*reader, on_token);
+}
+
+absl::StatusOr<pb::SessionInfo> RpcClient::ForkSession(
+    const std::string& session_id) {
+  auto context = NewContext(session_id);
+  pb::ForkSessionRequest request;
+  request.set_session_id(session_id);
+  pb::SessionInfo info;
+  auto s = FromGrpc(stub_->ForkSession(context.get(), request, &info));
+  if (!s.ok()) return s;
+  return info;
+}
+
+absl::StatusOr<pb::SessionInfo> RpcClient::GetSession(
+    const std::string& session_id) {
+  auto context = NewContext(session_id);
+  pb::GetSessionRequest request;
+  request.set_session_id(session_id);
+  pb::SessionInfo info;
+  auto s = FromGrpc(stub_->GetSession(context.get(), request, &info));
+  if (!s.ok()) return s;
+  return info;
+}
+
+absl::StatusOr<pb::ListSessionsResponse> RpcClient::ListSessions() {
+  auto context = NewContext("");
+  pb::ListSessionsResponse response;
+  auto s = FromGrpc(stub_->ListSessions(context.get(), {}, &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<pb::CloseSessionResponse> RpcClient::CloseSession(
+    const std::string& session_id) {
+  auto context = NewContext(session_id);
+  pb::CloseSessionRequest request;
+  request.set_session_id(session_id);
+  pb::CloseSessionResponse response;
+  auto s = FromGrpc(stub_->CloseSession(context.get(), request, &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<pb::ServerInfo> RpcClient::GetServerInfo() {
+  auto context = NewContext("");
+  pb::ServerInfo info;
+  auto s = FromGrpc(stub_->GetServerInfo(context.get(), {}, &info));
+  if (!s.ok()) return s;
+  return info;
+}
+
+std::string EncodeHealthCheckRequest(const std::string& service) {
+  if (service.empty()) return "";  // proto3: default values are not sent
+  std::string out;
+  out.push_back(static_cast<char>(
+      WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)));
+  uint64_t n = service.size();
+  while (n >= 0x80) {
+    out.push_back(static_cast<char>((n & 0x7F) | 0x80));
+    n >>= 7;
+  }
+  out.push_back(static_cast<char>(n));
+  return out + service;
+}
+
+absl::StatusOr<ServingStatus> DecodeHealthCheckResponse(
+    const std::string& bytes) {
+  google::protobuf::io::CodedInputStream in(
+      reinterpret_cast<const uint8_t*>(bytes.data()),
+      static_cast<int>(bytes.size()));
+  uint32_t status = 0;
+  while (const uint32_t tag = in.ReadTag()) {
+    if (tag == WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_VARINT)) {
+      if (!in.ReadVarint32(&status)) break;
+      continue;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) {
+      return absl::InternalError("malformed HealthCheckResponse");
+    }
+  }
+  if (in.CurrentPosition() != static_cast<int>(bytes.size())) {
+    return absl::InternalError("malformed HealthCheckResponse");
+  }
+  if (status > 3) return ServingStatus::kUnknown;
+  return static_cast<ServingStatus>(status);
+}
+
+absl::StatusOr<ServingStatus> RpcClient::HealthCheck(
+    const std::string& service) {
+  auto context = NewContext("");
+  const std::string request_bytes = EncodeHealthCheckRequest(service);
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  grpc::GenericStub stub(channel_);
+  stub.UnaryCall(context.get(), kHealthCheckMethod, grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = std::move(s);
+                   done = true;
+                   cv.notify_one();
+                 });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+  if (auto s = FromGrpc(status); !s.ok()) return s;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) {
+    return absl::InternalError("unreadable HealthCheckResponse");
+  }
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return DecodeHealthCheckResponse(bytes);
+}
+
+}  // namespace ckv::client

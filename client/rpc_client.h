@@ -1,0 +1,86 @@
+// Thin synchronous wrapper over the ClusterKv gRPC stub: deadlines, the
+// x-session-id routing metadata, stream draining and grpc::Status ->
+// absl::Status conversion. Thread-safe (one stub, one context per call).
+#ifndef CLUSTERKV_CLIENT_RPC_CLIENT_H_
+#define CLUSTERKV_CLIENT_RPC_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/text_stream.h"
+#include "clusterkv/v1/clusterkv.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace ckv::client {
+
+namespace pb = ::clusterkv::v1;
+
+// Metadata key that carries the session id on every call of a session.
+inline constexpr char kSessionIdMetadata[] = "x-session-id";
+
+absl::Status FromGrpc(const grpc::Status& s);
+
+using ProgressCallback = std::function<void(const pb::PrefillProgress&)>;
+using TokenCallback = std::function<void(const pb::TokenEvent&)>;
+
+// grpc.health.v1 serving states.
+enum class ServingStatus {
+  kUnknown = 0,
+  kServing = 1,
+  kNotServing = 2,
+  kServiceUnknown = 3
+};
+const char* ServingStatusName(ServingStatus s);
+
+class RpcClient {
+ public:
+  // timeout_seconds: deadline of each call (0 = none).
+  RpcClient(std::shared_ptr<grpc::Channel> channel, double timeout_seconds);
+  static std::unique_ptr<RpcClient> Connect(const std::string& address,
+                                            double timeout_seconds);
+
+  absl::StatusOr<pb::SessionInfo> CreateSession(
+      const pb::CreateSessionRequest& request);
+  // Streams `reader`'s chunks, half-closes, and reads the progress events
+  // (concurrently, on a second thread) until the summary.
+  absl::StatusOr<pb::PrefillSummary> Prefill(
+      const std::string& session_id, Utf8ChunkReader& reader,
+      std::optional<bool> add_bos, const ProgressCallback& on_progress);
+  absl::StatusOr<pb::DecodeSummary> Decode(const pb::DecodeRequest& request,
+                                           const TokenCallback& on_token);
+  absl::StatusOr<pb::DecodeSummary> Generate(
+      const pb::GenerateRequest& request, const TokenCallback& on_token);
+  absl::StatusOr<pb::SessionInfo> ForkSession(const std::string& session_id);
+  absl::StatusOr<pb::SessionInfo> GetSession(const std::string& session_id);
+  absl::StatusOr<pb::ListSessionsResponse> ListSessions();
+  absl::StatusOr<pb::CloseSessionResponse> CloseSession(
+      const std::string& session_id);
+  absl::StatusOr<pb::ServerInfo> GetServerInfo();
+  // grpc.health.v1.Health/Check, called generically with hand-encoded
+  // messages (HealthCheckRequest{string service = 1},
+  // HealthCheckResponse{ServingStatus status = 1}).
+  absl::StatusOr<ServingStatus> HealthCheck(const std::string& service);
+
+ private:
+  // A context with the deadline and, when non-empty, the session metadata.
+  std::unique_ptr<grpc::ClientContext> NewContext(
+      const std::string& session_id) const;
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::ClusterKv::Stub> stub_;
+  double timeout_seconds_;
+};
+
+// Health wire format helpers (exposed for tests).
+std::string EncodeHealthCheckRequest(const std::string& service);
+absl::StatusOr<ServingStatus> DecodeHealthCheckResponse(
+    const std::string& bytes);
+
+}  // namespace ckv::client
+
+#endif  // CLUSTERKV_CLIENT_RPC_CLIENT_H_

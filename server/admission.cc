@@ -1,0 +1,72 @@
+#include "server/admission.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckv::server {
+
+AdmissionTicket::~AdmissionTicket() { owner_->Release(host_, device_); }
+
+Admission::Admission(const ServerLimits& limits,
+                     const SessionManager* sessions, int n_layers,
+                     ServerMetrics* metrics)
+    : limits_(limits),
+      sessions_(sessions),
+      n_layers_(std::max(1, n_layers)),
+      metrics_(metrics) {}
+
+absl::Status Admission::Reject(const char* limit, int64_t need, int64_t max) {
+  if (metrics_ != nullptr) metrics_->AdmissionRejected(limit);
+  return absl::ResourceExhaustedError(
+      absl::StrCat(limit, " limit exceeded: the request needs ", need,
+                   ", the limit is ", max));
+}
+
+int64_t Admission::DeviceBytesEstimate(const KvStoreConfig& kv,
+                                       int64_t new_tokens) const {
+  const int64_t per_layer = sessions_->HostBytesPerToken() / n_layers_;
+  const int dense = kv.policy == KvPolicy::kFull
+                        ? n_layers_
+                        : std::min(kv.dense_layers, n_layers_);
+  const int64_t tail = std::min<int64_t>(new_tokens, kv.window);
+  return per_layer * (new_tokens * dense + tail * (n_layers_ - dense));
+}
+
+absl::StatusOr<std::unique_ptr<AdmissionTicket>> Admission::Admit(
+    const AdmissionRequest& r) {
+  if (r.input_tokens > limits_.max_prompt_tokens) {
+    return Reject("max_prompt_tokens", r.input_tokens,
+                  limits_.max_prompt_tokens);
+  }
+  const int64_t new_tokens = r.input_tokens + r.max_new_tokens;
+  const int64_t session_after = r.session_tokens + new_tokens;
+  if (session_after > limits_.max_session_tokens) {
+    return Reject("max_session_tokens", session_after,
+                  limits_.max_session_tokens);
+  }
+  const int64_t host = new_tokens * sessions_->HostBytesPerToken();
+  const int64_t device = DeviceBytesEstimate(r.kv, new_tokens);
+  const MemoryTotals totals = sessions_->Totals();
+  absl::MutexLock lock(&mu_);
+  const int64_t host_after = totals.host_bytes + reserved_host_ + host;
+  if (host_after > limits_.max_host_kv_bytes) {
+    return Reject("max_host_kv_bytes", host_after, limits_.max_host_kv_bytes);
+  }
+  const int64_t device_after = totals.device_bytes + reserved_device_ + device;
+  if (device_after > limits_.max_device_kv_bytes) {
+    return Reject("max_device_kv_bytes", device_after,
+                  limits_.max_device_kv_bytes);
+  }
+  reserved_host_ += host;
+  reserved_device_ += device;
+  return std::make_unique<AdmissionTicket>(this, host, device);
+}
+
+void Admission::Release(int64_t host, int64_t device) {
+  absl::MutexLock lock(&mu_);
+  reserved_host_ -= host;
+  reserved_device_ -= device;
+}
+
+}  // namespace ckv::server

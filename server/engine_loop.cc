@@ -1,0 +1,362 @@
+#include "server/engine_loop.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckv::server {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+struct EngineLoop::Job {
+  enum class Phase { kInput, kGenerating, kIndexing, kDone };
+
+  JobSpec spec;
+  std::shared_ptr<JobHandle> handle;
+  // The session before this job: restored on cancellation or error.
+  std::unique_ptr<ClusteredKvStore> checkpoint;
+  std::vector<float> checkpoint_logits;
+  Phase phase = Phase::kInput;
+  bool continue_now = false;  // no input: sample from the session's logits
+  bool started = false;
+  bool reserved = false;
+  int64_t consumed = 0;
+  int64_t chunk = 0;  // input tokens fed in the current step
+  std::vector<float> logits;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<StreamingDetokenizer> detok;
+  std::unique_ptr<StopMatcher> stops;
+  int32_t next_token = -1;
+  JobResult result;
+  Clock::time_point submitted, first_step, first_token, last_token;
+
+  ClusteredKvStore& store() { return spec.lease->store(); }
+};
+
+EngineLoop::EngineLoop(const Model& model, const TransformerOptions& options,
+                       int max_queued)
+    : model_(model),
+      transformer_(model.config, model.weights, options),
+      prefill_chunk_(std::max(1, options.prefill_chunk)),
+      max_queued_(max_queued),
+      thread_([this] { Loop(); }) {}
+
+EngineLoop::~EngineLoop() {
+  CancelAll();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+absl::StatusOr<std::shared_ptr<JobHandle>> EngineLoop::Submit(JobSpec spec) {
+  auto job = std::make_unique<Job>();
+  job->spec = std::move(spec);
+  job->handle = std::make_shared<JobHandle>();
+  job->submitted = Clock::now();
+  auto handle = job->handle;
+  absl::MutexLock lock(&mu_);
+  if (!accepting_) return absl::UnavailableError("server is draining");
+  if (static_cast<int>(queue_.size()) >= max_queued_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_queued_requests limit reached (", max_queued_, " queued)"));
+  }
+  queue_.push_back(std::move(job));
+  return handle;
+}
+
+void EngineLoop::StopAccepting() {
+  absl::MutexLock lock(&mu_);
+  accepting_ = false;
+}
+
+bool EngineLoop::WaitIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.empty() && active_count_ == 0;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+void EngineLoop::CancelAll() {
+  absl::MutexLock lock(&mu_);
+  for (auto& j : queue_) j->handle->Cancel();
+  cancel_all_ = true;
+}
+
+EngineStats EngineLoop::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void EngineLoop::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !queue_.empty() || !active_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_ && queue_.empty() && active_.empty()) return;
+      while (!queue_.empty()) {
+        active_.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      if (cancel_all_) {
+        for (auto& j : active_) j->handle->Cancel();
+        cancel_all_ = false;
+      }
+      active_count_ = static_cast<int>(active_.size());
+      stats_.queued = 0;
+      stats_.active = active_count_;
+    }
+    if (!RunStep()) absl::SleepFor(absl::Microseconds(500));
+    {
+      absl::MutexLock lock(&mu_);
+      active_count_ = static_cast<int>(active_.size());
+      stats_.active = active_count_;
+    }
+  }
+}
+
+// Validates the input, takes the checkpoint and sets up sampling.
+absl::Status EngineLoop::StartJob(Job& job) {
+  job.started = true;
+  job.first_step = Clock::now();
+  job.result.queue_seconds = Seconds(job.submitted, job.first_step);
+  const int vocab = model_.config.vocab_size;
+  for (int32_t t : job.spec.input) {
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", t, " outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  if (job.spec.input.empty() && job.store().num_tokens() == 0) {
+    return absl::InvalidArgumentError("empty input on an empty session");
+  }
+  if (auto s = ValidateSamplingParams(job.spec.sampling); !s.ok()) return s;
+  auto checkpoint = job.store().Fork();
+  if (!checkpoint.ok()) return checkpoint.status();
+  job.checkpoint = *std::move(checkpoint);
+  job.result.input_tokens = static_cast<int64_t>(job.spec.input.size());
+  if (job.spec.generate) {
+    job.sampler = std::make_unique<Sampler>(job.spec.sampling);
+    job.detok = std::make_unique<StreamingDetokenizer>(*model_.tokenizer,
+                                                       false);
+    job.stops = std::make_unique<StopMatcher>(job.spec.sampling.stop);
+  }
+  job.checkpoint_logits = job.spec.lease->last_logits();
+  if (job.spec.input.empty()) {
+    // Continue from the session's last logits.
+    if (job.checkpoint_logits.empty()) {
+      return absl::InvalidArgumentError("the session has no logits to continue");
+    }
+    job.logits = job.checkpoint_logits;
+    job.phase = Job::Phase::kGenerating;
+    job.continue_now = true;
+  }
+  return absl::OkStatus();
+}
+
+bool EngineLoop::RunStep() {
+  // Cancellations and jobs waiting for their segment's index.
+  for (auto& job : active_) {
+    if (job->phase == Job::Phase::kDone) continue;
+    if (job->handle->cancelled()) {
+      Finish(*job, absl::CancelledError("cancelled"));
+    } else if (!job->started) {
+      if (auto s = StartJob(*job); !s.ok()) {
+        Finish(*job, s);
+      } else if (job->continue_now) {
+        job->continue_now = false;
+        if (job->spec.sampling.max_tokens == 0) {
+          FinishGeneration(*job, FinishReason::kLength);
+        } else {
+          EmitToken(*job);
+        }
+      }
+    } else if (job->phase == Job::Phase::kIndexing &&
+               job->store().IndexReady()) {
+      Finish(*job, absl::OkStatus());
+    }
+  }
+  std::vector<SequenceInput> batch;
+  std::vector<Job*> owners;
+  for (auto& job : active_) {
+    if (job->phase != Job::Phase::kGenerating) continue;
+    batch.push_back(MakeInput(absl::MakeConstSpan(&job->next_token, 1),
+                              &job->store(), LogitsMode::kLast, &job->logits,
+                              AppendKind::kGenerated));
+    owners.push_back(job.get());
+  }
+  const size_t n_decode = batch.size();
+  // Input (prefill chunks, questions): up to prefill_chunk tokens per step,
+  // shortest remaining input first, so a question never waits behind a long
+  // document and a long prefill advances by at most one chunk per step.
+  std::vector<Job*> inputs;
+  for (auto& job : active_) {
+    if (job->phase == Job::Phase::kInput) inputs.push_back(job.get());
+  }
+  std::stable_sort(inputs.begin(), inputs.end(), [](Job* a, Job* b) {
+    return a->spec.input.size() - a->consumed <
+           b->spec.input.size() - b->consumed;
+  });
+  int64_t budget = prefill_chunk_;
+  for (Job* job : inputs) {
+    if (budget == 0) break;
+    const int64_t total = static_cast<int64_t>(job->spec.input.size());
+    if (!job->reserved) {
+      if (auto s = job->store().Reserve(total, job->spec.kind); !s.ok()) {
+        Finish(*job, s);
+        continue;
+      }
+      job->reserved = true;
+    }
+    const int64_t chunk = std::min(budget, total - job->consumed);
+    budget -= chunk;
+    job->chunk = chunk;
+    const bool last = job->consumed + chunk == total;
+    SequenceInput in = MakeInput(
+        absl::MakeConstSpan(job->spec.input).subspan(job->consumed, chunk),
+        &job->store(), last ? LogitsMode::kLast : LogitsMode::kNone,
+        &job->logits, job->spec.kind);
+    in.reserved = true;
+    batch.push_back(in);
+    owners.push_back(job);
+  }
+  if (batch.empty()) {
+    active_.erase(std::remove_if(active_.begin(), active_.end(),
+                                 [](const auto& j) {
+                                   return j->phase == Job::Phase::kDone;
+                                 }),
+                  active_.end());
+    return false;
+  }
+  const absl::Status status = transformer_.Forward(absl::MakeSpan(batch));
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.steps;
+    stats_.batched_tokens += static_cast<int64_t>(n_decode) +
+                             (prefill_chunk_ - budget);
+  }
+  for (size_t i = 0; i < owners.size(); ++i) {
+    if (!status.ok()) {
+      Finish(*owners[i], absl::InternalError(absl::StrCat(
+                             "model step failed: ", status.message())));
+      continue;
+    }
+    AfterStep(*owners[i], /*fed_input=*/i >= n_decode);
+  }
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](const auto& j) {
+                                 return j->phase == Job::Phase::kDone;
+                               }),
+                active_.end());
+  return true;
+}
+
+void EngineLoop::AfterStep(Job& job, bool fed_input) {
+  if (fed_input) {
+    job.consumed += job.chunk;
+    const int64_t total = static_cast<int64_t>(job.spec.input.size());
+    if (job.spec.callbacks.on_progress) {
+      job.spec.callbacks.on_progress(job.consumed, total);
+    }
+    if (job.consumed < total) return;
+    job.result.input_seconds = Seconds(job.first_step, Clock::now());
+    if (!job.spec.generate) {
+      job.phase = Job::Phase::kIndexing;  // finishes once clustered
+      if (job.store().IndexReady()) Finish(job, absl::OkStatus());
+      return;
+    }
+    job.phase = Job::Phase::kGenerating;
+    if (job.spec.sampling.max_tokens == 0) {
+      FinishGeneration(job, FinishReason::kLength);
+      return;
+    }
+  }
+  EmitToken(job);
+}
+
+// Samples from the job's logits and streams the token.
+void EngineLoop::EmitToken(Job& job) {
+  const int32_t token = job.sampler->Sample(job.logits);
+  const auto now = Clock::now();
+  if (job.result.generated_tokens == 0) {
+    job.first_token = now;
+    job.result.time_to_first_token_seconds = Seconds(job.submitted, now);
+  }
+  job.last_token = now;
+  ++job.result.generated_tokens;
+  if (model_.tokenizer->IsEndOfGeneration(token)) {
+    FinishGeneration(job, FinishReason::kEos);
+    return;
+  }
+  bool stopped = false;
+  const std::string text = job.stops->Push(job.detok->Push(token), &stopped);
+  job.result.text += text;
+  if (job.spec.callbacks.on_token) job.spec.callbacks.on_token(token, text);
+  if (stopped) {
+    FinishGeneration(job, FinishReason::kStop);
+  } else if (job.result.generated_tokens >= job.spec.sampling.max_tokens) {
+    FinishGeneration(job, FinishReason::kLength);
+  } else {
+    job.next_token = token;
+  }
+}
+
+void EngineLoop::FinishGeneration(Job& job, FinishReason reason) {
+  job.result.finish = reason;
+  if (reason != FinishReason::kStop) {
+    bool stopped = false;
+    std::string rest = job.stops->Push(job.detok->Flush(), &stopped);
+    if (!stopped) rest += job.stops->Flush();
+    if (!rest.empty()) {
+      job.result.text += rest;
+      if (job.spec.callbacks.on_token) job.spec.callbacks.on_token(-1, rest);
+    }
+  }
+  if (job.result.generated_tokens > 1) {
+    job.result.decode_seconds = Seconds(job.first_token, job.last_token);
+  }
+  Finish(job, absl::OkStatus());
+}
+
+// Ends the job: restores the checkpoint unless it succeeded, publishes the
+// session's stats, releases the session, then reports.
+void EngineLoop::Finish(Job& job, absl::Status status) {
+  if (job.phase == Job::Phase::kDone) return;
+  job.phase = Job::Phase::kDone;
+  Session* session = job.spec.lease.get();
+  if (!status.ok() && job.checkpoint != nullptr) {
+    session->set_store(std::move(job.checkpoint));
+    session->set_last_logits(std::move(job.checkpoint_logits));
+  } else if (status.ok()) {
+    session->set_last_logits(std::move(job.logits));
+  }
+  job.checkpoint.reset();
+  if (status.ok() && job.spec.kind == AppendKind::kPrompt) {
+    const auto& segs = session->store().segments();
+    if (!segs.empty() && segs.back()->first_pos() + segs.back()->size() ==
+                             session->store().num_tokens()) {
+      job.result.clusters_built = session->store().SegmentClusters(
+          segs.size() - 1);
+    }
+  }
+  job.result.status = status;
+  job.result.session_tokens = session->store().num_tokens();
+  session->PublishStats();
+  JobCallbacks callbacks = std::move(job.spec.callbacks);
+  job.spec.lease = SessionLease();  // release before reporting
+  if (callbacks.on_done) callbacks.on_done(job.result);
+}
+
+}  // namespace ckv::server

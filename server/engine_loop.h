@@ -1,0 +1,127 @@
+// The scheduler: one engine thread runs every model step. Each step batches
+// one token of every generating job with at most one chunk of input (a
+// prefill or an appended question) of one job, so weights are read once per
+// step for the whole batch and a long prefill delays other sessions' tokens
+// by at most one chunk. Attention runs per session with its own policy.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "model/generation.h"
+#include "model/model.h"
+#include "model/transformer.h"
+#include "server/session.h"
+
+namespace ckv::server {
+
+// What a job reports when it ends (exactly once).
+struct JobResult {
+  absl::Status status;  // OK, CANCELLED, or an engine error
+  FinishReason finish = FinishReason::kLength;
+  int64_t input_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t session_tokens = 0;
+  int clusters_built = 0;      // by a prompt job's segment (all KV heads of
+                               // the first sparse layer)
+  double queue_seconds = 0.0;  // submitted -> first step
+  double input_seconds = 0.0;  // first step -> input consumed
+  double time_to_first_token_seconds = 0.0;  // submitted -> first token
+  double decode_seconds = 0.0;               // first -> last token
+  std::string text;            // all generated text
+};
+
+// Callbacks run on the engine thread and must not block.
+struct JobCallbacks {
+  std::function<void(int64_t done, int64_t total)> on_progress;
+  // A generated token and the text it completes (possibly empty).
+  std::function<void(int32_t token, absl::string_view text)> on_token;
+  std::function<void(const JobResult&)> on_done;
+};
+
+struct JobSpec {
+  SessionLease lease;          // the session, held for the whole job
+  std::vector<int32_t> input;  // appended first (may be empty for decode)
+  AppendKind kind = AppendKind::kGenerated;  // kPrompt for Prefill
+  bool generate = false;       // decode after the input
+  SamplingParams sampling;     // validated
+  JobCallbacks callbacks;
+};
+
+// Handle to a submitted job.
+class JobHandle {
+ public:
+  // Requests cancellation: the job ends with CANCELLED at the next step and
+  // its session is restored to its state before the job.
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t batched_tokens = 0;
+  int queued = 0;
+  int active = 0;
+};
+
+class EngineLoop {
+ public:
+  EngineLoop(const Model& model, const TransformerOptions& options,
+             int max_queued);
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+  ~EngineLoop();  // cancels remaining jobs, joins the thread
+
+  // Queues a job. RESOURCE_EXHAUSTED when max_queued jobs are waiting;
+  // UNAVAILABLE after Shutdown. On error the callbacks are not called.
+  absl::StatusOr<std::shared_ptr<JobHandle>> Submit(JobSpec spec);
+
+  // Stops accepting jobs; running ones continue. WaitIdle blocks until no job
+  // remains or the deadline passes (returns whether idle).
+  void StopAccepting();
+  bool WaitIdle(absl::Duration timeout);
+  // Cancels every queued and running job.
+  void CancelAll();
+
+  EngineStats stats() const;
+  const Model& model() const { return model_; }
+
+ private:
+  struct Job;
+  void Loop();
+  // Runs one batched model step; false when there was nothing to run.
+  bool RunStep();
+  absl::Status StartJob(Job& job);
+  void AfterStep(Job& job, bool fed_input);
+  void EmitToken(Job& job);
+  void Finish(Job& job, absl::Status status);
+  void FinishGeneration(Job& job, FinishReason reason);
+
+  const Model& model_;
+  Transformer transformer_;
+  const int prefill_chunk_;
+  const int max_queued_;
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
+  int active_count_ ABSL_GUARDED_BY(mu_) = 0;
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Job>> active_;  // engine thread only
+  std::thread thread_;
+};
+
+}  // namespace ckv::server

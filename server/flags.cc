@@ -1,0 +1,137 @@
+#include "server/flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+
+namespace {
+const ckv::server::ServerConfig kDefaults;
+const ckv::server::ServerLimits& kLimits = kDefaults.limits;
+const ckv::KvStoreConfig& kKv = kDefaults.kv;
+}  // namespace
+
+ABSL_FLAG(std::string, model, kDefaults.model_path, "GGUF model path");
+ABSL_FLAG(std::string, listen, kDefaults.listen_address,
+          "gRPC listen address host:port (port 0: ephemeral)");
+ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
+          "Prometheus /metrics address host:port (empty: off)");
+ABSL_FLAG(int, threads, kDefaults.threads, "compute threads (0: all cores)");
+ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
+          "tokens per prefill step");
+ABSL_FLAG(int, drain_grace_seconds, kDefaults.drain_grace_seconds,
+          "on SIGTERM: seconds running streams may take to finish");
+ABSL_FLAG(int, max_sessions, kLimits.max_sessions, "sessions at most");
+ABSL_FLAG(int64_t, max_host_kv_bytes, kLimits.max_host_kv_bytes,
+          "host-tier KV bytes of all sessions at most");
+ABSL_FLAG(int64_t, max_device_kv_bytes, kLimits.max_device_kv_bytes,
+          "device-tier KV bytes of all sessions at most");
+ABSL_FLAG(int64_t, max_prompt_tokens, kLimits.max_prompt_tokens,
+          "input tokens of one request at most");
+ABSL_FLAG(int64_t, max_session_tokens, kLimits.max_session_tokens,
+          "tokens one session may hold at most");
+ABSL_FLAG(int, max_queued_requests, kLimits.max_queued_requests,
+          "jobs waiting for the engine at most");
+ABSL_FLAG(uint32_t, session_idle_ttl_seconds,
+          kLimits.session_idle_ttl_seconds,
+          "idle sessions are closed after this long (default per session)");
+ABSL_FLAG(std::string, policy, ckv::KvPolicyName(kKv.policy),
+          "default KV policy: full|clusterkv|quest|streaming");
+ABSL_FLAG(int, budget, kKv.budget, "default selected tokens B");
+ABSL_FLAG(int, sink_tokens, kKv.sink_tokens, "default sink tokens");
+ABSL_FLAG(int, tokens_per_cluster, kKv.tokens_per_cluster,
+          "default tokens per k-means cluster");
+ABSL_FLAG(int, window, kKv.window, "default tail segment length");
+ABSL_FLAG(int, recent_tokens, kKv.recent_tokens,
+          "default most recent clustered tokens always selected");
+ABSL_FLAG(int, cache_steps, kKv.cache_steps,
+          "default device cache steps R");
+ABSL_FLAG(int, dense_layers, kKv.dense_layers,
+          "default layers attending densely");
+ABSL_FLAG(std::string, gqa_selection, ckv::GqaSelectionName(kKv.gqa_selection),
+          "default per_query_head|per_kv_head");
+
+namespace ckv::server {
+namespace {
+
+absl::Status Positive(const char* flag, int64_t v) {
+  if (v > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be > 0"));
+}
+
+absl::Status ReadKvFlags(KvStoreConfig& kv, int64_t max_session_tokens) {
+  auto policy = ParseKvPolicy(absl::GetFlag(FLAGS_policy));
+  if (!policy.ok()) return policy.status();
+  kv.policy = *policy;
+  auto gqa = ParseGqaSelection(absl::GetFlag(FLAGS_gqa_selection));
+  if (!gqa.ok()) return gqa.status();
+  kv.gqa_selection = *gqa;
+  kv.budget = absl::GetFlag(FLAGS_budget);
+  kv.sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
+  kv.tokens_per_cluster = absl::GetFlag(FLAGS_tokens_per_cluster);
+  kv.window = absl::GetFlag(FLAGS_window);
+  kv.recent_tokens = absl::GetFlag(FLAGS_recent_tokens);
+  kv.cache_steps = absl::GetFlag(FLAGS_cache_steps);
+  kv.dense_layers = absl::GetFlag(FLAGS_dense_layers);
+  kv.max_tokens = max_session_tokens;
+  return ValidateKvStoreConfig(kv);
+}
+
+absl::Status ReadLimitFlags(ServerLimits& l) {
+  l.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  l.max_host_kv_bytes = absl::GetFlag(FLAGS_max_host_kv_bytes);
+  l.max_device_kv_bytes = absl::GetFlag(FLAGS_max_device_kv_bytes);
+  l.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  l.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
+  l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  l.session_idle_ttl_seconds = absl::GetFlag(FLAGS_session_idle_ttl_seconds);
+  for (auto [flag, v] : {std::pair<const char*, int64_t>{"max-sessions",
+                                                         l.max_sessions},
+                         {"max-host-kv-bytes", l.max_host_kv_bytes},
+                         {"max-device-kv-bytes", l.max_device_kv_bytes},
+                         {"max-prompt-tokens", l.max_prompt_tokens},
+                         {"max-session-tokens", l.max_session_tokens},
+                         {"max-queued-requests", l.max_queued_requests},
+                         {"session-idle-ttl-seconds",
+                          l.session_idle_ttl_seconds}}) {
+    if (auto s = Positive(flag, v); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void DashesToUnderscores(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* a = argv[i];
+    if (a[0] != '-' || a[1] != '-') continue;
+    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
+}
+
+absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
+  ServerConfig c;
+  c.model_path = absl::GetFlag(FLAGS_model);
+  if (c.model_path.empty()) {
+    return absl::InvalidArgumentError("--model is required");
+  }
+  c.listen_address = absl::GetFlag(FLAGS_listen);
+  c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  c.threads = absl::GetFlag(FLAGS_threads);
+  if (c.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;
+  c.drain_grace_seconds = absl::GetFlag(FLAGS_drain_grace_seconds);
+  if (c.drain_grace_seconds < 0) {
+    return absl::InvalidArgumentError("--drain-grace-seconds must be >= 0");
+  }
+  if (auto s = ReadLimitFlags(c.limits); !s.ok()) return s;
+  if (auto s = ReadKvFlags(c.kv, c.limits.max_session_tokens); !s.ok()) {
+    return s;
+  }
+  return c;
+}
+
+}  // namespace ckv::server

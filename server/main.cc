@@ -1,0 +1,84 @@
+// clusterkv-server: serves one model's sessions over gRPC (ClusterKv,
+// grpc.health.v1, reflection) with Prometheus /metrics. SIGTERM or SIGINT
+// drains (health NOT_SERVING, new calls UNAVAILABLE, running streams get
+// --drain-grace-seconds, then are cancelled) and exits 0. A model that cannot
+// be loaded: error message, exit 1. Bad flags: exit 2.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "server/flags.h"
+#include "server/metrics.h"
+#include "server/server_runner.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: clusterkv-server --model MODEL.gguf [--listen HOST:PORT]\n"
+    "  [--metrics-address HOST:PORT] [--threads N] [--prefill-chunk N]\n"
+    "  [--policy full|clusterkv|quest|streaming] [--budget B] [KV flags]\n"
+    "  [--max-sessions N] [--max-host-kv-bytes N] [--max-device-kv-bytes N]\n"
+    "  [--max-prompt-tokens N] [--max-session-tokens N]\n"
+    "  [--max-queued-requests N] [--session-idle-ttl-seconds N]\n"
+    "  [--drain-grace-seconds N]\n"
+    "KV flags: --sink-tokens --tokens-per-cluster --window --recent-tokens\n"
+    "  --cache-steps --dense-layers --gqa-selection per_query_head|per_kv_head";
+
+// Blocks SIGTERM and SIGINT in this thread and every thread started later,
+// so that only WaitForSignal receives them.
+sigset_t BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+int WaitForSignal(const sigset_t& set) {
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  ckv::server::DashesToUnderscores(argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  auto config = ckv::server::ServerConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "error: %s\n%s\n",
+                 std::string(config.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  const sigset_t signals = BlockTerminationSignals();
+  auto metrics = ckv::server::ServerMetrics::Create(config->metrics_address);
+  if (!metrics.ok()) {
+    spdlog::error("metrics: {}", metrics.status().message());
+    return 1;
+  }
+  if (!config->metrics_address.empty()) {
+    spdlog::info("metrics on http://{}/metrics", config->metrics_address);
+  }
+  auto server = ckv::server::ClusterKvServer::Start(*config, metrics->get());
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 1;
+  }
+  const int sig = WaitForSignal(signals);
+  spdlog::info("received {}: draining (grace {} s)",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               config->drain_grace_seconds);
+  (*server)->Drain(absl::Seconds(config->drain_grace_seconds));
+  server->reset();
+  spdlog::info("exiting");
+  return 0;
+}

@@ -1,0 +1,56 @@
+// Prometheus metrics of the server (ARCHITECTURE.md "Metrics"): `clusterkv_`
+// prefix, base units (seconds, bytes), `_total` counters, histograms for
+// latencies. Exposed over HTTP /metrics. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ckv::server {
+
+class ServerMetrics {
+ public:
+  // Serves /metrics at `address` ("host:port"; empty: registry only, no
+  // HTTP). Errors (e.g. the port is taken) are UNAVAILABLE with the address.
+  static absl::StatusOr<std::unique_ptr<ServerMetrics>> Create(
+      const std::string& address);
+  virtual ~ServerMetrics() = default;
+
+  // clusterkv_requests_total{rpc, code}
+  virtual void RequestDone(absl::string_view rpc, absl::string_view code) = 0;
+  // clusterkv_admission_rejections_total{limit}
+  virtual void AdmissionRejected(absl::string_view limit) = 0;
+  // clusterkv_prompt_tokens_total, clusterkv_generated_tokens_total
+  virtual void AddPromptTokens(int64_t n) = 0;
+  virtual void AddGeneratedTokens(int64_t n) = 0;
+  // Histograms: clusterkv_time_to_first_token_seconds,
+  // clusterkv_inter_token_latency_seconds, clusterkv_prefill_duration_seconds,
+  // clusterkv_clustering_duration_seconds,
+  // clusterkv_selection_duration_seconds, clusterkv_batch_size,
+  // clusterkv_attention_recall (sampled top-k recall, 0..1).
+  virtual void ObserveTimeToFirstToken(double seconds) = 0;
+  virtual void ObserveInterTokenLatency(double seconds) = 0;
+  virtual void ObservePrefill(double seconds) = 0;
+  virtual void ObserveClustering(double seconds) = 0;
+  virtual void ObserveSelection(double seconds) = 0;
+  virtual void ObserveBatchSize(int n) = 0;
+  virtual void ObserveRecall(double recall) = 0;
+  // Gauges: clusterkv_sessions_active, clusterkv_queue_depth,
+  // clusterkv_kv_bytes{tier="host"|"device"}.
+  virtual void SetActiveSessions(int n) = 0;
+  virtual void SetQueueDepth(int n) = 0;
+  virtual void SetKvBytes(absl::string_view tier, int64_t bytes) = 0;
+  // Counters: clusterkv_cache_lookups_total, clusterkv_cache_hits_total,
+  // clusterkv_host_to_device_bytes_total.
+  virtual void AddCacheLookups(int64_t lookups, int64_t hits) = 0;
+  virtual void AddHostToDeviceBytes(int64_t bytes) = 0;
+
+  // The text exposition format of every metric (what /metrics serves).
+  virtual std::string Serialize() const = 0;
+};
+
+}  // namespace ckv::server

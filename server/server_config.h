@@ -1,0 +1,35 @@
+// Typed configuration of clusterkv-server with every default in one place.
+// Set from absl flags in server/flags.cc; nothing reads the environment.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/kv/kv_config.h"
+#include "model/sampler.h"
+
+namespace ckv::server {
+
+struct ServerLimits {
+  int max_sessions = 64;
+  int64_t max_host_kv_bytes = int64_t{16} << 30;   // all sessions, host tier
+  int64_t max_device_kv_bytes = int64_t{8} << 30;  // all sessions, device tier
+  int64_t max_prompt_tokens = 131072;   // one Prefill/Decode/Generate input
+  int64_t max_session_tokens = 131072;  // tokens a session may hold
+  int max_queued_requests = 256;        // jobs waiting for the engine
+  uint32_t session_idle_ttl_seconds = 3600;
+};
+
+struct ServerConfig {
+  std::string model_path;
+  std::string listen_address = "127.0.0.1:50051";
+  std::string metrics_address = "127.0.0.1:9464";  // empty: no /metrics
+  int threads = 0;                 // 0: all cores
+  int prefill_chunk = 256;         // tokens per prefill step
+  int drain_grace_seconds = 10;    // SIGTERM: finish streams this long
+  KvStoreConfig kv;                // default KV policy of new sessions
+  SamplingParams sampling;         // default sampling of new sessions
+  ServerLimits limits;
+};
+
+}  // namespace ckv::server

@@ -1,0 +1,172 @@
+#include "server/server_runner.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "model/model.h"
+#include "server/admission.h"
+#include "server/engine_loop.h"
+#include "server/request_log.h"
+#include "server/service.h"
+#include "server/service_state.h"
+#include "server/session_manager.h"
+
+namespace ckv::server {
+namespace {
+
+constexpr char kServiceName[] = "clusterkv.v1.ClusterKv";
+constexpr absl::Duration kJanitorPeriod = absl::Seconds(2);
+// After the grace period: time for cancelled jobs to report before the gRPC
+// server cancels what is left.
+constexpr absl::Duration kCancelWait = absl::Seconds(5);
+
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+ClusterKvServer::ClusterKvServer(const ServerConfig& config)
+    : config_(config) {
+  if (config_.threads <= 0) {
+    config_.threads =
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ClusterKvServer>> ClusterKvServer::Start(
+    const ServerConfig& config, ServerMetrics* metrics) {
+  std::unique_ptr<ClusterKvServer> s(new ClusterKvServer(config));
+  if (auto st = s->StartGrpc(metrics); !st.ok()) return st;
+  if (auto st = s->LoadBackend(); !st.ok()) {
+    s->Drain(absl::ZeroDuration());
+    return st;
+  }
+  s->janitor_ = std::thread([p = s.get()] { p->JanitorLoop(); });
+  return s;
+}
+
+ClusterKvServer::~ClusterKvServer() {
+  Drain(absl::ZeroDuration());
+}
+
+absl::Status ClusterKvServer::StartGrpc(ServerMetrics* metrics) {
+  state_ = std::make_unique<ServiceState>(config_, metrics);
+  service_ = std::make_unique<ClusterKvService>(state_.get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config_.listen_address,
+                           grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on '", config_.listen_address, "'"));
+  }
+  SetHealth(false);
+  LogInfo(absl::StrCat("listening on ", HostOf(config_.listen_address), ":",
+                       port_));
+  return absl::OkStatus();
+}
+
+absl::Status ClusterKvServer::LoadBackend() {
+  LogInfo(absl::StrCat("loading model ", config_.model_path));
+  auto model = LoadModel(config_.model_path);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat("cannot load model '", config_.model_path,
+                                     "': ", model.status().message()));
+  }
+  model_ = *std::move(model);
+  worker_ = std::make_unique<ClusterWorker>();
+  sessions_ = std::make_unique<SessionManager>(model_->config, config_.limits,
+                                               worker_.get());
+  admission_ = std::make_unique<Admission>(
+      config_.limits, sessions_.get(), model_->config.n_layers,
+      state_->metrics());
+  TransformerOptions t;
+  t.threads = config_.threads;
+  t.prefill_chunk = config_.prefill_chunk;
+  engine_ = std::make_unique<EngineLoop>(*model_, t,
+                                         config_.limits.max_queued_requests);
+  state_->SetBackend({model_.get(), sessions_.get(), engine_.get(),
+                      admission_.get()});
+  SetHealth(true);
+  LogInfo(absl::StrCat("model loaded: ", model_->config.arch, ", ",
+                       model_->config.n_layers, " layers, vocab ",
+                       model_->config.vocab_size, "; serving"));
+  return absl::OkStatus();
+}
+
+void ClusterKvServer::SetHealth(bool serving) {
+  grpc::HealthCheckServiceInterface* health =
+      server_ == nullptr ? nullptr : server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", serving);
+  health->SetServingStatus(kServiceName, serving);
+}
+
+void ClusterKvServer::BeginDrain() {
+  if (state_ == nullptr || state_->draining()) return;
+  state_->StartDraining();
+  SetHealth(false);
+  if (engine_ != nullptr) engine_->StopAccepting();
+  LogInfo("draining: new calls are refused");
+}
+
+void ClusterKvServer::FinishDrain(absl::Duration grace) {
+  if (drained_) return;
+  drained_ = true;
+  BeginDrain();
+  if (state_ != nullptr && !state_->WaitStreamsDone(grace)) {
+    LogInfo(absl::StrCat("drain: grace period over, cancelling ",
+                         state_->active_streams(), " stream(s)"));
+    if (engine_ != nullptr) engine_->CancelAll();
+    state_->WaitStreamsDone(kCancelWait);
+  }
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+  }
+  stop_janitor_.Notify();
+  if (janitor_.joinable()) janitor_.join();
+  LogInfo("drained");
+}
+
+void ClusterKvServer::JanitorLoop() {
+  while (!stop_janitor_.WaitForNotificationWithTimeout(kJanitorPeriod)) {
+    const int closed = sessions_->ExpireIdle(NowUnixMs());
+    if (closed > 0) {
+      LogInfo(absl::StrCat("expired ", closed, " idle session(s)"));
+    }
+    PublishGauges();
+  }
+}
+
+void ClusterKvServer::PublishGauges() {
+  ServerMetrics* m = state_->metrics();
+  if (m == nullptr) return;
+  const MemoryTotals t = sessions_->Totals();
+  m->SetActiveSessions(t.sessions);
+  m->SetKvBytes("host", t.host_bytes);
+  m->SetKvBytes("device", t.device_bytes);
+  const EngineStats e = engine_->stats();
+  m->SetQueueDepth(e.queued);
+  const int64_t steps = e.steps - last_steps_;
+  if (steps > 0) {
+    // Mean tokens per step over the period.
+    m->ObserveBatchSize(
+        static_cast<int>((e.batched_tokens - last_batched_) / steps));
+  }
+  last_steps_ = e.steps;
+  last_batched_ = e.batched_tokens;
+}
+
+}  // namespace ckv::server

@@ -1,0 +1,85 @@
+// The whole server in one object, used by main() and by in-process tests:
+// the gRPC server (ClusterKv service, grpc.health.v1, reflection), the
+// model, sessions, admission, the engine loop and a janitor thread that
+// expires idle sessions and publishes gauges.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/metrics.h"
+#include "server/server_config.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace ckv {
+struct Model;
+class ClusterWorker;
+}  // namespace ckv
+
+namespace ckv::server {
+
+class Admission;
+class ClusterKvService;
+class EngineLoop;
+class ServiceState;
+class SessionManager;
+
+class ClusterKvServer {
+ public:
+  // Listens on config.listen_address (port 0: ephemeral; logs "listening on
+  // HOST:PORT"), health NOT_SERVING while the model loads, then SERVING.
+  // A model that cannot be loaded: the gRPC server is shut down and the
+  // error (naming the path) is returned. `metrics` may be null; it must
+  // outlive the server.
+  static absl::StatusOr<std::unique_ptr<ClusterKvServer>> Start(
+      const ServerConfig& config, ServerMetrics* metrics);
+  ~ClusterKvServer();  // Drain(0) unless drained
+
+  int port() const { return port_; }
+  const ServerConfig& config() const { return config_; }
+
+  // Drain, first half (returns at once): health NOT_SERVING, new calls get
+  // UNAVAILABLE, the engine accepts no job.
+  void BeginDrain();
+  // Second half: running streams get `grace` to finish, then are cancelled
+  // (UNAVAILABLE to their clients); the gRPC server shuts down. Idempotent.
+  void FinishDrain(absl::Duration grace);
+  void Drain(absl::Duration grace) {
+    BeginDrain();
+    FinishDrain(grace);
+  }
+
+ private:
+  explicit ClusterKvServer(const ServerConfig& config);
+  absl::Status StartGrpc(ServerMetrics* metrics);
+  absl::Status LoadBackend();
+  void SetHealth(bool serving);
+  void JanitorLoop();
+  void PublishGauges();
+
+  ServerConfig config_;
+  int port_ = 0;
+  bool drained_ = false;
+  // Destroyed bottom-up: the gRPC server first, the engine (whose jobs hold
+  // reactors and sessions) before the sessions, the state last.
+  std::unique_ptr<ServiceState> state_;
+  std::unique_ptr<ClusterKvService> service_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ClusterWorker> worker_;
+  std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<Admission> admission_;
+  std::unique_ptr<EngineLoop> engine_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Notification stop_janitor_;
+  std::thread janitor_;
+  int64_t last_steps_ = 0, last_batched_ = 0;  // janitor thread only
+};
+
+}  // namespace ckv::server

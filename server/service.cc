@@ -1,0 +1,163 @@
+#include "server/service.h"
+
+#include <string>
+#include <utility>
+
+#include "server/request_log.h"
+#include "server/service_convert.h"
+#include "server/service_reactors.h"
+#include "server/status_util.h"
+
+namespace ckv::server {
+namespace {
+
+// Runs `body(backend, record)` for a unary RPC, logs it and finishes.
+template <class Body>
+grpc::ServerUnaryReactor* Unary(ServiceState& state,
+                                grpc::CallbackServerContext* ctx,
+                                const char* rpc, std::string session_id,
+                                Body body) {
+  RequestRecord rec;
+  rec.rpc = rpc;
+  rec.session_id = std::move(session_id);
+  grpc::Status status;
+  auto backend = state.Backend();
+  if (!backend.ok()) {
+    status = ToGrpcStatus(backend.status());
+  } else {
+    status = ToGrpcStatus(body(*backend, rec));
+  }
+  LogRequest(state.metrics(), rec, status);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+absl::Status RequireId(const std::string& id) {
+  if (!id.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError("session_id is required");
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
+    grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* req,
+    v1::SessionInfo* resp) {
+  return Unary(state_, ctx, "CreateSession", "",
+               [&](const ServiceBackend& b, RequestRecord& rec) {
+                 SessionOptions o;
+                 auto kv = MergeKvConfig(state_.config().kv, req->kv());
+                 if (!kv.ok()) return kv.status();
+                 auto sampling =
+                     MergeSampling(state_.config().sampling, req->sampling());
+                 if (!sampling.ok()) return sampling.status();
+                 o.kv = *kv;
+                 o.sampling = *sampling;
+                 o.idle_ttl_seconds = req->idle_ttl_seconds();
+                 auto s = b.sessions->Create(o);
+                 if (!s.ok()) {
+                   if (absl::IsResourceExhausted(s.status()) &&
+                       state_.metrics() != nullptr) {
+                     state_.metrics()->AdmissionRejected("max_sessions");
+                   }
+                   return s.status();
+                 }
+                 rec.session_id = (*s)->id();
+                 FillSessionInfo(**s, resp);
+                 return absl::OkStatus();
+               });
+}
+
+grpc::ServerBidiReactor<v1::PrefillRequest, v1::PrefillResponse>*
+ClusterKvService::Prefill(grpc::CallbackServerContext* ctx) {
+  return NewPrefillReactor(state_, ctx);
+}
+
+grpc::ServerWriteReactor<v1::DecodeResponse>* ClusterKvService::Decode(
+    grpc::CallbackServerContext* ctx, const v1::DecodeRequest* req) {
+  return NewDecodeReactor(state_, ctx, *req);
+}
+
+grpc::ServerWriteReactor<v1::DecodeResponse>* ClusterKvService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) {
+  return NewGenerateReactor(state_, ctx, *req);
+}
+
+grpc::ServerUnaryReactor* ClusterKvService::ForkSession(
+    grpc::CallbackServerContext* ctx, const v1::ForkSessionRequest* req,
+    v1::SessionInfo* resp) {
+  return Unary(state_, ctx, "ForkSession", req->session_id(),
+               [&](const ServiceBackend& b, RequestRecord&) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 auto child = b.sessions->Fork(req->session_id());
+                 if (!child.ok()) {
+                   if (absl::IsResourceExhausted(child.status()) &&
+                       state_.metrics() != nullptr) {
+                     state_.metrics()->AdmissionRejected("max_sessions");
+                   }
+                   return child.status();
+                 }
+                 FillSessionInfo(**child, resp);
+                 return absl::OkStatus();
+               });
+}
+
+grpc::ServerUnaryReactor* ClusterKvService::GetSession(
+    grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
+    v1::SessionInfo* resp) {
+  return Unary(state_, ctx, "GetSession", req->session_id(),
+               [&](const ServiceBackend& b, RequestRecord&) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 auto session = b.sessions->Get(req->session_id());
+                 if (!session.ok()) return session.status();
+                 FillSessionInfo(**session, resp);
+                 return absl::OkStatus();
+               });
+}
+
+grpc::ServerUnaryReactor* ClusterKvService::ListSessions(
+    grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest*,
+    v1::ListSessionsResponse* resp) {
+  return Unary(state_, ctx, "ListSessions", "",
+               [&](const ServiceBackend& b, RequestRecord&) {
+                 for (const auto& s : b.sessions->List()) {
+                   FillSessionInfo(*s, resp->add_sessions());
+                 }
+                 return absl::OkStatus();
+               });
+}
+
+grpc::ServerUnaryReactor* ClusterKvService::CloseSession(
+    grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest* req,
+    v1::CloseSessionResponse* resp) {
+  return Unary(state_, ctx, "CloseSession", req->session_id(),
+               [&](const ServiceBackend& b, RequestRecord&) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 auto freed = b.sessions->Close(req->session_id());
+                 if (!freed.ok()) return freed.status();
+                 resp->set_freed_host_bytes(*freed);
+                 return absl::OkStatus();
+               });
+}
+
+// Answers while draining too (ServerInfo.draining says so).
+grpc::ServerUnaryReactor* ClusterKvService::GetServerInfo(
+    grpc::CallbackServerContext* ctx, const v1::GetServerInfoRequest*,
+    v1::ServerInfo* resp) {
+  RequestRecord rec;
+  rec.rpc = "GetServerInfo";
+  const ServiceBackend b = state_.backend_unchecked();
+  grpc::Status status;
+  if (b.model == nullptr) {
+    status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
+  } else {
+    FillServerInfo(state_.config(), *b.model, *b.sessions, b.engine->stats(),
+                   state_.draining(), resp);
+  }
+  LogRequest(state_.metrics(), rec, status);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace ckv::server

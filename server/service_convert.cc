@@ -1,0 +1,188 @@
+#include "server/service_convert.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/ops.h"
+
+#ifndef CLUSTERKV_VERSION
+#define CLUSTERKV_VERSION "dev"
+#endif
+
+namespace ckv::server {
+
+absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
+                                            const v1::KvConfig& p) {
+  KvStoreConfig kv = base;
+  if (!p.policy().empty()) {
+    auto policy = ParseKvPolicy(p.policy());
+    if (!policy.ok()) return policy.status();
+    kv.policy = *policy;
+  }
+  if (!p.gqa_selection().empty()) {
+    auto gqa = ParseGqaSelection(p.gqa_selection());
+    if (!gqa.ok()) return gqa.status();
+    kv.gqa_selection = *gqa;
+  }
+  if (p.has_budget()) kv.budget = p.budget();
+  if (p.has_sink_tokens()) kv.sink_tokens = p.sink_tokens();
+  if (p.has_tokens_per_cluster()) kv.tokens_per_cluster = p.tokens_per_cluster();
+  if (p.has_window()) kv.window = p.window();
+  if (p.has_recent_tokens()) kv.recent_tokens = p.recent_tokens();
+  if (p.has_cache_steps()) kv.cache_steps = p.cache_steps();
+  if (p.has_dense_layers()) kv.dense_layers = p.dense_layers();
+  if (auto s = ValidateKvStoreConfig(kv); !s.ok()) return s;
+  return kv;
+}
+
+absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
+                                             const v1::SamplingParams& p) {
+  SamplingParams s = base;
+  if (p.has_temperature()) s.temperature = p.temperature();
+  if (p.has_top_k()) s.top_k = p.top_k();
+  if (p.has_top_p()) s.top_p = p.top_p();
+  if (p.has_seed()) s.seed = p.seed();
+  if (p.has_max_tokens()) s.max_tokens = p.max_tokens();
+  if (p.stop_size() > 0) s.stop.assign(p.stop().begin(), p.stop().end());
+  for (const std::string& stop : s.stop) {
+    if (stop.empty()) {
+      return absl::InvalidArgumentError("sampling.stop: empty stop string");
+    }
+  }
+  if (auto st = ValidateSamplingParams(s); !st.ok()) return st;
+  return s;
+}
+
+void ToProto(const KvStoreConfig& kv, v1::KvConfig* out) {
+  out->set_policy(KvPolicyName(kv.policy));
+  out->set_budget(kv.budget);
+  out->set_sink_tokens(kv.sink_tokens);
+  out->set_tokens_per_cluster(kv.tokens_per_cluster);
+  out->set_window(kv.window);
+  out->set_recent_tokens(kv.recent_tokens);
+  out->set_gqa_selection(GqaSelectionName(kv.gqa_selection));
+  out->set_cache_steps(kv.cache_steps);
+  out->set_dense_layers(kv.dense_layers);
+}
+
+void ToProto(const SamplingParams& s, v1::SamplingParams* out) {
+  out->set_temperature(s.temperature);
+  out->set_top_k(s.top_k);
+  out->set_top_p(s.top_p);
+  out->set_seed(s.seed);
+  out->set_max_tokens(s.max_tokens);
+  for (const std::string& stop : s.stop) out->add_stop(stop);
+}
+
+v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos: return v1::FINISH_REASON_EOS;
+    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
+    case FinishReason::kCancelled: break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void FillSessionInfo(const Session& s, v1::SessionInfo* out) {
+  const SessionStats st = s.stats();
+  out->set_session_id(s.id());
+  out->set_tokens(st.tokens);
+  out->set_clustered_tokens(st.clustered_tokens);
+  out->set_segments(st.segments);
+  v1::MemoryUsage* m = out->mutable_memory();
+  m->set_host_bytes(st.memory.host_bytes);
+  m->set_host_shared_bytes(st.memory.host_shared_bytes);
+  m->set_device_bytes(st.memory.device_bytes);
+  v1::CacheStats* c = out->mutable_cache();
+  c->set_lookups(st.cache.lookups);
+  c->set_hits(st.cache.hits);
+  c->set_misses(st.cache.misses);
+  c->set_h2d_bytes(st.cache.h2d_bytes);
+  c->set_hit_rate(st.cache.lookups > 0
+                      ? static_cast<double>(st.cache.hits) / st.cache.lookups
+                      : 0.0);
+  ToProto(s.kv(), out->mutable_kv());
+  ToProto(s.sampling(), out->mutable_sampling());
+  out->set_busy(s.busy());
+  out->set_parent_session_id(s.parent_id());
+  out->set_idle_ttl_seconds(s.idle_ttl_seconds());
+  out->set_created_unix_ms(s.created_unix_ms());
+  out->set_last_used_unix_ms(s.last_used_unix_ms());
+}
+
+namespace {
+
+void FillModelInfo(const ServerConfig& config, const ModelConfig& c,
+                   v1::ModelInfo* m) {
+  m->set_name(c.name);
+  m->set_architecture(c.arch);
+  m->set_layers(c.n_layers);
+  m->set_dim(c.d_model);
+  m->set_heads(c.n_heads);
+  m->set_kv_heads(c.n_kv_heads);
+  m->set_head_dim(c.head_dim);
+  m->set_vocab_size(c.vocab_size);
+  m->set_context_length(c.context_length);
+  m->set_path(config.model_path);
+}
+
+void FillLimits(const ServerLimits& l, v1::Limits* out) {
+  out->set_max_sessions(l.max_sessions);
+  out->set_max_host_kv_bytes(l.max_host_kv_bytes);
+  out->set_max_device_kv_bytes(l.max_device_kv_bytes);
+  out->set_max_prompt_tokens(l.max_prompt_tokens);
+  out->set_max_queued_requests(l.max_queued_requests);
+  out->set_session_idle_ttl_seconds(l.session_idle_ttl_seconds);
+  out->set_max_session_tokens(l.max_session_tokens);
+}
+
+}  // namespace
+
+void FillServerInfo(const ServerConfig& config, const Model& model,
+                    const SessionManager& sessions, const EngineStats& engine,
+                    bool draining, v1::ServerInfo* out) {
+  FillModelInfo(config, model.config, out->mutable_model());
+  out->set_backend("cpu");
+  out->set_kernels(kernels::cpu::KernelSetName());
+  out->set_threads(config.threads);
+  const ServerLimits& l = config.limits;
+  FillLimits(l, out->mutable_limits());
+  const MemoryTotals t = sessions.Totals();
+  v1::Capacity* cap = out->mutable_capacity();
+  cap->set_free_sessions(std::max(0, l.max_sessions - t.sessions));
+  cap->set_free_host_kv_bytes(
+      std::max<int64_t>(0, l.max_host_kv_bytes - t.host_bytes));
+  cap->set_free_device_kv_bytes(
+      std::max<int64_t>(0, l.max_device_kv_bytes - t.device_bytes));
+  cap->set_queued_requests(engine.queued);
+  ToProto(config.kv, out->mutable_default_kv());
+  out->set_version(CLUSTERKV_VERSION);
+  out->set_draining(draining);
+}
+
+absl::StatusOr<std::vector<int32_t>> CheckTokenIds(
+    absl::Span<const int32_t> ids, int vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokens.ids[", i, "] = ", ids[i],
+                       " is outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+absl::StatusOr<std::vector<int32_t>> EncodeText(const Tokenizer& tokenizer,
+                                                absl::string_view text,
+                                                bool add_bos) {
+  auto ids = tokenizer.Encode(text, /*add_special=*/false,
+                              /*parse_special=*/true);
+  if (!ids.ok()) return ids.status();
+  if (add_bos && tokenizer.add_bos() && tokenizer.bos_id() >= 0) {
+    ids->insert(ids->begin(), tokenizer.bos_id());
+  }
+  return ids;
+}
+
+}  // namespace ckv::server

@@ -1,0 +1,47 @@
+// Conversions between the wire messages and the engine's typed structs, and
+// validation of request input. Errors are INVALID_ARGUMENT naming the field.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "clusterkv/v1/clusterkv.pb.h"
+#include "model/generation.h"
+#include "model/kv/kv_config.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "server/server_config.h"
+#include "server/session.h"
+#include "server/session_manager.h"
+
+namespace ckv::server {
+
+namespace v1 = ::clusterkv::v1;
+
+// `base` with the fields set in `p` replaced; validated.
+absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
+                                            const v1::KvConfig& p);
+absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
+                                             const v1::SamplingParams& p);
+
+void ToProto(const KvStoreConfig& kv, v1::KvConfig* out);
+void ToProto(const SamplingParams& s, v1::SamplingParams* out);
+v1::FinishReason ToProto(FinishReason r);
+void FillSessionInfo(const Session& s, v1::SessionInfo* out);
+void FillServerInfo(const ServerConfig& config, const Model& model,
+                    const SessionManager& sessions, const EngineStats& engine,
+                    bool draining, v1::ServerInfo* out);
+
+// Ids checked against the vocabulary (INVALID_ARGUMENT naming the first id
+// outside [0, vocab_size)).
+absl::StatusOr<std::vector<int32_t>> CheckTokenIds(
+    absl::Span<const int32_t> ids, int vocab_size);
+// Tokenizes `text` (special tokens parsed, no EOS), prepending BOS when
+// `add_bos` and the vocabulary asks for one (Tokenizer::add_bos()). INVALID_ARGUMENT for invalid UTF-8.
+absl::StatusOr<std::vector<int32_t>> EncodeText(const Tokenizer& tokenizer,
+                                                absl::string_view text,
+                                                bool add_bos);
+
+}  // namespace ckv::server

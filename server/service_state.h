@@ -1,0 +1,66 @@
+// What every RPC handler of the service shares: configuration, metrics, the
+// engine objects (set once the model is loaded), the draining flag and the
+// count of live streaming calls. No gRPC headers here.
+#pragma once
+
+#include <atomic>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "model/model.h"
+#include "server/admission.h"
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/server_config.h"
+#include "server/session_manager.h"
+
+namespace ckv::server {
+
+// The loaded engine; every pointer is non-null once set.
+struct ServiceBackend {
+  const Model* model = nullptr;
+  SessionManager* sessions = nullptr;
+  EngineLoop* engine = nullptr;
+  Admission* admission = nullptr;
+};
+
+class ServiceState {
+ public:
+  // `metrics` may be null (no metrics); it must outlive this object.
+  ServiceState(const ServerConfig& config, ServerMetrics* metrics)
+      : config_(config), metrics_(metrics) {}
+
+  const ServerConfig& config() const { return config_; }
+  ServerMetrics* metrics() const { return metrics_; }
+
+  // Called once, after the model is loaded; the objects must outlive every
+  // call (the runner shuts the gRPC server down before destroying them).
+  void SetBackend(const ServiceBackend& backend);
+  // The backend for a new call: UNAVAILABLE while loading or draining.
+  absl::StatusOr<ServiceBackend> Backend() const;
+  // The backend whatever the state (null pointers while loading).
+  ServiceBackend backend_unchecked() const;
+
+  // New calls get UNAVAILABLE from now on; running ones continue.
+  void StartDraining() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+
+  // Live streaming calls (reactors not yet destroyed).
+  void StreamStarted();
+  void StreamEnded();
+  int active_streams() const;
+  // True when no stream is live, waiting at most `timeout`.
+  bool WaitStreamsDone(absl::Duration timeout);
+
+ private:
+  const ServerConfig config_;
+  ServerMetrics* const metrics_;
+  std::atomic<bool> draining_{false};
+  mutable absl::Mutex mu_;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  ServiceBackend backend_ ABSL_GUARDED_BY(mu_);
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ckv::server

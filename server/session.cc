@@ -1,0 +1,84 @@
+#include "server/session.h"
+
+#include <chrono>
+
+namespace ckv::server {
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Session::Session(std::string id, std::string parent_id,
+                 const KvStoreConfig& kv, const SamplingParams& sampling,
+                 uint32_t idle_ttl_seconds,
+                 std::unique_ptr<ClusteredKvStore> store)
+    : id_(std::move(id)),
+      parent_id_(std::move(parent_id)),
+      kv_(kv),
+      sampling_(sampling),
+      idle_ttl_seconds_(idle_ttl_seconds),
+      created_unix_ms_(NowUnixMs()),
+      store_(std::move(store)),
+      last_used_unix_ms_(created_unix_ms_) {
+  PublishStats();
+}
+
+void Session::set_store(std::unique_ptr<ClusteredKvStore> store) {
+  store_ = std::move(store);
+}
+
+void Session::PublishStats() {
+  SessionStats s;
+  s.tokens = store_->num_tokens();
+  s.clustered_tokens = store_->clustered_tokens();
+  s.segments = static_cast<int>(store_->segments().size());
+  s.memory = store_->memory();
+  s.cache = store_->cache_stats();
+  for (const auto& seg : store_->segments()) {
+    if (seg.use_count() > 1) {
+      s.shared_segments.emplace_back(seg->uid(),
+                                     seg->kv_bytes() + seg->index_bytes());
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  stats_ = s;
+}
+
+SessionStats Session::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+bool Session::busy() const {
+  absl::MutexLock lock(&mu_);
+  return busy_;
+}
+
+int64_t Session::last_used_unix_ms() const {
+  absl::MutexLock lock(&mu_);
+  return last_used_unix_ms_;
+}
+
+SessionLease& SessionLease::operator=(SessionLease&& o) {
+  if (this != &o) {
+    Release();
+    session_ = std::move(o.session_);
+  }
+  return *this;
+}
+
+SessionLease::~SessionLease() { Release(); }
+
+void SessionLease::Release() {
+  if (session_ == nullptr) return;
+  {
+    absl::MutexLock lock(&session_->mu_);
+    session_->busy_ = false;
+    session_->last_used_unix_ms_ = NowUnixMs();
+  }
+  session_ = nullptr;
+}
+
+}  // namespace ckv::server

@@ -1,0 +1,99 @@
+// A session: one sequence's clustered KV store plus its defaults. The store
+// is touched only by the engine thread while the session is leased (busy);
+// other threads read the stats snapshot the engine publishes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "model/kv/clustered_store.h"
+#include "model/sampler.h"
+
+namespace ckv::server {
+
+// What other threads may read about a session at any time.
+struct SessionStats {
+  int64_t tokens = 0;
+  int64_t clustered_tokens = 0;
+  int segments = 0;
+  int clusters = 0;  // k-means clusters over all segments (first sparse layer)
+  KvMemoryStats memory;
+  CacheStats cache;
+  // (uid, host bytes) of segments shared with other sessions, so totals can
+  // count each shared segment once.
+  std::vector<std::pair<int64_t, int64_t>> shared_segments;
+};
+
+class Session {
+ public:
+  Session(std::string id, std::string parent_id, const KvStoreConfig& kv,
+          const SamplingParams& sampling, uint32_t idle_ttl_seconds,
+          std::unique_ptr<ClusteredKvStore> store);
+
+  const std::string& id() const { return id_; }
+  const std::string& parent_id() const { return parent_id_; }
+  const KvStoreConfig& kv() const { return kv_; }
+  const SamplingParams& sampling() const { return sampling_; }
+  uint32_t idle_ttl_seconds() const { return idle_ttl_seconds_; }
+  int64_t created_unix_ms() const { return created_unix_ms_; }
+
+  // Engine side (holder of the lease only).
+  ClusteredKvStore& store() { return *store_; }
+  // Replaces the store (e.g. restoring a checkpoint after a cancelled call).
+  void set_store(std::unique_ptr<ClusteredKvStore> store);
+  // Recomputes the stats snapshot from the store.
+  void PublishStats();
+  // Logits after the last token in the store (empty if none computed).
+  const std::vector<float>& last_logits() const { return last_logits_; }
+  void set_last_logits(std::vector<float> l) { last_logits_ = std::move(l); }
+
+  // Any thread.
+  SessionStats stats() const;
+  bool busy() const;
+  int64_t last_used_unix_ms() const;
+
+ private:
+  friend class SessionManager;
+  friend class SessionLease;
+
+  const std::string id_, parent_id_;
+  const KvStoreConfig kv_;
+  const SamplingParams sampling_;
+  const uint32_t idle_ttl_seconds_;
+  const int64_t created_unix_ms_;
+  std::unique_ptr<ClusteredKvStore> store_;
+  std::vector<float> last_logits_;
+
+  mutable absl::Mutex mu_;
+  SessionStats stats_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t last_used_unix_ms_ ABSL_GUARDED_BY(mu_);
+};
+
+// Exclusive use of a session for one call; releases it when destroyed.
+class SessionLease {
+ public:
+  SessionLease() = default;
+  explicit SessionLease(std::shared_ptr<Session> s) : session_(std::move(s)) {}
+  SessionLease(SessionLease&&) = default;
+  SessionLease& operator=(SessionLease&&);
+  ~SessionLease();
+
+  Session* get() const { return session_.get(); }
+  Session* operator->() const { return session_.get(); }
+  explicit operator bool() const { return session_ != nullptr; }
+  const std::shared_ptr<Session>& shared() const { return session_; }
+
+ private:
+  void Release();
+  std::shared_ptr<Session> session_;
+};
+
+int64_t NowUnixMs();
+
+}  // namespace ckv::server

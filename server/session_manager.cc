@@ -1,0 +1,150 @@
+#include "server/session_manager.h"
+
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ckv::server {
+
+SessionManager::SessionManager(const ModelConfig& model,
+                               const ServerLimits& limits,
+                               ClusterWorker* worker)
+    : shape_{model.n_layers, model.n_heads, model.n_kv_heads, model.head_dim},
+      limits_(limits),
+      worker_(worker) {}
+
+int64_t SessionManager::HostBytesPerToken() const {
+  return int64_t{2} * 2 * shape_.head_dim * shape_.n_kv_heads *
+         shape_.n_layers;
+}
+
+// Ids are random (not guessable from another session's id) and unique.
+std::string SessionManager::NewId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("s-%016x%04x", rng(), ++id_counter_ & 0xffff);
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(
+    const SessionOptions& o) {
+  if (auto s = ValidateKvStoreConfig(o.kv); !s.ok()) return s;
+  if (auto s = ValidateSamplingParams(o.sampling); !s.ok()) return s;
+  KvStoreConfig kv = o.kv;
+  kv.max_tokens = limits_.max_session_tokens;
+  auto store = std::make_unique<ClusteredKvStore>(shape_, kv, worker_);
+  const uint32_t ttl = o.idle_ttl_seconds ? o.idle_ttl_seconds
+                                          : limits_.session_idle_ttl_seconds;
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
+  }
+  auto session = std::make_shared<Session>(NewId(), "", kv, o.sampling, ttl,
+                                           std::move(store));
+  sessions_[session->id()] = session;
+  return session;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(
+    const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<SessionLease> SessionManager::Acquire(const std::string& id) {
+  auto session = Get(id);
+  if (!session.ok()) return session.status();
+  Session& s = **session;
+  absl::MutexLock lock(&s.mu_);
+  if (s.closed_) {
+    return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
+  }
+  if (s.busy_) {
+    return absl::AbortedError(
+        absl::StrCat("session '", id, "' is busy with another call"));
+  }
+  s.busy_ = true;
+  return SessionLease(*session);
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(
+    const std::string& id) {
+  auto lease = Acquire(id);
+  if (!lease.ok()) return lease.status();
+  Session& parent = *lease->get();
+  auto store = parent.store().Fork();
+  if (!store.ok()) return store.status();
+  absl::MutexLock lock(&mu_);
+  if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
+  }
+  auto child = std::make_shared<Session>(
+      NewId(), parent.id(), parent.kv(), parent.sampling(),
+      parent.idle_ttl_seconds(), *std::move(store));
+  child->set_last_logits(parent.last_logits());
+  sessions_[child->id()] = child;
+  parent.PublishStats();  // its segments are shared now
+  return child;
+}
+
+absl::StatusOr<int64_t> SessionManager::Close(const std::string& id) {
+  auto lease = Acquire(id);
+  if (!lease.ok()) return lease.status();
+  Session& s = *lease->get();
+  const KvMemoryStats m = s.store().memory();
+  {
+    absl::MutexLock lock(&s.mu_);
+    s.closed_ = true;
+  }
+  absl::MutexLock lock(&mu_);
+  sessions_.erase(id);
+  return m.host_bytes - m.host_shared_bytes;
+}
+
+std::vector<std::shared_ptr<Session>> SessionManager::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Session>> out;
+  for (const auto& [id, s] : sessions_) out.push_back(s);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a->created_unix_ms() < b->created_unix_ms() ||
+           (a->created_unix_ms() == b->created_unix_ms() && a->id() < b->id());
+  });
+  return out;
+}
+
+int SessionManager::ExpireIdle(int64_t now_unix_ms) {
+  int closed = 0;
+  for (const auto& s : List()) {
+    if (s->busy()) continue;
+    const int64_t idle_ms = now_unix_ms - s->last_used_unix_ms();
+    if (idle_ms >= int64_t{s->idle_ttl_seconds()} * 1000 &&
+        Close(s->id()).ok()) {
+      ++closed;
+    }
+  }
+  return closed;
+}
+
+// Host bytes: every session's private part plus each shared segment once.
+MemoryTotals SessionManager::Totals() const {
+  MemoryTotals t;
+  absl::flat_hash_set<int64_t> seen;
+  for (const auto& s : List()) {
+    const SessionStats st = s->stats();
+    t.device_bytes += st.memory.device_bytes;
+    t.host_bytes += st.memory.host_bytes - st.memory.host_shared_bytes;
+    for (const auto& [uid, bytes] : st.shared_segments) {
+      if (seen.insert(uid).second) t.host_bytes += bytes;
+    }
+    ++t.sessions;
+  }
+  return t;
+}
+
+}  // namespace ckv::server

@@ -1,0 +1,70 @@
+// Owns the sessions of the server: creation with admission against the
+// limits, lookup, fork, close, exclusive leases for calls, idle expiry and
+// memory totals in which segments shared by forks are counted once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "model/kv/cluster_worker.h"
+#include "model/model_config.h"
+#include "server/server_config.h"
+#include "server/session.h"
+
+namespace ckv::server {
+
+struct SessionOptions {
+  KvStoreConfig kv;            // already merged with the server defaults
+  SamplingParams sampling;     // already merged with the server defaults
+  uint32_t idle_ttl_seconds = 0;  // 0: the server's default
+};
+
+struct MemoryTotals {
+  int64_t host_bytes = 0;    // shared segments counted once
+  int64_t device_bytes = 0;
+  int sessions = 0;
+};
+
+class SessionManager {
+ public:
+  SessionManager(const ModelConfig& model, const ServerLimits& limits,
+                 ClusterWorker* worker);
+
+  // RESOURCE_EXHAUSTED naming max_sessions when full; INVALID_ARGUMENT for a
+  // bad KV config.
+  absl::StatusOr<std::shared_ptr<Session>> Create(const SessionOptions& o);
+  // NOT_FOUND for an unknown (or closed) id.
+  absl::StatusOr<std::shared_ptr<Session>> Get(const std::string& id) const;
+  // Exclusive use for one call: ABORTED if the session is busy.
+  absl::StatusOr<SessionLease> Acquire(const std::string& id);
+  // A child sharing the parent's segments; ABORTED while the parent is busy.
+  absl::StatusOr<std::shared_ptr<Session>> Fork(const std::string& id);
+  // ABORTED while busy; returns the host bytes freed (not shared ones).
+  absl::StatusOr<int64_t> Close(const std::string& id);
+  std::vector<std::shared_ptr<Session>> List() const;
+  // Closes idle sessions whose TTL expired; returns how many.
+  int ExpireIdle(int64_t now_unix_ms);
+
+  MemoryTotals Totals() const;
+  // Bytes per token of a session's KV in the host tier (all layers).
+  int64_t HostBytesPerToken() const;
+  const ServerLimits& limits() const { return limits_; }
+
+ private:
+  std::string NewId();
+
+  const KvShape shape_;
+  const ServerLimits limits_;
+  ClusterWorker* worker_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t id_counter_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace ckv::server

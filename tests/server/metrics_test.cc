@@ -1,0 +1,582 @@
+// Tests of ServerMetrics (server/metrics.h) and its HTTP server
+// (server/metrics_http.h): values in the text exposition, scrapes over a
+// real socket, port errors, restart, `promtool check metrics` (when
+// installed). Built with CUDA, the binary links the CUDA runtime and
+// cuBLASLt, whose static TLS broke prometheus-cpp's civetweb threads
+// (TOOLCHAIN.md pitfall 1): the scrapes here run with that TLS present.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
+
+#if CLUSTERKV_TEST_CUDA_TLS
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace ckv::server {
+namespace {
+
+// ---- Socket helpers -----------------------------------------------------------
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+sockaddr_in Loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+// A port that was free a moment ago (bind to 0, read it back, close).
+int FreePort() {
+  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a = Loopback(0);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    return -1;
+  }
+  socklen_t len = sizeof(a);
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+// Connects to 127.0.0.1:port; -1 on failure.
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in a = Loopback(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+struct HttpResponse {
+  int status = 0;
+  std::string head;  // status line and headers
+  std::string body;
+};
+
+// Sends `raw` and reads the response until the server closes.
+HttpResponse HttpRaw(int port, const std::string& raw) {
+  HttpResponse r;
+  Fd fd(Connect(port));
+  if (fd.get() < 0) {
+    ADD_FAILURE() << "connect to 127.0.0.1:" << port << " failed";
+    return r;
+  }
+  if (send(fd.get(), raw.data(), raw.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(raw.size())) {
+    ADD_FAILURE() << "send failed";
+    return r;
+  }
+  std::string all;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    all.append(buf, static_cast<size_t>(n));
+  }
+  const size_t head_end = all.find("\r\n\r\n");
+  if (head_end == std::string::npos) {
+    ADD_FAILURE() << "no response head in: " << all;
+    return r;
+  }
+  r.head = all.substr(0, head_end);
+  r.body = all.substr(head_end + 4);
+  if (std::sscanf(r.head.c_str(), "HTTP/1.%*d %d", &r.status) != 1) {
+    ADD_FAILURE() << "bad status line: " << r.head;
+  }
+  return r;
+}
+
+HttpResponse HttpGet(int port, const std::string& path = "/metrics") {
+  return HttpRaw(port, absl::StrCat("GET ", path,
+                                    " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                    "Accept: text/plain\r\n\r\n"));
+}
+
+// ---- Exposition parsing -------------------------------------------------------
+
+struct Exposition {
+  std::map<std::string, std::string> type;  // family -> counter|gauge|...
+  std::map<std::string, std::string> help;  // family -> help text
+  std::map<std::string, double> samples;    // `name{labels}` -> value
+};
+
+Exposition Parse(const std::string& text) {
+  Exposition e;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (absl::StartsWith(line, "# TYPE ") || absl::StartsWith(line, "# HELP ")) {
+      const std::string rest = line.substr(7);
+      const size_t sp = rest.find(' ');
+      auto& map = line[2] == 'T' ? e.type : e.help;
+      map[rest.substr(0, sp)] =
+          sp == std::string::npos ? "" : rest.substr(sp + 1);
+      continue;
+    }
+    if (line[0] == '#') continue;
+    const size_t close = line.find('}');
+    const size_t sp =
+        line.find(' ', close == std::string::npos ? 0 : close);
+    if (sp == std::string::npos) {
+      ADD_FAILURE() << "bad sample line: " << line;
+      continue;
+    }
+    e.samples[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return e;
+}
+
+// The value of sample `key`; NaN (and a failure) when absent.
+double Value(const Exposition& e, const std::string& key) {
+  auto it = e.samples.find(key);
+  if (it == e.samples.end()) {
+    ADD_FAILURE() << "no sample " << key;
+    return std::nan("");
+  }
+  return it->second;
+}
+
+std::map<std::string, std::string> ExpectedFamilies() {
+  return {
+      {"clusterkv_requests_total", "counter"},
+      {"clusterkv_admission_rejections_total", "counter"},
+      {"clusterkv_prompt_tokens_total", "counter"},
+      {"clusterkv_generated_tokens_total", "counter"},
+      {"clusterkv_cache_lookups_total", "counter"},
+      {"clusterkv_cache_hits_total", "counter"},
+      {"clusterkv_host_to_device_bytes_total", "counter"},
+      {"clusterkv_time_to_first_token_seconds", "histogram"},
+      {"clusterkv_inter_token_latency_seconds", "histogram"},
+      {"clusterkv_prefill_duration_seconds", "histogram"},
+      {"clusterkv_clustering_duration_seconds", "histogram"},
+      {"clusterkv_selection_duration_seconds", "histogram"},
+      {"clusterkv_batch_size", "histogram"},
+      {"clusterkv_attention_recall", "histogram"},
+      {"clusterkv_sessions_active", "gauge"},
+      {"clusterkv_queue_depth", "gauge"},
+      {"clusterkv_kv_bytes", "gauge"},
+  };
+}
+
+// ---- Shared HTTP instance (one per binary; see TOOLCHAIN.md pitfall 5) -----------
+
+struct Shared {
+  std::unique_ptr<ServerMetrics> metrics;
+  int port = -1;
+};
+
+Shared& SharedMetrics() {
+  static Shared* shared = [] {
+    auto* s = new Shared;
+    // FreePort() races with other processes: retry a few times.
+    for (int attempt = 0; attempt < 5 && s->metrics == nullptr; ++attempt) {
+      const int port = FreePort();
+      auto m = ServerMetrics::Create(absl::StrCat("127.0.0.1:", port));
+      if (m.ok()) {
+        s->metrics = std::move(*m);
+        s->port = port;
+      }
+    }
+    return s;
+  }();
+  if (shared->metrics == nullptr) {
+    ADD_FAILURE() << "could not start the shared metrics server";
+  }
+  return *shared;
+}
+
+// Feeds every metric once.
+void TouchAll(ServerMetrics& m) {
+  m.RequestDone("Prefill", "OK");
+  m.AdmissionRejected("sessions");
+  m.AddPromptTokens(3);
+  m.AddGeneratedTokens(2);
+  m.ObserveTimeToFirstToken(0.2);
+  m.ObserveInterTokenLatency(0.02);
+  m.ObservePrefill(0.15);
+  m.ObserveClustering(0.05);
+  m.ObserveSelection(0.0003);
+  m.ObserveBatchSize(4);
+  m.ObserveRecall(0.9);
+  m.SetActiveSessions(1);
+  m.SetQueueDepth(0);
+  m.SetKvBytes("host", 1024);
+  m.AddCacheLookups(10, 7);
+  m.AddHostToDeviceBytes(4096);
+}
+
+// ---- ServerMetrics without HTTP ----------------------------------------------------
+
+TEST(ServerMetricsTest, EveryFamilyHasHelpAndType) {
+  auto m = ServerMetrics::Create("");
+  ASSERT_TRUE(m.ok()) << m.status();
+  TouchAll(**m);
+  const Exposition e = Parse((*m)->Serialize());
+  for (const auto& [name, type] : ExpectedFamilies()) {
+    EXPECT_EQ(e.type.count(name) ? e.type.at(name) : "<missing>", type)
+        << name;
+    EXPECT_FALSE(e.help.count(name) == 0 || e.help.at(name).empty()) << name;
+  }
+  EXPECT_EQ(e.type.size(), ExpectedFamilies().size());
+}
+
+TEST(ServerMetricsTest, ValuesAndLabels) {
+  auto created = ServerMetrics::Create("");
+  ASSERT_TRUE(created.ok()) << created.status();
+  ServerMetrics& m = **created;
+  m.RequestDone("Prefill", "OK");
+  m.RequestDone("Prefill", "OK");
+  m.RequestDone("Decode", "RESOURCE_EXHAUSTED");
+  m.AdmissionRejected("kv_bytes");
+  m.AddPromptTokens(100);
+  m.AddPromptTokens(-5);  // ignored
+  m.AddGeneratedTokens(7);
+  m.ObserveTimeToFirstToken(0.004);
+  m.ObserveTimeToFirstToken(2.0);
+  m.ObserveTimeToFirstToken(-1.0);          // dropped
+  m.ObserveTimeToFirstToken(std::nan(""));  // dropped
+  m.ObserveInterTokenLatency(0.0002);
+  m.ObservePrefill(1.5);
+  m.ObserveClustering(0.3);
+  m.ObserveSelection(0.0004);
+  m.ObserveBatchSize(1);
+  m.ObserveBatchSize(64);
+  m.ObserveBatchSize(100);
+  m.ObserveRecall(0.97);
+  m.ObserveRecall(1.2);           // clamped to 1
+  m.ObserveRecall(std::nan(""));  // dropped
+  m.SetActiveSessions(3);
+  m.SetQueueDepth(5);
+  m.SetKvBytes("device", int64_t{3} << 30);
+  m.AddCacheLookups(10, 4);
+  m.AddCacheLookups(6, 6);
+  m.AddHostToDeviceBytes(1 << 20);
+
+  const Exposition e = Parse(m.Serialize());
+  EXPECT_EQ(Value(e, R"(clusterkv_requests_total{code="OK",rpc="Prefill"})"),
+            2);
+  EXPECT_EQ(
+      Value(e,
+            R"(clusterkv_requests_total{code="RESOURCE_EXHAUSTED",rpc="Decode"})"),
+      1);
+  EXPECT_EQ(
+      Value(e, R"(clusterkv_admission_rejections_total{limit="kv_bytes"})"), 1);
+  EXPECT_EQ(Value(e, "clusterkv_prompt_tokens_total"), 100);
+  EXPECT_EQ(Value(e, "clusterkv_generated_tokens_total"), 7);
+
+  EXPECT_EQ(Value(e, "clusterkv_time_to_first_token_seconds_count"), 2);
+  EXPECT_DOUBLE_EQ(Value(e, "clusterkv_time_to_first_token_seconds_sum"),
+                   2.004);
+  EXPECT_EQ(
+      Value(e, R"(clusterkv_time_to_first_token_seconds_bucket{le="0.001"})"),
+      0);
+  EXPECT_EQ(
+      Value(e, R"(clusterkv_time_to_first_token_seconds_bucket{le="0.005"})"),
+      1);
+  EXPECT_EQ(
+      Value(e, R"(clusterkv_time_to_first_token_seconds_bucket{le="60"})"), 2);
+  EXPECT_EQ(
+      Value(e, R"(clusterkv_time_to_first_token_seconds_bucket{le="+Inf"})"),
+      2);
+  EXPECT_EQ(
+      Value(e, R"(clusterkv_inter_token_latency_seconds_bucket{le="0.00025"})"),
+      1);
+  EXPECT_EQ(Value(e, "clusterkv_prefill_duration_seconds_count"), 1);
+  EXPECT_EQ(Value(e, "clusterkv_clustering_duration_seconds_count"), 1);
+  EXPECT_EQ(
+      Value(e, R"(clusterkv_selection_duration_seconds_bucket{le="0.0005"})"),
+      1);
+
+  EXPECT_EQ(Value(e, R"(clusterkv_batch_size_bucket{le="1"})"), 1);
+  EXPECT_EQ(Value(e, R"(clusterkv_batch_size_bucket{le="64"})"), 2);
+  EXPECT_EQ(Value(e, R"(clusterkv_batch_size_bucket{le="+Inf"})"), 3);
+  EXPECT_EQ(Value(e, "clusterkv_batch_size_sum"), 165);
+
+  EXPECT_EQ(Value(e, "clusterkv_attention_recall_count"), 2);
+  EXPECT_EQ(Value(e, R"(clusterkv_attention_recall_bucket{le="0.95"})"), 0);
+  EXPECT_EQ(Value(e, R"(clusterkv_attention_recall_bucket{le="0.99"})"), 1);
+  EXPECT_EQ(Value(e, R"(clusterkv_attention_recall_bucket{le="1"})"), 2);
+
+  EXPECT_EQ(Value(e, "clusterkv_sessions_active"), 3);
+  EXPECT_EQ(Value(e, "clusterkv_queue_depth"), 5);
+  EXPECT_EQ(Value(e, R"(clusterkv_kv_bytes{tier="device"})"),
+            static_cast<double>(int64_t{3} << 30));
+  EXPECT_EQ(Value(e, R"(clusterkv_kv_bytes{tier="host"})"), 0);
+  EXPECT_EQ(Value(e, "clusterkv_cache_lookups_total"), 16);
+  EXPECT_EQ(Value(e, "clusterkv_cache_hits_total"), 10);
+  EXPECT_EQ(Value(e, "clusterkv_host_to_device_bytes_total"), 1 << 20);
+}
+
+TEST(ServerMetricsTest, LabelValuesAreEscaped) {
+  auto m = ServerMetrics::Create("");
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->RequestDone("We\"ird\\rpc", "OK");
+  EXPECT_TRUE(absl::StrContains(
+      (*m)->Serialize(),
+      R"(clusterkv_requests_total{code="OK",rpc="We\"ird\\rpc"} 1)"));
+}
+
+TEST(ServerMetricsTest, BadAddressesAreInvalidArgument) {
+  for (const char* address : {"no-port", "127.0.0.1:", "127.0.0.1:99999",
+                              "127.0.0.1:80x", "::1:9090"}) {
+    auto m = ServerMetrics::Create(address);
+    EXPECT_TRUE(absl::IsInvalidArgument(m.status()))
+        << address << ": " << m.status();
+  }
+}
+
+TEST(ServerMetricsTest, UnresolvableHostIsUnavailable) {
+  auto m = ServerMetrics::Create("no-such-host.invalid:0");
+  EXPECT_TRUE(absl::IsUnavailable(m.status())) << m.status();
+}
+
+// ---- HTTP ---------------------------------------------------------------------------
+
+TEST(MetricsHttpTest, ScrapeMatchesSerialize) {
+#if CLUSTERKV_TEST_CUDA_TLS
+  // Without a driver this fails (error 35): the point is that the CUDA
+  // runtime and cuBLASLt are loaded, with their static TLS, in every thread.
+  int devices = -1;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  std::printf("cudaGetDeviceCount: %s; cuBLASLt version %zu\n",
+              cudaGetErrorName(err), cublasLtGetVersion());
+#endif
+  Shared& s = SharedMetrics();
+  ASSERT_NE(s.metrics, nullptr);
+  TouchAll(*s.metrics);
+  const HttpResponse r = HttpGet(s.port);
+  ASSERT_EQ(r.status, 200) << r.head;
+  EXPECT_TRUE(absl::StrContains(
+      r.head, "Content-Type: text/plain; version=0.0.4; charset=utf-8"))
+      << r.head;
+  EXPECT_TRUE(absl::StrContains(
+      r.head, absl::StrCat("Content-Length: ", r.body.size())))
+      << r.head;
+  const Exposition scraped = Parse(r.body);
+  const Exposition direct = Parse(s.metrics->Serialize());
+  EXPECT_EQ(scraped.type, direct.type);
+  EXPECT_EQ(scraped.help, direct.help);
+  for (const auto& [name, type] : ExpectedFamilies()) {
+    EXPECT_EQ(scraped.type.count(name), 1u) << name;
+  }
+  // Nothing moved in between: the samples agree too.
+  EXPECT_EQ(scraped.samples, direct.samples);
+}
+
+TEST(MetricsHttpTest, CountersMoveBetweenScrapes) {
+  Shared& s = SharedMetrics();
+  ASSERT_NE(s.metrics, nullptr);
+  s.metrics->RequestDone("Decode", "OK");
+  const std::string decode_ok = R"(clusterkv_requests_total{code="OK",rpc="Decode"})";
+  const Exposition before = Parse(HttpGet(s.port).body);
+  s.metrics->AddGeneratedTokens(11);
+  s.metrics->RequestDone("Decode", "OK");
+  s.metrics->ObserveInterTokenLatency(0.03);
+  s.metrics->SetQueueDepth(9);
+  const Exposition after = Parse(HttpGet(s.port).body);
+  EXPECT_EQ(Value(after, "clusterkv_generated_tokens_total") -
+                Value(before, "clusterkv_generated_tokens_total"),
+            11);
+  EXPECT_EQ(Value(after, decode_ok) - Value(before, decode_ok), 1);
+  EXPECT_EQ(Value(after, "clusterkv_inter_token_latency_seconds_count") -
+                Value(before, "clusterkv_inter_token_latency_seconds_count"),
+            1);
+  EXPECT_EQ(Value(after, "clusterkv_queue_depth"), 9);
+}
+
+TEST(MetricsHttpTest, OtherRequests) {
+  Shared& s = SharedMetrics();
+  ASSERT_NE(s.metrics, nullptr);
+  const HttpResponse query = HttpGet(s.port, "/metrics?name[]=x");
+  EXPECT_EQ(query.status, 200);
+  EXPECT_TRUE(absl::StrContains(query.body, "clusterkv_kv_bytes"));
+
+  EXPECT_EQ(HttpGet(s.port, "/").status, 200);
+  EXPECT_EQ(HttpGet(s.port, "/nope").status, 404);
+
+  const HttpResponse head =
+      HttpRaw(s.port, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_TRUE(head.body.empty());
+
+  const HttpResponse post = HttpRaw(
+      s.port, "POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_TRUE(absl::StrContains(post.head, "Allow: GET, HEAD"));
+
+  EXPECT_EQ(HttpRaw(s.port, "garbage\r\n\r\n").status, 400);
+  EXPECT_EQ(HttpRaw(s.port, std::string(20000, 'a')).status, 400);
+
+  // The server survives a client that connects and leaves at once.
+  close(Connect(s.port));
+  EXPECT_EQ(HttpGet(s.port).status, 200);
+}
+
+TEST(MetricsHttpTest, PortInUseIsUnavailable) {
+  Shared& s = SharedMetrics();
+  ASSERT_NE(s.metrics, nullptr);
+  const std::string address = absl::StrCat("127.0.0.1:", s.port);
+  auto m = ServerMetrics::Create(address);
+  ASSERT_TRUE(absl::IsUnavailable(m.status())) << m.status();
+  EXPECT_TRUE(absl::StrContains(m.status().message(), address))
+      << m.status();
+  // The shared server is unaffected.
+  EXPECT_EQ(HttpGet(s.port).status, 200);
+}
+
+TEST(MetricsHttpTest, ConcurrentUpdatesAndScrapes) {
+  Shared& s = SharedMetrics();
+  ASSERT_NE(s.metrics, nullptr);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 3; ++t) {
+    writers.emplace_back([&, t] {
+      while (!stop.load()) {
+        s.metrics->RequestDone(absl::StrCat("Rpc", t), "OK");
+        s.metrics->ObserveBatchSize(t + 1);
+        s.metrics->SetKvBytes("host", t);
+      }
+    });
+  }
+  for (int i = 0; i < 20; ++i) {
+    const HttpResponse r = HttpGet(s.port);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_EQ(Parse(r.body).type.size(), ExpectedFamilies().size());
+  }
+  stop = true;
+  for (auto& w : writers) w.join();
+}
+
+// Create, scrape and destroy on one port several times: stop is quick and
+// the port (left in TIME_WAIT by the scrapes) can be bound again at once.
+TEST(MetricsHttpTest, RestartOnSamePort) {
+  const int port = FreePort();
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) {
+    auto m = ServerMetrics::Create(address);
+    ASSERT_TRUE(m.ok()) << "round " << i << ": " << m.status();
+    (*m)->AddPromptTokens(i + 1);
+    const Exposition e = Parse(HttpGet(port).body);
+    EXPECT_EQ(Value(e, "clusterkv_prompt_tokens_total"), i + 1);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(MetricsHttpServerTest, EphemeralPortAndLargeStack) {
+  std::atomic<size_t> stack_bytes{0};
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", [&] {
+    pthread_attr_t attr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      pthread_attr_getstacksize(&attr, &size);
+      pthread_attr_destroy(&attr);
+    }
+    stack_bytes = size;
+    return std::string("x 1\n");
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  const HttpResponse r = HttpGet((*server)->port());
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "x 1\n");
+  EXPECT_GE(stack_bytes.load(), MetricsHttpServer::kStackBytes);
+}
+
+TEST(MetricsHttpServerTest, RenderFailureIs500) {
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", []() -> std::string {
+    throw std::runtime_error("boom");
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const HttpResponse r = HttpGet((*server)->port());
+  EXPECT_EQ(r.status, 500);
+  EXPECT_TRUE(absl::StrContains(r.body, "boom"));
+}
+
+// A client that connects and sends nothing holds the (single) serving thread
+// until the I/O timeout, but must not delay shutdown.
+TEST(MetricsHttpServerTest, IdleClientDoesNotDelayStop) {
+  auto server =
+      MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string(); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  Fd idle(Connect((*server)->port()));
+  ASSERT_GE(idle.get(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto start = std::chrono::steady_clock::now();
+  server->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(500));
+}
+
+// ---- promtool -------------------------------------------------------------------------
+
+TEST(MetricsHttpTest, PromtoolAcceptsScrape) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool not installed (Debian package `prometheus`)";
+  }
+  Shared& s = SharedMetrics();
+  ASSERT_NE(s.metrics, nullptr);
+  TouchAll(*s.metrics);
+  s.metrics->RequestDone("Label \"with\" quotes", "OK");
+  const HttpResponse r = HttpGet(s.port);
+  ASSERT_EQ(r.status, 200);
+  const std::string path = absl::StrCat(
+      ::testing::TempDir(), "/metrics_test_scrape_", getpid(), ".txt");
+  std::ofstream(path) << r.body;
+  const std::string cmd =
+      absl::StrCat("promtool check metrics < '", path, "' 2>&1");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) output += buf;
+  const int rc = pclose(pipe);
+  std::remove(path.c_str());
+  EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << output;
+  EXPECT_EQ(output, "") << "promtool lint findings";
+}
+
+}  // namespace
+}  // namespace ckv::server
