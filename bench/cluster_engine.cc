@@ -27,9 +27,10 @@ struct PolicyChoice {
   KvPolicy policy;
 };
 
-constexpr PolicyChoice kSparsePolicies[] = {{"clusterkv", KvPolicy::kClusterKv},
-                                            {"quest", KvPolicy::kQuest},
-                                            {"streaming", KvPolicy::kStreaming}};
+constexpr PolicyChoice kSparsePolicies[] = {
+    {"clusterkv", KvPolicy::kClusterKv},
+    {"quest", KvPolicy::kQuest},
+    {"streaming", KvPolicy::kStreaming}};
 constexpr PolicyChoice kFullPolicy = {"full", KvPolicy::kFull};
 
 // The prefilled parent session of one context.

@@ -167,7 +167,8 @@ std::vector<float> MakeQuery(const KeyGenSpec& spec, const KeyData& keys,
   const int hd = keys.head_dim, group = n_heads / keys.n_kv;
   std::vector<float> q(static_cast<size_t>(n_heads) * hd);
   for (int h = 0; h < n_heads; ++h) {
-    MakeHeadQuery(spec, keys, h / group, first, end, rng, &q[size_t{1} * h * hd]);
+    MakeHeadQuery(spec, keys, h / group, first, end, rng,
+                  &q[size_t{1} * h * hd]);
   }
   return q;
 }

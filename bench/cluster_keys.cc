@@ -82,7 +82,9 @@ class KeysBench {
   absl::Status Run();
 
  private:
-  KvShape Shape() const { return KvShape{1, o_.heads, o_.kv_heads, o_.head_dim}; }
+  KvShape Shape() const {
+    return KvShape{1, o_.heads, o_.kv_heads, o_.head_dim};
+  }
   KvStoreConfig BaseConfig() const;
   absl::StatusOr<Parent> Prefill(int64_t ctx, const KvStoreConfig& c);
   absl::Status DecodeStep(ClusteredKvStore& s, int64_t pos, const float* q,

@@ -20,7 +20,7 @@ const ClusterBenchOptions& Defaults() {
 // Settings --quick replaces unless the corresponding flag is changed.
 constexpr int64_t kQuickKeyContexts[] = {4096};
 constexpr int kQuickBudgets[] = {256, 1024};
-constexpr int64_t kQuickEngineContexts[] = {2048};
+constexpr int64_t kQuickEngineContexts[] = {4096};
 constexpr int kQuickBatches[] = {1, 4};
 constexpr int kQuickKeyQueries = 4;
 constexpr int kQuickTimingSteps = 8;
@@ -36,7 +36,7 @@ ABSL_FLAG(std::string, json, Defaults().out_json,
 ABSL_FLAG(std::string, work_dir, Defaults().work_dir,
           "where the random engine model is cached");
 ABSL_FLAG(bool, quick, false,
-          "about a minute: keys at 4k, engine at 2k, budgets 256,1024, "
+          "about a minute: keys and engine at 4k, budgets 256,1024, "
           "batches 1,4");
 ABSL_FLAG(int, threads, Defaults().threads,
           "compute threads (0: every hardware thread)");

@@ -46,7 +46,8 @@ pb::CreateSessionRequest BuildCreateSession(const ClientOptions& o) {
 absl::StatusOr<std::unique_ptr<std::istream>> OpenFile(
     const std::string& path) {
   auto in = std::make_unique<std::ifstream>(path, std::ios::binary);
-  if (!*in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  if (!*in)
+    return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
   return in;
 }
 
@@ -60,10 +61,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 ProgressStyle ProgressStyleFor(const ClientOptions& o, const Io& io) {
   switch (o.progress) {
-    case ProgressMode::kBar: return ProgressStyle::kBar;
-    case ProgressMode::kLines: return ProgressStyle::kLines;
-    case ProgressMode::kOff: return ProgressStyle::kOff;
-    case ProgressMode::kAuto: break;
+    case ProgressMode::kBar:
+      return ProgressStyle::kBar;
+    case ProgressMode::kLines:
+      return ProgressStyle::kLines;
+    case ProgressMode::kOff:
+      return ProgressStyle::kOff;
+    case ProgressMode::kAuto:
+      break;
   }
   return io.err_is_tty ? ProgressStyle::kBar : ProgressStyle::kLines;
 }
@@ -83,10 +88,14 @@ absl::StatusOr<pb::PrefillSummary> PrefillWithProgress(
 
 std::string FinishReasonName(pb::FinishReason reason) {
   switch (reason) {
-    case pb::FINISH_REASON_LENGTH: return "length";
-    case pb::FINISH_REASON_EOS: return "eos";
-    case pb::FINISH_REASON_STOP: return "stop";
-    default: break;
+    case pb::FINISH_REASON_LENGTH:
+      return "length";
+    case pb::FINISH_REASON_EOS:
+      return "eos";
+    case pb::FINISH_REASON_STOP:
+      return "stop";
+    default:
+      break;
   }
   return "unspecified";
 }
@@ -105,8 +114,7 @@ std::string PrefillSummaryLine(const pb::PrefillSummary& s) {
       "prefill: %d tokens in %.2f s (%.0f tok/s, queued %.2f s), "
       "%d clusters, session %d tokens in %d segments",
       s.prompt_tokens(), s.prefill_seconds(), s.tokens_per_second(),
-      s.queue_seconds(), s.clusters_built(), s.session_tokens(),
-      s.segments());
+      s.queue_seconds(), s.clusters_built(), s.session_tokens(), s.segments());
 }
 
 std::string FormatBytes(int64_t bytes) {

@@ -30,8 +30,7 @@ pb::CreateSessionRequest BuildCreateSession(const ClientOptions& o);
 // The whole file; NOT_FOUND when it cannot be opened.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 // Opens a file for chunked reading; NOT_FOUND when it cannot be opened.
-absl::StatusOr<std::unique_ptr<std::istream>> OpenFile(
-    const std::string& path);
+absl::StatusOr<std::unique_ptr<std::istream>> OpenFile(const std::string& path);
 
 ProgressStyle ProgressStyleFor(const ClientOptions& o, const Io& io);
 

@@ -30,8 +30,8 @@ void PrintServerInfo(const pb::ServerInfo& s, const Io& io) {
   io.out << absl::StrFormat(
       "model:    %s (%s), %d layers, dim %d, %d heads / %d KV heads, "
       "head_dim %d, vocab %d, context %d\n",
-      m.name(), m.architecture(), m.layers(), m.dim(), m.heads(),
-      m.kv_heads(), m.head_dim(), m.vocab_size(), m.context_length());
+      m.name(), m.architecture(), m.layers(), m.dim(), m.heads(), m.kv_heads(),
+      m.head_dim(), m.vocab_size(), m.context_length());
   if (!m.path().empty()) io.out << "path:     " << m.path() << "\n";
   io.out << absl::StrFormat(
       "server:   version %s, backend %s, kernels %s, %d threads%s\n",

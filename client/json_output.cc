@@ -14,15 +14,24 @@ using google::protobuf::Reflection;
 nlohmann::json ScalarToJson(const Message& m, const FieldDescriptor* f) {
   const Reflection* r = m.GetReflection();
   switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: return r->GetInt32(m, f);
-    case FieldDescriptor::CPPTYPE_INT64: return r->GetInt64(m, f);
-    case FieldDescriptor::CPPTYPE_UINT32: return r->GetUInt32(m, f);
-    case FieldDescriptor::CPPTYPE_UINT64: return r->GetUInt64(m, f);
-    case FieldDescriptor::CPPTYPE_DOUBLE: return r->GetDouble(m, f);
-    case FieldDescriptor::CPPTYPE_FLOAT: return r->GetFloat(m, f);
-    case FieldDescriptor::CPPTYPE_BOOL: return r->GetBool(m, f);
-    case FieldDescriptor::CPPTYPE_ENUM: return r->GetEnum(m, f)->name();
-    case FieldDescriptor::CPPTYPE_STRING: return r->GetString(m, f);
+    case FieldDescriptor::CPPTYPE_INT32:
+      return r->GetInt32(m, f);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return r->GetInt64(m, f);
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return r->GetUInt32(m, f);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return r->GetUInt64(m, f);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return r->GetDouble(m, f);
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return r->GetFloat(m, f);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return r->GetBool(m, f);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return r->GetEnum(m, f)->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return r->GetString(m, f);
     case FieldDescriptor::CPPTYPE_MESSAGE:
       return ProtoToJson(r->GetMessage(m, f));
   }

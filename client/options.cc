@@ -16,7 +16,8 @@ ABSL_FLAG(std::string, server, kDefaults.server, "server address host:port");
 ABSL_FLAG(bool, json, kDefaults.json, "print one JSON document");
 ABSL_FLAG(double, timeout, kDefaults.timeout_seconds,
           "deadline of each RPC in seconds (0 = none)");
-ABSL_FLAG(std::string, progress, "auto", "prefill progress: auto|bar|lines|off");
+ABSL_FLAG(std::string, progress, "auto",
+          "prefill progress: auto|bar|lines|off");
 ABSL_FLAG(std::string, prompt, kDefaults.prompt, "generate: prompt text");
 ABSL_FLAG(std::string, prompt_file, kDefaults.prompt_file,
           "generate: read the prompt from F");
@@ -101,6 +102,26 @@ bool SplitFlag(const std::string& arg, std::string* name, std::string* value,
   return true;
 }
 
+// Abseil's own flags that are not registered as flags: passed through.
+bool IsAbslBuiltin(const std::string& name) {
+  static constexpr const char* kBuiltins[] = {
+      "helpfull",   "helpshort", "helppackage",    "helpon",
+      "helpmatch",  "version",   "flagfile",       "fromenv",
+      "tryfromenv", "undefok",   "only_check_args"};
+  for (const char* b : kBuiltins) {
+    if (name == b) return true;
+  }
+  return false;
+}
+
+// The documented spelling: --max-tokens.
+std::string Display(std::string name) {
+  for (char& c : name) {
+    if (c == '_') c = '-';
+  }
+  return absl::StrCat("--", name);
+}
+
 bool IsRepeatable(const std::string& name) {
   return name == "question" || name == "stop";
 }
@@ -130,12 +151,12 @@ absl::Status ExtractSpecial(std::vector<std::string>& args, CommandLine& cl) {
     if (!has_value) {
       if (i + 1 >= args.size()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("flag --", name, " needs a value"));
+            absl::StrCat("flag ", Display(name), " needs a value"));
       }
       value = args[++i];
     }
-    auto& list = name == "question" ? cl.options.questions
-                                    : cl.options.sampling.stop;
+    auto& list =
+        name == "question" ? cl.options.questions : cl.options.sampling.stop;
     list.push_back(value);
   }
   args = std::move(rest);
@@ -147,27 +168,31 @@ absl::Status ExtractSpecial(std::vector<std::string>& args, CommandLine& cl) {
 absl::Status CheckFlag(const std::vector<std::string>& args, size_t* i) {
   std::string name, value;
   bool has_value = false;
-  if (!SplitFlag(args[*i], &name, &value, &has_value)) return absl::OkStatus();
+  if (!SplitFlag(args[*i], &name, &value, &has_value) || IsAbslBuiltin(name)) {
+    return absl::OkStatus();
+  }
   absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
   if (flag == nullptr && !has_value && name.rfind("no", 0) == 0) {
     absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
-    if (negated != nullptr && negated->IsOfType<bool>()) return absl::OkStatus();
+    if (negated != nullptr && negated->IsOfType<bool>())
+      return absl::OkStatus();
   }
   if (flag == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown flag ", Display(name)));
   }
   if (flag->IsOfType<bool>() && !has_value) return absl::OkStatus();
   if (!has_value) {
     if (*i + 1 >= args.size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag --", name, " needs a value"));
+          absl::StrCat("flag ", Display(name), " needs a value"));
     }
     value = args[++*i];
   }
   std::string error;
   if (!flag->ParseFrom(value, &error)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad value '", value, "' for --", name, ": ", error));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad value '", value, "' for ", Display(name), ": ", error));
   }
   return absl::OkStatus();
 }

@@ -47,18 +47,18 @@ struct ClientOptions {
   // Inputs.
   std::string prompt;
   std::string prompt_file;
-  std::string doc;                      // qa: the document file
-  std::vector<std::string> questions;   // --question Q, repeatable
-  std::string file;                     // session prefill --file
-  std::string text;                     // session prefill --text
+  std::string doc;                     // qa: the document file
+  std::vector<std::string> questions;  // --question Q, repeatable
+  std::string file;                    // session prefill --file
+  std::string text;                    // session prefill --text
   // How a question is appended to the session; {question} is replaced.
   std::string question_format = "\n\nQuestion: {question}\nAnswer:";
-  std::optional<bool> add_bos;          // unset: server default (true)
-  size_t chunk_bytes = 64 * 1024;       // Prefill request size (--chunk-kib)
+  std::optional<bool> add_bos;     // unset: server default (true)
+  size_t chunk_bytes = 64 * 1024;  // Prefill request size (--chunk-kib)
   // Session settings.
   SamplingOptions sampling;
   KvOptions kv;
-  uint32_t idle_ttl_seconds = 0;        // 0 = server default
+  uint32_t idle_ttl_seconds = 0;  // 0 = server default
   // health.
   std::string service;
 };

@@ -40,9 +40,9 @@ double EtaSeconds(const ProgressSnapshot& p) {
 std::string FormatProgressBar(const ProgressSnapshot& p, int bar_width) {
   const int pct = Percent(p);
   const int filled = p.total > 0
-      ? static_cast<int>(std::clamp<int64_t>(
-            p.done * bar_width / p.total, 0, bar_width))
-      : 0;
+                         ? static_cast<int>(std::clamp<int64_t>(
+                               p.done * bar_width / p.total, 0, bar_width))
+                         : 0;
   return absl::StrFormat("prefill [%s%s] %3d%%  %d/%d tok  %s  ETA %s",
                          std::string(filled, '#'),
                          std::string(bar_width - filled, '.'), pct, p.done,
@@ -50,16 +50,15 @@ std::string FormatProgressBar(const ProgressSnapshot& p, int bar_width) {
 }
 
 std::string FormatProgressLine(const ProgressSnapshot& p) {
-  return absl::StrFormat("prefill: %d%% (%d/%d tokens, %s, ETA %s)",
-                         Percent(p), p.done, p.total, RateText(p),
+  return absl::StrFormat("prefill: %d%% (%d/%d tokens, %s, ETA %s)", Percent(p),
+                         p.done, p.total, RateText(p),
                          FormatEta(EtaSeconds(p)));
 }
 
 ProgressReporter::ProgressReporter(std::ostream& err, ProgressStyle style)
     : err_(err), style_(style) {}
 
-ProgressSnapshot ProgressReporter::Snapshot(int64_t done,
-                                            int64_t total) const {
+ProgressSnapshot ProgressReporter::Snapshot(int64_t done, int64_t total) const {
   ProgressSnapshot p{done, total, 0};
   const double dt =
       std::chrono::duration<double>(Clock::now() - start_).count();
@@ -80,7 +79,8 @@ void ProgressReporter::Update(int64_t done, int64_t total) {
   last_ = Snapshot(done, total);
   if (style_ == ProgressStyle::kBar) {
     // Redraw at most 10 times a second (always the final state).
-    if (drawn_ && done < total && now - last_draw_ < std::chrono::milliseconds(100)) {
+    if (drawn_ && done < total &&
+        now - last_draw_ < std::chrono::milliseconds(100)) {
       return;
     }
     last_draw_ = now;

@@ -43,7 +43,8 @@ absl::Status ReadPrefillStream(
     std::optional<pb::PrefillSummary>* summary) {
   pb::PrefillResponse response;
   while (stream.Read(&response)) {
-    if (response.has_progress() && on_progress) on_progress(response.progress());
+    if (response.has_progress() && on_progress)
+      on_progress(response.progress());
     if (response.has_summary()) *summary = response.summary();
   }
   return absl::OkStatus();
@@ -58,10 +59,14 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 const char* ServingStatusName(ServingStatus s) {
   switch (s) {
-    case ServingStatus::kServing: return "SERVING";
-    case ServingStatus::kNotServing: return "NOT_SERVING";
-    case ServingStatus::kServiceUnknown: return "SERVICE_UNKNOWN";
-    case ServingStatus::kUnknown: break;
+    case ServingStatus::kServing:
+      return "SERVING";
+    case ServingStatus::kNotServing:
+      return "NOT_SERVING";
+    case ServingStatus::kServiceUnknown:
+      return "SERVICE_UNKNOWN";
+    case ServingStatus::kUnknown:
+      break;
   }
   return "UNKNOWN";
 }
@@ -111,9 +116,8 @@ absl::StatusOr<pb::PrefillSummary> RpcClient::Prefill(
   auto context = NewContext(session_id);
   auto stream = stub_->Prefill(context.get());
   std::optional<pb::PrefillSummary> summary;
-  std::thread read_thread([&] {
-    ReadPrefillStream(*stream, on_progress, &summary).IgnoreError();
-  });
+  std::thread read_thread(
+      [&] { ReadPrefillStream(*stream, on_progress, &summary).IgnoreError(); });
   absl::Status input_status;
   pb::PrefillRequest request;
   request.set_session_id(session_id);

@@ -53,8 +53,8 @@ class RpcClient {
       std::optional<bool> add_bos, const ProgressCallback& on_progress);
   absl::StatusOr<pb::DecodeSummary> Decode(const pb::DecodeRequest& request,
                                            const TokenCallback& on_token);
-  absl::StatusOr<pb::DecodeSummary> Generate(
-      const pb::GenerateRequest& request, const TokenCallback& on_token);
+  absl::StatusOr<pb::DecodeSummary> Generate(const pb::GenerateRequest& request,
+                                             const TokenCallback& on_token);
   absl::StatusOr<pb::SessionInfo> ForkSession(const std::string& session_id);
   absl::StatusOr<pb::SessionInfo> GetSession(const std::string& session_id);
   absl::StatusOr<pb::ListSessionsResponse> ListSessions();

@@ -27,9 +27,9 @@ void PrintSessionInfo(const pb::SessionInfo& s, const Io& io) {
     io.out << " (fork of " << s.parent_session_id() << ")";
   }
   io.out << "\n"
-         << absl::StrFormat(
-                "tokens:   %d (%d clustered, %d segments)%s\n", s.tokens(),
-                s.clustered_tokens(), s.segments(), s.busy() ? ", BUSY" : "")
+         << absl::StrFormat("tokens:   %d (%d clustered, %d segments)%s\n",
+                            s.tokens(), s.clustered_tokens(), s.segments(),
+                            s.busy() ? ", BUSY" : "")
          << absl::StrFormat("memory:   host %s (%s shared), device %s\n",
                             FormatBytes(s.memory().host_bytes()),
                             FormatBytes(s.memory().host_shared_bytes()),
@@ -51,13 +51,11 @@ void PrintSessionList(const pb::ListSessionsResponse& list, const Io& io) {
   io.out << absl::StrFormat("%-36s %10s %8s %12s %5s  %s\n", "SESSION",
                             "TOKENS", "SEGMENTS", "HOST", "BUSY", "PARENT");
   for (const pb::SessionInfo& s : list.sessions()) {
-    io.out << absl::StrFormat("%-36s %10d %8d %12s %5s  %s\n", s.session_id(),
-                              s.tokens(), s.segments(),
-                              FormatBytes(s.memory().host_bytes()),
-                              s.busy() ? "yes" : "no",
-                              s.parent_session_id().empty()
-                                  ? "-"
-                                  : s.parent_session_id());
+    io.out << absl::StrFormat(
+        "%-36s %10d %8d %12s %5s  %s\n", s.session_id(), s.tokens(),
+        s.segments(), FormatBytes(s.memory().host_bytes()),
+        s.busy() ? "yes" : "no",
+        s.parent_session_id().empty() ? "-" : s.parent_session_id());
   }
 }
 
@@ -171,12 +169,12 @@ absl::StatusOr<int> RunSession(RpcClient& client,
   }
   const size_t want = takes_id ? 3 : 2;
   if (args.size() != want) {
-    return UsageError(absl::StrCat(sub, takes_id ? ": needs exactly one ID"
-                                                 : ": takes no arguments"));
+    return UsageError(absl::StrCat(
+        sub, takes_id ? ": needs exactly one ID" : ": takes no arguments"));
   }
   if (sub == "create") {
-    return PrintSessionResult(client.CreateSession(BuildCreateSession(o)),
-                              true, o, io);
+    return PrintSessionResult(client.CreateSession(BuildCreateSession(o)), true,
+                              o, io);
   }
   if (sub == "list") return List(client, o, io);
   return RunWithId(client, sub, args[2], o, io);

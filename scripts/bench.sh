@@ -1,24 +1,46 @@
 #!/usr/bin/env bash
-# CPU engine benchmark: builds engine_bench, runs it with its default (full)
-# settings -> bench/results/engine.json, then plots bench/results/engine.png.
-# Run on a quiet machine (it takes minutes; other load skews the numbers).
+# CPU benchmarks: builds engine_bench and cluster_bench, runs them with their
+# default (full) settings -> bench/results/engine.json (+ engine.png) and
+# bench/results/cluster.json (+ recall_vs_budget.png, step_time_vs_context.png,
+# overhead.png). Run on a quiet machine: engine_bench takes minutes,
+# cluster_bench about 20 minutes on 2 cores (other load skews the numbers).
 # Usage: scripts/bench.sh [extra engine_bench flags, e.g. --threads 1]
-# Env: BUILD_DIR (default build), PYTHON (an interpreter with matplotlib).
+# Env: BUILD_DIR (default build), PYTHON (an interpreter with matplotlib),
+#      CLUSTER_BENCH_FLAGS (extra cluster_bench flags, e.g. --quick),
+#      SKIP_ENGINE_BENCH=1 / SKIP_CLUSTER_BENCH=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 OUT_DIR=bench/results
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD_DIR" --target engine_bench
+cmake --build "$BUILD_DIR" --target engine_bench cluster_bench
 mkdir -p "$OUT_DIR"
-"$BUILD_DIR/bench/engine_bench" --work-dir "$OUT_DIR" \
-  --out-json "$OUT_DIR/engine.json" "$@" | tee "$OUT_DIR/engine.txt"
+PY=
 for py in "${PYTHON:-}" python3 /usr/bin/python3; do
   if [ -n "$py" ] && "$py" -c 'import matplotlib' 2>/dev/null; then
-    exec "$py" bench/plot_engine.py "$OUT_DIR/engine.json" \
-      --out "$OUT_DIR/engine.png"
+    PY=$py
+    break
   fi
 done
-echo "bench.sh: no python3 with matplotlib (apt install python3-matplotlib);" \
-  "results are in $OUT_DIR/engine.json" >&2
-exit 1
+if [ "${SKIP_ENGINE_BENCH:-0}" != 1 ]; then
+  "$BUILD_DIR/bench/engine_bench" --work-dir "$OUT_DIR" \
+    --out-json "$OUT_DIR/engine.json" "$@" | tee "$OUT_DIR/engine.txt"
+  if [ -n "$PY" ]; then
+    "$PY" bench/plot_engine.py "$OUT_DIR/engine.json" \
+      --out "$OUT_DIR/engine.png"
+  fi
+fi
+if [ "${SKIP_CLUSTER_BENCH:-0}" != 1 ]; then
+  # shellcheck disable=SC2086  # CLUSTER_BENCH_FLAGS is a list of flags
+  "$BUILD_DIR/bench/cluster_bench" --work-dir "$OUT_DIR" \
+    --json "$OUT_DIR/cluster.json" ${CLUSTER_BENCH_FLAGS:-} |
+    tee "$OUT_DIR/cluster.txt"
+  if [ -n "$PY" ]; then
+    "$PY" bench/plot_cluster.py "$OUT_DIR/cluster.json"
+  fi
+fi
+if [ -z "$PY" ]; then
+  echo "bench.sh: no python3 with matplotlib (apt install" \
+    "python3-matplotlib); results are in $OUT_DIR/*.json" >&2
+  exit 1
+fi

@@ -8,9 +8,8 @@ namespace ckv::server {
 
 AdmissionTicket::~AdmissionTicket() { owner_->Release(host_, device_); }
 
-Admission::Admission(const ServerLimits& limits,
-                     const SessionManager* sessions, int n_layers,
-                     ServerMetrics* metrics)
+Admission::Admission(const ServerLimits& limits, const SessionManager* sessions,
+                     int n_layers, ServerMetrics* metrics)
     : limits_(limits),
       sessions_(sessions),
       n_layers_(std::max(1, n_layers)),

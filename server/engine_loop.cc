@@ -157,7 +157,8 @@ absl::Status EngineLoop::StartJob(Job& job) {
   if (job.spec.input.empty()) {
     // Continue from the session's last logits.
     if (job.checkpoint_logits.empty()) {
-      return absl::InvalidArgumentError("the session has no logits to continue");
+      return absl::InvalidArgumentError(
+          "the session has no logits to continue from");
     }
     job.logits = job.checkpoint_logits;
     job.phase = Job::Phase::kGenerating;
@@ -290,16 +291,16 @@ void EngineLoop::AfterStep(Job& job, bool fed_input) {
 void EngineLoop::EmitToken(Job& job) {
   const int32_t token = job.sampler->Sample(job.logits);
   const auto now = Clock::now();
-  if (job.result.generated_tokens == 0) {
+  if (job.first_token == Clock::time_point{}) {
     job.first_token = now;
     job.result.time_to_first_token_seconds = Seconds(job.submitted, now);
   }
   job.last_token = now;
-  ++job.result.generated_tokens;
   if (model_.tokenizer->IsEndOfGeneration(token)) {
-    FinishGeneration(job, FinishReason::kEos);
+    FinishGeneration(job, FinishReason::kEos);  // not streamed, not counted
     return;
   }
+  ++job.result.generated_tokens;
   bool stopped = false;
   const std::string text = job.stops->Push(job.detok->Push(token), &stopped);
   job.result.text += text;

@@ -43,7 +43,10 @@ struct JobResult {
 // Callbacks run on the engine thread and must not block.
 struct JobCallbacks {
   std::function<void(int64_t done, int64_t total)> on_progress;
-  // A generated token and the text it completes (possibly empty).
+  // A generated token and the text it completes (possibly empty). Token -1:
+  // text held back until the end (incomplete UTF-8 or a partial stop-string
+  // match), released with no new token. End-of-generation tokens are not
+  // reported.
   std::function<void(int32_t token, absl::string_view text)> on_token;
   std::function<void(const JobResult&)> on_done;
 };

@@ -32,8 +32,7 @@ ABSL_FLAG(int64_t, max_session_tokens, kLimits.max_session_tokens,
           "tokens one session may hold at most");
 ABSL_FLAG(int, max_queued_requests, kLimits.max_queued_requests,
           "jobs waiting for the engine at most");
-ABSL_FLAG(uint32_t, session_idle_ttl_seconds,
-          kLimits.session_idle_ttl_seconds,
+ABSL_FLAG(uint32_t, session_idle_ttl_seconds, kLimits.session_idle_ttl_seconds,
           "idle sessions are closed after this long (default per session)");
 ABSL_FLAG(std::string, policy, ckv::KvPolicyName(kKv.policy),
           "default KV policy: full|clusterkv|quest|streaming");
@@ -44,8 +43,7 @@ ABSL_FLAG(int, tokens_per_cluster, kKv.tokens_per_cluster,
 ABSL_FLAG(int, window, kKv.window, "default tail segment length");
 ABSL_FLAG(int, recent_tokens, kKv.recent_tokens,
           "default most recent clustered tokens always selected");
-ABSL_FLAG(int, cache_steps, kKv.cache_steps,
-          "default device cache steps R");
+ABSL_FLAG(int, cache_steps, kKv.cache_steps, "default device cache steps R");
 ABSL_FLAG(int, dense_layers, kKv.dense_layers,
           "default layers attending densely");
 ABSL_FLAG(std::string, gqa_selection, ckv::GqaSelectionName(kKv.gqa_selection),
@@ -85,15 +83,14 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
   l.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
   l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   l.session_idle_ttl_seconds = absl::GetFlag(FLAGS_session_idle_ttl_seconds);
-  for (auto [flag, v] : {std::pair<const char*, int64_t>{"max-sessions",
-                                                         l.max_sessions},
-                         {"max-host-kv-bytes", l.max_host_kv_bytes},
-                         {"max-device-kv-bytes", l.max_device_kv_bytes},
-                         {"max-prompt-tokens", l.max_prompt_tokens},
-                         {"max-session-tokens", l.max_session_tokens},
-                         {"max-queued-requests", l.max_queued_requests},
-                         {"session-idle-ttl-seconds",
-                          l.session_idle_ttl_seconds}}) {
+  for (auto [flag, v] :
+       {std::pair<const char*, int64_t>{"max-sessions", l.max_sessions},
+        {"max-host-kv-bytes", l.max_host_kv_bytes},
+        {"max-device-kv-bytes", l.max_device_kv_bytes},
+        {"max-prompt-tokens", l.max_prompt_tokens},
+        {"max-session-tokens", l.max_session_tokens},
+        {"max-queued-requests", l.max_queued_requests},
+        {"session-idle-ttl-seconds", l.session_idle_ttl_seconds}}) {
     if (auto s = Positive(flag, v); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -120,7 +117,8 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   c.listen_address = absl::GetFlag(FLAGS_listen);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   c.threads = absl::GetFlag(FLAGS_threads);
-  if (c.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (c.threads < 0)
+    return absl::InvalidArgumentError("--threads must be >= 0");
   c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;
   c.drain_grace_seconds = absl::GetFlag(FLAGS_drain_grace_seconds);

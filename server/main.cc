@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   const sigset_t signals = BlockTerminationSignals();
   auto metrics = ckv::server::ServerMetrics::Create(config->metrics_address);
   if (!metrics.ok()) {
-    spdlog::error("metrics: {}", metrics.status().message());
+    spdlog::error("metrics: {}", std::string(metrics.status().message()));
     return 1;
   }
   if (!config->metrics_address.empty()) {
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   }
   auto server = ckv::server::ClusterKvServer::Start(*config, metrics->get());
   if (!server.ok()) {
-    spdlog::error("{}", server.status().message());
+    spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
   const int sig = WaitForSignal(signals);

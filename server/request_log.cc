@@ -20,9 +20,8 @@ void LogRequest(ServerMetrics* metrics, const RequestRecord& r,
                         std::chrono::steady_clock::now() - r.start)
                         .count();
   const double ttft_ms = r.ttft_seconds < 0 ? -1.0 : r.ttft_seconds * 1e3;
-  const auto level = IsServerFault(status.error_code())
-                         ? spdlog::level::warn
-                         : spdlog::level::info;
+  const auto level = IsServerFault(status.error_code()) ? spdlog::level::warn
+                                                        : spdlog::level::info;
   spdlog::log(level,
               "rpc={} session={} code={} input_tokens={} generated_tokens={} "
               "ttft_ms={:.1f} duration_ms={:.1f}{}{}",

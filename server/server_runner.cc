@@ -31,8 +31,7 @@ std::string HostOf(const std::string& address) {
 
 }  // namespace
 
-ClusterKvServer::ClusterKvServer(const ServerConfig& config)
-    : config_(config) {
+ClusterKvServer::ClusterKvServer(const ServerConfig& config) : config_(config) {
   if (config_.threads <= 0) {
     config_.threads =
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -51,9 +50,7 @@ absl::StatusOr<std::unique_ptr<ClusterKvServer>> ClusterKvServer::Start(
   return s;
 }
 
-ClusterKvServer::~ClusterKvServer() {
-  Drain(absl::ZeroDuration());
-}
+ClusterKvServer::~ClusterKvServer() { Drain(absl::ZeroDuration()); }
 
 absl::Status ClusterKvServer::StartGrpc(ServerMetrics* metrics) {
   state_ = std::make_unique<ServiceState>(config_, metrics);
@@ -88,16 +85,16 @@ absl::Status ClusterKvServer::LoadBackend() {
   worker_ = std::make_unique<ClusterWorker>();
   sessions_ = std::make_unique<SessionManager>(model_->config, config_.limits,
                                                worker_.get());
-  admission_ = std::make_unique<Admission>(
-      config_.limits, sessions_.get(), model_->config.n_layers,
-      state_->metrics());
+  admission_ =
+      std::make_unique<Admission>(config_.limits, sessions_.get(),
+                                  model_->config.n_layers, state_->metrics());
   TransformerOptions t;
   t.threads = config_.threads;
   t.prefill_chunk = config_.prefill_chunk;
   engine_ = std::make_unique<EngineLoop>(*model_, t,
                                          config_.limits.max_queued_requests);
-  state_->SetBackend({model_.get(), sessions_.get(), engine_.get(),
-                      admission_.get()});
+  state_->SetBackend(
+      {model_.get(), sessions_.get(), engine_.get(), admission_.get()});
   SetHealth(true);
   LogInfo(absl::StrCat("model loaded: ", model_->config.arch, ", ",
                        model_->config.n_layers, " layers, vocab ",

@@ -33,6 +33,15 @@ grpc::ServerUnaryReactor* Unary(ServiceState& state,
   return reactor;
 }
 
+// The x-session-id metadata of a call ("" when absent): on CreateSession,
+// the routing key the new session's id starts with (deploy/README.md).
+std::string SessionIdMetadata(const grpc::CallbackServerContext* ctx) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("x-session-id");
+  if (it == md.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
 absl::Status RequireId(const std::string& id) {
   if (!id.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError("session_id is required");
@@ -54,6 +63,8 @@ grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
                  o.kv = *kv;
                  o.sampling = *sampling;
                  o.idle_ttl_seconds = req->idle_ttl_seconds();
+                 o.routing_key = std::string(
+                     RoutingKeyOf(SessionIdMetadata(ctx)));
                  auto s = b.sessions->Create(o);
                  if (!s.ok()) {
                    if (absl::IsResourceExhausted(s.status()) &&

@@ -9,7 +9,8 @@
 
 namespace ckv::server {
 
-class ClusterKvService final : public clusterkv::v1::ClusterKv::CallbackService {
+class ClusterKvService final
+    : public clusterkv::v1::ClusterKv::CallbackService {
  public:
   // `state` must outlive the service and every call.
   explicit ClusterKvService(ServiceState* state) : state_(*state) {}

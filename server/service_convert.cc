@@ -26,7 +26,8 @@ absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
   }
   if (p.has_budget()) kv.budget = p.budget();
   if (p.has_sink_tokens()) kv.sink_tokens = p.sink_tokens();
-  if (p.has_tokens_per_cluster()) kv.tokens_per_cluster = p.tokens_per_cluster();
+  if (p.has_tokens_per_cluster())
+    kv.tokens_per_cluster = p.tokens_per_cluster();
   if (p.has_window()) kv.window = p.window();
   if (p.has_recent_tokens()) kv.recent_tokens = p.recent_tokens();
   if (p.has_cache_steps()) kv.cache_steps = p.cache_steps();
@@ -76,10 +77,14 @@ void ToProto(const SamplingParams& s, v1::SamplingParams* out) {
 
 v1::FinishReason ToProto(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kEos: return v1::FINISH_REASON_EOS;
-    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case FinishReason::kCancelled: break;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kCancelled:
+      break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }

@@ -12,6 +12,7 @@
 #include "model/kv/kv_config.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "server/engine_loop.h"
 #include "server/server_config.h"
 #include "server/session.h"
 #include "server/session_manager.h"
@@ -39,7 +40,8 @@ void FillServerInfo(const ServerConfig& config, const Model& model,
 absl::StatusOr<std::vector<int32_t>> CheckTokenIds(
     absl::Span<const int32_t> ids, int vocab_size);
 // Tokenizes `text` (special tokens parsed, no EOS), prepending BOS when
-// `add_bos` and the vocabulary asks for one (Tokenizer::add_bos()). INVALID_ARGUMENT for invalid UTF-8.
+// `add_bos` and the vocabulary asks for one (Tokenizer::add_bos()).
+// INVALID_ARGUMENT for invalid UTF-8.
 absl::StatusOr<std::vector<int32_t>> EncodeText(const Tokenizer& tokenizer,
                                                 absl::string_view text,
                                                 bool add_bos);

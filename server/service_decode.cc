@@ -64,6 +64,7 @@ absl::StatusOr<std::vector<int32_t>> GenerateInput(
   if (req.has_tokens()) {
     return CheckTokenIds(req.tokens().ids(), model.config.vocab_size);
   }
+  if (req.prompt().empty()) return std::vector<int32_t>();
   const bool add_bos = !req.has_add_bos() || req.add_bos();
   return EncodeText(*model.tokenizer, req.prompt(), add_bos);
 }
@@ -181,9 +182,8 @@ void DecodeReactor::OnJobDone(const JobResult& r) {
   s->set_generated_tokens(r.generated_tokens);
   s->set_session_tokens(r.session_tokens);
   s->set_time_to_first_token_seconds(r.time_to_first_token_seconds);
-  s->set_tokens_per_second(r.decode_seconds > 0
-                               ? (r.generated_tokens - 1) / r.decode_seconds
-                               : 0.0);
+  s->set_tokens_per_second(
+      r.decode_seconds > 0 ? (r.generated_tokens - 1) / r.decode_seconds : 0.0);
   s->set_total_seconds(
       std::chrono::duration<double>(Clock::now() - rec_.start).count());
   s->set_text(r.text);

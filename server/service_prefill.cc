@@ -13,10 +13,9 @@
 namespace ckv::server {
 namespace {
 
-using PrefillBase =
-    StreamReactor<grpc::ServerBidiReactor<v1::PrefillRequest,
-                                          v1::PrefillResponse>,
-                  v1::PrefillResponse>;
+using PrefillBase = StreamReactor<
+    grpc::ServerBidiReactor<v1::PrefillRequest, v1::PrefillResponse>,
+    v1::PrefillResponse>;
 
 // Text beyond this many bytes per allowed token cannot be a prompt within
 // max_prompt_tokens for any real vocabulary; refusing it early bounds memory.
@@ -122,8 +121,9 @@ grpc::Status PrefillReactor::Accept(const v1::PrefillRequest& m) {
   }
   text_ += m.text();
   const int64_t bytes = static_cast<int64_t>(text_.size());
-  return bytes > max_tokens * kMaxBytesPerToken ? TooLong(bytes / kMaxBytesPerToken)
-                                               : grpc::Status::OK;
+  return bytes > max_tokens * kMaxBytesPerToken
+             ? TooLong(bytes / kMaxBytesPerToken)
+             : grpc::Status::OK;
 }
 
 // Text gets BOS when the session is empty (unless add_bos is false); token
@@ -132,6 +132,7 @@ absl::StatusOr<std::vector<int32_t>> PrefillReactor::Tokens() {
   if (input_ == Input::kTokens) {
     return CheckTokenIds(ids_, backend_.model->config.vocab_size);
   }
+  if (text_.empty()) return std::vector<int32_t>();
   const bool bos = add_bos_ && lease_->stats().tokens == 0;
   return EncodeText(*backend_.model->tokenizer, text_, bos);
 }
@@ -174,7 +175,8 @@ void PrefillReactor::OnJobDone(const JobResult& r) {
     EndStream(ToGrpcStatus(r.status));
     return;
   }
-  if (state_.metrics() != nullptr) state_.metrics()->ObservePrefill(r.input_seconds);
+  if (state_.metrics() != nullptr)
+    state_.metrics()->ObservePrefill(r.input_seconds);
   v1::PrefillResponse resp;
   v1::PrefillSummary* s = resp.mutable_summary();
   s->set_prompt_tokens(r.input_tokens);

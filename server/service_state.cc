@@ -37,9 +37,8 @@ int ServiceState::active_streams() const {
 
 bool ServiceState::WaitStreamsDone(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return streams_ == 0;
-  };
+  auto done = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_ == 0; };
   return mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
 }
 

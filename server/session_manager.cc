@@ -1,8 +1,10 @@
 #include "server/session_manager.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -26,8 +28,27 @@ std::string SessionManager::NewId() {
   return absl::StrFormat("s-%016x%04x", rng(), ++id_counter_ & 0xffff);
 }
 
+absl::string_view RoutingKeyOf(absl::string_view id) {
+  return id.substr(0, id.find('.'));
+}
+
+absl::Status ValidateRoutingKey(absl::string_view key) {
+  const bool ok =
+      !key.empty() && key.size() <= 64 &&
+      std::all_of(key.begin(), key.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+               c == '-' || c == '_';
+      });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "x-session-id routing key must be 1-64 characters of [A-Za-z0-9_-]");
+}
+
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(
     const SessionOptions& o) {
+  if (!o.routing_key.empty()) {
+    if (auto s = ValidateRoutingKey(o.routing_key); !s.ok()) return s;
+  }
   if (auto s = ValidateKvStoreConfig(o.kv); !s.ok()) return s;
   if (auto s = ValidateSamplingParams(o.sampling); !s.ok()) return s;
   KvStoreConfig kv = o.kv;
@@ -40,8 +61,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(
     return absl::ResourceExhaustedError(absl::StrCat(
         "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
   }
-  auto session = std::make_shared<Session>(NewId(), "", kv, o.sampling, ttl,
-                                           std::move(store));
+  std::string id = o.routing_key.empty()
+                       ? NewId()
+                       : absl::StrCat(o.routing_key, ".", NewId());
+  auto session = std::make_shared<Session>(std::move(id), "", kv, o.sampling,
+                                           ttl, std::move(store));
   sessions_[session->id()] = session;
   return session;
 }
@@ -84,8 +108,10 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(
     return absl::ResourceExhaustedError(absl::StrCat(
         "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
   }
+  std::string child_id =
+      absl::StrCat(RoutingKeyOf(parent.id()), ".", NewId());
   auto child = std::make_shared<Session>(
-      NewId(), parent.id(), parent.kv(), parent.sampling(),
+      std::move(child_id), parent.id(), parent.kv(), parent.sampling(),
       parent.idle_ttl_seconds(), *std::move(store));
   child->set_last_logits(parent.last_logits());
   sessions_[child->id()] = child;

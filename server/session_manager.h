@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "model/kv/cluster_worker.h"
 #include "model/model_config.h"
@@ -22,7 +23,18 @@ struct SessionOptions {
   KvStoreConfig kv;            // already merged with the server defaults
   SamplingParams sampling;     // already merged with the server defaults
   uint32_t idle_ttl_seconds = 0;  // 0: the server's default
+  // Routing key (deploy/README.md "Session affinity"): when set, the id is
+  // "<routing_key>.<random>" so that a proxy hashing on the key before the
+  // first '.' sends every call of the session to this replica. Validated
+  // with ValidateRoutingKey. Empty: the id is "<random>" (its own key).
+  std::string routing_key;
 };
+
+// The routing key of a session id or x-session-id value: the part before the
+// first '.', or the whole value.
+absl::string_view RoutingKeyOf(absl::string_view id);
+// INVALID_ARGUMENT unless 1..64 characters of [A-Za-z0-9_-].
+absl::Status ValidateRoutingKey(absl::string_view key);
 
 struct MemoryTotals {
   int64_t host_bytes = 0;    // shared segments counted once
@@ -42,7 +54,8 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<Session>> Get(const std::string& id) const;
   // Exclusive use for one call: ABORTED if the session is busy.
   absl::StatusOr<SessionLease> Acquire(const std::string& id);
-  // A child sharing the parent's segments; ABORTED while the parent is busy.
+  // A child sharing the parent's segments (and routing key: its id is
+  // "<RoutingKeyOf(parent)>.<random>"); ABORTED while the parent is busy.
   absl::StatusOr<std::shared_ptr<Session>> Fork(const std::string& id);
   // ABORTED while busy; returns the host bytes freed (not shared ones).
   absl::StatusOr<int64_t> Close(const std::string& id);

@@ -1,0 +1,593 @@
+// Integration tests of clusterkv-server's gRPC service: a server started in
+// this process on 127.0.0.1:0 with a random model, called over a real
+// loopback channel.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "clusterkv/v1/clusterkv.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "model/generation.h"
+#include "model/model.h"
+#include "server/metrics.h"
+#include "server/server_runner.h"
+#include "server/service_convert.h"
+#include "tests/model/test_util.h"
+
+namespace ckv::server {
+namespace {
+
+namespace v1 = ::clusterkv::v1;
+using ::grpc::ClientContext;
+using ::grpc::StatusCode;
+
+// max_tokens of a stream that is still running when the test acts on it.
+constexpr int kLong = 6000;
+
+RandomModelSpec Spec() {
+  RandomModelSpec s;
+  s.layers = 4;
+  s.dim = 128;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.ffn = 256;
+  s.seed = 7;
+  return s;
+}
+
+std::string ModelPath() { return ckv::testing::RandomModelPath("svc", Spec()); }
+
+// Sparse layers with small segments so that clustering and selection run.
+ServerConfig BaseConfig() {
+  ServerConfig c;
+  c.model_path = ModelPath();
+  c.listen_address = "127.0.0.1:0";
+  c.metrics_address = "";
+  c.threads = 2;
+  c.prefill_chunk = 64;
+  c.kv.policy = KvPolicy::kClusterKv;
+  c.kv.dense_layers = 1;
+  c.kv.sink_tokens = 4;
+  c.kv.tokens_per_cluster = 16;
+  c.kv.window = 32;
+  c.kv.budget = 32;
+  c.sampling.temperature = 0.0f;
+  c.sampling.max_tokens = 12;
+  c.limits.max_sessions = 16;
+  c.limits.max_prompt_tokens = 1024;
+  c.limits.max_session_tokens = 8192;
+  return c;
+}
+
+std::string Prompt(int i) {
+  return absl::StrCat("Document ", i, ": the quick brown fox jumps over the ",
+                      "lazy dog while clustered keys recall what matters; ",
+                      "sessions share segments and forks answer questions. ",
+                      "Paragraph ", i * 7 + 3, " ends here.");
+}
+
+ServerMetrics* Metrics() {
+  static ServerMetrics* m = ServerMetrics::Create("").value().release();
+  return m;
+}
+
+struct Answer {
+  std::vector<int32_t> ids;
+  std::string text;
+  grpc::Status status;
+  v1::DecodeSummary summary;
+};
+
+Answer ReadDecode(grpc::ClientReader<v1::DecodeResponse>* reader) {
+  Answer a;
+  v1::DecodeResponse r;
+  while (reader->Read(&r)) {
+    if (r.has_token()) {
+      if (r.token().id() >= 0) a.ids.push_back(r.token().id());
+      a.text += r.token().text();
+    } else {
+      a.summary = r.summary();
+    }
+  }
+  a.status = reader->Finish();
+  return a;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void StartServer(const ServerConfig& config) {
+    auto s = ClusterKvServer::Start(config, Metrics());
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::ClusterKv::NewStub(channel_);
+  }
+  void SetUp() override { StartServer(BaseConfig()); }
+
+  std::string Create(const v1::CreateSessionRequest& req = {}) {
+    ClientContext ctx;
+    v1::SessionInfo info;
+    const grpc::Status s = stub_->CreateSession(&ctx, req, &info);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return info.session_id();
+  }
+
+  // Streams `text` in `parts` messages; returns the final status.
+  grpc::Status Prefill(const std::string& id, const std::string& text,
+                       int parts = 3, v1::PrefillSummary* summary = nullptr) {
+    ClientContext ctx;
+    auto stream = stub_->Prefill(&ctx);
+    const size_t step = text.size() / parts + 1;
+    for (size_t i = 0; i < text.size(); i += step) {
+      v1::PrefillRequest req;
+      if (i == 0) req.set_session_id(id);
+      req.set_text(text.substr(i, step));
+      if (!stream->Write(req)) break;
+    }
+    stream->WritesDone();
+    v1::PrefillResponse r;
+    while (stream->Read(&r)) {
+      if (r.has_summary() && summary != nullptr) *summary = r.summary();
+    }
+    return stream->Finish();
+  }
+
+  Answer Decode(const v1::DecodeRequest& req) {
+    ClientContext ctx;
+    auto reader = stub_->Decode(&ctx, req);
+    return ReadDecode(reader.get());
+  }
+  Answer Decode(const std::string& id, const std::string& text = "") {
+    v1::DecodeRequest req;
+    req.set_session_id(id);
+    if (!text.empty()) req.set_text(text);
+    return Decode(req);
+  }
+  Answer Generate(const v1::GenerateRequest& req) {
+    ClientContext ctx;
+    auto reader = stub_->Generate(&ctx, req);
+    return ReadDecode(reader.get());
+  }
+
+  v1::SessionInfo Info(const std::string& id) {
+    ClientContext ctx;
+    v1::GetSessionRequest req;
+    req.set_session_id(id);
+    v1::SessionInfo info;
+    EXPECT_TRUE(stub_->GetSession(&ctx, req, &info).ok());
+    return info;
+  }
+  // Waits until no call holds the session.
+  v1::SessionInfo IdleInfo(const std::string& id) {
+    v1::SessionInfo info = Info(id);
+    for (int i = 0; i < 500 && info.busy(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      info = Info(id);
+    }
+    return info;
+  }
+
+  // grpc.health.v1.Health/Check for `service` without generated stubs:
+  // HealthCheckResponse is field 1 (enum): SERVING = 1, NOT_SERVING = 2.
+  int HealthStatus(const std::string& service) {
+    grpc::GenericStub generic(channel_);
+    std::string req;
+    if (!service.empty()) {
+      req =
+          std::string(1, '\x0a') + static_cast<char>(service.size()) + service;
+    }
+    grpc::Slice slice(req);
+    grpc::ByteBuffer in(&slice, 1), out;
+    ClientContext ctx;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", {}, &in, &out,
+                      [&](grpc::Status s) {
+                        std::lock_guard<std::mutex> l(mu);
+                        status = s;
+                        done = true;
+                        cv.notify_one();
+                      });
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+    if (!status.ok()) return -static_cast<int>(status.error_code());
+    std::vector<grpc::Slice> slices;
+    (void)out.Dump(&slices);
+    std::string bytes;
+    for (const auto& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    return bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : 0;
+  }
+
+  std::unique_ptr<ClusterKvServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ClusterKv::Stub> stub_;
+};
+
+// In-process reference: model/generation.h Generate() with the server's
+// default KV settings and sampling.
+GenerationResult ReferenceGenerate(const std::string& prompt,
+                                   std::string* text) {
+  const ServerConfig c = BaseConfig();
+  auto model = LoadModel(c.model_path);
+  EXPECT_TRUE(model.ok());
+  const Model& m = **model;
+  TransformerOptions t;
+  t.threads = c.threads;
+  t.prefill_chunk = c.prefill_chunk;
+  Transformer tf(m.config, m.weights, t);
+  ClusterWorker worker;
+  KvStoreConfig kv = c.kv;
+  kv.max_tokens = c.limits.max_session_tokens;
+  auto cache = NewKvCache(m.config, kv, kernels::DType::kF16, &worker);
+  auto ids = m.tokenizer->Encode(prompt, true, true);
+  EXPECT_TRUE(ids.ok());
+  auto r = Generate(tf, *m.tokenizer, *cache, *ids, c.sampling,
+                    [&](absl::string_view piece) {
+                      text->append(piece.data(), piece.size());
+                      return true;
+                    });
+  EXPECT_TRUE(r.ok()) << r.status();
+  GenerationResult out = *r;
+  // The server streams no event for an end-of-generation token.
+  if (!out.tokens.empty() &&
+      m.tokenizer->IsEndOfGeneration(out.tokens.back())) {
+    out.tokens.pop_back();
+  }
+  return out;
+}
+
+TEST_F(ServiceTest, GreedyTokensEqualInProcessGenerate) {
+  const std::string prompt = Prompt(1) + Prompt(2) + Prompt(3);
+  std::string ref_text;
+  const GenerationResult ref = ReferenceGenerate(prompt, &ref_text);
+  ASSERT_FALSE(ref.tokens.empty());
+
+  v1::GenerateRequest g;
+  g.set_prompt(prompt);
+  const Answer one_shot = Generate(g);
+  ASSERT_TRUE(one_shot.status.ok()) << one_shot.status.error_message();
+  EXPECT_EQ(one_shot.ids, ref.tokens);
+  EXPECT_EQ(one_shot.text, ref_text);
+  EXPECT_EQ(one_shot.summary.text(), ref_text);
+  EXPECT_EQ(one_shot.summary.input_tokens(), ref.prompt_tokens);
+
+  const std::string id = Create();
+  v1::PrefillSummary summary;
+  ASSERT_TRUE(Prefill(id, prompt, 4, &summary).ok());
+  EXPECT_EQ(summary.prompt_tokens(), ref.prompt_tokens);
+  EXPECT_EQ(summary.session_tokens(), ref.prompt_tokens);
+  EXPECT_GT(summary.clusters_built(), 0);
+  const Answer streamed = Decode(id);
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
+  EXPECT_EQ(streamed.ids, ref.tokens);
+  EXPECT_EQ(streamed.text, ref_text);
+}
+
+TEST_F(ServiceTest, UnknownSessionIsNotFound) {
+  ClientContext ctx;
+  v1::GetSessionRequest req;
+  req.set_session_id("s-nope");
+  v1::SessionInfo info;
+  EXPECT_EQ(stub_->GetSession(&ctx, req, &info).error_code(),
+            StatusCode::NOT_FOUND);
+  EXPECT_EQ(Decode("s-nope", "hi").status.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(Prefill("s-nope", "hello").error_code(), StatusCode::NOT_FOUND);
+  ClientContext ctx2;
+  v1::CloseSessionRequest close;
+  close.set_session_id("s-nope");
+  v1::CloseSessionResponse resp;
+  EXPECT_EQ(stub_->CloseSession(&ctx2, close, &resp).error_code(),
+            StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServiceTest, BusySessionIsAborted) {
+  const std::string id = Create();
+  ASSERT_TRUE(Prefill(id, Prompt(1)).ok());
+  v1::DecodeRequest req;
+  req.set_session_id(id);
+  req.mutable_sampling()->set_max_tokens(kLong);
+  ClientContext ctx;
+  auto reader = stub_->Decode(&ctx, req);
+  v1::DecodeResponse first;
+  ASSERT_TRUE(reader->Read(&first));  // the call holds the session now
+  EXPECT_EQ(Decode(id, "again").status.error_code(), StatusCode::ABORTED);
+  EXPECT_EQ(Prefill(id, "more").error_code(), StatusCode::ABORTED);
+  ctx.TryCancel();
+  EXPECT_EQ(ReadDecode(reader.get()).status.error_code(),
+            StatusCode::CANCELLED);
+}
+
+TEST_F(ServiceTest, InvalidArguments) {
+  const std::string id = Create();
+  // Empty input on an empty session, and an empty Prefill.
+  EXPECT_EQ(Decode(id).status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Prefill(id, "").error_code(), StatusCode::INVALID_ARGUMENT);
+  v1::GenerateRequest empty;
+  EXPECT_EQ(Generate(empty).status.error_code(), StatusCode::INVALID_ARGUMENT);
+  // Token ids outside the vocabulary.
+  v1::DecodeRequest bad_ids;
+  bad_ids.set_session_id(id);
+  bad_ids.mutable_tokens()->add_ids(5);
+  bad_ids.mutable_tokens()->add_ids(100000);
+  EXPECT_EQ(Decode(bad_ids).status.error_code(), StatusCode::INVALID_ARGUMENT);
+  bad_ids.mutable_tokens()->set_ids(1, -3);
+  EXPECT_EQ(Decode(bad_ids).status.error_code(), StatusCode::INVALID_ARGUMENT);
+  // Bad sampling and KV settings.
+  v1::DecodeRequest bad_sampling;
+  bad_sampling.set_session_id(id);
+  bad_sampling.set_text("hi");
+  bad_sampling.mutable_sampling()->set_temperature(-1.0f);
+  EXPECT_EQ(Decode(bad_sampling).status.error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  bad_sampling.mutable_sampling()->set_temperature(0.5f);
+  bad_sampling.mutable_sampling()->set_top_p(1.5f);
+  EXPECT_EQ(Decode(bad_sampling).status.error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  v1::CreateSessionRequest bad_kv;
+  bad_kv.mutable_kv()->set_policy("nonsense");
+  ClientContext ctx;
+  v1::SessionInfo info;
+  EXPECT_EQ(stub_->CreateSession(&ctx, bad_kv, &info).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  // Mixed text and ids in one Prefill call; a first message without id.
+  {
+    ClientContext c;
+    auto stream = stub_->Prefill(&c);
+    v1::PrefillRequest a;
+    a.set_session_id(id);
+    a.set_text("abc");
+    stream->Write(a);
+    v1::PrefillRequest b;
+    b.mutable_tokens()->add_ids(5);
+    stream->Write(b);
+    stream->WritesDone();
+    v1::PrefillResponse r;
+    while (stream->Read(&r)) {
+    }
+    EXPECT_EQ(stream->Finish().error_code(), StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(Prefill("", "abc").error_code(), StatusCode::INVALID_ARGUMENT);
+  // The session is untouched by every refused call.
+  EXPECT_EQ(IdleInfo(id).tokens(), 0);
+}
+
+// Text fields are `bytes` on the wire, so invalid UTF-8 reaches the service,
+// whose check (EncodeText) answers INVALID_ARGUMENT.
+TEST(EncodeTextTest, InvalidUtf8IsInvalidArgument) {
+  auto model = LoadModel(ModelPath());
+  ASSERT_TRUE(model.ok());
+  auto ids = EncodeText(*(*model)->tokenizer, std::string("ab\xff\xfe", 4),
+                        /*add_bos=*/true);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  auto ok = EncodeText(*(*model)->tokenizer, "ab", /*add_bos=*/true);
+  ASSERT_TRUE(ok.ok());
+  ASSERT_GT(ok->size(), 1u);
+  EXPECT_EQ(ok->front(), (*model)->tokenizer->bos_id());
+}
+
+TEST_F(ServiceTest, InvalidUtf8IsRefused) {
+  const std::string id = Create();
+  const Answer a = Decode(id, std::string("ab\xff\xfe", 4));
+  EXPECT_EQ(a.status.error_code(), StatusCode::INVALID_ARGUMENT)
+      << a.status.error_message();
+  EXPECT_EQ(Prefill(id, std::string("x\xc3", 2)).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(IdleInfo(id).tokens(), 0);
+}
+
+void ExpectExhausted(const grpc::Status& s, const std::string& limit) {
+  EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED) << limit;
+  EXPECT_NE(s.error_message().find(limit), std::string::npos)
+      << s.error_message();
+}
+
+TEST_F(ServiceTest, LimitsAreResourceExhaustedNamingTheLimit) {
+  ServerConfig c = BaseConfig();
+  c.limits.max_prompt_tokens = 64;
+  c.limits.max_session_tokens = 100;
+  c.limits.max_sessions = 3;
+  StartServer(c);
+  const std::string id = Create();
+  ExpectExhausted(Prefill(id, std::string(80, 'a')), "max_prompt_tokens");
+  ASSERT_TRUE(Prefill(id, std::string(60, 'a')).ok());
+  v1::DecodeRequest req;
+  req.set_session_id(id);
+  req.set_text(std::string(30, 'b'));
+  req.mutable_sampling()->set_max_tokens(20);
+  ExpectExhausted(Decode(req).status, "max_session_tokens");
+  Create();
+  Create();
+  ClientContext ctx;
+  v1::SessionInfo info;
+  ExpectExhausted(stub_->CreateSession(&ctx, {}, &info), "max_sessions");
+  v1::GenerateRequest g;
+  g.set_prompt("hello");
+  ExpectExhausted(Generate(g).status, "max_sessions");
+
+  // Host bytes: room for ~50 tokens of this model (4 layers, 2 KV heads of
+  // 32 dims, F16 K and V: 1 KiB per token).
+  c.limits.max_host_kv_bytes = 50 * 1024;
+  StartServer(c);
+  const std::string small = Create();
+  ExpectExhausted(Prefill(small, std::string(60, 'a')), "max_host_kv_bytes");
+  EXPECT_TRUE(Prefill(small, std::string(20, 'a')).ok());
+  c.limits.max_host_kv_bytes = int64_t{1} << 30;
+  c.limits.max_device_kv_bytes = 4 * 1024;
+  StartServer(c);
+  ExpectExhausted(Prefill(Create(), std::string(60, 'a')),
+                  "max_device_kv_bytes");
+}
+
+TEST_F(ServiceTest, CancelMidStreamRestoresTheSession) {
+  const std::string id = Create();
+  ASSERT_TRUE(Prefill(id, Prompt(4)).ok());
+  const v1::SessionInfo before = IdleInfo(id);
+  ASSERT_GT(before.tokens(), 0);
+  v1::DecodeRequest req;
+  req.set_session_id(id);
+  req.set_text(" and a question?");
+  req.mutable_sampling()->set_max_tokens(kLong);
+  ClientContext ctx;
+  auto reader = stub_->Decode(&ctx, req);
+  v1::DecodeResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  ASSERT_TRUE(reader->Read(&r));
+  ctx.TryCancel();
+  EXPECT_EQ(ReadDecode(reader.get()).status.error_code(),
+            StatusCode::CANCELLED);
+  const v1::SessionInfo after = IdleInfo(id);
+  EXPECT_FALSE(after.busy());
+  EXPECT_EQ(after.tokens(), before.tokens());
+  EXPECT_EQ(after.memory().host_bytes(), before.memory().host_bytes());
+  // The session still answers as if the cancelled call never happened.
+  const Answer a = Decode(id, " and a question?");
+  EXPECT_TRUE(a.status.ok()) << a.status.error_message();
+}
+
+TEST_F(ServiceTest, DeadlineCancelsTheJob) {
+  const std::string id = Create();
+  ASSERT_TRUE(Prefill(id, Prompt(5)).ok());
+  const int64_t tokens = IdleInfo(id).tokens();
+  v1::DecodeRequest req;
+  req.set_session_id(id);
+  req.mutable_sampling()->set_max_tokens(kLong);
+  ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(300));
+  auto reader = stub_->Decode(&ctx, req);
+  EXPECT_EQ(ReadDecode(reader.get()).status.error_code(),
+            StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(IdleInfo(id).tokens(), tokens);
+}
+
+TEST_F(ServiceTest, ConcurrentSessionsMatchSequentialOnes) {
+  constexpr int kSessions = 8;
+  std::vector<std::string> prompts;
+  for (int i = 0; i < kSessions; ++i) prompts.push_back(Prompt(10 + i));
+  auto run = [&](int i) {
+    const std::string id = Create();
+    EXPECT_TRUE(Prefill(id, prompts[i]).ok());
+    Answer a = Decode(id, " Summary:");
+    EXPECT_TRUE(a.status.ok()) << a.status.error_message();
+    return a.ids;
+  };
+  std::vector<std::vector<int32_t>> alone(kSessions), together(kSessions);
+  for (int i = 0; i < kSessions; ++i) alone[i] = run(i);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSessions; ++i) {
+    threads.emplace_back([&, i] { together[i] = run(i); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kSessions; ++i) {
+    EXPECT_FALSE(alone[i].empty());
+    EXPECT_EQ(together[i], alone[i]) << "session " << i;
+  }
+}
+
+TEST_F(ServiceTest, ForksShareTheDocumentAndAnswerConcurrently) {
+  const std::string parent = Create();
+  ASSERT_TRUE(Prefill(parent, Prompt(20) + Prompt(21) + Prompt(22)).ok());
+  const int64_t single = IdleInfo(parent).memory().host_bytes();
+  auto fork = [&] {
+    ClientContext ctx;
+    v1::ForkSessionRequest req;
+    req.set_session_id(parent);
+    v1::SessionInfo info;
+    EXPECT_TRUE(stub_->ForkSession(&ctx, req, &info).ok());
+    EXPECT_EQ(info.parent_session_id(), parent);
+    return info.session_id();
+  };
+  const std::string questions[2] = {" Who jumps?", " What is shared?"};
+  std::vector<int32_t> sequential[2], concurrent[2];
+  for (int i = 0; i < 2; ++i) sequential[i] = Decode(fork(), questions[i]).ids;
+  const std::string forks[2] = {fork(), fork()};
+  std::thread t0([&] { concurrent[0] = Decode(forks[0], questions[0]).ids; });
+  std::thread t1([&] { concurrent[1] = Decode(forks[1], questions[1]).ids; });
+  t0.join();
+  t1.join();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_FALSE(sequential[i].empty());
+    EXPECT_EQ(concurrent[i], sequential[i]) << "question " << i;
+  }
+  const v1::SessionInfo child = IdleInfo(forks[0]);
+  EXPECT_GT(child.memory().host_shared_bytes(), 0);
+  // Parent + 4 forks: the document is counted once in the server's total.
+  ClientContext ctx;
+  v1::ServerInfo server;
+  ASSERT_TRUE(stub_->GetServerInfo(&ctx, {}, &server).ok());
+  const int64_t total = server.limits().max_host_kv_bytes() -
+                        server.capacity().free_host_kv_bytes();
+  EXPECT_LT(total, 2 * single);
+  EXPECT_GT(total, single / 2);
+}
+
+TEST_F(ServiceTest, SessionLifecycleAndServerInfo) {
+  v1::CreateSessionRequest req;
+  req.mutable_kv()->set_policy("quest");
+  req.mutable_kv()->set_budget(48);
+  req.mutable_sampling()->set_max_tokens(3);
+  const std::string id = Create(req);
+  const v1::SessionInfo info = Info(id);
+  EXPECT_EQ(info.kv().policy(), "quest");
+  EXPECT_EQ(info.kv().budget(), 48);
+  EXPECT_EQ(info.kv().window(), BaseConfig().kv.window);
+  EXPECT_EQ(info.sampling().max_tokens(), 3);
+  ASSERT_TRUE(Prefill(id, Prompt(30)).ok());
+  const Answer a = Decode(id, "?");
+  EXPECT_TRUE(a.status.ok());
+  EXPECT_LE(a.summary.generated_tokens(), 3);
+  {
+    ClientContext ctx;
+    v1::ListSessionsResponse list;
+    ASSERT_TRUE(stub_->ListSessions(&ctx, {}, &list).ok());
+    EXPECT_EQ(list.sessions_size(), 1);
+  }
+  ClientContext ctx;
+  v1::CloseSessionRequest close;
+  close.set_session_id(id);
+  v1::CloseSessionResponse closed;
+  ASSERT_TRUE(stub_->CloseSession(&ctx, close, &closed).ok());
+  EXPECT_GT(closed.freed_host_bytes(), 0);
+  ClientContext ctx2;
+  v1::ServerInfo server;
+  ASSERT_TRUE(stub_->GetServerInfo(&ctx2, {}, &server).ok());
+  EXPECT_EQ(server.model().layers(), Spec().layers);
+  EXPECT_EQ(server.capacity().free_sessions(),
+            BaseConfig().limits.max_sessions);
+  EXPECT_FALSE(server.draining());
+}
+
+TEST_F(ServiceTest, DrainStopsServingAndCancelsLongStreams) {
+  EXPECT_EQ(HealthStatus(""), 1);
+  EXPECT_EQ(HealthStatus("clusterkv.v1.ClusterKv"), 1);
+  const std::string id = Create();
+  ASSERT_TRUE(Prefill(id, Prompt(40)).ok());
+  v1::DecodeRequest req;
+  req.set_session_id(id);
+  req.mutable_sampling()->set_max_tokens(kLong);
+  ClientContext ctx;
+  auto reader = stub_->Decode(&ctx, req);
+  v1::DecodeResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  server_->BeginDrain();
+  EXPECT_EQ(HealthStatus(""), 2);
+  EXPECT_EQ(HealthStatus("clusterkv.v1.ClusterKv"), 2);
+  EXPECT_EQ(Decode(id, "x").status.error_code(), StatusCode::UNAVAILABLE);
+  std::thread drain([&] { server_->FinishDrain(absl::Milliseconds(200)); });
+  EXPECT_EQ(ReadDecode(reader.get()).status.error_code(),
+            StatusCode::UNAVAILABLE);
+  drain.join();
+}
+
+}  // namespace
+}  // namespace ckv::server

@@ -1,0 +1,234 @@
+// Unit tests of the clusterkv client's pure parts: UTF-8 chunking, labelled
+// printing, progress formatting, health wire format, JSON and flags.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/reflection.h"
+#include "client/json_output.h"
+#include "client/options.h"
+#include "client/progress.h"
+#include "client/rpc_client.h"
+#include "client/text_stream.h"
+#include "gtest/gtest.h"
+
+namespace ckv::client {
+namespace {
+
+const std::string kEuro = "\xE2\x82\xAC";       // U+20AC, 3 bytes
+const std::string kEmoji = "\xF0\x9F\x98\x80";  // U+1F600, 4 bytes
+
+TEST(Utf8Test, CompletePrefixLeavesOutIncompleteTail) {
+  EXPECT_EQ(CompleteUtf8Prefix("abc"), 3u);
+  EXPECT_EQ(CompleteUtf8Prefix("a" + kEuro), 4u);
+  EXPECT_EQ(CompleteUtf8Prefix("a" + kEuro.substr(0, 2)), 1u);
+  EXPECT_EQ(CompleteUtf8Prefix("a" + kEmoji.substr(0, 1)), 1u);
+  EXPECT_EQ(CompleteUtf8Prefix("a" + kEmoji.substr(0, 3)), 1u);
+  EXPECT_EQ(CompleteUtf8Prefix(kEmoji), 4u);
+  EXPECT_EQ(CompleteUtf8Prefix(""), 0u);
+}
+
+TEST(Utf8Test, FindsInvalidBytes) {
+  EXPECT_EQ(FindInvalidUtf8("ok " + kEuro + kEmoji), std::string::npos);
+  EXPECT_EQ(FindInvalidUtf8("ab\xFF"), 2u);
+  EXPECT_EQ(FindInvalidUtf8("a\xC0\x80"), 1u);               // overlong
+  EXPECT_EQ(FindInvalidUtf8("\xED\xA0\x80"), 0u);            // surrogate
+  EXPECT_EQ(FindInvalidUtf8("x" + kEuro.substr(0, 2)), 1u);  // truncated
+}
+
+TEST(Utf8ChunkReaderTest, ChunksEndOnCharacterBoundaries) {
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += (i % 3 == 0) ? kEmoji : "a" + kEuro;
+  std::istringstream in(text);
+  Utf8ChunkReader reader(in, 7);
+  std::string chunk, joined;
+  int chunks = 0;
+  while (true) {
+    auto more = reader.Next(&chunk);
+    ASSERT_TRUE(more.ok()) << more.status();
+    if (!*more) break;
+    ASSERT_LE(chunk.size(), 7u);
+    ASSERT_EQ(FindInvalidUtf8(chunk), std::string::npos);
+    joined += chunk;
+    ++chunks;
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_GT(chunks, 100);
+  EXPECT_EQ(reader.bytes_read(), static_cast<int64_t>(text.size()));
+}
+
+TEST(Utf8ChunkReaderTest, RejectsInvalidUtf8) {
+  std::istringstream in("hello \xFF world");
+  Utf8ChunkReader reader(in, 64);
+  std::string chunk;
+  auto more = reader.Next(&chunk);
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LabelledPrinterTest, LabelsEveryLineAndKeepsCharactersWhole) {
+  std::ostringstream out;
+  LabelledPrinter p(out);
+  p.Write(0, "Hello ");
+  p.Write(1, "Bonjour " + kEuro.substr(0, 1));  // incomplete: held back
+  p.Write(0, "world\nline2");
+  p.Write(1, kEuro.substr(1) + "!");
+  p.Finish(0);
+  p.Finish(1);
+  EXPECT_EQ(out.str(),
+            "[q1] Hello \n"
+            "[q2] Bonjour \n"
+            "[q1] world\n"
+            "[q1] line2\n"
+            "[q2] " +
+                kEuro + "!\n");
+}
+
+TEST(LabelledPrinterTest, IncompleteTailIsFlushedAtFinish) {
+  std::ostringstream out;
+  LabelledPrinter p(out);
+  p.Write(2, "x" + kEmoji.substr(0, 2));
+  EXPECT_EQ(out.str(), "[q3] x");
+  p.Finish(2);
+  EXPECT_EQ(out.str(), "[q3] x" + kEmoji.substr(0, 2) + "\n");
+}
+
+TEST(ProgressTest, FormatsEta) {
+  EXPECT_EQ(FormatEta(0), "0:00");
+  EXPECT_EQ(FormatEta(65), "1:05");
+  EXPECT_EQ(FormatEta(3723), "1:02:03");
+  EXPECT_EQ(FormatEta(-1), "--:--");
+}
+
+TEST(ProgressTest, FormatsBarAndLine) {
+  const ProgressSnapshot p{250, 1000, 500};
+  EXPECT_EQ(FormatProgressBar(p, 8),
+            "prefill [##......]  25%  250/1000 tok  500 tok/s  ETA 0:02");
+  EXPECT_EQ(FormatProgressLine(p),
+            "prefill: 25% (250/1000 tokens, 500 tok/s, ETA 0:02)");
+  const ProgressSnapshot unknown{0, 0, 0};
+  EXPECT_EQ(FormatProgressLine(unknown),
+            "prefill: 0% (0/0 tokens, -- tok/s, ETA --:--)");
+  const ProgressSnapshot done{10, 10, 0};
+  EXPECT_EQ(FormatProgressBar(done, 4),
+            "prefill [####] 100%  10/10 tok  -- tok/s  ETA 0:00");
+}
+
+TEST(ProgressTest, LinesModeReportsQuarters) {
+  std::ostringstream err;
+  ProgressReporter r(err, ProgressStyle::kLines);
+  for (int done = 0; done <= 100; done += 10) r.Update(done, 100);
+  r.Finish();
+  const std::string s = err.str();
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 4) << s;
+  EXPECT_NE(s.find("prefill: 30% (30/100"), std::string::npos) << s;
+  EXPECT_NE(s.find("prefill: 100% (100/100"), std::string::npos) << s;
+}
+
+TEST(ProgressTest, BarModeRedrawsInPlace) {
+  std::ostringstream err;
+  ProgressReporter r(err, ProgressStyle::kBar);
+  r.Update(5, 10);
+  r.Update(10, 10);
+  r.Finish();
+  const std::string s = err.str();
+  EXPECT_EQ(s.front(), '\r');
+  EXPECT_EQ(s.back(), '\n');
+  EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1);
+}
+
+TEST(HealthWireTest, EncodesAndDecodes) {
+  EXPECT_EQ(EncodeHealthCheckRequest(""), "");
+  EXPECT_EQ(EncodeHealthCheckRequest("ab"), std::string("\x0A\x02"
+                                                        "ab"));
+  const std::string long_name(200, 'x');
+  EXPECT_EQ(EncodeHealthCheckRequest(long_name).substr(0, 3),
+            std::string("\x0A\xC8\x01"));
+  EXPECT_EQ(*DecodeHealthCheckResponse(std::string("\x08\x01")),
+            ServingStatus::kServing);
+  EXPECT_EQ(*DecodeHealthCheckResponse(""), ServingStatus::kUnknown);
+  // Unknown fields are skipped.
+  EXPECT_EQ(*DecodeHealthCheckResponse(std::string("\x12\x01z\x08\x02")),
+            ServingStatus::kNotServing);
+  EXPECT_FALSE(DecodeHealthCheckResponse(std::string("\x12\x05z")).ok());
+}
+
+TEST(JsonOutputTest, RendersPresenceNumbersAndEnums) {
+  pb::DecodeSummary s;
+  s.set_finish_reason(pb::FINISH_REASON_EOS);
+  s.set_generated_tokens(int64_t{1} << 40);
+  const nlohmann::json j = ProtoToJson(s);
+  EXPECT_EQ(j["finish_reason"], "FINISH_REASON_EOS");
+  EXPECT_EQ(j["generated_tokens"].get<int64_t>(), int64_t{1} << 40);
+  EXPECT_EQ(j["text"], "");
+  pb::SamplingParams p;
+  p.set_top_k(5);
+  p.add_stop("END");
+  const nlohmann::json jp = ProtoToJson(p);
+  EXPECT_FALSE(jp.contains("temperature"));  // unset optional
+  EXPECT_EQ(jp["top_k"], 5);
+  EXPECT_EQ(jp["stop"], nlohmann::json::array({"END"}));
+  pb::SessionInfo info;
+  EXPECT_TRUE(ProtoToJson(info)["memory"].is_object());
+}
+
+// Parses like main() does; flag values are restored afterwards.
+absl::StatusOr<CommandLine> Parse(std::vector<std::string> args) {
+  absl::FlagSaver saver;
+  args.insert(args.begin(), "clusterkv");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  return ParseCommandLine(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(OptionsTest, ParsesDashedAndRepeatedFlags) {
+  auto cl = Parse({"--json", "qa", "--doc", "d.txt", "--question", "a, b?",
+                   "--question=second", "--max-tokens", "32", "--top-p=0.9",
+                   "--stop", "END", "--policy", "clusterkv", "--chunk-kib", "8",
+                   "--server=h:1"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const ClientOptions& o = cl->options;
+  EXPECT_EQ(cl->args, std::vector<std::string>({"qa"}));
+  EXPECT_TRUE(o.json);
+  EXPECT_EQ(o.doc, "d.txt");
+  EXPECT_EQ(o.questions, std::vector<std::string>({"a, b?", "second"}));
+  EXPECT_EQ(o.sampling.max_tokens, 32);
+  EXPECT_FLOAT_EQ(*o.sampling.top_p, 0.9f);
+  EXPECT_FALSE(o.sampling.temperature.has_value());
+  EXPECT_EQ(o.sampling.stop, std::vector<std::string>({"END"}));
+  EXPECT_EQ(o.kv.policy, "clusterkv");
+  EXPECT_FALSE(o.kv.budget.has_value());
+  EXPECT_EQ(o.chunk_bytes, 8u * 1024);
+  EXPECT_EQ(o.server, "h:1");
+}
+
+TEST(OptionsTest, DefaultsComeFromTheStruct) {
+  auto cl = Parse({"session", "info", "abc"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const ClientOptions defaults;
+  EXPECT_EQ(cl->options.server, defaults.server);
+  EXPECT_EQ(cl->options.chunk_bytes, defaults.chunk_bytes);
+  EXPECT_EQ(cl->options.question_format, defaults.question_format);
+  EXPECT_EQ(cl->args, std::vector<std::string>({"session", "info", "abc"}));
+}
+
+TEST(OptionsTest, RejectsUnknownFlagsAndBadValues) {
+  EXPECT_EQ(Parse({"--no-such-flag", "info"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Parse({"--max-tokens", "many", "info"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Parse({"info", "--question"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Parse({"--progress", "fancy", "info"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto help = Parse({"--help"});
+  ASSERT_TRUE(help.ok());
+  EXPECT_TRUE(help->help);
+}
+
+TEST(OptionsTest, FormatsQuestions) {
+  EXPECT_EQ(FormatQuestion("Q: {question}\nA:", "why?"), "Q: why?\nA:");
+  EXPECT_EQ(FormatQuestion("{question}", "raw"), "raw");
+}
+
+}  // namespace
+}  // namespace ckv::client
