@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -99,15 +100,29 @@ std::unique_ptr<grpc::ClientContext> RpcClient::NewContext(
   return context;
 }
 
+// A fresh random routing key for CreateSession: behind a session-affine
+// proxy it picks the replica, and the server starts the new session's id
+// with it, so later calls carrying the id reach the same replica
+// (deploy/README.md "Session affinity").
+std::string NewRoutingKey() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrCat(absl::Hex(rng(), absl::kZeroPad16));
+}
+
+// UNAVAILABLE (the key's replica is down, or draining) created nothing, so
+// CreateSession is retried with a fresh key, landing on another replica.
 absl::StatusOr<pb::SessionInfo> RpcClient::CreateSession(
     const pb::CreateSessionRequest& request) {
-  auto context = NewContext("");
-  pb::SessionInfo info;
-  if (auto s = FromGrpc(stub_->CreateSession(context.get(), request, &info));
-      !s.ok()) {
-    return s;
+  constexpr int kAttempts = 3;
+  absl::Status status;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    auto context = NewContext(NewRoutingKey());
+    pb::SessionInfo info;
+    status = FromGrpc(stub_->CreateSession(context.get(), request, &info));
+    if (status.ok()) return info;
+    if (!absl::IsUnavailable(status)) break;
   }
-  return info;
+  return status;
 }
 
 absl::StatusOr<pb::PrefillSummary> RpcClient::Prefill(

@@ -94,10 +94,26 @@ void LabelledPrinter::Write(int stream, std::string_view piece) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string& pending = pending_[stream];
   pending.append(piece);
-  const size_t n = CompleteUtf8Prefix(pending);
-  if (n == 0) return;
-  EmitLocked(stream, std::string_view(pending).substr(0, n));
-  pending.erase(0, n);
+  // Whole lines only, so that concurrent answers interleave line by line;
+  // long lines wrap at a space (or a character boundary) near kWrapBytes.
+  while (true) {
+    const size_t nl = pending.find('\n');
+    if (nl != std::string::npos) {
+      EmitLocked(stream, std::string_view(pending).substr(0, nl + 1));
+      pending.erase(0, nl + 1);
+      continue;
+    }
+    if (pending.size() < kWrapBytes) break;
+    const std::string_view head = std::string_view(pending).substr(0, kWrapBytes);
+    size_t cut = head.rfind(' ');
+    if (cut == std::string_view::npos || cut == 0) {
+      cut = CompleteUtf8Prefix(head);
+    }
+    if (cut == 0) break;
+    EmitLocked(stream, head.substr(0, cut));
+    EmitLocked(stream, "\n");
+    pending.erase(0, cut);
+  }
   out_.flush();
 }
 

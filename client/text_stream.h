@@ -42,10 +42,10 @@ class Utf8ChunkReader {
 };
 
 // Prints pieces of several concurrent streams to one output so that every
-// line starts with the label of its stream ("[q1] "). A stream that writes
-// while another stream's line is open starts a new line. Pieces are cut
-// only at UTF-8 character boundaries: an incomplete trailing sequence waits
-// for the next piece. Thread-safe; flushes after every piece.
+// line starts with the label of its stream ("[q1] "). Text is released a
+// whole line at a time (long lines wrap near kWrapBytes, at a space or a
+// UTF-8 character boundary), so concurrent answers interleave line by line;
+// Finish prints the rest. Thread-safe; flushes after every piece.
 class LabelledPrinter {
  public:
   explicit LabelledPrinter(std::ostream& out) : out_(out) {}
@@ -55,6 +55,7 @@ class LabelledPrinter {
   void Finish(int stream);
 
   static std::string Label(int stream);  // "[q<stream+1>] "
+  static constexpr size_t kWrapBytes = 72;
 
  private:
   void EmitLocked(int stream, std::string_view text);

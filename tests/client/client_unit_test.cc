@@ -74,20 +74,44 @@ TEST(LabelledPrinterTest, LabelsEveryLineAndKeepsCharactersWhole) {
   p.Write(1, kEuro.substr(1) + "!");
   p.Finish(0);
   p.Finish(1);
+  // Whole lines only: nothing interleaves inside a line.
   EXPECT_EQ(out.str(),
-            "[q1] Hello \n"
-            "[q2] Bonjour \n"
-            "[q1] world\n"
+            "[q1] Hello world\n"
             "[q1] line2\n"
-            "[q2] " +
+            "[q2] Bonjour " +
                 kEuro + "!\n");
+}
+
+TEST(LabelledPrinterTest, LongLinesWrapAtASpaceOrCharacterBoundary) {
+  std::ostringstream out;
+  LabelledPrinter p(out);
+  std::string words;
+  while (words.size() < 100) words += "word ";
+  p.Write(0, words);
+  std::string euros;
+  for (int i = 0; i < 40; ++i) euros += kEuro;  // 120 bytes, no spaces
+  p.Write(1, euros);
+  p.Finish(0);
+  p.Finish(1);
+  std::istringstream lines(out.str());
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    EXPECT_LE(line.size(), 5 + LabelledPrinter::kWrapBytes) << line;
+    EXPECT_EQ(line.rfind("[q", 0), 0u) << line;
+    if (line.rfind("[q2] ", 0) == 0) {
+      EXPECT_EQ((line.size() - 5) % 3, 0u) << "a euro sign was split";
+    }
+  }
+  EXPECT_GE(n, 4);
 }
 
 TEST(LabelledPrinterTest, IncompleteTailIsFlushedAtFinish) {
   std::ostringstream out;
   LabelledPrinter p(out);
   p.Write(2, "x" + kEmoji.substr(0, 2));
-  EXPECT_EQ(out.str(), "[q3] x");
+  EXPECT_EQ(out.str(), "");  // no whole line yet
   p.Finish(2);
   EXPECT_EQ(out.str(), "[q3] x" + kEmoji.substr(0, 2) + "\n");
 }
