@@ -104,10 +104,12 @@ std::unique_ptr<grpc::ClientContext> RpcClient::NewContext(
 // proxy it picks the replica, and the server starts the new session's id
 // with it, so later calls carrying the id reach the same replica
 // (deploy/README.md "Session affinity").
+namespace {
 std::string NewRoutingKey() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   return absl::StrCat(absl::Hex(rng(), absl::kZeroPad16));
 }
+}  // namespace
 
 // UNAVAILABLE (the key's replica is down, or draining) created nothing, so
 // CreateSession is retried with a fresh key, landing on another replica.

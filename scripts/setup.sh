@@ -27,6 +27,17 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 echo "setup: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Packages such as nginx and prometheus start services on install; tests run
+# their own instances, so forbid service starts during the install.
+POLICY=/usr/sbin/policy-rc.d
+ADDED_POLICY=0
+if [ ! -e "$POLICY" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$POLICY" >/dev/null
+  $SUDO chmod +x "$POLICY"
+  ADDED_POLICY=1
+fi
+cleanup() { [ "$ADDED_POLICY" = 1 ] && $SUDO rm -f "$POLICY"; true; }
+trap cleanup EXIT
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "setup: done"

@@ -51,9 +51,10 @@ EngineLoop::EngineLoop(const Model& model, const TransformerOptions& options,
 EngineLoop::~EngineLoop() {
   CancelAll();
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stop_ = true;
   }
+  cv_.notify_all();
   thread_.join();
 }
 
@@ -63,48 +64,47 @@ absl::StatusOr<std::shared_ptr<JobHandle>> EngineLoop::Submit(JobSpec spec) {
   job->handle = std::make_shared<JobHandle>();
   job->submitted = Clock::now();
   auto handle = job->handle;
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is draining");
   if (static_cast<int>(queue_.size()) >= max_queued_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "max_queued_requests limit reached (", max_queued_, " queued)"));
   }
   queue_.push_back(std::move(job));
+  cv_.notify_all();
   return handle;
 }
 
 void EngineLoop::StopAccepting() {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   accepting_ = false;
 }
 
 bool EngineLoop::WaitIdle(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] {
     return queue_.empty() && active_count_ == 0;
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  });
 }
 
 void EngineLoop::CancelAll() {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   for (auto& j : queue_) j->handle->Cancel();
   cancel_all_ = true;
 }
 
 EngineStats EngineLoop::stats() const {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   return stats_;
 }
 
 void EngineLoop::Loop() {
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] {
         return stop_ || !queue_.empty() || !active_.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
+      });
       if (stop_ && queue_.empty() && active_.empty()) return;
       while (!queue_.empty()) {
         active_.push_back(std::move(queue_.front()));
@@ -118,12 +118,13 @@ void EngineLoop::Loop() {
       stats_.queued = 0;
       stats_.active = active_count_;
     }
-    if (!RunStep()) absl::SleepFor(absl::Microseconds(500));
+    if (!RunStep()) std::this_thread::sleep_for(std::chrono::microseconds(500));
     {
-      absl::MutexLock lock(&mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       active_count_ = static_cast<int>(active_.size());
       stats_.active = active_count_;
     }
+    cv_.notify_all();  // WaitIdle
   }
 }
 
@@ -243,7 +244,7 @@ bool EngineLoop::RunStep() {
   }
   const absl::Status status = transformer_.Forward(absl::MakeSpan(batch));
   {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     ++stats_.steps;
     stats_.batched_tokens += static_cast<int64_t>(n_decode) +
                              (prefill_chunk_ - budget);

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -16,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "model/generation.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -116,13 +118,16 @@ class EngineLoop {
   Transformer transformer_;
   const int prefill_chunk_;
   const int max_queued_;
-  mutable absl::Mutex mu_;
-  std::deque<std::unique_ptr<Job>> queue_ ABSL_GUARDED_BY(mu_);
-  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
-  int active_count_ ABSL_GUARDED_BY(mu_) = 0;
-  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  // std::mutex (not absl::Mutex): ThreadSanitizer sees its ordering.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // queue, stop and idleness changes
+  // Guarded by mu_.
+  std::deque<std::unique_ptr<Job>> queue_;
+  bool accepting_ = true;
+  bool stop_ = false;
+  bool cancel_all_ = false;
+  int active_count_ = 0;
+  EngineStats stats_;
   std::vector<std::unique_ptr<Job>> active_;  // engine thread only
   std::thread thread_;
 };

@@ -42,22 +42,22 @@ void Session::PublishStats() {
                                      seg->kv_bytes() + seg->index_bytes());
     }
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   stats_ = s;
 }
 
 SessionStats Session::stats() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }
 
 bool Session::busy() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return busy_;
 }
 
 int64_t Session::last_used_unix_ms() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return last_used_unix_ms_;
 }
 
@@ -74,7 +74,7 @@ SessionLease::~SessionLease() { Release(); }
 void SessionLease::Release() {
   if (session_ == nullptr) return;
   {
-    absl::MutexLock lock(&session_->mu_);
+    std::lock_guard<std::mutex> lock(session_->mu_);
     session_->busy_ = false;
     session_->last_used_unix_ms_ = NowUnixMs();
   }

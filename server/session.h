@@ -5,11 +5,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "model/kv/clustered_store.h"
 #include "model/sampler.h"
 
@@ -68,11 +68,12 @@ class Session {
   std::unique_ptr<ClusteredKvStore> store_;
   std::vector<float> last_logits_;
 
-  mutable absl::Mutex mu_;
-  SessionStats stats_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t last_used_unix_ms_ ABSL_GUARDED_BY(mu_);
+  // std::mutex (not absl::Mutex): ThreadSanitizer sees its ordering.
+  mutable std::mutex mu_;
+  SessionStats stats_;       // guarded by mu_
+  bool busy_ = false;        // guarded by mu_
+  bool closed_ = false;      // guarded by mu_
+  int64_t last_used_unix_ms_;  // guarded by mu_
 };
 
 // Exclusive use of a session for one call; releases it when destroyed.

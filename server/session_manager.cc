@@ -56,7 +56,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(
   auto store = std::make_unique<ClusteredKvStore>(shape_, kv, worker_);
   const uint32_t ttl = o.idle_ttl_seconds ? o.idle_ttl_seconds
                                           : limits_.session_idle_ttl_seconds;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
@@ -72,7 +72,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(
     const std::string& id) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
@@ -84,7 +84,7 @@ absl::StatusOr<SessionLease> SessionManager::Acquire(const std::string& id) {
   auto session = Get(id);
   if (!session.ok()) return session.status();
   Session& s = **session;
-  absl::MutexLock lock(&s.mu_);
+  std::lock_guard<std::mutex> lock(s.mu_);
   if (s.closed_) {
     return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
   }
@@ -103,7 +103,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(
   Session& parent = *lease->get();
   auto store = parent.store().Fork();
   if (!store.ok()) return store.status();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
@@ -125,16 +125,16 @@ absl::StatusOr<int64_t> SessionManager::Close(const std::string& id) {
   Session& s = *lease->get();
   const KvMemoryStats m = s.store().memory();
   {
-    absl::MutexLock lock(&s.mu_);
+    std::lock_guard<std::mutex> lock(s.mu_);
     s.closed_ = true;
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   sessions_.erase(id);
   return m.host_bytes - m.host_shared_bytes;
 }
 
 std::vector<std::shared_ptr<Session>> SessionManager::List() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::shared_ptr<Session>> out;
   for (const auto& [id, s] : sessions_) out.push_back(s);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {

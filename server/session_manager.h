@@ -5,13 +5,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "model/kv/cluster_worker.h"
 #include "model/model_config.h"
 #include "server/server_config.h"
@@ -74,10 +74,10 @@ class SessionManager {
   const KvShape shape_;
   const ServerLimits limits_;
   ClusterWorker* worker_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t id_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::mutex mu_;
+  // Guarded by mu_.
+  absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_;
+  uint64_t id_counter_ = 0;
 };
 
 }  // namespace ckv::server

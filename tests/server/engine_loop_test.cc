@@ -6,7 +6,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "absl/synchronization/notification.h"
+#include <future>
 #include "model/generation.h"
 #include "model/model.h"
 #include "server/engine_loop.h"
@@ -52,8 +52,10 @@ struct Collector {
   std::vector<int32_t> tokens;
   std::vector<int64_t> progress;
   std::vector<std::string> order;  // "p" progress / "t" token, across jobs
-  absl::Notification done;
+  std::promise<void> finished;
+  std::shared_future<void> done_future = finished.get_future().share();
   JobResult result;
+  void Wait() { done_future.wait(); }
 
   JobCallbacks Callbacks(std::vector<std::string>* shared_order = nullptr,
                          std::mutex* shared_mu = nullptr) {
@@ -76,7 +78,7 @@ struct Collector {
     };
     cb.on_done = [this](const JobResult& r) {
       result = r;
-      done.Notify();
+      finished.set_value();
     };
     return cb;
   }
@@ -109,7 +111,7 @@ class EngineLoopTest : public ::testing::Test {
     spec.sampling.max_tokens = max_tokens;
     spec.callbacks = c->Callbacks();
     EXPECT_TRUE(engine_.Submit(std::move(spec)).ok());
-    c->done.WaitForNotification();
+    c->Wait();
     return c->result;
   }
 
@@ -189,7 +191,7 @@ TEST_F(EngineLoopTest, ConcurrentSessionsMatchSequentialRuns) {
     ASSERT_TRUE(engine_.Submit(std::move(spec)).ok());
   }
   for (int s = 0; s < 4; ++s) {
-    cs[s].done.WaitForNotification();
+    cs[s].Wait();
     EXPECT_EQ(cs[s].tokens, sequential[s]) << "session " << s;
   }
   EXPECT_GT(engine_.stats().batched_tokens, engine_.stats().steps)
@@ -219,8 +221,8 @@ TEST_F(EngineLoopTest, LongPrefillInterleavesWithDecoding) {
   p.callbacks = pre.Callbacks(&order, &order_mu);
   ASSERT_TRUE(engine_.Submit(std::move(p)).ok());
   ASSERT_TRUE(engine_.Submit(std::move(d)).ok());
-  dec.done.WaitForNotification();
-  pre.done.WaitForNotification();
+  dec.Wait();
+  pre.Wait();
   // Once the decoding session produces tokens, at most one prefill chunk
   // runs between two of its consecutive tokens.
   int run = 0, worst = 0;
@@ -262,7 +264,7 @@ TEST_F(EngineLoopTest, CancellationRestoresTheSession) {
   auto h = engine_.Submit(std::move(spec));
   ASSERT_TRUE(h.ok());
   handle.store(h->get());
-  c.done.WaitForNotification();
+  c.Wait();
   EXPECT_EQ(c.result.status.code(), absl::StatusCode::kCancelled);
   const SessionStats after = (*session)->stats();
   EXPECT_EQ(after.tokens, before.tokens);
