@@ -8,9 +8,38 @@
 
 #include "kernels/dtype.h"
 
+#ifndef CLUSTERKV_SOURCE_DIR
+#define CLUSTERKV_SOURCE_DIR "."
+#endif
+
 namespace ckv::bench {
 
 namespace fs = std::filesystem;
+
+RandomModelSpec DefaultModelSpec() {
+  RandomModelSpec s;
+  s.layers = 4;
+  s.dim = 512;
+  s.heads = 8;
+  s.kv_heads = 2;
+  s.ffn = 1536;
+  s.dtype = kernels::DType::kF16;
+  s.vocab = CLUSTERKV_SOURCE_DIR
+      "/../shared/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf";
+  return s;
+}
+
+RandomModelSpec QuickModelSpec() {
+  RandomModelSpec s;
+  s.layers = 2;
+  s.dim = 64;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.ffn = 128;
+  s.dtype = kernels::DType::kF16;
+  s.vocab = "byte";
+  return s;
+}
 
 void DashesToUnderscores(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {

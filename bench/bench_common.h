@@ -1,5 +1,6 @@
-// Helpers shared by the benchmark programs (engine_bench, cluster_bench):
-// flag spelling, list parsing, the cached random model, timestamps.
+// Helpers shared by the benchmark programs (engine_bench, cluster_bench,
+// service_bench): model specs, flag spelling, list parsing, the cached random
+// model, timestamps.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,13 @@
 #include "model/make_random.h"
 
 namespace ckv::bench {
+
+// The default benchmark model: 4 layers, d 512, 8 query / 2 KV heads, ffn
+// 1536, F16 matrices, the Llama-3 vocabulary (128k tokens) of the shared
+// tokenizer fixtures.
+RandomModelSpec DefaultModelSpec();
+// The --quick model: 2 layers, d 64, byte vocabulary.
+RandomModelSpec QuickModelSpec();
 
 // Accepts --foo-bar for the absl flag --foo_bar (rewrites argv in place).
 void DashesToUnderscores(int argc, char** argv);

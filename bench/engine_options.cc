@@ -7,36 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
 
-#ifndef CLUSTERKV_SOURCE_DIR
-#define CLUSTERKV_SOURCE_DIR "."
-#endif
-
 namespace ckv::bench {
-
-RandomModelSpec DefaultModelSpec() {
-  RandomModelSpec s;
-  s.layers = 4;
-  s.dim = 512;
-  s.heads = 8;
-  s.kv_heads = 2;
-  s.ffn = 1536;
-  s.dtype = kernels::DType::kF16;
-  s.vocab = CLUSTERKV_SOURCE_DIR
-      "/../shared/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf";
-  return s;
-}
-
-RandomModelSpec QuickModelSpec() {
-  RandomModelSpec s;
-  s.layers = 2;
-  s.dim = 64;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 128;
-  s.dtype = kernels::DType::kF16;
-  s.vocab = "byte";
-  return s;
-}
 
 namespace {
 

@@ -7,17 +7,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/bench_common.h"
 #include "kernels/dtype.h"
 #include "model/make_random.h"
 
 namespace ckv::bench {
-
-// The default benchmark model: 4 layers, d 512, 8 query / 2 KV heads, ffn
-// 1536, F16 matrices, the Llama-3 vocabulary (128k tokens) of the shared
-// tokenizer fixtures.
-RandomModelSpec DefaultModelSpec();
-// The --quick model: 2 layers, d 64, byte vocabulary.
-RandomModelSpec QuickModelSpec();
 
 struct EngineBenchOptions {
   std::string model;  // GGUF path; empty: a random model cached in work_dir

@@ -1,10 +1,35 @@
 #!/usr/bin/env bash
-# The README's test command: installs packages, configures, builds, runs all tests.
-# Usage: scripts/test.sh [extra cmake args...]   (e.g. -DCLUSTERKV_CUDA=OFF)
+# The README's test command: installs packages, builds, runs every test, then
+# runs the tests again under AddressSanitizer + UndefinedBehaviorSanitizer and
+# the scheduler/store concurrency tests under ThreadSanitizer.
+# Usage: scripts/test.sh [extra cmake args for the main build...]
+#        (e.g. -DCLUSTERKV_CUDA=OFF)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-BUILD_DIR=build
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
-cmake --build "$BUILD_DIR"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"
+JOBS=$(nproc)
+
+echo "== main build and tests"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake --build build
+ctest --test-dir build --output-on-failure -j "$JOBS"
+
+# Sanitizer builds: CPU only, no benchmarks, no fuzz sub-build (the fuzzers
+# already run with ASan/UBSan in the main build's fuzz_smoke).
+SAN_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCLUSTERKV_CUDA=OFF
+          -DCLUSTERKV_BENCH=OFF -DCLUSTERKV_FUZZ=OFF)
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan "${SAN_ARGS[@]}" \
+  -DCLUSTERKV_SANITIZE=address,undefined
+cmake --build build-asan
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS"
+
+echo "== ThreadSanitizer (scheduler and store concurrency tests)"
+cmake -S . -B build-tsan "${SAN_ARGS[@]}" -DCLUSTERKV_SANITIZE=thread
+cmake --build build-tsan --target kernels_thread_pool_test kv_store_test \
+  kv_policy_test engine_loop_test
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan --output-on-failure -L concurrency -j "$JOBS"

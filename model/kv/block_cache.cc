@@ -14,10 +14,16 @@ void CacheStats::Add(const CacheStats& o) {
   h2d_bytes += o.h2d_bytes;
 }
 
-BlockCache::BlockCache(int head_dim, int cache_steps, int page_size)
-    : head_dim_(head_dim), cache_steps_(cache_steps), page_size_(page_size) {}
+BlockCache::BlockCache(int head_dim, int cache_steps, int page_size,
+                       bool copy_rows)
+    : head_dim_(head_dim),
+      cache_steps_(cache_steps),
+      page_size_(page_size),
+      copy_rows_(copy_rows) {}
 
+// Without copies: what a device would hold for the resident blocks.
 int64_t BlockCache::device_bytes() const {
+  if (!copy_rows_) return live_rows_ * int64_t{2} * 2 * head_dim_;
   return static_cast<int64_t>(k_.size() + v_.size()) * 2 +
          static_cast<int64_t>(pos_.size()) * sizeof(int64_t);
 }
@@ -76,10 +82,18 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
   }
   const int32_t size =
       BlockSize(seg, layer, kv_head, block.kind, block.id, page_size_);
+  const size_t row_bytes = size_t{2} * head_dim_;
+  ++stats_.misses;
+  stats_.miss_tokens += size;
+  stats_.h2d_bytes += 2 * static_cast<int64_t>(row_bytes) * size;
+  if (!copy_rows_) {
+    live_rows_ += size;
+    entries_.emplace(key, Entry{-1, size, step});
+    return -1;
+  }
   const int64_t offset = Allocate(size);
   const uint16_t* k = seg.keys(layer, kv_head);
   const uint16_t* v = seg.values(layer, kv_head);
-  const size_t row_bytes = size_t{2} * head_dim_;
   for (int32_t r = 0; r < size; ++r) {
     const int32_t row =
         BlockRow(seg, layer, kv_head, block.kind, block.id, r, page_size_);
@@ -89,9 +103,6 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
                 row_bytes);
     pos_[offset + r] = seg.first_pos() + row;
   }
-  ++stats_.misses;
-  stats_.miss_tokens += size;
-  stats_.h2d_bytes += 2 * static_cast<int64_t>(row_bytes) * size;
   entries_.emplace(key, Entry{offset, size, step});
   return offset;
 }

@@ -26,11 +26,12 @@ struct CacheStats {
 
 class BlockCache {
  public:
-  // head_dim elements per row; rows are 2-byte (F16/BF16) K and V.
-  BlockCache(int head_dim, int cache_steps, int page_size);
+  // head_dim elements per row; rows are 2-byte (F16/BF16) K and V. With
+  // copy_rows false the cache only accounts (zero-copy reads).
+  BlockCache(int head_dim, int cache_steps, int page_size, bool copy_rows);
 
-  // Makes the block resident; returns its first arena row. Marks it used in
-  // `step`.
+  // Makes the block resident; returns its first arena row (-1 without
+  // copies). Marks it used in `step`.
   int64_t Ensure(int64_t step, const Segment& seg, int layer, int kv_head,
                  const BlockRef& block);
   // Evicts blocks not used in the last `cache_steps` steps (all when 0).
@@ -69,6 +70,7 @@ class BlockCache {
   int head_dim_;
   int cache_steps_;
   int page_size_;
+  bool copy_rows_;
   std::vector<uint16_t> k_, v_;  // [capacity][head_dim]
   std::vector<int64_t> pos_;     // [capacity]
   int64_t end_ = 0;              // rows in use up to here (with holes)

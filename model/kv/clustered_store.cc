@@ -39,7 +39,7 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
       steps_(shape.n_layers, 0),
       plans_(shape.n_heads),
       sel_rows_(shape.n_heads),
-      sel_pos_(shape.n_heads),
+      sel_runs_(shape.n_heads),
       recorded_(shape.n_layers,
                 std::vector<std::vector<int64_t>>(shape.n_heads)),
       decode_records_(shape.n_layers) {
@@ -54,7 +54,8 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
   for (auto& per_layer : caches_) {
     for (int h = 0; h < shape.n_kv_heads; ++h) {
       per_layer.emplace_back(shape.head_dim, config.cache_steps,
-                             config.quest_page_size);
+                             config.quest_page_size,
+                             config.cache_mode == CacheMode::kCopy);
     }
   }
 }
@@ -383,53 +384,116 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
   timings_.plan_ns += Lap(&t);
   ++timings_.calls;
   const int group = shape_.group();
+  const bool shared = config_.gqa_selection == GqaSelection::kPerKvHead;
   const int64_t step = steps_[layer]++;
-  out->spans.resize(size_t{3} * shape_.n_heads);
-  out->per_head.resize(shape_.n_heads);
+  out->spans.clear();
+  out->per_head.assign(shape_.n_heads, {});
+  std::vector<size_t> first_span(shape_.n_heads);
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
     BlockCache& cache = caches_[layer][g];
-    // One lookup per distinct block of the group's selections this step.
-    step_blocks_.clear();
+    step_blocks_.clear();  // one lookup per distinct block of the group
     for (int h = g * group; h < (g + 1) * group; ++h) {
-      sel_rows_[h].clear();
-      for (const BlockRef& b : plans_[h].blocks) {
-        const auto key = std::make_tuple(b.segment, b.kind, b.id);
-        auto it = step_blocks_.find(key);
-        if (it == step_blocks_.end()) {
-          it = step_blocks_
-                   .emplace(key, cache.Ensure(step, *seg_view_[b.segment],
-                                              layer, g, b))
-                   .first;
-        }
-        const int64_t first = it->second + b.begin;
-        for (int32_t r = 0; r < b.count; ++r) {
-          sel_rows_[h].push_back(static_cast<int32_t>(first + r));
-        }
-      }
+      if (!shared || h == g * group) GatherRows(layer, g, h, step, cache);
     }
     cache.EndStep(step);
-    // Arena pointers are stable only after the last Ensure of this head.
+    // Arena pointers are stable only after the group's last Ensure.
     for (int h = g * group; h < (g + 1) * group; ++h) {
-      sel_pos_[h].resize(sel_rows_[h].size());
-      for (size_t i = 0; i < sel_rows_[h].size(); ++i) {
-        sel_pos_[h][i] = cache.positions()[sel_rows_[h][i]];
-      }
-      cpu::KvSpan sel;
-      sel.k = cache.keys();
-      sel.v = cache.values();
-      sel.dtype = config_.kv_dtype;
-      sel.stride = shape_.head_dim;
-      sel.count = static_cast<int64_t>(sel_rows_[h].size());
-      sel.rows = sel_rows_[h].data();
-      sel.positions = sel_pos_[h].data();
-      out->spans[3 * h] = SinkSpan(layer, g);
-      out->spans[3 * h + 1] = sel;
-      out->spans[3 * h + 2] = OpenSpan(layer, g);
-      out->per_head[h] = {&out->spans[3 * h], 3};
-      if (record_selection_) recorded_[layer][h] = sel_pos_[h];
+      const int src = shared ? g * group : h;  // same arrays: shared tiles
+      first_span[h] = out->spans.size();
+      out->spans.push_back(SinkSpan(layer, g));
+      AddSelectedSpans(layer, g, src, cache, &out->spans);
+      out->spans.push_back(OpenSpan(layer, g));
+      if (record_selection_) RecordSelected(layer, src, cache, h);
     }
   }
+  for (int h = 0; h < shape_.n_heads; ++h) {
+    const size_t end = h + 1 < shape_.n_heads ? first_span[h + 1]
+                                              : out->spans.size();
+    out->per_head[h] = {&out->spans[first_span[h]],
+                        static_cast<int>(end - first_span[h])};
+  }
   timings_.cache_ns += Lap(&t);
+}
+
+// Rows of head h's plan: arena rows (copy mode) or, per segment, segment
+// rows (zero-copy), in sel_rows_[h] with runs in sel_runs_[h].
+void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
+                                  BlockCache& cache) {
+  const bool copy = config_.cache_mode == CacheMode::kCopy;
+  const size_t n_segs = seg_view_.size();
+  by_segment_.resize(n_segs);
+  for (auto& b : by_segment_) b.clear();
+  sel_rows_[h].clear();
+  for (const BlockRef& b : plans_[h].blocks) {
+    const auto key = std::make_tuple(b.segment, b.kind, b.id);
+    auto it = step_blocks_.find(key);
+    if (it == step_blocks_.end()) {
+      it = step_blocks_
+               .emplace(key, cache.Ensure(step, *seg_view_[b.segment], layer,
+                                          g, b))
+               .first;
+    }
+    for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
+      if (copy) {
+        sel_rows_[h].push_back(static_cast<int32_t>(it->second + r));
+      } else {
+        by_segment_[b.segment].push_back(BlockRow(
+            *seg_view_[b.segment], layer, g, b.kind, b.id, r,
+            config_.quest_page_size));
+      }
+    }
+  }
+  sel_runs_[h].clear();
+  if (copy) {
+    sel_runs_[h].push_back({-1, 0, static_cast<int64_t>(sel_rows_[h].size())});
+    return;
+  }
+  for (size_t s = 0; s < n_segs; ++s) {
+    if (by_segment_[s].empty()) continue;
+    sel_runs_[h].push_back({static_cast<int32_t>(s),
+                            static_cast<int64_t>(sel_rows_[h].size()),
+                            static_cast<int64_t>(by_segment_[s].size())});
+    sel_rows_[h].insert(sel_rows_[h].end(), by_segment_[s].begin(),
+                        by_segment_[s].end());
+  }
+}
+
+// One index-list span per run of head `src`'s rows.
+void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
+                                        const BlockCache& cache,
+                                        std::vector<cpu::KvSpan>* spans) {
+  for (const RowRun& run : sel_runs_[src]) {
+    cpu::KvSpan sel;
+    if (run.segment < 0) {  // the device arena
+      sel.k = cache.keys();
+      sel.v = cache.values();
+      sel.positions = cache.positions();
+    } else {
+      const Segment& seg = *seg_view_[run.segment];
+      sel.k = seg.keys(layer, g);
+      sel.v = seg.values(layer, g);
+      sel.first_pos = seg.first_pos();
+    }
+    sel.dtype = config_.kv_dtype;
+    sel.stride = shape_.head_dim;
+    sel.count = run.count;
+    sel.rows = sel_rows_[src].data() + run.offset;
+    spans->push_back(sel);
+  }
+}
+
+void ClusteredKvStore::RecordSelected(int layer, int src,
+                                      const BlockCache& cache, int h) {
+  auto& rec = recorded_[layer][h];
+  rec.clear();
+  for (const RowRun& run : sel_runs_[src]) {
+    for (int64_t i = run.offset; i < run.offset + run.count; ++i) {
+      const int32_t row = sel_rows_[src][i];
+      rec.push_back(run.segment < 0
+                        ? cache.positions()[row]
+                        : seg_view_[run.segment]->first_pos() + row);
+    }
+  }
 }
 
 // ------------------------------------------------------------ bookkeeping

@@ -125,6 +125,10 @@ class ClusteredKvStore : public KvCache {
   void SelectDense(int layer, AttendSet* out);
   void SelectSparse(int layer, const LayerQuery& query, AttendSet* out);
   void PlanHeads(int layer, const float* q);
+  void GatherRows(int layer, int g, int h, int64_t step, BlockCache& cache);
+  void AddSelectedSpans(int layer, int g, int src, const BlockCache& cache,
+                        std::vector<kernels::cpu::KvSpan>* spans);
+  void RecordSelected(int layer, int src, const BlockCache& cache, int h);
   void RecordDecode(int layer, const LayerQuery& query, bool dense);
   kernels::cpu::KvSpan SinkSpan(int layer, int kv_head) const;
   kernels::cpu::KvSpan OpenSpan(int layer, int kv_head) const;
@@ -153,7 +157,13 @@ class ClusteredKvStore : public KvCache {
   std::vector<const Segment*> seg_view_;
   std::vector<HeadPlan> plans_;
   std::vector<std::vector<int32_t>> sel_rows_;
-  std::vector<std::vector<int64_t>> sel_pos_;
+  struct RowRun {
+    int32_t segment;  // index into seg_view_, or -1: the device arena
+    int64_t offset;   // into sel_rows_[head]
+    int64_t count;
+  };
+  std::vector<std::vector<RowRun>> sel_runs_;
+  std::vector<std::vector<int32_t>> by_segment_;  // GatherRows scratch
   std::vector<float> q_sum_;
   absl::flat_hash_map<std::tuple<int32_t, BlockKind, int32_t>, int64_t>
       step_blocks_;  // block -> arena row, for the KV head being selected

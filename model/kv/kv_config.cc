@@ -57,6 +57,13 @@ absl::StatusOr<GqaSelection> ParseGqaSelection(const std::string& name) {
       "unknown gqa_selection '", name, "' (per_query_head, per_kv_head)"));
 }
 
+absl::StatusOr<CacheMode> ParseCacheMode(const std::string& name) {
+  if (name == "zero_copy") return CacheMode::kZeroCopy;
+  if (name == "copy") return CacheMode::kCopy;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown cache mode '", name, "' (zero_copy, copy)"));
+}
+
 absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
     const std::string& name) {
   using kernels::cpu::ClusterMetric;

@@ -24,6 +24,13 @@ enum class GqaSelection {
   kPerKvHead,     // scores summed over the group: one shared selection
 };
 
+// How a decode step reaches the K,V of the blocks it selected. Both modes
+// keep the same cluster-granular cache accounting (hits, misses, bytes).
+enum class CacheMode {
+  kZeroCopy,  // read in place from the host tier (CPU: no copy at all)
+  kCopy,      // copy missing blocks into a device arena (the copy engine)
+};
+
 struct KvStoreConfig {
   KvPolicy policy = KvPolicy::kClusterKv;
   int budget = 1024;             // B: selected clustered tokens per head
@@ -32,6 +39,7 @@ struct KvStoreConfig {
   int window = 320;              // tail closes as a segment at this length
   int kmeans_max_iters = 20;
   int cache_steps = 1;           // R: keep blocks selected in the last R steps
+  CacheMode cache_mode = CacheMode::kZeroCopy;
   GqaSelection gqa_selection = GqaSelection::kPerQueryHead;
   int recent_tokens = 0;         // most recent clustered tokens always chosen
   uint64_t seed = 0;             // k-means initialisation
@@ -53,6 +61,7 @@ const char* KvPolicyName(KvPolicy p);
 absl::StatusOr<KvPolicy> ParseKvPolicy(const std::string& name);
 const char* GqaSelectionName(GqaSelection g);
 absl::StatusOr<GqaSelection> ParseGqaSelection(const std::string& name);
+absl::StatusOr<CacheMode> ParseCacheMode(const std::string& name);
 absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
     const std::string& name);
 

@@ -54,6 +54,8 @@ ABSL_FLAG(int, dense_layers, ckv::KvStoreConfig{}.dense_layers,
           "layers below this attend densely");
 ABSL_FLAG(std::string, cluster_metric, "cosine", "cosine|l2|ip (ablation)");
 ABSL_FLAG(bool, async_clustering, true, "cluster on a worker thread");
+ABSL_FLAG(std::string, cache_mode, "zero_copy",
+          "zero_copy (read selected rows in place) | copy (device arena)");
 
 namespace ckv {
 namespace {
@@ -88,6 +90,9 @@ absl::Status ReadKvFlags(CliOptions& o) {
   c.seed = absl::GetFlag(FLAGS_cluster_seed);
   c.dense_layers = absl::GetFlag(FLAGS_dense_layers);
   c.async_clustering = absl::GetFlag(FLAGS_async_clustering);
+  auto mode = ParseCacheMode(absl::GetFlag(FLAGS_cache_mode));
+  if (!mode.ok()) return mode.status();
+  c.cache_mode = *mode;
   c.max_tokens = o.max_context;
   // The host tier is F16 or BF16; an F32 request keeps F16 there.
   c.kv_dtype = o.kv_type == kernels::DType::kBF16 ? kernels::DType::kBF16

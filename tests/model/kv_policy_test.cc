@@ -77,6 +77,10 @@ TEST(KvPolicy, BudgetCoveringEverythingEqualsDense) {
       KvStoreConfig c;
       c.policy = p;
       c.gqa_selection = g;
+      // Both ways of reaching the selected rows, alternating.
+      c.cache_mode = (static_cast<int>(p) + static_cast<int>(g)) % 2
+                         ? CacheMode::kCopy
+                         : CacheMode::kZeroCopy;
       c.budget = 4096;
       c.dense_layers = 0;
       c.window = 32;  // several window segments close during decode

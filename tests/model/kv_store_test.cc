@@ -39,7 +39,8 @@ class Feeder {
     const int width = kShape.n_kv_heads * kShape.head_dim;
     std::vector<float> k(n * width), v(n * width);
     for (int l = 0; l < kShape.n_layers; ++l) {
-      for (int64_t t = 0; t < n; ++t) Row(store.num_tokens() + t, l, &k[t * width], &v[t * width]);
+      for (int64_t t = 0; t < n; ++t)
+        Row(store.num_tokens() + t, l, &k[t * width], &v[t * width]);
       store.Append(l, n, k.data(), v.data());
     }
     store.Commit(n);
@@ -94,8 +95,8 @@ float Dot(const float* a, const float* b, int n) {
 // Token-level formulation of clusterkv selection: order tokens by their
 // cluster's score (desc), then cluster id, then position; take the first B.
 std::vector<int64_t> BruteForceClusterKv(const ClusteredKvStore& store,
-                                         int layer, int kv_head,
-                                         const float* q, int64_t budget) {
+                                         int layer, int kv_head, const float* q,
+                                         int64_t budget) {
   struct Tok {
     float score;
     int seg, cluster;
@@ -106,10 +107,11 @@ std::vector<int64_t> BruteForceClusterKv(const ClusteredKvStore& store,
   for (size_t s = 0; s < segs.size(); ++s) {
     const HeadIndex& h = segs[s]->layer(layer).heads[kv_head];
     for (int c = 0; c < h.k; ++c) {
-      const float sc = Dot(q, &h.centroids[c * kShape.head_dim], kShape.head_dim);
+      const float sc =
+          Dot(q, &h.centroids[c * kShape.head_dim], kShape.head_dim);
       for (int i = h.offsets[c]; i < h.offsets[c + 1]; ++i) {
-        toks.push_back({sc, static_cast<int>(s), c,
-                        segs[s]->first_pos() + h.members[i]});
+        toks.push_back(
+            {sc, static_cast<int>(s), c, segs[s]->first_pos() + h.members[i]});
       }
     }
   }
@@ -173,26 +175,31 @@ TEST(KvStore, ShortPromptFillsSinksFirst) {
 }
 
 TEST(KvStore, ClusterKvSelectionMatchesBruteForce) {
-  for (GqaSelection gqa :
-       {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
-    for (int budget : {1, 7, 40, 95, 1000}) {
-      KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
-      c.gqa_selection = gqa;
-      c.budget = budget;
-      ClusteredKvStore store(kShape, c, nullptr);
-      Feeder f(3);
-      f.Add(store, 150, AppendKind::kPrompt);
-      f.Add(store, 40, AppendKind::kGenerated);
-      const auto q = RandomQuery(budget);
-      const auto got = Selected(store, 1, q);
-      for (int h = 0; h < kShape.n_heads; ++h) {
-        std::vector<float> qh(q.begin() + h * 16, q.begin() + (h + 1) * 16);
-        if (gqa == GqaSelection::kPerKvHead) {
-          const int first = (h / 2) * 2;
-          for (int d = 0; d < 16; ++d) qh[d] = q[first * 16 + d] + q[(first + 1) * 16 + d];
+  for (CacheMode mode : {CacheMode::kZeroCopy, CacheMode::kCopy}) {
+    for (GqaSelection gqa :
+         {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
+      for (int budget : {1, 7, 40, 95, 1000}) {
+        KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+        c.cache_mode = mode;
+        c.gqa_selection = gqa;
+        c.budget = budget;
+        ClusteredKvStore store(kShape, c, nullptr);
+        Feeder f(3);
+        f.Add(store, 150, AppendKind::kPrompt);
+        f.Add(store, 40, AppendKind::kGenerated);
+        const auto q = RandomQuery(budget);
+        const auto got = Selected(store, 1, q);
+        for (int h = 0; h < kShape.n_heads; ++h) {
+          std::vector<float> qh(q.begin() + h * 16, q.begin() + (h + 1) * 16);
+          if (gqa == GqaSelection::kPerKvHead) {
+            const int first = (h / 2) * 2;
+            for (int d = 0; d < 16; ++d)
+              qh[d] = q[first * 16 + d] + q[(first + 1) * 16 + d];
+          }
+          EXPECT_EQ(got[h],
+                    BruteForceClusterKv(store, 1, h / 2, qh.data(), budget))
+              << GqaSelectionName(gqa) << " budget " << budget << " head " << h;
         }
-        EXPECT_EQ(got[h], BruteForceClusterKv(store, 1, h / 2, qh.data(), budget))
-            << GqaSelectionName(gqa) << " budget " << budget << " head " << h;
       }
     }
   }
@@ -242,7 +249,8 @@ TEST(KvStore, QuestSelectsTopPagesByUpperBound) {
     std::sort(scores.begin(), scores.end());
     std::vector<int64_t> want;
     for (int i = 0; i < 3; ++i) {
-      for (int r = 0; r < 16; ++r) want.push_back(4 + scores[i].second * 16 + r);
+      for (int r = 0; r < 16; ++r)
+        want.push_back(4 + scores[i].second * 16 + r);
     }
     std::sort(want.begin(), want.end());
     EXPECT_EQ(got[h], want) << "head " << h;
@@ -264,27 +272,29 @@ TEST(KvStore, StreamingSelectsMostRecentClusteredTokens) {
 }
 
 TEST(KvStore, CacheAccountingAndReuse) {
-  for (int steps : {0, 1, 3}) {
-    KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
-    c.cache_steps = steps;
-    ClusteredKvStore store(kShape, c, nullptr);
-    Feeder f(7);
-    f.Add(store, 200, AppendKind::kPrompt);
-    const auto q = RandomQuery(3);
-    Selected(store, 1, q);
-    const CacheStats first = store.cache_stats();
-    EXPECT_EQ(first.hits, 0);
-    Selected(store, 1, q);  // same query: same blocks
-    const CacheStats s = store.cache_stats();
-    EXPECT_EQ(s.hits + s.misses, s.lookups);
-    EXPECT_EQ(s.h2d_bytes, s.miss_tokens * 2 * 2 * kShape.head_dim);
-    if (steps == 0) {
-      EXPECT_EQ(s.hits, 0);
-    } else {
-      EXPECT_EQ(s.misses, first.misses) << "second step must hit everything";
-      EXPECT_EQ(s.hits, first.lookups);
+  for (CacheMode mode : {CacheMode::kZeroCopy, CacheMode::kCopy})
+    for (int steps : {0, 1, 3}) {
+      KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+      c.cache_mode = mode;
+      c.cache_steps = steps;
+      ClusteredKvStore store(kShape, c, nullptr);
+      Feeder f(7);
+      f.Add(store, 200, AppendKind::kPrompt);
+      const auto q = RandomQuery(3);
+      Selected(store, 1, q);
+      const CacheStats first = store.cache_stats();
+      EXPECT_EQ(first.hits, 0);
+      Selected(store, 1, q);  // same query: same blocks
+      const CacheStats s = store.cache_stats();
+      EXPECT_EQ(s.hits + s.misses, s.lookups);
+      EXPECT_EQ(s.h2d_bytes, s.miss_tokens * 2 * 2 * kShape.head_dim);
+      if (steps == 0) {
+        EXPECT_EQ(s.hits, 0);
+      } else {
+        EXPECT_EQ(s.misses, first.misses) << "second step must hit everything";
+        EXPECT_EQ(s.hits, first.lookups);
+      }
     }
-  }
 }
 
 TEST(KvStore, AsyncClusteringEqualsInline) {
