@@ -23,10 +23,14 @@ absl::Status ToAbsl(const grpc::Status& s) {
 
 const char* FinishName(v1::FinishReason r) {
   switch (r) {
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_EOS: return "eos";
-    case v1::FINISH_REASON_STOP: return "stop";
-    default: return "unspecified";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_EOS:
+      return "eos";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    default:
+      return "unspecified";
   }
 }
 
@@ -66,8 +70,8 @@ absl::Status Prefill(Stub& stub, const std::string& id,
 }
 
 // The timed call: every TokenEvent with a token is timestamped when read.
-absl::Status Decode(Stub& stub, const Workload& w, int i,
-                    const std::string& id, SessionTrace& trace) {
+absl::Status Decode(Stub& stub, const Workload& w, int i, const std::string& id,
+                    SessionTrace& trace) {
   grpc::ClientContext ctx;
   v1::DecodeRequest req;
   req.set_session_id(id);

@@ -18,18 +18,18 @@ struct ServiceBenchOptions {
   std::string model;  // GGUF path; empty: a random model cached in work_dir
   std::string work_dir = "bench/results";
   RandomModelSpec random = DefaultModelSpec();  // used when `model` is empty
-  std::vector<int> sessions = {1, 4, 16};  // concurrent sessions per run
-  int prompt_tokens = 512;    // Prefill of every session (random ids)
-  int question_tokens = 16;   // Decode input appended before generating
-  int decode_tokens = 64;     // max_tokens of every Decode (greedy)
-  int rounds = 3;             // each round runs both modes, order alternating
-  bool warmup = true;         // one untimed short run of each mode first
-  int threads = 0;            // engine threads; 0: all cores
+  std::vector<int> sessions = {1, 4, 16};       // concurrent sessions per run
+  int prompt_tokens = 512;   // Prefill of every session (random ids)
+  int question_tokens = 16;  // Decode input appended before generating
+  int decode_tokens = 64;    // max_tokens of every Decode (greedy)
+  int rounds = 5;            // each round runs both modes, order alternating
+  bool warmup = true;        // one untimed short run of each mode first
+  int threads = 0;           // engine threads; 0: all cores
   int prefill_chunk = 256;
   KvPolicy policy = KvPolicy::kClusterKv;
   int budget = 1024;
-  bool metrics = true;  // the server keeps a metrics registry, as main() does
-  uint64_t seed = 1;    // random token ids and the sampler
+  bool metrics = true;   // the server keeps a metrics registry, as main() does
+  uint64_t seed = 1;     // random token ids and the sampler
   std::string out_json;  // empty: no JSON
   bool quick = false;
 

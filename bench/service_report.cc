@@ -42,10 +42,14 @@ ModeMedians Medians(const std::vector<const RunSample*>& runs) {
   m.prefill_tokens_per_second = MedianOf(runs, [](const RunSample& s) {
     return Ratio(static_cast<double>(s.prefill_tokens), s.prefill_seconds);
   });
-  m.ttft_p50_ms = MedianOf(runs, [](const RunSample& s) { return s.ttft_p50_ms; });
-  m.ttft_p99_ms = MedianOf(runs, [](const RunSample& s) { return s.ttft_p99_ms; });
-  m.itl_p50_ms = MedianOf(runs, [](const RunSample& s) { return s.itl_p50_ms; });
-  m.itl_p99_ms = MedianOf(runs, [](const RunSample& s) { return s.itl_p99_ms; });
+  m.ttft_p50_ms =
+      MedianOf(runs, [](const RunSample& s) { return s.ttft_p50_ms; });
+  m.ttft_p99_ms =
+      MedianOf(runs, [](const RunSample& s) { return s.ttft_p99_ms; });
+  m.itl_p50_ms =
+      MedianOf(runs, [](const RunSample& s) { return s.itl_p50_ms; });
+  m.itl_p99_ms =
+      MedianOf(runs, [](const RunSample& s) { return s.itl_p99_ms; });
   m.cpu_ms_per_token = MedianOf(runs, [](const RunSample& s) {
     return 1e3 * Ratio(s.usage.cpu_seconds, s.generated_tokens);
   });
@@ -66,11 +70,11 @@ Comparison CompareAt(const ServiceReport& r, int sessions) {
   c.sessions = sessions;
   c.grpc = Medians(grpc);
   c.inprocess = Medians(inproc);
-  c.overhead = 1.0 - Ratio(c.grpc.tokens_per_second,
-                           c.inprocess.tokens_per_second);
+  c.overhead =
+      1.0 - Ratio(c.grpc.tokens_per_second, c.inprocess.tokens_per_second);
   for (size_t i = 0; i < grpc.size() && i < inproc.size(); ++i) {
-    c.round_overheads.push_back(1.0 - Ratio(grpc[i]->tokens_per_second,
-                                            inproc[i]->tokens_per_second));
+    c.round_overheads.push_back(
+        1.0 - Ratio(grpc[i]->tokens_per_second, inproc[i]->tokens_per_second));
   }
   c.outputs_match = !grpc.empty() && !inproc.empty() &&
                     grpc[0]->first_session_ids == inproc[0]->first_session_ids;
@@ -118,9 +122,9 @@ std::vector<Comparison> Compare(const ServiceReport& report) {
 
 void PrintReport(const ServiceReport& report, std::FILE* out) {
   PrintHeader(report, out);
-  std::fprintf(out, "  %-9s %9s %-19s %-17s %9s %8s %7s %4s\n", "mode",
-               "tok/s", "TTFT ms p50/p99", "ITL ms p50/p99", "pf tok/s",
-               "cpu ms/t", "csw/t", "eos");
+  std::fprintf(out, "  %-9s %9s %-19s %-17s %9s %8s %7s %4s\n", "mode", "tok/s",
+               "TTFT ms p50/p99", "ITL ms p50/p99", "pf tok/s", "cpu ms/t",
+               "csw/t", "eos");
   for (const Comparison& c : Compare(report)) {
     std::fprintf(out, "sessions %d:\n", c.sessions);
     PrintMode("grpc", c.grpc, out);
@@ -148,25 +152,24 @@ void PrintReport(const ServiceReport& report, std::FILE* out) {
 namespace {
 
 Json SampleJson(const RunSample& s) {
-  return Json{
-      {"mode", s.mode},
-      {"sessions", s.sessions},
-      {"round", s.round},
-      {"prefill_tokens", s.prefill_tokens},
-      {"prefill_seconds", s.prefill_seconds},
-      {"prefill_tok_per_s",
-       Ratio(static_cast<double>(s.prefill_tokens), s.prefill_seconds)},
-      {"generated_tokens", s.generated_tokens},
-      {"decode_seconds", s.decode_seconds},
-      {"tok_per_s", s.tokens_per_second},
-      {"ttft_ms", Json{{"p50", s.ttft_p50_ms}, {"p99", s.ttft_p99_ms}}},
-      {"itl_ms", Json{{"p50", s.itl_p50_ms},
-                      {"p99", s.itl_p99_ms},
-                      {"mean", s.itl_mean_ms}}},
-      {"eos_sessions", s.eos_sessions},
-      {"cpu_seconds", s.usage.cpu_seconds},
-      {"voluntary_switches", s.usage.voluntary_switches},
-      {"involuntary_switches", s.usage.involuntary_switches}};
+  return Json{{"mode", s.mode},
+              {"sessions", s.sessions},
+              {"round", s.round},
+              {"prefill_tokens", s.prefill_tokens},
+              {"prefill_seconds", s.prefill_seconds},
+              {"prefill_tok_per_s",
+               Ratio(static_cast<double>(s.prefill_tokens), s.prefill_seconds)},
+              {"generated_tokens", s.generated_tokens},
+              {"decode_seconds", s.decode_seconds},
+              {"tok_per_s", s.tokens_per_second},
+              {"ttft_ms", Json{{"p50", s.ttft_p50_ms}, {"p99", s.ttft_p99_ms}}},
+              {"itl_ms", Json{{"p50", s.itl_p50_ms},
+                              {"p99", s.itl_p99_ms},
+                              {"mean", s.itl_mean_ms}}},
+              {"eos_sessions", s.eos_sessions},
+              {"cpu_seconds", s.usage.cpu_seconds},
+              {"voluntary_switches", s.usage.voluntary_switches},
+              {"involuntary_switches", s.usage.involuntary_switches}};
 }
 
 Json MediansJson(const ModeMedians& m) {
@@ -236,8 +239,7 @@ Json ReportJson(const ServiceReport& r) {
   out["runs"] = runs;
   out["summary"] = summary;
   const Comparison& last = *std::max_element(
-      cmp.begin(), cmp.end(),
-      [](const Comparison& a, const Comparison& b) {
+      cmp.begin(), cmp.end(), [](const Comparison& a, const Comparison& b) {
         return a.sessions < b.sessions;
       });
   out["target"] = Json{{"sessions", last.sessions},

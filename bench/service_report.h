@@ -33,7 +33,7 @@ struct ModeMedians {
   double prefill_tokens_per_second = 0.0;
   double ttft_p50_ms = 0.0, ttft_p99_ms = 0.0;
   double itl_p50_ms = 0.0, itl_p99_ms = 0.0;
-  double cpu_ms_per_token = 0.0;  // process CPU over the decode phase
+  double cpu_ms_per_token = 0.0;    // process CPU over the decode phase
   double switches_per_token = 0.0;  // voluntary + involuntary
   int eos_sessions = 0;             // most over the rounds
 };
@@ -43,7 +43,7 @@ struct Comparison {
   ModeMedians grpc, inprocess;
   double overhead = 0.0;  // 1 - median grpc tok/s / median in-process tok/s
   std::vector<double> round_overheads;  // the same per round (paired runs)
-  bool outputs_match = false;  // session 0's tokens equal in round 0
+  bool outputs_match = false;           // session 0's tokens equal in round 0
 };
 
 std::vector<Comparison> Compare(const ServiceReport& report);

@@ -47,8 +47,7 @@ Workload MakeWorkload(const ServiceBenchOptions& o, const Model& model,
     // Session i gets the same ids whatever the session count.
     std::mt19937_64 rng(o.seed * 1000003u + static_cast<uint64_t>(i));
     w.prompts.push_back(RandomIds(*model.tokenizer, o.prompt_tokens, rng));
-    w.questions.push_back(
-        RandomIds(*model.tokenizer, o.question_tokens, rng));
+    w.questions.push_back(RandomIds(*model.tokenizer, o.question_tokens, rng));
   }
   w.sampling.temperature = 0.0f;
   w.sampling.seed = o.seed;
@@ -63,9 +62,10 @@ server::ServerConfig BenchServerConfig(const ServiceBenchOptions& o,
   c.model_path = model_path;
   c.listen_address = "127.0.0.1:0";
   c.metrics_address = "";
-  c.threads = o.threads > 0 ? o.threads
-                            : static_cast<int>(std::max(
-                                  1u, std::thread::hardware_concurrency()));
+  c.threads =
+      o.threads > 0
+          ? o.threads
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.prefill_chunk = o.prefill_chunk;
   c.kv.policy = o.policy;
   c.kv.budget = o.budget;
@@ -99,8 +99,7 @@ double Percentile(std::vector<double> values, double p) {
   return values[lo] + frac * (values[hi] - values[lo]);
 }
 
-absl::StatusOr<RunSample> Summarize(const RawRun& run,
-                                    int64_t prompt_tokens) {
+absl::StatusOr<RunSample> Summarize(const RawRun& run, int64_t prompt_tokens) {
   RunSample s;
   s.sessions = static_cast<int>(run.traces.size());
   s.prefill_tokens = prompt_tokens * s.sessions;
@@ -110,8 +109,8 @@ absl::StatusOr<RunSample> Summarize(const RawRun& run,
   for (size_t i = 0; i < run.traces.size(); ++i) {
     const SessionTrace& t = run.traces[i];
     if (!t.status.ok()) {
-      return absl::Status(t.status.code(),
-                          absl::StrCat("session ", i, ": ", t.status.message()));
+      return absl::Status(t.status.code(), absl::StrCat("session ", i, ": ",
+                                                        t.status.message()));
     }
     if (t.tokens.empty()) continue;
     ttft.push_back(Ms(t.tokens.front() - t.request));

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/connect.h"
 #include "client/json_output.h"
 
 namespace ckv::client {
@@ -106,8 +107,9 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& args,
     return UsageError(
         absl::StrCat(cmd, ": unexpected argument '", args[1], "'"));
   }
-  std::unique_ptr<RpcClient> client =
-      RpcClient::Connect(o.server, o.timeout_seconds);
+  auto connected = ConnectFrom(o);
+  if (!connected.ok()) return connected.status();
+  std::unique_ptr<RpcClient> client = *std::move(connected);
   if (cmd == "generate") return RunGenerate(*client, o, io);
   if (cmd == "qa") return RunQa(*client, o, io);
   if (cmd == "session") return RunSession(*client, args, o, io);

@@ -18,6 +18,19 @@ ABSL_FLAG(double, timeout, kDefaults.timeout_seconds,
           "deadline of each RPC in seconds (0 = none)");
 ABSL_FLAG(std::string, progress, "auto",
           "prefill progress: auto|bar|lines|off");
+ABSL_FLAG(bool, tls, kDefaults.tls, "connect over TLS (default roots)");
+ABSL_FLAG(std::string, tls_ca, kDefaults.tls_ca,
+          "PEM CA verifying the server (implies --tls)");
+ABSL_FLAG(std::string, tls_cert, kDefaults.tls_cert,
+          "PEM client certificate for mutual TLS (with --tls-key)");
+ABSL_FLAG(std::string, tls_key, kDefaults.tls_key,
+          "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_server_name, kDefaults.tls_server_name,
+          "name expected in the server certificate (implies --tls)");
+ABSL_FLAG(std::string, token, kDefaults.token,
+          "bearer token sent on every call (prefer --token-file)");
+ABSL_FLAG(std::string, token_file, kDefaults.token_file,
+          "file whose first line is the bearer token");
 ABSL_FLAG(std::string, prompt, kDefaults.prompt, "generate: prompt text");
 ABSL_FLAG(std::string, prompt_file, kDefaults.prompt_file,
           "generate: read the prompt from F");
@@ -59,7 +72,9 @@ ABSL_FLAG(std::string, service, kDefaults.service, "health: service name");
 namespace ckv::client {
 
 const char kUsage[] =
-    "usage: clusterkv [--server ADDR] [--json] [--timeout SECONDS] COMMAND\n"
+    "usage: clusterkv [--server ADDR] [--json] [--timeout SECONDS]\n"
+    "  [--tls] [--tls-ca PEM] [--tls-cert PEM --tls-key PEM]\n"
+    "  [--tls-server-name NAME] [--token TOKEN | --token-file F] COMMAND\n"
     "  generate (--prompt TEXT | --prompt-file F) [sampling] [kv]\n"
     "  qa --doc FILE --question Q [--question Q ...] [sampling] [kv]\n"
     "  session create [kv] [sampling] [--idle-ttl S]\n"
@@ -222,6 +237,26 @@ void ReadSamplingFlags(SamplingOptions& s) {
   s.max_tokens = absl::GetFlag(FLAGS_max_tokens);
 }
 
+absl::Status ReadSecurityFlags(ClientOptions& o) {
+  o.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  o.tls = absl::GetFlag(FLAGS_tls) || !o.tls_ca.empty() ||
+          !o.tls_cert.empty() || !o.tls_server_name.empty();
+  o.token = absl::GetFlag(FLAGS_token);
+  o.token_file = absl::GetFlag(FLAGS_token_file);
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key must be given together");
+  }
+  if (!o.token.empty() && !o.token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "give --token or --token-file, not both");
+  }
+  return absl::OkStatus();
+}
+
 void ReadKvFlags(KvOptions& kv) {
   kv.policy = absl::GetFlag(FLAGS_policy);
   kv.budget = absl::GetFlag(FLAGS_budget);
@@ -247,6 +282,7 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
   auto progress = ParseProgressMode(absl::GetFlag(FLAGS_progress));
   if (!progress.ok()) return progress.status();
   o.progress = *progress;
+  if (auto s = ReadSecurityFlags(o); !s.ok()) return s;
   o.prompt = absl::GetFlag(FLAGS_prompt);
   o.prompt_file = absl::GetFlag(FLAGS_prompt_file);
   o.doc = absl::GetFlag(FLAGS_doc);

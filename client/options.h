@@ -44,6 +44,14 @@ struct ClientOptions {
   bool json = false;
   double timeout_seconds = 0;  // deadline of each RPC; 0 = none
   ProgressMode progress = ProgressMode::kAuto;
+  // Transport security and authentication (client/connect.h).
+  bool tls = false;             // TLS with the default roots
+  std::string tls_ca;           // PEM roots verifying the server (TLS on)
+  std::string tls_cert;         // PEM client certificate (mutual TLS)
+  std::string tls_key;          // its private key
+  std::string tls_server_name;  // expected server certificate name
+  std::string token;            // bearer token (visible in `ps`)
+  std::string token_file;       // first line: the bearer token
   // Inputs.
   std::string prompt;
   std::string prompt_file;

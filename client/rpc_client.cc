@@ -73,16 +73,33 @@ const char* ServingStatusName(ServingStatus s) {
 }
 
 RpcClient::RpcClient(std::shared_ptr<grpc::Channel> channel,
-                     double timeout_seconds)
+                     double timeout_seconds, std::string token)
     : channel_(std::move(channel)),
       stub_(pb::ClusterKv::NewStub(channel_)),
-      timeout_seconds_(timeout_seconds) {}
+      timeout_seconds_(timeout_seconds),
+      token_(std::move(token)) {}
+
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
+                                          const ChannelSecurity& security) {
+  if (!security.tls) {
+    return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  }
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = security.ca_pem;
+  ssl.pem_cert_chain = security.cert_pem;
+  ssl.pem_private_key = security.key_pem;
+  grpc::ChannelArguments args;
+  if (!security.server_name.empty()) {
+    args.SetSslTargetNameOverride(security.server_name);
+  }
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(ssl), args);
+}
 
 std::unique_ptr<RpcClient> RpcClient::Connect(const std::string& address,
-                                              double timeout_seconds) {
-  return std::make_unique<RpcClient>(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()),
-      timeout_seconds);
+                                              double timeout_seconds,
+                                              const ChannelSecurity& security) {
+  return std::make_unique<RpcClient>(NewChannel(address, security),
+                                     timeout_seconds, security.token);
 }
 
 std::unique_ptr<grpc::ClientContext> RpcClient::NewContext(
@@ -96,6 +113,9 @@ std::unique_ptr<grpc::ClientContext> RpcClient::NewContext(
   }
   if (!session_id.empty()) {
     context->AddMetadata(kSessionIdMetadata, session_id);
+  }
+  if (!token_.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", token_));
   }
   return context;
 }

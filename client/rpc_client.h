@@ -1,6 +1,7 @@
 // Thin synchronous wrapper over the ClusterKv gRPC stub: deadlines, the
-// x-session-id routing metadata, stream draining and grpc::Status ->
-// absl::Status conversion. Thread-safe (one stub, one context per call).
+// x-session-id routing metadata, the bearer token, TLS channels, stream
+// draining and grpc::Status -> absl::Status conversion. Thread-safe (one
+// stub, one context per call).
 #ifndef CLUSTERKV_CLIENT_RPC_CLIENT_H_
 #define CLUSTERKV_CLIENT_RPC_CLIENT_H_
 
@@ -37,12 +38,26 @@ enum class ServingStatus {
 };
 const char* ServingStatusName(ServingStatus s);
 
+// How to reach the server. PEM contents, not paths.
+struct ChannelSecurity {
+  bool tls = false;         // false: plain TCP (the other TLS fields unused)
+  std::string ca_pem;       // roots that verify the server ("": defaults)
+  std::string cert_pem;     // client certificate chain (mutual TLS)
+  std::string key_pem;      // its private key
+  std::string server_name;  // expected name in the server's certificate
+  std::string token;        // "": none; else "authorization: Bearer TOKEN"
+};
+
 class RpcClient {
  public:
-  // timeout_seconds: deadline of each call (0 = none).
-  RpcClient(std::shared_ptr<grpc::Channel> channel, double timeout_seconds);
+  // timeout_seconds: deadline of each call (0 = none). A non-empty `token`
+  // is sent as "authorization: Bearer <token>" on every call.
+  RpcClient(std::shared_ptr<grpc::Channel> channel, double timeout_seconds,
+            std::string token = "");
   static std::unique_ptr<RpcClient> Connect(const std::string& address,
-                                            double timeout_seconds);
+                                            double timeout_seconds,
+                                            const ChannelSecurity& security =
+                                                ChannelSecurity());
 
   absl::StatusOr<pb::SessionInfo> CreateSession(
       const pb::CreateSessionRequest& request);
@@ -74,7 +89,12 @@ class RpcClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::ClusterKv::Stub> stub_;
   double timeout_seconds_;
+  std::string token_;
 };
+
+// A channel to `address` with TLS or plain TCP per `security`.
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
+                                          const ChannelSecurity& security);
 
 // Health wire format helpers (exposed for tests).
 std::string EncodeHealthCheckRequest(const std::string& service);

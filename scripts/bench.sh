@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# CPU benchmarks: builds engine_bench and cluster_bench, runs them with their
-# default (full) settings -> bench/results/engine.json (+ engine.png) and
-# bench/results/cluster.json (+ recall_vs_budget.png, step_time_vs_context.png,
-# overhead.png). Run on a quiet machine: engine_bench takes minutes,
-# cluster_bench about 20 minutes on 2 cores (other load skews the numbers).
+# CPU benchmarks: builds engine_bench, cluster_bench and service_bench, runs
+# them with their default (full) settings -> bench/results/engine.json (+
+# engine.png), bench/results/cluster.json (+ recall_vs_budget.png,
+# step_time_vs_context.png, overhead.png) and bench/results/service.json (+
+# service.png; the in-process server's request log goes to service.log).
+# Run on a quiet machine: engine_bench takes minutes, cluster_bench about 20
+# minutes and service_bench about 3 minutes on 2 cores (other load skews the
+# numbers).
 # Usage: scripts/bench.sh [extra engine_bench flags, e.g. --threads 1]
 # Env: BUILD_DIR (default build), PYTHON (an interpreter with matplotlib),
 #      CLUSTER_BENCH_FLAGS (extra cluster_bench flags, e.g. --quick),
-#      SKIP_ENGINE_BENCH=1 / SKIP_CLUSTER_BENCH=1.
+#      SERVICE_BENCH_FLAGS (extra service_bench flags, e.g. --rounds 9),
+#      SKIP_ENGINE_BENCH=1 / SKIP_CLUSTER_BENCH=1 / SKIP_SERVICE_BENCH=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 OUT_DIR=bench/results
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD_DIR" --target engine_bench cluster_bench
+cmake --build "$BUILD_DIR" --target engine_bench cluster_bench \
+  service_bench
 mkdir -p "$OUT_DIR"
 PY=
 for py in "${PYTHON:-}" python3 /usr/bin/python3; do
@@ -37,6 +42,18 @@ if [ "${SKIP_CLUSTER_BENCH:-0}" != 1 ]; then
     tee "$OUT_DIR/cluster.txt"
   if [ -n "$PY" ]; then
     "$PY" bench/plot_cluster.py "$OUT_DIR/cluster.json"
+  fi
+fi
+if [ "${SKIP_SERVICE_BENCH:-0}" != 1 ]; then
+  # shellcheck disable=SC2086  # SERVICE_BENCH_FLAGS is a list of flags
+  if ! "$BUILD_DIR/bench/service_bench" --work-dir "$OUT_DIR" \
+    --out-json "$OUT_DIR/service.json" ${SERVICE_BENCH_FLAGS:-} \
+    2>"$OUT_DIR/service.log" | tee "$OUT_DIR/service.txt"; then
+    tail -n 20 "$OUT_DIR/service.log" >&2
+    exit 1
+  fi
+  if [ -n "$PY" ]; then
+    "$PY" bench/plot_service.py "$OUT_DIR/service.json"
   fi
 fi
 if [ -z "$PY" ]; then

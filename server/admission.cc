@@ -6,7 +6,9 @@
 
 namespace ckv::server {
 
-AdmissionTicket::~AdmissionTicket() { owner_->Release(host_, device_); }
+AdmissionTicket::~AdmissionTicket() {
+  owner_->Release(tenant_, host_, device_);
+}
 
 Admission::Admission(const ServerLimits& limits, const SessionManager* sessions,
                      int n_layers, ServerMetrics* metrics)
@@ -47,6 +49,10 @@ absl::StatusOr<std::unique_ptr<AdmissionTicket>> Admission::Admit(
   const int64_t host = new_tokens * sessions_->HostBytesPerToken();
   const int64_t device = DeviceBytesEstimate(r.kv, new_tokens);
   const MemoryTotals totals = sessions_->Totals();
+  const int64_t tenant_host =
+      limits_.tenant_max_host_kv_bytes > 0
+          ? sessions_->TenantTotals(r.tenant).host_bytes
+          : 0;
   absl::MutexLock lock(&mu_);
   const int64_t host_after = totals.host_bytes + reserved_host_ + host;
   if (host_after > limits_.max_host_kv_bytes) {
@@ -57,15 +63,37 @@ absl::StatusOr<std::unique_ptr<AdmissionTicket>> Admission::Admit(
     return Reject("max_device_kv_bytes", device_after,
                   limits_.max_device_kv_bytes);
   }
+  if (auto s = CheckTenantLocked(r.tenant, tenant_host, host); !s.ok()) {
+    return s;
+  }
   reserved_host_ += host;
   reserved_device_ += device;
-  return std::make_unique<AdmissionTicket>(this, host, device);
+  reserved_tenant_host_[r.tenant] += host;
+  return std::make_unique<AdmissionTicket>(this, r.tenant, host, device);
 }
 
-void Admission::Release(int64_t host, int64_t device) {
+// The tenant's sessions (`tenant_host`: shared segments once) plus its
+// reservations plus this request.
+absl::Status Admission::CheckTenantLocked(const std::string& tenant,
+                                          int64_t tenant_host, int64_t host) {
+  const int64_t max = limits_.tenant_max_host_kv_bytes;
+  if (max <= 0) return absl::OkStatus();
+  auto it = reserved_tenant_host_.find(tenant);
+  const int64_t reserved = it == reserved_tenant_host_.end() ? 0 : it->second;
+  const int64_t after = tenant_host + reserved + host;
+  if (after > max) return Reject("tenant_max_host_kv_bytes", after, max);
+  return absl::OkStatus();
+}
+
+void Admission::Release(const std::string& tenant, int64_t host,
+                        int64_t device) {
   absl::MutexLock lock(&mu_);
   reserved_host_ -= host;
   reserved_device_ -= device;
+  auto it = reserved_tenant_host_.find(tenant);
+  if (it != reserved_tenant_host_.end() && (it->second -= host) == 0) {
+    reserved_tenant_host_.erase(it);
+  }
 }
 
 }  // namespace ckv::server

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "model/kv/kv_config.h"
@@ -22,6 +24,7 @@ struct AdmissionRequest {
   int64_t max_new_tokens = 0;  // generated at most (0 for a prefill)
   int64_t session_tokens = 0;  // already in the session
   KvStoreConfig kv;            // the session's effective settings
+  std::string tenant{kAnonymousTenant};  // the session's tenant
 };
 
 class Admission;
@@ -29,14 +32,17 @@ class Admission;
 // Bytes reserved for one admitted job; returned when destroyed.
 class AdmissionTicket {
  public:
-  AdmissionTicket(Admission* owner, int64_t host, int64_t device)
-      : owner_(owner), host_(host), device_(device) {}
+  AdmissionTicket(Admission* owner, std::string tenant, int64_t host,
+                  int64_t device)
+      : owner_(owner), tenant_(std::move(tenant)), host_(host),
+        device_(device) {}
   ~AdmissionTicket();
   AdmissionTicket(const AdmissionTicket&) = delete;
   AdmissionTicket& operator=(const AdmissionTicket&) = delete;
 
  private:
   Admission* owner_;
+  const std::string tenant_;
   int64_t host_, device_;
 };
 
@@ -47,7 +53,8 @@ class Admission {
             int n_layers, ServerMetrics* metrics);
 
   // RESOURCE_EXHAUSTED naming the limit (max_prompt_tokens,
-  // max_session_tokens, max_host_kv_bytes, max_device_kv_bytes) and counting
+  // max_session_tokens, max_host_kv_bytes, tenant_max_host_kv_bytes,
+  // max_device_kv_bytes) and counting
   // the rejection in metrics; otherwise a ticket holding the reservation.
   absl::StatusOr<std::unique_ptr<AdmissionTicket>> Admit(
       const AdmissionRequest& r);
@@ -61,7 +68,12 @@ class Admission {
  private:
   friend class AdmissionTicket;
   absl::Status Reject(const char* limit, int64_t need, int64_t max);
-  void Release(int64_t host, int64_t device);
+  // tenant_max_host_kv_bytes: `tenant` holds `tenant_host` bytes in its
+  // sessions and asks for `host` more.
+  absl::Status CheckTenantLocked(const std::string& tenant,
+                                 int64_t tenant_host, int64_t host)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Release(const std::string& tenant, int64_t host, int64_t device);
 
   const ServerLimits limits_;
   const SessionManager* sessions_;
@@ -70,6 +82,9 @@ class Admission {
   absl::Mutex mu_;
   int64_t reserved_host_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reserved_device_ ABSL_GUARDED_BY(mu_) = 0;
+  // Host bytes reserved per tenant (entries removed when back to 0).
+  absl::flat_hash_map<std::string, int64_t> reserved_tenant_host_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ckv::server

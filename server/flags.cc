@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "server/transport_security.h"
 
 namespace {
 const ckv::server::ServerConfig kDefaults;
@@ -34,6 +35,21 @@ ABSL_FLAG(int, max_queued_requests, kLimits.max_queued_requests,
           "jobs waiting for the engine at most");
 ABSL_FLAG(uint32_t, session_idle_ttl_seconds, kLimits.session_idle_ttl_seconds,
           "idle sessions are closed after this long (default per session)");
+ABSL_FLAG(int, tenant_max_sessions, kLimits.tenant_max_sessions,
+          "sessions of one tenant at most (0: no per-tenant limit)");
+ABSL_FLAG(int64_t, tenant_max_host_kv_bytes, kLimits.tenant_max_host_kv_bytes,
+          "host-tier KV bytes of one tenant's sessions at most (0: none)");
+ABSL_FLAG(std::string, tls_cert, kDefaults.tls.cert_file,
+          "PEM certificate chain: serve gRPC over TLS (with --tls-key)");
+ABSL_FLAG(std::string, tls_key, kDefaults.tls.key_file,
+          "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_client_ca, kDefaults.tls.client_ca_file,
+          "PEM CA: require client certificates it signed (mutual TLS)");
+ABSL_FLAG(bool, insecure, kDefaults.insecure,
+          "allow plain TCP on a non-loopback --listen address");
+ABSL_FLAG(std::string, auth_tokens_file, kDefaults.auth_tokens_file,
+          "'TOKEN TENANT' lines: require 'authorization: Bearer TOKEN' on "
+          "every ClusterKv call (reloaded on SIGHUP; empty: no auth)");
 ABSL_FLAG(std::string, policy, ckv::KvPolicyName(kKv.policy),
           "default KV policy: full|clusterkv|quest|streaming");
 ABSL_FLAG(int, budget, kKv.budget, "default selected tokens B");
@@ -93,7 +109,22 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
         {"session-idle-ttl-seconds", l.session_idle_ttl_seconds}}) {
     if (auto s = Positive(flag, v); !s.ok()) return s;
   }
+  l.tenant_max_sessions = absl::GetFlag(FLAGS_tenant_max_sessions);
+  l.tenant_max_host_kv_bytes = absl::GetFlag(FLAGS_tenant_max_host_kv_bytes);
+  if (l.tenant_max_sessions < 0 || l.tenant_max_host_kv_bytes < 0) {
+    return absl::InvalidArgumentError(
+        "--tenant-max-sessions and --tenant-max-host-kv-bytes must be >= 0");
+  }
   return absl::OkStatus();
+}
+
+absl::Status ReadSecurityFlags(ServerConfig& c) {
+  c.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  c.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  c.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  c.insecure = absl::GetFlag(FLAGS_insecure);
+  c.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  return ValidateTransportSecurity(c);
 }
 
 }  // namespace
@@ -126,6 +157,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     return absl::InvalidArgumentError("--drain-grace-seconds must be >= 0");
   }
   if (auto s = ReadLimitFlags(c.limits); !s.ok()) return s;
+  if (auto s = ReadSecurityFlags(c); !s.ok()) return s;
   if (auto s = ReadKvFlags(c.kv, c.limits.max_session_tokens); !s.ok()) {
     return s;
   }

@@ -12,7 +12,8 @@ namespace ckv::server {
 void DashesToUnderscores(int argc, char** argv);
 
 // Reads every flag (after absl::ParseCommandLine). INVALID_ARGUMENT naming
-// the flag on a bad value; --model is required.
+// the flag on a bad value; --model is required; a non-loopback --listen
+// without TLS needs --insecure (ValidateTransportSecurity).
 absl::StatusOr<ServerConfig> ServerConfigFromFlags();
 
 }  // namespace ckv::server

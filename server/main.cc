@@ -2,7 +2,9 @@
 // grpc.health.v1, reflection) with Prometheus /metrics. SIGTERM or SIGINT
 // drains (health NOT_SERVING, new calls UNAVAILABLE, running streams get
 // --drain-grace-seconds, then are cancelled) and exits 0. A model that cannot
-// be loaded: error message, exit 1. Bad flags: exit 2.
+// be loaded: error message, exit 1. Bad flags (including plain TCP on a
+// non-loopback address without --insecure): exit 2. SIGHUP rereads
+// --auth-tokens-file.
 #include <csignal>
 #include <cstdio>
 #include <memory>
@@ -26,16 +28,20 @@ constexpr char kUsage[] =
     "  [--max-prompt-tokens N] [--max-session-tokens N]\n"
     "  [--max-queued-requests N] [--session-idle-ttl-seconds N]\n"
     "  [--drain-grace-seconds N]\n"
+    "  [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--insecure]\n"
+    "  [--auth-tokens-file F] [--tenant-max-sessions N]\n"
+    "  [--tenant-max-host-kv-bytes N]\n"
     "KV flags: --sink-tokens --tokens-per-cluster --window --recent-tokens\n"
     "  --cache-steps --dense-layers --gqa-selection per_query_head|per_kv_head";
 
-// Blocks SIGTERM and SIGINT in this thread and every thread started later,
-// so that only WaitForSignal receives them.
+// Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread started
+// later, so that only WaitForSignal receives them.
 sigset_t BlockTerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
 }
@@ -73,7 +79,11 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;
   }
-  const int sig = WaitForSignal(signals);
+  int sig = WaitForSignal(signals);
+  for (; sig == SIGHUP; sig = WaitForSignal(signals)) {
+    spdlog::info("received SIGHUP: reloading the tokens file");
+    (void)(*server)->ReloadTokens();  // logs the outcome
+  }
   spdlog::info("received {}: draining (grace {} s)",
                sig == SIGTERM ? "SIGTERM" : "SIGINT",
                config->drain_grace_seconds);

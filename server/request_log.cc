@@ -24,9 +24,10 @@ void LogRequest(ServerMetrics* metrics, const RequestRecord& r,
                                                         : spdlog::level::info;
   spdlog::log(level,
               "rpc={} session={} code={} input_tokens={} generated_tokens={} "
-              "ttft_ms={:.1f} duration_ms={:.1f}{}{}",
+              "ttft_ms={:.1f} duration_ms={:.1f}{}{}{}{}",
               r.rpc, r.session_id.empty() ? "-" : r.session_id, code,
               r.input_tokens, r.generated_tokens, ttft_ms, ms,
+              r.tenant.empty() ? "" : " tenant=", r.tenant,
               status.ok() ? "" : " message=",
               status.ok() ? "" : status.error_message());
   if (metrics != nullptr) metrics->RequestDone(r.rpc, code);

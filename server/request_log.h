@@ -14,6 +14,7 @@ namespace ckv::server {
 struct RequestRecord {
   std::string rpc;         // "Decode", "CreateSession", ...
   std::string session_id;  // empty when none
+  std::string tenant;      // the caller's tenant; empty when anonymous
   int64_t input_tokens = 0;
   int64_t generated_tokens = 0;
   double ttft_seconds = -1.0;  // < 0: no token was generated
@@ -22,7 +23,8 @@ struct RequestRecord {
 };
 
 // Logs "rpc=... session=... code=... input_tokens=... generated_tokens=...
-// ttft_ms=... duration_ms=..." (warn level for server-side failures) and
+// ttft_ms=... duration_ms=...[ tenant=...]" (warn level for server-side
+// failures; never credentials) and
 // counts clusterkv_requests_total{rpc, code}. `metrics` may be null.
 void LogRequest(ServerMetrics* metrics, const RequestRecord& r,
                 const grpc::Status& status);

@@ -18,6 +18,17 @@ struct ServerLimits {
   int64_t max_session_tokens = 131072;  // tokens a session may hold
   int max_queued_requests = 256;        // jobs waiting for the engine
   uint32_t session_idle_ttl_seconds = 3600;
+  // Per tenant (server/auth.h); 0: only the server-wide limits apply.
+  int tenant_max_sessions = 0;
+  int64_t tenant_max_host_kv_bytes = 0;
+};
+
+// TLS on the gRPC port. Empty cert_file: plain TCP.
+struct TlsConfig {
+  std::string cert_file;       // PEM certificate chain of the server
+  std::string key_file;        // PEM private key of the server
+  std::string client_ca_file;  // set: clients must present a cert it signed
+  bool enabled() const { return !cert_file.empty(); }
 };
 
 struct ServerConfig {
@@ -30,6 +41,12 @@ struct ServerConfig {
   KvStoreConfig kv;                // default KV policy of new sessions
   SamplingParams sampling;         // default sampling of new sessions
   ServerLimits limits;
+  TlsConfig tls;
+  // Plain TCP on a non-loopback listen address needs this explicit opt-in.
+  bool insecure = false;
+  // "TOKEN TENANT" lines (server/auth.h); empty: no authentication, one
+  // anonymous tenant. Reloaded on SIGHUP.
+  std::string auth_tokens_file;
 };
 
 }  // namespace ckv::server

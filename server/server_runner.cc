@@ -9,11 +9,13 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "model/model.h"
 #include "server/admission.h"
+#include "server/auth.h"
 #include "server/engine_loop.h"
 #include "server/request_log.h"
 #include "server/service.h"
 #include "server/service_state.h"
 #include "server/session_manager.h"
+#include "server/transport_security.h"
 
 namespace ckv::server {
 namespace {
@@ -40,7 +42,15 @@ ClusterKvServer::ClusterKvServer(const ServerConfig& config) : config_(config) {
 
 absl::StatusOr<std::unique_ptr<ClusterKvServer>> ClusterKvServer::Start(
     const ServerConfig& config, ServerMetrics* metrics) {
+  if (auto st = ValidateTransportSecurity(config); !st.ok()) return st;
   std::unique_ptr<ClusterKvServer> s(new ClusterKvServer(config));
+  if (!config.auth_tokens_file.empty()) {
+    s->tokens_ = std::make_unique<TokenStore>(config.auth_tokens_file);
+    if (auto st = s->tokens_->Reload(); !st.ok()) return st;
+    LogInfo(absl::StrCat("authentication on: ", s->tokens_->tokens(),
+                         " token(s) of ", s->tokens_->tenants(),
+                         " tenant(s)"));
+  }
   if (auto st = s->StartGrpc(metrics); !st.ok()) return st;
   if (auto st = s->LoadBackend(); !st.ok()) {
     s->Drain(absl::ZeroDuration());
@@ -52,14 +62,27 @@ absl::StatusOr<std::unique_ptr<ClusterKvServer>> ClusterKvServer::Start(
 
 ClusterKvServer::~ClusterKvServer() { Drain(absl::ZeroDuration()); }
 
+absl::Status ClusterKvServer::ReloadTokens() {
+  if (tokens_ == nullptr) return absl::OkStatus();
+  if (auto st = tokens_->Reload(); !st.ok()) {
+    LogError(absl::StrCat("tokens reload failed, keeping the previous ones: ",
+                          st.message()));
+    return st;
+  }
+  LogInfo(absl::StrCat("tokens reloaded: ", tokens_->tokens(), " token(s) of ",
+                       tokens_->tenants(), " tenant(s)"));
+  return absl::OkStatus();
+}
+
 absl::Status ClusterKvServer::StartGrpc(ServerMetrics* metrics) {
-  state_ = std::make_unique<ServiceState>(config_, metrics);
+  auto credentials = ServerCredentialsFor(config_.tls);
+  if (!credentials.ok()) return credentials.status();
+  state_ = std::make_unique<ServiceState>(config_, metrics, tokens_.get());
   service_ = std::make_unique<ClusterKvService>(state_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.listen_address,
-                           grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(config_.listen_address, *credentials, &port_);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
@@ -69,7 +92,10 @@ absl::Status ClusterKvServer::StartGrpc(ServerMetrics* metrics) {
   }
   SetHealth(false);
   LogInfo(absl::StrCat("listening on ", HostOf(config_.listen_address), ":",
-                       port_));
+                       port_,
+                       !config_.tls.enabled()             ? " (plain TCP)"
+                       : config_.tls.client_ca_file.empty() ? " (TLS)"
+                                                            : " (mutual TLS)"));
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@ namespace ckv::server {
 
 class Admission;
 class ClusterKvService;
+class TokenStore;
 class EngineLoop;
 class ServiceState;
 class SessionManager;
@@ -37,13 +38,18 @@ class ClusterKvServer {
   // HOST:PORT"), health NOT_SERVING while the model loads, then SERVING.
   // A model that cannot be loaded: the gRPC server is shut down and the
   // error (naming the path) is returned. `metrics` may be null; it must
-  // outlive the server.
+  // outlive the server. TLS and the tokens file are read here (errors name
+  // the flag or file); ValidateTransportSecurity is checked first.
   static absl::StatusOr<std::unique_ptr<ClusterKvServer>> Start(
       const ServerConfig& config, ServerMetrics* metrics);
   ~ClusterKvServer();  // Drain(0) unless drained
 
   int port() const { return port_; }
   const ServerConfig& config() const { return config_; }
+
+  // Rereads --auth-tokens-file (SIGHUP). On error (logged without any
+  // token) the previous tokens stay in force. OK when auth is off.
+  absl::Status ReloadTokens();
 
   // Drain, first half (returns at once): health NOT_SERVING, new calls get
   // UNAVAILABLE, the engine accepts no job.
@@ -68,7 +74,8 @@ class ClusterKvServer {
   int port_ = 0;
   bool drained_ = false;
   // Destroyed bottom-up: the gRPC server first, the engine (whose jobs hold
-  // reactors and sessions) before the sessions, the state last.
+  // reactors and sessions) before the sessions, the state and tokens last.
+  std::unique_ptr<TokenStore> tokens_;  // null: no authentication
   std::unique_ptr<ServiceState> state_;
   std::unique_ptr<ClusterKvService> service_;
   std::unique_ptr<Model> model_;

@@ -3,7 +3,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
+
 #include "server/request_log.h"
+#include "server/service_auth.h"
 #include "server/service_convert.h"
 #include "server/service_reactors.h"
 #include "server/status_util.h"
@@ -11,7 +14,8 @@
 namespace ckv::server {
 namespace {
 
-// Runs `body(backend, record)` for a unary RPC, logs it and finishes.
+// Runs `body(backend, record)` for a unary RPC of an authenticated caller
+// (record.tenant), logs it and finishes.
 template <class Body>
 grpc::ServerUnaryReactor* Unary(ServiceState& state,
                                 grpc::CallbackServerContext* ctx,
@@ -21,8 +25,12 @@ grpc::ServerUnaryReactor* Unary(ServiceState& state,
   rec.rpc = rpc;
   rec.session_id = std::move(session_id);
   grpc::Status status;
+  auto tenant = CallerTenant(state, *ctx);
+  if (tenant.ok()) rec.tenant = *tenant;
   auto backend = state.Backend();
-  if (!backend.ok()) {
+  if (!tenant.ok()) {
+    status = ToGrpcStatus(tenant.status());
+  } else if (!backend.ok()) {
     status = ToGrpcStatus(backend.status());
   } else {
     status = ToGrpcStatus(body(*backend, rec));
@@ -47,6 +55,15 @@ absl::Status RequireId(const std::string& id) {
   return absl::InvalidArgumentError("session_id is required");
 }
 
+// Counts a session-count rejection of Create/Fork under the limit it names.
+void CountSessionLimit(ServerMetrics* metrics, const absl::Status& s) {
+  if (!absl::IsResourceExhausted(s) || metrics == nullptr) return;
+  constexpr absl::string_view kTenant = "tenant_max_sessions";
+  metrics->AdmissionRejected(absl::StartsWith(s.message(), kTenant)
+                                 ? std::string(kTenant)
+                                 : "max_sessions");
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
@@ -65,12 +82,10 @@ grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
                  o.idle_ttl_seconds = req->idle_ttl_seconds();
                  o.routing_key = std::string(
                      RoutingKeyOf(SessionIdMetadata(ctx)));
+                 o.tenant = rec.tenant;
                  auto s = b.sessions->Create(o);
                  if (!s.ok()) {
-                   if (absl::IsResourceExhausted(s.status()) &&
-                       state_.metrics() != nullptr) {
-                     state_.metrics()->AdmissionRejected("max_sessions");
-                   }
+                   CountSessionLimit(state_.metrics(), s.status());
                    return s.status();
                  }
                  rec.session_id = (*s)->id();
@@ -98,14 +113,11 @@ grpc::ServerUnaryReactor* ClusterKvService::ForkSession(
     grpc::CallbackServerContext* ctx, const v1::ForkSessionRequest* req,
     v1::SessionInfo* resp) {
   return Unary(state_, ctx, "ForkSession", req->session_id(),
-               [&](const ServiceBackend& b, RequestRecord&) {
+               [&](const ServiceBackend& b, RequestRecord& rec) {
                  if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-                 auto child = b.sessions->Fork(req->session_id());
+                 auto child = b.sessions->Fork(req->session_id(), rec.tenant);
                  if (!child.ok()) {
-                   if (absl::IsResourceExhausted(child.status()) &&
-                       state_.metrics() != nullptr) {
-                     state_.metrics()->AdmissionRejected("max_sessions");
-                   }
+                   CountSessionLimit(state_.metrics(), child.status());
                    return child.status();
                  }
                  FillSessionInfo(**child, resp);
@@ -117,9 +129,9 @@ grpc::ServerUnaryReactor* ClusterKvService::GetSession(
     grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
     v1::SessionInfo* resp) {
   return Unary(state_, ctx, "GetSession", req->session_id(),
-               [&](const ServiceBackend& b, RequestRecord&) {
+               [&](const ServiceBackend& b, RequestRecord& rec) {
                  if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-                 auto session = b.sessions->Get(req->session_id());
+                 auto session = b.sessions->Get(req->session_id(), rec.tenant);
                  if (!session.ok()) return session.status();
                  FillSessionInfo(**session, resp);
                  return absl::OkStatus();
@@ -130,8 +142,8 @@ grpc::ServerUnaryReactor* ClusterKvService::ListSessions(
     grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest*,
     v1::ListSessionsResponse* resp) {
   return Unary(state_, ctx, "ListSessions", "",
-               [&](const ServiceBackend& b, RequestRecord&) {
-                 for (const auto& s : b.sessions->List()) {
+               [&](const ServiceBackend& b, RequestRecord& rec) {
+                 for (const auto& s : b.sessions->ListTenant(rec.tenant)) {
                    FillSessionInfo(*s, resp->add_sessions());
                  }
                  return absl::OkStatus();
@@ -142,9 +154,9 @@ grpc::ServerUnaryReactor* ClusterKvService::CloseSession(
     grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest* req,
     v1::CloseSessionResponse* resp) {
   return Unary(state_, ctx, "CloseSession", req->session_id(),
-               [&](const ServiceBackend& b, RequestRecord&) {
+               [&](const ServiceBackend& b, RequestRecord& rec) {
                  if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-                 auto freed = b.sessions->Close(req->session_id());
+                 auto freed = b.sessions->Close(req->session_id(), rec.tenant);
                  if (!freed.ok()) return freed.status();
                  resp->set_freed_host_bytes(*freed);
                  return absl::OkStatus();
@@ -159,7 +171,11 @@ grpc::ServerUnaryReactor* ClusterKvService::GetServerInfo(
   rec.rpc = "GetServerInfo";
   const ServiceBackend b = state_.backend_unchecked();
   grpc::Status status;
-  if (b.model == nullptr) {
+  auto tenant = CallerTenant(state_, *ctx);
+  if (tenant.ok()) rec.tenant = *tenant;
+  if (!tenant.ok()) {
+    status = ToGrpcStatus(tenant.status());
+  } else if (b.model == nullptr) {
     status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
   } else {
     FillServerInfo(state_.config(), *b.model, *b.sessions, b.engine->stats(),

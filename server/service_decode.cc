@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "server/service_convert.h"
+#include "server/service_auth.h"
 #include "server/service_reactors.h"
 #include "server/stream_reactor.h"
 
@@ -71,6 +73,9 @@ absl::StatusOr<std::vector<int32_t>> GenerateInput(
 
 grpc::Status DecodeReactor::TryDecode(const v1::DecodeRequest& req) {
   rec_.session_id = req.session_id();
+  auto tenant = CallerTenant(state_, *ctx_);
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
+  rec_.tenant = *std::move(tenant);
   auto backend = state_.Backend();
   if (!backend.ok()) return ToGrpcStatus(backend.status());
   backend_ = *backend;
@@ -79,7 +84,7 @@ grpc::Status DecodeReactor::TryDecode(const v1::DecodeRequest& req) {
   }
   auto input = DecodeInput(*backend_.model, req);
   if (!input.ok()) return ToGrpcStatus(input.status());
-  auto lease = backend_.sessions->Acquire(req.session_id());
+  auto lease = backend_.sessions->Acquire(req.session_id(), rec_.tenant);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   auto sampling = MergeSampling((*lease)->sampling(), req.sampling());
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());
@@ -92,6 +97,9 @@ grpc::Status DecodeReactor::TryDecode(const v1::DecodeRequest& req) {
 }
 
 grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
+  auto tenant = CallerTenant(state_, *ctx_);
+  if (!tenant.ok()) return ToGrpcStatus(tenant.status());
+  rec_.tenant = *std::move(tenant);
   auto backend = state_.Backend();
   if (!backend.ok()) return ToGrpcStatus(backend.status());
   backend_ = *backend;
@@ -108,17 +116,21 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());
   o.kv = *kv;
   o.sampling = *sampling;
+  o.tenant = rec_.tenant;
   auto session = backend_.sessions->Create(o);
   if (!session.ok()) {
     if (session.status().code() == absl::StatusCode::kResourceExhausted &&
         state_.metrics() != nullptr) {
-      state_.metrics()->AdmissionRejected("max_sessions");
+      state_.metrics()->AdmissionRejected(
+          absl::StartsWith(session.status().message(), "tenant_")
+              ? "tenant_max_sessions"
+              : "max_sessions");
     }
     return ToGrpcStatus(session.status());
   }
   ephemeral_id_ = (*session)->id();
   rec_.session_id = ephemeral_id_;
-  auto lease = backend_.sessions->Acquire(ephemeral_id_);
+  auto lease = backend_.sessions->Acquire(ephemeral_id_, rec_.tenant);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   return Submit(*std::move(lease), *std::move(input), AppendKind::kPrompt,
                 *sampling);
@@ -132,6 +144,7 @@ grpc::Status DecodeReactor::Submit(SessionLease lease,
   a.max_new_tokens = sampling.max_tokens;
   a.session_tokens = lease->stats().tokens;
   a.kv = lease->kv();
+  a.tenant = lease->tenant();
   rec_.input_tokens = a.input_tokens;
   JobSpec spec;
   spec.lease = std::move(lease);
@@ -194,7 +207,7 @@ void DecodeReactor::OnJobDone(const JobResult& r) {
 // The lease is released before on_done, so the session can be closed here.
 void DecodeReactor::CloseEphemeral() {
   if (ephemeral_id_.empty() || backend_.sessions == nullptr) return;
-  (void)backend_.sessions->Close(ephemeral_id_);
+  (void)backend_.sessions->Close(ephemeral_id_, rec_.tenant);
 }
 
 }  // namespace

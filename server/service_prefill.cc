@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/service_convert.h"
+#include "server/service_auth.h"
 #include "server/service_reactors.h"
 #include "server/stream_reactor.h"
 
@@ -27,6 +28,12 @@ class PrefillReactor final : public PrefillBase {
       : PrefillBase(state, ctx, "Prefill") {}
 
   void Start() {
+    auto tenant = CallerTenant(state_, *ctx_);
+    if (!tenant.ok()) {
+      EndStream(ToGrpcStatus(tenant.status()));
+      return;
+    }
+    rec_.tenant = *std::move(tenant);
     auto backend = state_.Backend();
     if (!backend.ok()) {
       EndStream(ToGrpcStatus(backend.status()));
@@ -82,7 +89,7 @@ grpc::Status PrefillReactor::AcceptFirst(const v1::PrefillRequest& m) {
         "session_id is required in the first Prefill message"));
   }
   add_bos_ = !m.has_add_bos() || m.add_bos();
-  auto lease = backend_.sessions->Acquire(m.session_id());
+  auto lease = backend_.sessions->Acquire(m.session_id(), rec_.tenant);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
   lease_ = *std::move(lease);
   return grpc::Status::OK;
@@ -153,6 +160,7 @@ grpc::Status PrefillReactor::StartJob() {
   a.input_tokens = static_cast<int64_t>(tokens->size());
   a.session_tokens = lease_->stats().tokens;
   a.kv = lease_->kv();
+  a.tenant = lease_->tenant();
   rec_.input_tokens = a.input_tokens;
   JobSpec spec;
   spec.sampling = lease_->sampling();

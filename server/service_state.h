@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "model/model.h"
 #include "server/admission.h"
+#include "server/auth.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
@@ -27,12 +28,15 @@ struct ServiceBackend {
 
 class ServiceState {
  public:
-  // `metrics` may be null (no metrics); it must outlive this object.
-  ServiceState(const ServerConfig& config, ServerMetrics* metrics)
-      : config_(config), metrics_(metrics) {}
+  // `metrics` may be null (no metrics); `tokens` null: no authentication
+  // (one anonymous tenant). Both must outlive this object.
+  ServiceState(const ServerConfig& config, ServerMetrics* metrics,
+               const TokenStore* tokens = nullptr)
+      : config_(config), metrics_(metrics), tokens_(tokens) {}
 
   const ServerConfig& config() const { return config_; }
   ServerMetrics* metrics() const { return metrics_; }
+  const TokenStore* tokens() const { return tokens_; }
 
   // Called once, after the model is loaded; the objects must outlive every
   // call (the runner shuts the gRPC server down before destroying them).
@@ -56,6 +60,7 @@ class ServiceState {
  private:
   const ServerConfig config_;
   ServerMetrics* const metrics_;
+  const TokenStore* const tokens_;
   std::atomic<bool> draining_{false};
   mutable absl::Mutex mu_;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;

@@ -13,9 +13,10 @@ int64_t NowUnixMs() {
 Session::Session(std::string id, std::string parent_id,
                  const KvStoreConfig& kv, const SamplingParams& sampling,
                  uint32_t idle_ttl_seconds,
-                 std::unique_ptr<ClusteredKvStore> store)
+                 std::unique_ptr<ClusteredKvStore> store, std::string tenant)
     : id_(std::move(id)),
       parent_id_(std::move(parent_id)),
+      tenant_(std::move(tenant)),
       kv_(kv),
       sampling_(sampling),
       idle_ttl_seconds_(idle_ttl_seconds),

@@ -32,9 +32,11 @@ class Session {
  public:
   Session(std::string id, std::string parent_id, const KvStoreConfig& kv,
           const SamplingParams& sampling, uint32_t idle_ttl_seconds,
-          std::unique_ptr<ClusteredKvStore> store);
+          std::unique_ptr<ClusteredKvStore> store, std::string tenant = "");
 
   const std::string& id() const { return id_; }
+  // The tenant that created the session (or its fork root); "" anonymous.
+  const std::string& tenant() const { return tenant_; }
   const std::string& parent_id() const { return parent_id_; }
   const KvStoreConfig& kv() const { return kv_; }
   const SamplingParams& sampling() const { return sampling_; }
@@ -60,7 +62,7 @@ class Session {
   friend class SessionManager;
   friend class SessionLease;
 
-  const std::string id_, parent_id_;
+  const std::string id_, parent_id_, tenant_;
   const KvStoreConfig kv_;
   const SamplingParams sampling_;
   const uint32_t idle_ttl_seconds_;

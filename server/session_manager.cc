@@ -44,6 +44,23 @@ absl::Status ValidateRoutingKey(absl::string_view key) {
       "x-session-id routing key must be 1-64 characters of [A-Za-z0-9_-]");
 }
 
+absl::Status SessionManager::CheckSessionLimitsLocked(
+    absl::string_view tenant) const {
+  if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
+  }
+  if (limits_.tenant_max_sessions <= 0) return absl::OkStatus();
+  int of_tenant = 0;
+  for (const auto& [id, s] : sessions_) of_tenant += s->tenant() == tenant;
+  if (of_tenant >= limits_.tenant_max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tenant_max_sessions limit reached (",
+                     limits_.tenant_max_sessions, " sessions per tenant)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(
     const SessionOptions& o) {
   if (!o.routing_key.empty()) {
@@ -57,37 +74,40 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(
   const uint32_t ttl = o.idle_ttl_seconds ? o.idle_ttl_seconds
                                           : limits_.session_idle_ttl_seconds;
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
-  }
+  if (auto s = CheckSessionLimitsLocked(o.tenant); !s.ok()) return s;
   std::string id = o.routing_key.empty()
                        ? NewId()
                        : absl::StrCat(o.routing_key, ".", NewId());
   auto session = std::make_shared<Session>(std::move(id), "", kv, o.sampling,
-                                           ttl, std::move(store));
+                                           ttl, std::move(store), o.tenant);
   sessions_[session->id()] = session;
   return session;
 }
 
+namespace {
+// The one message for an unknown id and for another tenant's session.
+absl::Status UnknownSession(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
+}
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(
-    const std::string& id) const {
+    const std::string& id, absl::string_view tenant) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
+  if (it == sessions_.end() || it->second->tenant() != tenant) {
+    return UnknownSession(id);
   }
   return it->second;
 }
 
-absl::StatusOr<SessionLease> SessionManager::Acquire(const std::string& id) {
-  auto session = Get(id);
+absl::StatusOr<SessionLease> SessionManager::Acquire(const std::string& id,
+                                                     absl::string_view tenant) {
+  auto session = Get(id, tenant);
   if (!session.ok()) return session.status();
   Session& s = **session;
   std::lock_guard<std::mutex> lock(s.mu_);
-  if (s.closed_) {
-    return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
-  }
+  if (s.closed_) return UnknownSession(id);
   if (s.busy_) {
     return absl::AbortedError(
         absl::StrCat("session '", id, "' is busy with another call"));
@@ -97,30 +117,28 @@ absl::StatusOr<SessionLease> SessionManager::Acquire(const std::string& id) {
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(
-    const std::string& id) {
-  auto lease = Acquire(id);
+    const std::string& id, absl::string_view tenant) {
+  auto lease = Acquire(id, tenant);
   if (!lease.ok()) return lease.status();
   Session& parent = *lease->get();
   auto store = parent.store().Fork();
   if (!store.ok()) return store.status();
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
-  }
+  if (auto s = CheckSessionLimitsLocked(parent.tenant()); !s.ok()) return s;
   std::string child_id =
       absl::StrCat(RoutingKeyOf(parent.id()), ".", NewId());
   auto child = std::make_shared<Session>(
       std::move(child_id), parent.id(), parent.kv(), parent.sampling(),
-      parent.idle_ttl_seconds(), *std::move(store));
+      parent.idle_ttl_seconds(), *std::move(store), parent.tenant());
   child->set_last_logits(parent.last_logits());
   sessions_[child->id()] = child;
   parent.PublishStats();  // its segments are shared now
   return child;
 }
 
-absl::StatusOr<int64_t> SessionManager::Close(const std::string& id) {
-  auto lease = Acquire(id);
+absl::StatusOr<int64_t> SessionManager::Close(const std::string& id,
+                                              absl::string_view tenant) {
+  auto lease = Acquire(id, tenant);
   if (!lease.ok()) return lease.status();
   Session& s = *lease->get();
   const KvMemoryStats m = s.store().memory();
@@ -144,13 +162,22 @@ std::vector<std::shared_ptr<Session>> SessionManager::List() const {
   return out;
 }
 
+std::vector<std::shared_ptr<Session>> SessionManager::ListTenant(
+    absl::string_view tenant) const {
+  std::vector<std::shared_ptr<Session>> out = List();
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [&](const auto& s) { return s->tenant() != tenant; }),
+            out.end());
+  return out;
+}
+
 int SessionManager::ExpireIdle(int64_t now_unix_ms) {
   int closed = 0;
   for (const auto& s : List()) {
     if (s->busy()) continue;
     const int64_t idle_ms = now_unix_ms - s->last_used_unix_ms();
     if (idle_ms >= int64_t{s->idle_ttl_seconds()} * 1000 &&
-        Close(s->id()).ok()) {
+        Close(s->id(), s->tenant()).ok()) {
       ++closed;
     }
   }
@@ -158,10 +185,17 @@ int SessionManager::ExpireIdle(int64_t now_unix_ms) {
 }
 
 // Host bytes: every session's private part plus each shared segment once.
-MemoryTotals SessionManager::Totals() const {
+MemoryTotals SessionManager::Totals() const { return Sum(List()); }
+
+MemoryTotals SessionManager::TenantTotals(absl::string_view tenant) const {
+  return Sum(ListTenant(tenant));
+}
+
+MemoryTotals SessionManager::Sum(
+    const std::vector<std::shared_ptr<Session>>& list) {
   MemoryTotals t;
   absl::flat_hash_set<int64_t> seen;
-  for (const auto& s : List()) {
+  for (const auto& s : list) {
     const SessionStats st = s->stats();
     t.device_bytes += st.memory.device_bytes;
     t.host_bytes += st.memory.host_bytes - st.memory.host_shared_bytes;

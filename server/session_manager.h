@@ -1,6 +1,14 @@
 // Owns the sessions of the server: creation with admission against the
 // limits, lookup, fork, close, exclusive leases for calls, idle expiry and
 // memory totals in which segments shared by forks are counted once.
+//
+// Tenants: every session belongs to the tenant that created it (a fork to
+// its parent's), and lookups take the caller's tenant. A session of another
+// tenant is NOT_FOUND with the same message as an unknown id, so neither
+// its existence nor its segments (shared only along one tenant's fork tree)
+// leak across tenants. The tenant argument defaults to the anonymous tenant
+// (no authentication); with authentication on, no session has that tenant,
+// so a call site that forgets to pass the caller's tenant finds nothing.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +27,9 @@
 
 namespace ckv::server {
 
+// The tenant of every call when authentication is off.
+inline constexpr absl::string_view kAnonymousTenant = "";
+
 struct SessionOptions {
   KvStoreConfig kv;            // already merged with the server defaults
   SamplingParams sampling;     // already merged with the server defaults
@@ -28,6 +39,7 @@ struct SessionOptions {
   // first '.' sends every call of the session to this replica. Validated
   // with ValidateRoutingKey. Empty: the id is "<random>" (its own key).
   std::string routing_key;
+  std::string tenant{kAnonymousTenant};  // owner of the new session
 };
 
 // The routing key of a session id or x-session-id value: the part before the
@@ -47,29 +59,43 @@ class SessionManager {
   SessionManager(const ModelConfig& model, const ServerLimits& limits,
                  ClusterWorker* worker);
 
-  // RESOURCE_EXHAUSTED naming max_sessions when full; INVALID_ARGUMENT for a
-  // bad KV config.
+  // RESOURCE_EXHAUSTED naming max_sessions (or tenant_max_sessions) when
+  // full; INVALID_ARGUMENT for a bad KV config.
   absl::StatusOr<std::shared_ptr<Session>> Create(const SessionOptions& o);
-  // NOT_FOUND for an unknown (or closed) id.
-  absl::StatusOr<std::shared_ptr<Session>> Get(const std::string& id) const;
+  // NOT_FOUND for an unknown (or closed) id or another tenant's session.
+  absl::StatusOr<std::shared_ptr<Session>> Get(
+      const std::string& id, absl::string_view tenant = kAnonymousTenant) const;
   // Exclusive use for one call: ABORTED if the session is busy.
-  absl::StatusOr<SessionLease> Acquire(const std::string& id);
-  // A child sharing the parent's segments (and routing key: its id is
-  // "<RoutingKeyOf(parent)>.<random>"); ABORTED while the parent is busy.
-  absl::StatusOr<std::shared_ptr<Session>> Fork(const std::string& id);
+  absl::StatusOr<SessionLease> Acquire(
+      const std::string& id, absl::string_view tenant = kAnonymousTenant);
+  // A child of the same tenant sharing the parent's segments (and routing
+  // key: its id is "<RoutingKeyOf(parent)>.<random>"); ABORTED while the
+  // parent is busy.
+  absl::StatusOr<std::shared_ptr<Session>> Fork(
+      const std::string& id, absl::string_view tenant = kAnonymousTenant);
   // ABORTED while busy; returns the host bytes freed (not shared ones).
-  absl::StatusOr<int64_t> Close(const std::string& id);
+  absl::StatusOr<int64_t> Close(const std::string& id,
+                                absl::string_view tenant = kAnonymousTenant);
+  // Every session of every tenant (server internals: expiry, totals).
   std::vector<std::shared_ptr<Session>> List() const;
+  // The sessions of one tenant, oldest first.
+  std::vector<std::shared_ptr<Session>> ListTenant(
+      absl::string_view tenant) const;
   // Closes idle sessions whose TTL expired; returns how many.
   int ExpireIdle(int64_t now_unix_ms);
 
   MemoryTotals Totals() const;
+  // The same over one tenant's sessions (its per-tenant KV usage).
+  MemoryTotals TenantTotals(absl::string_view tenant) const;
   // Bytes per token of a session's KV in the host tier (all layers).
   int64_t HostBytesPerToken() const;
   const ServerLimits& limits() const { return limits_; }
 
  private:
   std::string NewId();
+  // max_sessions, then tenant_max_sessions for `tenant`. Needs mu_.
+  absl::Status CheckSessionLimitsLocked(absl::string_view tenant) const;
+  static MemoryTotals Sum(const std::vector<std::shared_ptr<Session>>& list);
 
   const KvShape shape_;
   const ServerLimits limits_;

@@ -49,6 +49,22 @@ struct DecodeRecord {
   std::vector<float> q;         // [n_heads][head_dim], post-RoPE
 };
 
+// The state of a store between calls, for snapshots (model/kv/snapshot.h):
+// host-tier rows and segments with their built indexes. The device tier
+// (cache arenas) is not part of it: a restored store starts with an empty
+// cache.
+struct StoreParts {
+  KvShape shape;
+  KvStoreConfig config;
+  int64_t n_tokens = 0;
+  int64_t sink_rows = 0;  // min(n_tokens, config.sink_tokens)
+  int64_t tail_rows = 0;  // open rows after the last segment
+  // Per layer: [n_kv_heads][rows][head_dim] of config.kv_dtype.
+  std::vector<std::vector<uint16_t>> sink_k, sink_v, tail_k, tail_v;
+  // Oldest first, contiguous from position config.sink_tokens.
+  std::vector<std::shared_ptr<Segment>> segments;
+};
+
 class ClusteredKvStore : public KvCache {
  public:
   // `worker` runs clustering off the compute thread; null = inline.
@@ -71,6 +87,18 @@ class ClusteredKvStore : public KvCache {
   }
   absl::StatusOr<std::unique_ptr<ClusteredKvStore>> Fork(
       const KvStoreConfig& child_config) const;
+
+  // This store's parts, after waiting for every layer's index (segments are
+  // shared, not copied). FAILED_PRECONDITION during a call.
+  absl::StatusOr<StoreParts> Export() const;
+  // A store made of `parts` (model/kv/store_parts.cc): INVALID_ARGUMENT
+  // naming the first inconsistency (row counts, positions, array sizes, an
+  // index that is missing, out of range or unordered), so hostile parts
+  // cannot yield a store that reads out of bounds. Segments are used as
+  // they are (no k-means runs) and must have no index job pending (ticket
+  // 0, as the snapshot reader makes them).
+  static absl::StatusOr<std::unique_ptr<ClusteredKvStore>> Restore(
+      StoreParts parts, ClusterWorker* worker);
 
   const KvStoreConfig& config() const { return config_; }
   const KvShape& shape() const { return shape_; }

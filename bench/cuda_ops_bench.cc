@@ -1,0 +1,268 @@
+// GPU microbenchmark of the ClusterKV kernels (kernels/cuda): decode
+// attention dense vs sparse at 32k context / B = 1024 (32 query heads, 8 KV
+// heads, head_dim 128, BF16 KV), batched k-means of a 32k segment, and
+// cluster selection. Times are medians of CUDA-event-timed repeats after a
+// warm-up; inputs are random (never zeros). Prints a short table last.
+// Exits 1 when no CUDA device is present (device-check.sh relies on it).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention_decode.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/kmeans.h"
+#include "kernels/cuda/selection.h"
+
+namespace ckv::kernels::cuda {
+namespace {
+
+void Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "FATAL: %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+// A new device buffer holding v.
+template <typename T>
+T* Upload(const std::vector<T>& v) {
+  T* p = nullptr;
+  Check(cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)), "malloc");
+  Check(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+        "upload");
+  return p;
+}
+
+std::vector<uint16_t> RandomBf16(std::mt19937& rng, size_t n) {
+  std::vector<uint16_t> v(n);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (auto& x : v) {
+    const float f = d(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = static_cast<uint16_t>(bits >> 16);
+  }
+  return v;
+}
+
+std::vector<float> RandomF32(std::mt19937& rng, size_t n) {
+  std::vector<float> v(n);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Median milliseconds of `reps` runs of fn (after 3 warm-ups).
+double TimeMs(cudaStream_t s, int reps, const std::function<void()>& fn) {
+  cudaEvent_t a, b;
+  Check(cudaEventCreate(&a), "event");
+  Check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    Check(cudaEventRecord(a, s), "record");
+    fn();
+    Check(cudaEventRecord(b, s), "record");
+    Check(cudaEventSynchronize(b), "sync");
+    Check(cudaEventElapsedTime(&ms[i], a, b), "elapsed");
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+struct Row {
+  std::string name;
+  double ms;
+  std::string note;
+};
+
+constexpr int kHeads = 32, kKvHeads = 8, kHd = 128;
+constexpr int64_t kCtx = 32768, kBudget = 1024, kAttended = kBudget + 16 + 320;
+
+void BenchDecode(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
+  const size_t kv_elems = size_t{kKvHeads} * kCtx * kHd;
+  auto* k = Upload(RandomBf16(rng, kv_elems));
+  auto* v = Upload(RandomBf16(rng, kv_elems));
+  auto* q = Upload(RandomF32(rng, kHeads * kHd));
+  float* out = nullptr;
+  Check(cudaMalloc(&out, kHeads * kHd * 4), "malloc");
+  std::vector<int32_t> lists(kHeads * kAttended);
+  for (int h = 0; h < kHeads; ++h) {  // distinct random rows, ascending
+    std::vector<int32_t> all(kCtx);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::sort(all.begin(), all.begin() + kAttended);
+    std::copy_n(all.begin(), kAttended, lists.begin() + h * kAttended);
+  }
+  auto* dl = Upload(lists);
+  auto* dc = Upload(std::vector<int32_t>(kHeads, kAttended));
+  DecodeAttentionParams p;
+  p.q = q;
+  p.n_heads = kHeads;
+  p.n_kv_heads = kKvHeads;
+  p.head_dim = kHd;
+  p.scale = 0.088f;
+  p.k = k;
+  p.v = v;
+  p.dtype = DType::kBF16;
+  p.head_stride = kCtx * kHd;
+  p.row_stride = kHd;
+  p.n_rows = kCtx;
+  p.out = out;
+  void* ws = nullptr;
+  Check(cudaMalloc(&ws, DecodeAttentionWorkspaceBytes(p) + 1), "malloc");
+  const double dense = TimeMs(s, 50, [&] {
+    Check(DecodeAttention(p, ws, DecodeAttentionWorkspaceBytes(p), s), "dense");
+  });
+  const double dense_gb = 2.0 * kv_elems * 2 / (dense * 1e6);
+  rows->push_back({"decode dense 32k", dense,
+                   std::to_string(static_cast<int>(dense_gb)) +
+                       " GB/s (unique K+V bytes)"});
+  p.n_rows = kAttended;
+  p.rows = dl;
+  p.row_counts = dc;
+  p.rows_stride = kAttended;
+  const double sparse = TimeMs(s, 50, [&] {
+    Check(DecodeAttention(p, ws, DecodeAttentionWorkspaceBytes(p), s), "sparse");
+  });
+  const double bytes = double{kHeads} * kAttended * kHd * 2 * 2 +
+                       double{kHeads} * kAttended * 4;
+  rows->push_back({"decode sparse B=1024", sparse,
+                   std::to_string(static_cast<int>(bytes / (sparse * 1e6))) +
+                       " GB/s (gathered rows per q head)"});
+  for (void* ptr : {static_cast<void*>(k), static_cast<void*>(v),
+                    static_cast<void*>(q), static_cast<void*>(out),
+                    static_cast<void*>(dl), static_cast<void*>(dc), ws}) {
+    cudaFree(ptr);
+  }
+}
+
+void BenchKMeans(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
+  const int k = static_cast<int>(kCtx / 80) + 1;  // 410
+  auto* keys = Upload(RandomBf16(rng, size_t{kKvHeads} * kCtx * kHd));
+  std::vector<int32_t> seeds(kKvHeads * k);
+  for (int g = 0; g < kKvHeads; ++g) {
+    for (int c = 0; c < k; ++c) seeds[g * k + c] = c * 79;
+  }
+  auto* ds = Upload(seeds);
+  float* cent = nullptr;
+  int32_t *asg = nullptr, *sizes = nullptr, *iters = nullptr;
+  Check(cudaMalloc(&cent, size_t{kKvHeads} * k * kHd * 4), "malloc");
+  Check(cudaMalloc(&asg, size_t{kKvHeads} * kCtx * 4), "malloc");
+  Check(cudaMalloc(&sizes, size_t{kKvHeads} * k * 4), "malloc");
+  Check(cudaMalloc(&iters, kKvHeads * 4), "malloc");
+  KMeansBatch b{keys, DType::kBF16, kCtx * kHd, kHd, kKvHeads, kCtx, kHd, k,
+                KMeansMetric::kCosine, cent, asg, sizes};
+  void* ws = nullptr;
+  Check(cudaMalloc(&ws, KMeansWorkspaceBytes(b)), "malloc");
+  const double ms = TimeMs(s, 5, [&] {
+    Check(KMeansRun(b, ds, 20, ws, KMeansWorkspaceBytes(b), iters, nullptr, s),
+          "kmeans");
+  });
+  std::vector<int32_t> it(kKvHeads);
+  Check(cudaMemcpy(it.data(), iters, kKvHeads * 4, cudaMemcpyDeviceToHost),
+        "download");
+  rows->push_back({"kmeans 8x32k k=410", ms,
+                   std::to_string(*std::max_element(it.begin(), it.end())) +
+                       " iterations (max 20)"});
+  for (void* ptr : {static_cast<void*>(keys), static_cast<void*>(ds),
+                    static_cast<void*>(cent), static_cast<void*>(asg),
+                    static_cast<void*>(sizes), static_cast<void*>(iters), ws}) {
+    cudaFree(ptr);
+  }
+}
+
+void BenchSelect(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
+  const int n_c = 410;
+  std::vector<int32_t> offsets(kKvHeads * (n_c + 1));
+  for (int g = 0; g < kKvHeads; ++g) {
+    for (int c = 0; c <= n_c; ++c) offsets[g * (n_c + 1) + c] = c * 80;
+  }
+  std::vector<int32_t> members(size_t{kKvHeads} * n_c * 80);
+  std::iota(members.begin(), members.end(), 0);
+  auto* q = Upload(RandomF32(rng, kHeads * kHd));
+  auto* cent = Upload(RandomF32(rng, size_t{kKvHeads} * n_c * kHd));
+  auto* dn = Upload(std::vector<int32_t>(kKvHeads, n_c));
+  auto* doff = Upload(offsets);
+  auto* dmem = Upload(members);
+  float* scores = nullptr;
+  int32_t *order, *takes, *nsel, *rws, *nrows;
+  Check(cudaMalloc(&scores, kHeads * n_c * 4), "malloc");
+  Check(cudaMalloc(&order, kHeads * n_c * 4), "malloc");
+  Check(cudaMalloc(&takes, kHeads * n_c * 4), "malloc");
+  Check(cudaMalloc(&nsel, kHeads * 4), "malloc");
+  Check(cudaMalloc(&rws, kHeads * kBudget * 4), "malloc");
+  Check(cudaMalloc(&nrows, kHeads * 4), "malloc");
+  ClusterSelectParams p;
+  p.q = q;
+  p.n_q_heads = kHeads;
+  p.n_kv_heads = kKvHeads;
+  p.dim = kHd;
+  p.centroids = cent;
+  p.centroid_stride = int64_t{n_c} * kHd;
+  p.n_clusters = dn;
+  p.max_clusters = n_c;
+  p.offsets = doff;
+  p.offsets_stride = n_c + 1;
+  p.members = dmem;
+  p.members_stride = int64_t{n_c} * 80;
+  p.budget = kBudget;
+  p.scores = scores;
+  p.order = order;
+  p.takes = takes;
+  p.n_selected = nsel;
+  p.rows = rws;
+  p.rows_stride = kBudget;
+  p.n_rows = nrows;
+  const double ms = TimeMs(s, 50, [&] { Check(SelectClusters(p, s), "select"); });
+  rows->push_back({"select 32 heads, 410 cl", ms, "scores+sort+trim+lists"});
+  for (void* ptr : {static_cast<void*>(q), static_cast<void*>(cent),
+                    static_cast<void*>(dn), static_cast<void*>(doff),
+                    static_cast<void*>(dmem), static_cast<void*>(scores),
+                    static_cast<void*>(order), static_cast<void*>(takes),
+                    static_cast<void*>(nsel), static_cast<void*>(rws),
+                    static_cast<void*>(nrows)}) {
+    cudaFree(ptr);
+  }
+}
+
+int Main() {
+  int count = 0;
+  const int err = GetDeviceCount(&count);
+  if (err != 0 || count == 0) {
+    std::fprintf(stderr, "FATAL: no CUDA device: %s\n",
+                 err != 0 ? ErrorString(err) : "count is 0");
+    return 1;
+  }
+  DeviceInfo info;
+  Check(static_cast<cudaError_t>(GetDeviceInfo(0, &info)), "device info");
+  cudaStream_t s;
+  Check(cudaStreamCreate(&s), "stream");
+  std::mt19937 rng(42);
+  std::vector<Row> rows;
+  BenchDecode(s, rng, &rows);
+  BenchKMeans(s, rng, &rows);
+  BenchSelect(s, rng, &rows);
+  Check(cudaStreamDestroy(s), "stream");
+  std::printf("\n%s (sm_%d%d, %d SMs)\n", info.name, info.compute_major,
+              info.compute_minor, info.multiprocessors);
+  std::printf("%-26s %10s  %s\n", "op", "ms", "note");
+  for (const Row& r : rows) {
+    std::printf("%-26s %10.4f  %s\n", r.name.c_str(), r.ms, r.note.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ckv::kernels::cuda
+
+int main() { return ckv::kernels::cuda::Main(); }

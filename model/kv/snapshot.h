@@ -1,0 +1,85 @@
+// Durable snapshots of a session: its clustered KV store (host tier, built
+// indexes: restoring runs no k-means, so decoding continues bit-identically)
+// and the session's own state, in one versioned, checksummed binary file.
+//
+// Format, little-endian:
+//   header (48 bytes): magic "CKVSNAP\0", u32 version (1), u32 header size
+//     (48), u64 model fingerprint, u64 store fingerprint, u64 payload size,
+//     u32 CRC-32C of the payload, u32 CRC-32C of the 44 header bytes before.
+//   payload: sections, each u32 tag, u32 reserved (0), u64 length, then
+//     `length` bytes, in this order: META (session id, parent id, tenant,
+//     idle TTL, sampling defaults, last logits), CONF (KV shape and store
+//     config), EDGE (token counts, segment count, sink and tail rows of
+//     every layer), then one SEGM per segment (first position, rows, K and V
+//     of every layer, and per sparse layer and KV head the k-means clusters
+//     (k, centroids, offsets, members) and Quest page bounds).
+//   Arrays are u64 count + elements; strings u32 length + bytes.
+//
+// Readers check every count and length against the bytes that remain before
+// allocating, so hostile files yield errors: DATA_LOSS for a corrupt or
+// truncated file, FAILED_PRECONDITION for a snapshot of another model, store
+// layout or format version. ClusteredKvStore::Restore then checks the parts'
+// invariants (INVALID_ARGUMENT).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/gguf/gguf.h"
+#include "model/kv/clustered_store.h"
+#include "model/sampler.h"
+
+namespace ckv {
+
+inline constexpr uint32_t kSnapshotVersion = 1;
+inline constexpr size_t kSnapshotHeaderBytes = 48;
+
+// The session's state besides its store.
+struct SnapshotMeta {
+  std::string session_id;
+  std::string parent_id;
+  std::string tenant;
+  uint32_t idle_ttl_seconds = 0;
+  SamplingParams sampling;         // the session's defaults
+  std::vector<float> last_logits;  // after the last token (may be empty)
+};
+
+struct Snapshot {
+  SnapshotMeta meta;
+  StoreParts store;  // store.config is the session's KV config
+};
+
+// What a reader requires of a snapshot.
+struct SnapshotExpect {
+  uint64_t model_fingerprint = 0;
+  KvShape shape;                  // of the loaded model
+  int vocab_size = 0;             // last_logits: empty or this long
+  int64_t max_tokens = 1 << 20;   // replaces the file's store token limit
+};
+
+// Fingerprint of a model file: its size, CRC-32C of its first and last MiB,
+// and its tensor table (names, dims, types, offsets). IO errors name the path.
+absl::StatusOr<uint64_t> ModelFingerprint(
+    const std::string& path, const std::vector<gguf::TensorInfo>& tensors);
+// Fingerprint of what shapes the stored rows and indexes: the KV shape and
+// the layout fields of the config (sinks, window, clustering, dense layers,
+// page size, dtype, metric, policy and which indexes are built).
+uint64_t StoreFingerprint(const KvShape& shape, const KvStoreConfig& config);
+
+// The snapshot as bytes (header + payload).
+std::string SerializeSnapshot(const Snapshot& s, uint64_t model_fingerprint);
+// Writes `path` atomically: PATH.tmp, fsync, rename, fsync of the folder.
+// Returns the bytes written.
+absl::StatusOr<int64_t> WriteSnapshotFile(const std::string& path,
+                                          const Snapshot& s,
+                                          uint64_t model_fingerprint);
+
+absl::StatusOr<Snapshot> ParseSnapshot(absl::string_view bytes,
+                                       const SnapshotExpect& expect);
+absl::StatusOr<Snapshot> ReadSnapshotFile(const std::string& path,
+                                          const SnapshotExpect& expect);
+
+}  // namespace ckv
