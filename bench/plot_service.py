@@ -82,7 +82,9 @@ def main():
     plot_latency(axes[2], summary, "itl_ms", "inter-token latency")
     for ax in axes:
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        # The overhead labels sit above the throughput points.
+        ax.legend(fontsize="small",
+                  loc="lower right" if ax is axes[0] else "best")
     fig.suptitle(title(data))
     fig.tight_layout()
     fig.savefig(out, dpi=110)

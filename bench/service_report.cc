@@ -34,7 +34,8 @@ double MedianOf(const std::vector<const RunSample*>& runs, F field) {
   return Median(std::move(v));
 }
 
-ModeMedians Medians(const std::vector<const RunSample*>& runs) {
+ModeMedians Medians(const std::vector<const RunSample*>& runs,
+                    int engine_threads) {
   ModeMedians m;
   m.rounds = static_cast<int>(runs.size());
   m.tokens_per_second =
@@ -57,6 +58,9 @@ ModeMedians Medians(const std::vector<const RunSample*>& runs) {
     return Ratio(s.usage.voluntary_switches + s.usage.involuntary_switches,
                  s.generated_tokens);
   });
+  m.cpu_share = MedianOf(runs, [engine_threads](const RunSample& s) {
+    return Ratio(s.usage.cpu_seconds, s.decode_seconds * engine_threads);
+  });
   for (const RunSample* s : runs) {
     m.eos_sessions = std::max(m.eos_sessions, s->eos_sessions);
   }
@@ -68,8 +72,8 @@ Comparison CompareAt(const ServiceReport& r, int sessions) {
   const auto inproc = Select(r, "inprocess", sessions);
   Comparison c;
   c.sessions = sessions;
-  c.grpc = Medians(grpc);
-  c.inprocess = Medians(inproc);
+  c.grpc = Medians(grpc, r.engine_threads);
+  c.inprocess = Medians(inproc, r.engine_threads);
   c.overhead =
       1.0 - Ratio(c.grpc.tokens_per_second, c.inprocess.tokens_per_second);
   for (size_t i = 0; i < grpc.size() && i < inproc.size(); ++i) {
@@ -106,10 +110,28 @@ void PrintHeader(const ServiceReport& r, std::FILE* out) {
 void PrintMode(const char* mode, const ModeMedians& m, std::FILE* out) {
   std::fprintf(out,
                "  %-9s %9.1f %8.1f / %-8.1f %7.1f / %-7.1f %9.1f %8.2f %7.2f "
-               "%4d\n",
+               "%6.2f %4d\n",
                mode, m.tokens_per_second, m.ttft_p50_ms, m.ttft_p99_ms,
                m.itl_p50_ms, m.itl_p99_ms, m.prefill_tokens_per_second,
-               m.cpu_ms_per_token, m.switches_per_token, m.eos_sessions);
+               m.cpu_ms_per_token, m.switches_per_token, m.cpu_share,
+               m.eos_sessions);
+}
+
+void PrintComparison(const Comparison& c, std::FILE* out) {
+  std::fprintf(out, "sessions %d:\n", c.sessions);
+  PrintMode("grpc", c.grpc, out);
+  PrintMode("inprocess", c.inprocess, out);
+  std::vector<std::string> rounds;
+  for (double x : c.round_overheads) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "%.1f%%", 100 * x);
+    rounds.push_back(buf);
+  }
+  std::fprintf(out,
+               "  service overhead %.1f%% (per round: %s); session 0 tokens "
+               "%s\n",
+               100 * c.overhead, absl::StrJoin(rounds, ", ").c_str(),
+               c.outputs_match ? "identical" : "DIFFER");
 }
 
 }  // namespace
@@ -122,29 +144,30 @@ std::vector<Comparison> Compare(const ServiceReport& report) {
 
 void PrintReport(const ServiceReport& report, std::FILE* out) {
   PrintHeader(report, out);
-  std::fprintf(out, "  %-9s %9s %-19s %-17s %9s %8s %7s %4s\n", "mode", "tok/s",
-               "TTFT ms p50/p99", "ITL ms p50/p99", "pf tok/s", "cpu ms/t",
-               "csw/t", "eos");
+  std::fprintf(out, "  %-9s %9s %-19s %-17s %9s %8s %7s %6s %4s\n", "mode",
+               "tok/s", "TTFT ms p50/p99", "ITL ms p50/p99", "pf tok/s",
+               "cpu ms/t", "csw/t", "cpu sh", "eos");
+  bool low_share = false;
   for (const Comparison& c : Compare(report)) {
-    std::fprintf(out, "sessions %d:\n", c.sessions);
-    PrintMode("grpc", c.grpc, out);
-    PrintMode("inprocess", c.inprocess, out);
-    std::vector<std::string> rounds;
-    for (double x : c.round_overheads) {
-      rounds.push_back(absl::StrCat(static_cast<int>(x * 1000) / 10.0, "%"));
-    }
-    std::fprintf(out,
-                 "  service overhead %.1f%% (per round: %s); session 0 "
-                 "tokens %s\n",
-                 100 * c.overhead, absl::StrJoin(rounds, ", ").c_str(),
-                 c.outputs_match ? "identical" : "DIFFER");
+    PrintComparison(c, out);
+    low_share = low_share || c.inprocess.cpu_share < kLowCpuShare;
   }
   std::fprintf(out,
                "\ntok/s: generated tokens / (Decode release -> last token); "
                "overhead = 1 - grpc / inprocess tok/s (target <= %.0f%% at "
-               "%d sessions); cpu ms/t, csw/t: process CPU time and context "
-               "switches per generated token over the decode phase\n",
-               100 * kOverheadTarget, report.options->max_sessions());
+               "%d sessions)\ncpu ms/t, csw/t: process CPU time and context "
+               "switches per generated token; cpu sh: process CPU / (wall x "
+               "%d engine threads); all over the decode phase\n",
+               100 * kOverheadTarget, report.options->max_sessions(),
+               report.engine_threads);
+  if (low_share) {
+    std::fprintf(out,
+                 "NOTE: in-process cpu share below %.1f: other load took the "
+                 "cores (or the engine idled between short steps); the "
+                 "per-round spread shows how far the overhead can be "
+                 "trusted\n",
+                 kLowCpuShare);
+  }
 }
 
 // -------------------------------------------------------------------- JSON
@@ -180,6 +203,7 @@ Json MediansJson(const ModeMedians& m) {
               {"itl_ms", Json{{"p50", m.itl_p50_ms}, {"p99", m.itl_p99_ms}}},
               {"cpu_ms_per_token", m.cpu_ms_per_token},
               {"switches_per_token", m.switches_per_token},
+              {"cpu_share", m.cpu_share},
               {"eos_sessions_max", m.eos_sessions}};
 }
 

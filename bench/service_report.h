@@ -13,6 +13,9 @@
 
 namespace ckv::bench {
 
+// An in-process CPU share below this flags other load on the cores.
+constexpr double kLowCpuShare = 0.9;
+
 // The target: gRPC tokens/s within 5% of in-process at the largest
 // session count.
 constexpr double kOverheadTarget = 0.05;
@@ -35,7 +38,10 @@ struct ModeMedians {
   double itl_p50_ms = 0.0, itl_p99_ms = 0.0;
   double cpu_ms_per_token = 0.0;    // process CPU over the decode phase
   double switches_per_token = 0.0;  // voluntary + involuntary
-  int eos_sessions = 0;             // most over the rounds
+  // Process CPU / (decode wall time x engine threads): about 1 when the
+  // engine had its cores; well below 1 means other load took them.
+  double cpu_share = 0.0;
+  int eos_sessions = 0;  // most over the rounds
 };
 
 struct Comparison {

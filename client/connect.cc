@@ -38,9 +38,8 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
   const std::string first = text->substr(0, text->find('\n'));
   std::string token(absl::StripAsciiWhitespace(first));
   if (token.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--token-file: no token on the first line of '", path,
-                     "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--token-file: no token on the first line of '", path, "'"));
   }
   return token;
 }

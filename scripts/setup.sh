@@ -9,7 +9,7 @@ PACKAGES=(
   nlohmann-json3-dev libopenblas-dev libspdlog-dev libfmt-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev prometheus python3 python3-matplotlib
-  nginx python3-yaml python3-grpcio python3-protobuf curl
+  nginx python3-yaml python3-grpcio python3-protobuf curl openssl
 )
 
 missing=()

@@ -50,6 +50,9 @@ ABSL_FLAG(bool, insecure, kDefaults.insecure,
 ABSL_FLAG(std::string, auth_tokens_file, kDefaults.auth_tokens_file,
           "'TOKEN TENANT' lines: require 'authorization: Bearer TOKEN' on "
           "every ClusterKv call (reloaded on SIGHUP; empty: no auth)");
+ABSL_FLAG(std::string, snapshot_dir, kDefaults.snapshot_dir,
+          "folder of durable session snapshots (written on drain, idle "
+          "expiry and SnapshotSession; restored on first use); empty: off");
 ABSL_FLAG(std::string, policy, ckv::KvPolicyName(kKv.policy),
           "default KV policy: full|clusterkv|quest|streaming");
 ABSL_FLAG(int, budget, kKv.budget, "default selected tokens B");
@@ -152,6 +155,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     return absl::InvalidArgumentError("--threads must be >= 0");
   c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;
+  c.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);
   c.drain_grace_seconds = absl::GetFlag(FLAGS_drain_grace_seconds);
   if (c.drain_grace_seconds < 0) {
     return absl::InvalidArgumentError("--drain-grace-seconds must be >= 0");

@@ -41,6 +41,10 @@ struct ServerConfig {
   KvStoreConfig kv;                // default KV policy of new sessions
   SamplingParams sampling;         // default sampling of new sessions
   ServerLimits limits;
+  // Durable sessions (server/session_snapshots.h): snapshots are written
+  // here on drain, before idle expiry and on SnapshotSession, and restored
+  // on first use after a restart. Empty: off.
+  std::string snapshot_dir;
   TlsConfig tls;
   // Plain TCP on a non-loopback listen address needs this explicit opt-in.
   bool insecure = false;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -15,6 +16,7 @@
 #include "server/service.h"
 #include "server/service_state.h"
 #include "server/session_manager.h"
+#include "server/session_snapshots.h"
 #include "server/transport_security.h"
 
 namespace ckv::server {
@@ -111,6 +113,7 @@ absl::Status ClusterKvServer::LoadBackend() {
   worker_ = std::make_unique<ClusterWorker>();
   sessions_ = std::make_unique<SessionManager>(model_->config, config_.limits,
                                                worker_.get());
+  if (auto st = OpenSnapshots(); !st.ok()) return st;
   admission_ =
       std::make_unique<Admission>(config_.limits, sessions_.get(),
                                   model_->config.n_layers, state_->metrics());
@@ -119,12 +122,27 @@ absl::Status ClusterKvServer::LoadBackend() {
   t.prefill_chunk = config_.prefill_chunk;
   engine_ = std::make_unique<EngineLoop>(*model_, t,
                                          config_.limits.max_queued_requests);
-  state_->SetBackend(
-      {model_.get(), sessions_.get(), engine_.get(), admission_.get()});
+  state_->SetBackend({model_.get(), sessions_.get(), engine_.get(),
+                      admission_.get(), snapshots_.get()});
   SetHealth(true);
   LogInfo(absl::StrCat("model loaded: ", model_->config.arch, ", ",
                        model_->config.n_layers, " layers, vocab ",
                        model_->config.vocab_size, "; serving"));
+  return absl::OkStatus();
+}
+
+absl::Status ClusterKvServer::OpenSnapshots() {
+  if (config_.snapshot_dir.empty()) return absl::OkStatus();
+  auto snapshots = SessionSnapshots::Open(
+      config_.snapshot_dir, *model_, config_.limits.max_session_tokens,
+      [](const std::string& m) { LogInfo(m); },
+      [](const std::string& m) { LogError(m); });
+  if (!snapshots.ok()) return snapshots.status();
+  snapshots_ = *std::move(snapshots);
+  sessions_->set_snapshots(snapshots_.get());
+  LogInfo(absl::StrCat("snapshots in ", config_.snapshot_dir, ": ",
+                       snapshots_->size(),
+                       " session(s), restored when first used"));
   return absl::OkStatus();
 }
 
@@ -160,7 +178,20 @@ void ClusterKvServer::FinishDrain(absl::Duration grace) {
   }
   stop_janitor_.Notify();
   if (janitor_.joinable()) janitor_.join();
+  SnapshotSessions();
   LogInfo("drained");
+}
+
+// Drain: every session that no call holds any more is written out.
+void ClusterKvServer::SnapshotSessions() {
+  if (snapshots_ == nullptr) return;
+  const size_t sessions = sessions_->List().size();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int saved = sessions_->SnapshotAll();
+  LogInfo(absl::StrFormat(
+      "drain: snapshotted %d of %d session(s) in %.3f s", saved, sessions,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count()));
 }
 
 void ClusterKvServer::JanitorLoop() {

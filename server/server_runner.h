@@ -31,6 +31,7 @@ class TokenStore;
 class EngineLoop;
 class ServiceState;
 class SessionManager;
+class SessionSnapshots;
 
 class ClusterKvServer {
  public:
@@ -66,6 +67,8 @@ class ClusterKvServer {
   explicit ClusterKvServer(const ServerConfig& config);
   absl::Status StartGrpc(ServerMetrics* metrics);
   absl::Status LoadBackend();
+  absl::Status OpenSnapshots();     // --snapshot-dir
+  void SnapshotSessions();          // on drain
   void SetHealth(bool serving);
   void JanitorLoop();
   void PublishGauges();
@@ -80,6 +83,7 @@ class ClusterKvServer {
   std::unique_ptr<ClusterKvService> service_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ClusterWorker> worker_;
+  std::unique_ptr<SessionSnapshots> snapshots_;  // null: no --snapshot-dir
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<EngineLoop> engine_;

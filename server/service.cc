@@ -163,6 +163,29 @@ grpc::ServerUnaryReactor* ClusterKvService::CloseSession(
                });
 }
 
+grpc::ServerUnaryReactor* ClusterKvService::SnapshotSession(
+    grpc::CallbackServerContext* ctx, const v1::SnapshotSessionRequest* req,
+    v1::SnapshotSessionResponse* resp) {
+  return Unary(state_, ctx, "SnapshotSession", req->session_id(),
+               [&](const ServiceBackend& b, RequestRecord& rec) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 if (b.snapshots == nullptr) {
+                   return absl::FailedPreconditionError(
+                       "snapshots are off: start the server with "
+                       "--snapshot-dir");
+                 }
+                 auto lease = b.sessions->Acquire(req->session_id(),
+                                                  rec.tenant);
+                 if (!lease.ok()) return lease.status();
+                 auto r = b.snapshots->Save(*lease->get());
+                 if (!r.ok()) return r.status();
+                 resp->set_path(r->path);
+                 resp->set_bytes(r->bytes);
+                 resp->set_seconds(r->seconds);
+                 return absl::OkStatus();
+               });
+}
+
 // Answers while draining too (ServerInfo.draining says so).
 grpc::ServerUnaryReactor* ClusterKvService::GetServerInfo(
     grpc::CallbackServerContext* ctx, const v1::GetServerInfoRequest*,

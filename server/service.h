@@ -48,6 +48,10 @@ class ClusterKvService final
       grpc::CallbackServerContext* ctx,
       const clusterkv::v1::GetServerInfoRequest* req,
       clusterkv::v1::ServerInfo* resp) override;
+  grpc::ServerUnaryReactor* SnapshotSession(
+      grpc::CallbackServerContext* ctx,
+      const clusterkv::v1::SnapshotSessionRequest* req,
+      clusterkv::v1::SnapshotSessionResponse* resp) override;
 
  private:
   ServiceState& state_;

@@ -18,12 +18,13 @@
 
 namespace ckv::server {
 
-// The loaded engine; every pointer is non-null once set.
+// The loaded engine; every pointer but `snapshots` is non-null once set.
 struct ServiceBackend {
   const Model* model = nullptr;
   SessionManager* sessions = nullptr;
   EngineLoop* engine = nullptr;
   Admission* admission = nullptr;
+  SessionSnapshots* snapshots = nullptr;  // null: no --snapshot-dir
 };
 
 class ServiceState {

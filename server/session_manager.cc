@@ -91,14 +91,46 @@ absl::Status UnknownSession(const std::string& id) {
 }
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(
-    const std::string& id, absl::string_view tenant) const {
+std::shared_ptr<Session> SessionManager::Find(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second->tenant() != tenant) {
-    return UnknownSession(id);
+  return it == sessions_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(
+    const std::string& id, absl::string_view tenant) {
+  std::shared_ptr<Session> s = Find(id);
+  if (s == nullptr && snapshots_ != nullptr && snapshots_->Has(id)) {
+    return Restore(id, tenant);
   }
-  return it->second;
+  if (s == nullptr || s->tenant() != tenant) return UnknownSession(id);
+  return s;
+}
+
+// Loads a snapshotted session (not registered when another tenant asks).
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Restore(
+    const std::string& id, absl::string_view tenant) {
+  std::lock_guard<std::mutex> restoring(restore_mu_);
+  std::shared_ptr<Session> s = Find(id);  // restored by a concurrent call?
+  if (s == nullptr) {
+    auto restored = snapshots_->Restore(id, worker_);
+    if (!restored.ok()) return restored.status();
+    s = *std::move(restored);
+    if (s->tenant() != tenant) return UnknownSession(id);  // not registered
+    const int64_t host = s->stats().memory.host_bytes;
+    const int64_t total = Totals().host_bytes;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto st = CheckSessionLimitsLocked(tenant); !st.ok()) return st;
+    if (total + host > limits_.max_host_kv_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "max_host_kv_bytes limit exceeded: restoring session '", id,
+          "' needs ", host, " bytes, ", total, " of ",
+          limits_.max_host_kv_bytes, " are in use"));
+    }
+    sessions_[id] = s;
+  }
+  if (s->tenant() != tenant) return UnknownSession(id);
+  return s;
 }
 
 absl::StatusOr<SessionLease> SessionManager::Acquire(const std::string& id,
@@ -140,14 +172,19 @@ absl::StatusOr<int64_t> SessionManager::Close(const std::string& id,
                                               absl::string_view tenant) {
   auto lease = Acquire(id, tenant);
   if (!lease.ok()) return lease.status();
-  Session& s = *lease->get();
+  if (snapshots_ != nullptr) snapshots_->Remove(id);
+  return CloseLeased(*lease);
+}
+
+int64_t SessionManager::CloseLeased(SessionLease& lease) {
+  Session& s = *lease.get();
   const KvMemoryStats m = s.store().memory();
   {
     std::lock_guard<std::mutex> lock(s.mu_);
     s.closed_ = true;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  sessions_.erase(id);
+  sessions_.erase(s.id());
   return m.host_bytes - m.host_shared_bytes;
 }
 
@@ -165,9 +202,8 @@ std::vector<std::shared_ptr<Session>> SessionManager::List() const {
 std::vector<std::shared_ptr<Session>> SessionManager::ListTenant(
     absl::string_view tenant) const {
   std::vector<std::shared_ptr<Session>> out = List();
-  out.erase(std::remove_if(out.begin(), out.end(),
-                           [&](const auto& s) { return s->tenant() != tenant; }),
-            out.end());
+  auto other = [&](const auto& s) { return s->tenant() != tenant; };
+  out.erase(std::remove_if(out.begin(), out.end(), other), out.end());
   return out;
 }
 
@@ -176,12 +212,24 @@ int SessionManager::ExpireIdle(int64_t now_unix_ms) {
   for (const auto& s : List()) {
     if (s->busy()) continue;
     const int64_t idle_ms = now_unix_ms - s->last_used_unix_ms();
-    if (idle_ms >= int64_t{s->idle_ttl_seconds()} * 1000 &&
-        Close(s->id(), s->tenant()).ok()) {
-      ++closed;
-    }
+    if (idle_ms < int64_t{s->idle_ttl_seconds()} * 1000) continue;
+    auto lease = Acquire(s->id(), s->tenant());
+    if (!lease.ok()) continue;  // busy again
+    if (snapshots_ != nullptr) snapshots_->SaveAndLog(*lease->get(), "idle");
+    CloseLeased(*lease);
+    ++closed;
   }
   return closed;
+}
+
+int SessionManager::SnapshotAll() {
+  if (snapshots_ == nullptr) return 0;
+  int saved = 0;
+  for (const auto& s : List()) {
+    auto lease = Acquire(s->id(), s->tenant());
+    if (lease.ok() && snapshots_->SaveAndLog(*lease->get(), "drain")) ++saved;
+  }
+  return saved;
 }
 
 // Host bytes: every session's private part plus each shared segment once.

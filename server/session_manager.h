@@ -24,6 +24,7 @@
 #include "model/model_config.h"
 #include "server/server_config.h"
 #include "server/session.h"
+#include "server/session_snapshots.h"
 
 namespace ckv::server {
 
@@ -63,8 +64,11 @@ class SessionManager {
   // full; INVALID_ARGUMENT for a bad KV config.
   absl::StatusOr<std::shared_ptr<Session>> Create(const SessionOptions& o);
   // NOT_FOUND for an unknown (or closed) id or another tenant's session.
+  // With snapshots on, an id known only from its snapshot is restored here
+  // (FAILED_PRECONDITION when the snapshot is unusable; RESOURCE_EXHAUSTED
+  // naming max_sessions or max_host_kv_bytes when it does not fit).
   absl::StatusOr<std::shared_ptr<Session>> Get(
-      const std::string& id, absl::string_view tenant = kAnonymousTenant) const;
+      const std::string& id, absl::string_view tenant = kAnonymousTenant);
   // Exclusive use for one call: ABORTED if the session is busy.
   absl::StatusOr<SessionLease> Acquire(
       const std::string& id, absl::string_view tenant = kAnonymousTenant);
@@ -74,6 +78,7 @@ class SessionManager {
   absl::StatusOr<std::shared_ptr<Session>> Fork(
       const std::string& id, absl::string_view tenant = kAnonymousTenant);
   // ABORTED while busy; returns the host bytes freed (not shared ones).
+  // Deletes the session's snapshot.
   absl::StatusOr<int64_t> Close(const std::string& id,
                                 absl::string_view tenant = kAnonymousTenant);
   // Every session of every tenant (server internals: expiry, totals).
@@ -81,8 +86,14 @@ class SessionManager {
   // The sessions of one tenant, oldest first.
   std::vector<std::shared_ptr<Session>> ListTenant(
       absl::string_view tenant) const;
-  // Closes idle sessions whose TTL expired; returns how many.
+  // Closes idle sessions whose TTL expired (snapshotting them first when
+  // snapshots are on, so that a later call restores them); returns how many.
   int ExpireIdle(int64_t now_unix_ms);
+
+  // Durable sessions (server/session_snapshots.h); set once before serving.
+  void set_snapshots(SessionSnapshots* snapshots) { snapshots_ = snapshots; }
+  // Snapshots every session that is not busy (drain); returns how many.
+  int SnapshotAll();
 
   MemoryTotals Totals() const;
   // The same over one tenant's sessions (its per-tenant KV usage).
@@ -96,6 +107,12 @@ class SessionManager {
   // max_sessions, then tenant_max_sessions for `tenant`. Needs mu_.
   absl::Status CheckSessionLimitsLocked(absl::string_view tenant) const;
   static MemoryTotals Sum(const std::vector<std::shared_ptr<Session>>& list);
+  std::shared_ptr<Session> Find(const std::string& id) const;
+  absl::StatusOr<std::shared_ptr<Session>> Restore(const std::string& id,
+                                                   absl::string_view tenant);
+  // Marks the leased session closed and forgets it; returns the host bytes
+  // freed.
+  int64_t CloseLeased(SessionLease& lease);
 
   const KvShape shape_;
   const ServerLimits limits_;
@@ -104,6 +121,8 @@ class SessionManager {
   // Guarded by mu_.
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_;
   uint64_t id_counter_ = 0;
+  SessionSnapshots* snapshots_ = nullptr;  // null: off
+  std::mutex restore_mu_;  // one restore at a time: an id is loaded once
 };
 
 }  // namespace ckv::server

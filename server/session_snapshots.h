@@ -69,8 +69,9 @@ class SessionSnapshots {
         error_(std::move(error)) {}
   void Scan();
   std::string PathOf(const std::string& id) const;
-  absl::Status Unusable(const std::string& id, const std::string& path,
-                        absl::string_view why);
+  // Forgets `id` and logs; FAILED_PRECONDITION "... from <why>", where
+  // `why` starts with the file's path.
+  absl::Status Unusable(const std::string& id, absl::string_view why);
 
   const std::string dir_;
   const SnapshotExpect expect_;

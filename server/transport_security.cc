@@ -43,8 +43,8 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   std::ostringstream text;
   if (in) text << in.rdbuf();
   if (!in || text.str().find("-----BEGIN ") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, ": cannot read a PEM file at '", path, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": cannot read a PEM file at '", path, "'"));
   }
   return text.str();
 }

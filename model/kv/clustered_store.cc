@@ -105,9 +105,9 @@ void ClusteredKvStore::GrowOpen(int64_t rows) {
     for (auto* buf : {&b.k, &b.v}) {
       std::vector<uint16_t> grown(size_t{1} * shape_.n_kv_heads * cap * hd);
       for (int h = 0; h < shape_.n_kv_heads; ++h) {
-        std::memcpy(&grown[size_t{1} * h * cap * hd],
-                    buf->data() + size_t{1} * h * b.capacity * hd,
-                    size_t{2} * open_rows_[l] * hd);
+        // copy_n: buf may be empty (data() null) when no row is open.
+        std::copy_n(buf->data() + size_t{1} * h * b.capacity * hd,
+                    open_rows_[l] * hd, &grown[size_t{1} * h * cap * hd]);
       }
       buf->swap(grown);
     }

@@ -117,12 +117,21 @@ class FileOut final : public Out {
 
 // The store config's integer fields in file order (ReadConf mirrors it).
 std::array<int32_t, 16> ConfInts(const KvStoreConfig& c) {
-  return {static_cast<int32_t>(c.policy), c.budget, c.sink_tokens,
-          c.tokens_per_cluster, c.window, c.kmeans_max_iters, c.cache_steps,
+  return {static_cast<int32_t>(c.policy),
+          c.budget,
+          c.sink_tokens,
+          c.tokens_per_cluster,
+          c.window,
+          c.kmeans_max_iters,
+          c.cache_steps,
           static_cast<int32_t>(c.cache_mode),
-          static_cast<int32_t>(c.gqa_selection), c.recent_tokens,
-          c.dense_layers, c.quest_page_size, static_cast<int32_t>(c.kv_dtype),
-          static_cast<int32_t>(c.metric), c.async_clustering,
+          static_cast<int32_t>(c.gqa_selection),
+          c.recent_tokens,
+          c.dense_layers,
+          c.quest_page_size,
+          static_cast<int32_t>(c.kv_dtype),
+          static_cast<int32_t>(c.metric),
+          c.async_clustering,
           c.build_all_indexes};
 }
 
@@ -153,8 +162,8 @@ void WriteMeta(Out& o, const SnapshotMeta& m) {
 }
 
 void WriteConf(Out& o, const KvShape& shape, const KvStoreConfig& c) {
-  for (int32_t v : {shape.n_layers, shape.n_heads, shape.n_kv_heads,
-                    shape.head_dim}) {
+  for (int32_t v :
+       {shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim}) {
     o.Pod(v);
   }
   for (int32_t v : ConfInts(c)) o.Pod(v);
@@ -327,11 +336,12 @@ class In {
 
  private:
   void Truncated(const char* what) {
-    Fail(absl::DataLossError(absl::StrCat(
-        "snapshot truncated: ", what, " at byte ", offset(),
-        " runs past the end of its section or file")));
+    Fail(absl::DataLossError(
+        absl::StrCat("snapshot truncated: ", what, " at byte ", offset(),
+                     " runs past the end of its section or file")));
   }
   void Copy(void* dst, size_t bytes) {
+    if (bytes == 0) return;  // dst may be null (an empty vector)
     std::memcpy(dst, p_ + pos_, bytes);
     pos_ += bytes;
   }
@@ -375,7 +385,8 @@ absl::StatusOr<fmt::Header> ReadHeader(absl::string_view bytes,
   if (std::memcmp(h.magic, fmt::kMagic, sizeof(h.magic)) != 0) {
     return Corrupt("not a clusterkv snapshot (bad magic)");
   }
-  if (Crc32c(0, &h, fmt::kHeaderCrcBytes) != h.header_crc) {
+  if (e.verify_checksums &&
+      Crc32c(0, &h, fmt::kHeaderCrcBytes) != h.header_crc) {
     return Corrupt("header checksum mismatch");
   }
   if (h.version != kSnapshotVersion || h.header_bytes != sizeof(h)) {
@@ -395,7 +406,8 @@ absl::StatusOr<fmt::Header> ReadHeader(absl::string_view bytes,
         "snapshot truncated or padded: the header says ", h.payload_bytes,
         " payload bytes, the file has ", payload));
   }
-  if (Crc32c(0, bytes.data() + sizeof(h), payload) != h.payload_crc) {
+  if (e.verify_checksums &&
+      Crc32c(0, bytes.data() + sizeof(h), payload) != h.payload_crc) {
     return Corrupt("payload checksum mismatch");
   }
   return h;
@@ -425,15 +437,19 @@ absl::Status ReadMeta(In& in, const SnapshotExpect& e, SnapshotMeta* m) {
   }
   if (!m->last_logits.empty() && e.vocab_size > 0 &&
       m->last_logits.size() != static_cast<size_t>(e.vocab_size)) {
-    return Mismatch(absl::StrCat(m->last_logits.size(), " logits, the model's "
-                                 "vocabulary has ", e.vocab_size, " tokens"));
+    return Mismatch(absl::StrCat(m->last_logits.size(),
+                                 " logits, the model's "
+                                 "vocabulary has ",
+                                 e.vocab_size, " tokens"));
   }
   return absl::OkStatus();
 }
 
 // Enum fields are range-checked before the cast.
 absl::Status SetConfInts(const std::array<int32_t, 16>& v, KvStoreConfig* c) {
-  auto in = [](int32_t x, int32_t lo, int32_t hi) { return x >= lo && x <= hi; };
+  auto in = [](int32_t x, int32_t lo, int32_t hi) {
+    return x >= lo && x <= hi;
+  };
   const int32_t dtype = v[12];
   if (!in(v[0], 0, 3) || !in(v[7], 0, 1) || !in(v[8], 0, 1) ||
       !in(v[13], 0, 2) || !in(v[14], 0, 1) || !in(v[15], 0, 1) ||
@@ -482,10 +498,11 @@ absl::Status ReadConf(In& in, const SnapshotExpect& e,
     return Mismatch(absl::StrFormat(
         "KV shape %d layers x %d heads (%d KV) x %d differs from the "
         "model's %d x %d (%d) x %d",
-        s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, w.n_layers,
-        w.n_heads, w.n_kv_heads, w.head_dim));
+        s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, w.n_layers, w.n_heads,
+        w.n_kv_heads, w.head_dim));
   }
-  if (StoreFingerprint(s, p->config) != header.store_fingerprint) {
+  if (e.verify_checksums &&
+      StoreFingerprint(s, p->config) != header.store_fingerprint) {
     return Mismatch("store parameters differ from the header's fingerprint");
   }
   if (p->config.sink_tokens > e.max_tokens) {
@@ -522,8 +539,10 @@ absl::Status ReadEdges(In& in, const SnapshotExpect& e, StoreParts* p,
   const size_t sink = RowElems(p->shape, p->sink_rows);
   const size_t tail = RowElems(p->shape, p->tail_rows);
   for (int l = 0; l < n_layers && in.ok(); ++l) {
-    for (auto [rows, n] : {std::pair{&p->sink_k, sink}, {&p->sink_v, sink},
-                           {&p->tail_k, tail}, {&p->tail_v, tail}}) {
+    for (auto [rows, n] : {std::pair{&p->sink_k, sink},
+                           {&p->sink_v, sink},
+                           {&p->tail_k, tail},
+                           {&p->tail_v, tail}}) {
       // Checked before resizing: the rows must be in the file.
       if (!in.Need(n * 2, "sink/tail rows")) break;
       (*rows)[l].resize(n);
@@ -570,8 +589,8 @@ absl::StatusOr<std::shared_ptr<Segment>> ReadSegment(In& in,
   return seg;
 }
 
-absl::Status ReadPayload(In& in, const SnapshotExpect& e,
-                         const fmt::Header& h, Snapshot* s) {
+absl::Status ReadPayload(In& in, const SnapshotExpect& e, const fmt::Header& h,
+                         Snapshot* s) {
   auto meta = OpenSection(in, fmt::kMeta, "META");
   if (!meta.ok()) return meta.status();
   if (auto st = ReadMeta(*meta, e, &s->meta); !st.ok()) return st;
@@ -599,7 +618,8 @@ absl::Status ReadPayload(In& in, const SnapshotExpect& e,
     s->store.segments.push_back(*std::move(seg));
   }
   if (in.remaining() != 0) {
-    return Corrupt(absl::StrCat(in.remaining(), " bytes after the last section"));
+    return Corrupt(
+        absl::StrCat(in.remaining(), " bytes after the last section"));
   }
   return absl::OkStatus();
 }
@@ -637,12 +657,21 @@ absl::StatusOr<uint64_t> ModelFingerprint(
 }
 
 uint64_t StoreFingerprint(const KvShape& shape, const KvStoreConfig& c) {
-  const std::array<int64_t, 15> fields = {
-      kSnapshotVersion, shape.n_layers, shape.n_heads, shape.n_kv_heads,
-      shape.head_dim, static_cast<int64_t>(c.policy), c.sink_tokens,
-      c.tokens_per_cluster, c.window, c.kmeans_max_iters, c.dense_layers,
-      c.quest_page_size, static_cast<int64_t>(c.kv_dtype),
-      static_cast<int64_t>(c.metric), c.build_all_indexes};
+  const std::array<int64_t, 15> fields = {kSnapshotVersion,
+                                          shape.n_layers,
+                                          shape.n_heads,
+                                          shape.n_kv_heads,
+                                          shape.head_dim,
+                                          static_cast<int64_t>(c.policy),
+                                          c.sink_tokens,
+                                          c.tokens_per_cluster,
+                                          c.window,
+                                          c.kmeans_max_iters,
+                                          c.dense_layers,
+                                          c.quest_page_size,
+                                          static_cast<int64_t>(c.kv_dtype),
+                                          static_cast<int64_t>(c.metric),
+                                          c.build_all_indexes};
   const uint64_t h = Fnv1a64(kFnvOffset, fields.data(), sizeof(fields));
   return Fnv1a64(h, &c.seed, sizeof(c.seed));
 }

@@ -55,9 +55,12 @@ struct Snapshot {
 // What a reader requires of a snapshot.
 struct SnapshotExpect {
   uint64_t model_fingerprint = 0;
-  KvShape shape;                  // of the loaded model
-  int vocab_size = 0;             // last_logits: empty or this long
-  int64_t max_tokens = 1 << 20;   // replaces the file's store token limit
+  KvShape shape;                 // of the loaded model
+  int vocab_size = 0;            // last_logits: empty or this long
+  int64_t max_tokens = 1 << 20;  // replaces the file's store token limit
+  // False skips both CRCs and the store fingerprint, so that a fuzzer
+  // reaches the section parser with arbitrary payloads. Servers verify.
+  bool verify_checksums = true;
 };
 
 // Fingerprint of a model file: its size, CRC-32C of its first and last MiB,

@@ -27,8 +27,8 @@ std::vector<uint16_t> Pack(const std::vector<uint16_t>& buf, int64_t capacity,
 }
 
 absl::Status CheckShape(const KvShape& s) {
-  if (s.n_layers < 1 || s.n_heads < 1 || s.n_kv_heads < 1 ||
-      s.head_dim < 1 || s.n_heads % s.n_kv_heads != 0) {
+  if (s.n_layers < 1 || s.n_heads < 1 || s.n_kv_heads < 1 || s.head_dim < 1 ||
+      s.n_heads % s.n_kv_heads != 0) {
     return Bad("invalid KV shape");
   }
   return absl::OkStatus();
@@ -78,8 +78,7 @@ absl::Status CheckPages(const HeadIndex& h, int64_t n, const KvShape& s,
 // there (e.g. inherited by a fork that changed policy) must be consistent.
 absl::Status CheckHead(const HeadIndex& h, int64_t n, const KvShape& s,
                        const KvStoreConfig& c) {
-  const bool clusters =
-      c.build_all_indexes || c.policy == KvPolicy::kClusterKv;
+  const bool clusters = c.build_all_indexes || c.policy == KvPolicy::kClusterKv;
   const bool pages = c.build_all_indexes || c.policy == KvPolicy::kQuest;
   if (clusters || !NoClusters(h)) {
     if (auto st = CheckClusters(h, n, s.head_dim); !st.ok()) return st;
@@ -158,11 +157,10 @@ absl::Status CheckParts(const StoreParts& p) {
   if (p.sink_rows + clustered + p.tail_rows != p.n_tokens) {
     return Bad("sinks, segments and tail do not add up to the token count");
   }
-  for (auto [rows, n, what] :
-       {std::tuple{&p.sink_k, p.sink_rows, "sink keys"},
-        {&p.sink_v, p.sink_rows, "sink values"},
-        {&p.tail_k, p.tail_rows, "tail keys"},
-        {&p.tail_v, p.tail_rows, "tail values"}}) {
+  for (auto [rows, n, what] : {std::tuple{&p.sink_k, p.sink_rows, "sink keys"},
+                               {&p.sink_v, p.sink_rows, "sink values"},
+                               {&p.tail_k, p.tail_rows, "tail keys"},
+                               {&p.tail_v, p.tail_rows, "tail values"}}) {
     if (auto st = CheckRows(*rows, n, p.shape, what); !st.ok()) return st;
   }
   return absl::OkStatus();

@@ -1,10 +1,12 @@
 // Unit tests of the clusterkv client's pure parts: UTF-8 chunking, labelled
 // printing, progress formatting, health wire format, JSON and flags.
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/reflection.h"
+#include "client/connect.h"
 #include "client/json_output.h"
 #include "client/options.h"
 #include "client/progress.h"
@@ -247,6 +249,43 @@ TEST(OptionsTest, RejectsUnknownFlagsAndBadValues) {
   auto help = Parse({"--help"});
   ASSERT_TRUE(help.ok());
   EXPECT_TRUE(help->help);
+}
+
+TEST(OptionsTest, SecurityFlags) {
+  auto cl = Parse({"--tls-ca", "ca.pem", "--token-file", "t", "info"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->options.tls);  // implied by --tls-ca
+  EXPECT_EQ(cl->options.tls_ca, "ca.pem");
+  EXPECT_EQ(cl->options.token_file, "t");
+  auto plain = Parse({"info"});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->options.tls);
+  EXPECT_EQ(Parse({"--tls-cert", "c.pem", "info"}).status().code(),
+            absl::StatusCode::kInvalidArgument);  // without --tls-key
+  EXPECT_EQ(
+      Parse({"--token", "x", "--token-file", "t", "info"}).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConnectTest, ReadsTheTokenFileAndNeverEchoesTheToken) {
+  const std::string dir = ::testing::TempDir();
+  const std::string token_file = dir + "/ckv_token";
+  std::ofstream(token_file) << "  s3cret-token  \nignored\n";
+  ClientOptions o;
+  o.token_file = token_file;
+  auto sec = ChannelSecurityFrom(o);
+  ASSERT_TRUE(sec.ok()) << sec.status();
+  EXPECT_EQ(sec->token, "s3cret-token");
+  EXPECT_FALSE(sec->tls);
+  std::ofstream(token_file) << "\n";
+  EXPECT_EQ(ChannelSecurityFrom(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.token_file = "";
+  o.tls = true;
+  o.tls_ca = dir + "/no-such-ca.pem";
+  auto missing = ChannelSecurityFrom(o);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("--tls-ca"), std::string::npos);
 }
 
 TEST(OptionsTest, FormatsQuestions) {

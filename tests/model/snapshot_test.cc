@@ -99,8 +99,8 @@ std::unique_ptr<ClusteredKvStore> RoundTrip(const std::string& bytes,
   return store.ok() ? *std::move(store) : nullptr;
 }
 
-std::vector<std::vector<int64_t>> Selected(ClusteredKvStore& store,
-                                           int layer, uint64_t seed) {
+std::vector<std::vector<int64_t>> Selected(ClusteredKvStore& store, int layer,
+                                           uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> q(kShape.n_heads * kShape.head_dim);
@@ -174,8 +174,8 @@ TEST(SnapshotTest, EmptyAndSinkOnlyStores) {
   for (int n : {0, 3}) {
     ClusteredKvStore store(kShape, SmallConfig(KvPolicy::kClusterKv), nullptr);
     if (n > 0) Feed(store, n, AppendKind::kPrompt, 5);
-    auto restored = RoundTrip(SerializeSnapshot(SnapshotOf(store), kModelFp),
-                              nullptr);
+    auto restored =
+        RoundTrip(SerializeSnapshot(SnapshotOf(store), kModelFp), nullptr);
     ASSERT_NE(restored, nullptr);
     EXPECT_EQ(restored->num_tokens(), n);
     Feed(*restored, 40, AppendKind::kPrompt, 6);  // still usable
@@ -280,8 +280,7 @@ TEST(SnapshotTest, InconsistentPartsAreRefusedByRestore) {
     const std::string bytes = SerializeSnapshot(*parsed, kModelFp);
     auto again = ParseSnapshot(bytes, Expect());
     if (!again.ok()) return again.status();
-    return ClusteredKvStore::Restore(std::move(again->store), nullptr)
-        .status();
+    return ClusteredKvStore::Restore(std::move(again->store), nullptr).status();
   };
   auto heads = [](StoreParts& p) -> HeadIndex& {
     return p.segments[0]->layer(1).heads[0];
@@ -343,8 +342,8 @@ std::vector<float> Forward(Transformer& tf, ClusteredKvStore& store,
                            const std::vector<int32_t>& tokens,
                            AppendKind kind) {
   std::vector<float> logits;
-  SequenceInput in = MakeInput(tokens, &store, LogitsMode::kLast, &logits,
-                               kind);
+  SequenceInput in =
+      MakeInput(tokens, &store, LogitsMode::kLast, &logits, kind);
   EXPECT_TRUE(tf.Forward(absl::MakeSpan(&in, 1)).ok());
   return logits;
 }
