@@ -41,15 +41,6 @@ RandomModelSpec QuickModelSpec() {
   return s;
 }
 
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    char* a = argv[i];
-    if (a[0] != '-' || a[1] != '-') continue;
-    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
-}
 
 std::string RandomModelName(const RandomModelSpec& s) {
   const std::string vocab =

@@ -3,6 +3,8 @@
 // model, timestamps.
 #pragma once
 
+#include "model/tools/flag_spelling.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,8 +26,7 @@ RandomModelSpec DefaultModelSpec();
 // The --quick model: 2 layers, d 64, byte vocabulary.
 RandomModelSpec QuickModelSpec();
 
-// Accepts --foo-bar for the absl flag --foo_bar (rewrites argv in place).
-void DashesToUnderscores(int argc, char** argv);
+using ::ckv::DashesToUnderscores;  // model/tools/flag_spelling.h
 
 // File name that identifies a random model's spec, so that a cached file of
 // another shape is never reused.

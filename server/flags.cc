@@ -132,15 +132,6 @@ absl::Status ReadSecurityFlags(ServerConfig& c) {
 
 }  // namespace
 
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    char* a = argv[i];
-    if (a[0] != '-' || a[1] != '-') continue;
-    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
-}
 
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   ServerConfig c;

@@ -20,6 +20,7 @@
 #include "model/make_random.h"
 #include "model/model.h"
 #include "model/tools/cli_options.h"
+#include "model/tools/flag_spelling.h"
 #include "model/tools/recall_command.h"
 #include "nlohmann/json.hpp"
 
@@ -191,20 +192,9 @@ absl::Status Dispatch(const std::vector<std::string>& args,
 }  // namespace
 }  // namespace ckv
 
-// Accepts --foo-bar for the absl flag --foo_bar (the documented spelling).
-static void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    char* a = argv[i];
-    if (a[0] != '-' || a[1] != '-') continue;
-    for (char* p = a + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
-}
-
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(ckv::kUsage);
-  DashesToUnderscores(argc, argv);
+  ckv::DashesToUnderscores(argc, argv);
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   auto options = ckv::CliOptionsFromFlags();
   if (!options.ok()) {
