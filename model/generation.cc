@@ -86,7 +86,7 @@ absl::StatusOr<GenerationResult> Generate(Transformer& model,
       t_first = std::chrono::steady_clock::now();
       r.time_to_first_token_seconds = Seconds(t0, t_first);
     }
-    if (tokenizer.IsEndOfGeneration(token)) {
+    if (!params.ignore_eos && tokenizer.IsEndOfGeneration(token)) {
       r.finish = FinishReason::kEos;
       break;
     }

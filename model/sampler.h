@@ -20,6 +20,7 @@ struct SamplingParams {
   uint64_t seed = 0;
   int max_tokens = 128;
   std::vector<std::string> stop;  // stop strings (not emitted)
+  bool ignore_eos = false;        // end-of-generation tokens do not stop
 };
 
 // INVALID_ARGUMENT on out-of-range values (naming the field).

@@ -297,7 +297,8 @@ void EngineLoop::EmitToken(Job& job) {
     job.result.time_to_first_token_seconds = Seconds(job.submitted, now);
   }
   job.last_token = now;
-  if (model_.tokenizer->IsEndOfGeneration(token)) {
+  if (!job.spec.sampling.ignore_eos &&
+      model_.tokenizer->IsEndOfGeneration(token)) {
     FinishGeneration(job, FinishReason::kEos);  // not streamed, not counted
     return;
   }

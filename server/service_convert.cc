@@ -44,6 +44,7 @@ absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
   if (p.has_top_p()) s.top_p = p.top_p();
   if (p.has_seed()) s.seed = p.seed();
   if (p.has_max_tokens()) s.max_tokens = p.max_tokens();
+  if (p.has_ignore_eos()) s.ignore_eos = p.ignore_eos();
   if (p.stop_size() > 0) s.stop.assign(p.stop().begin(), p.stop().end());
   for (const std::string& stop : s.stop) {
     if (stop.empty()) {
@@ -72,6 +73,7 @@ void ToProto(const SamplingParams& s, v1::SamplingParams* out) {
   out->set_top_p(s.top_p);
   out->set_seed(s.seed);
   out->set_max_tokens(s.max_tokens);
+  out->set_ignore_eos(s.ignore_eos);
   for (const std::string& stop : s.stop) out->add_stop(stop);
 }
 

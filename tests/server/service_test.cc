@@ -296,6 +296,8 @@ TEST_F(ServiceTest, BusySessionIsAborted) {
   v1::DecodeRequest req;
   req.set_session_id(id);
   req.mutable_sampling()->set_max_tokens(kLong);
+  // Long on purpose: greedy decoding must not end at end-of-generation.
+  req.mutable_sampling()->set_ignore_eos(true);
   ClientContext ctx;
   auto reader = stub_->Decode(&ctx, req);
   v1::DecodeResponse first;
@@ -437,6 +439,8 @@ TEST_F(ServiceTest, CancelMidStreamRestoresTheSession) {
   req.set_session_id(id);
   req.set_text(" and a question?");
   req.mutable_sampling()->set_max_tokens(kLong);
+  // Long on purpose: greedy decoding must not end at end-of-generation.
+  req.mutable_sampling()->set_ignore_eos(true);
   ClientContext ctx;
   auto reader = stub_->Decode(&ctx, req);
   v1::DecodeResponse r;
@@ -461,6 +465,8 @@ TEST_F(ServiceTest, DeadlineCancelsTheJob) {
   v1::DecodeRequest req;
   req.set_session_id(id);
   req.mutable_sampling()->set_max_tokens(kLong);
+  // Long on purpose: greedy decoding must not end at end-of-generation.
+  req.mutable_sampling()->set_ignore_eos(true);
   ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(300));
@@ -575,6 +581,8 @@ TEST_F(ServiceTest, DrainStopsServingAndCancelsLongStreams) {
   v1::DecodeRequest req;
   req.set_session_id(id);
   req.mutable_sampling()->set_max_tokens(kLong);
+  // Long on purpose: greedy decoding must not end at end-of-generation.
+  req.mutable_sampling()->set_ignore_eos(true);
   ClientContext ctx;
   auto reader = stub_->Decode(&ctx, req);
   v1::DecodeResponse r;

@@ -9,10 +9,10 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,13 +79,16 @@ const char kDoc[] =
 // Calls of one server, over a loopback channel.
 class Client {
  public:
-  explicit Client(int port)
-      : stub_(v1::ClusterKv::NewStub(
+  // `token`: sent as "authorization: Bearer TOKEN" when not empty.
+  explicit Client(int port, std::string token = "")
+      : token_(std::move(token)),
+        stub_(v1::ClusterKv::NewStub(
             grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
                                 grpc::InsecureChannelCredentials()))) {}
 
   std::string Create(uint32_t idle_ttl = 0) {
     ClientContext ctx;
+    Auth(&ctx);
     v1::CreateSessionRequest req;
     req.set_idle_ttl_seconds(idle_ttl);
     v1::SessionInfo info;
@@ -94,6 +97,7 @@ class Client {
   }
   grpc::Status Prefill(const std::string& id, const std::string& text) {
     ClientContext ctx;
+    Auth(&ctx);
     auto stream = stub_->Prefill(&ctx);
     v1::PrefillRequest req;
     req.set_session_id(id);
@@ -109,6 +113,7 @@ class Client {
   std::vector<int32_t> Decode(const std::string& id, int n,
                               grpc::Status* status = nullptr) {
     ClientContext ctx;
+    Auth(&ctx);
     v1::DecodeRequest req;
     req.set_session_id(id);
     req.mutable_sampling()->set_max_tokens(n);
@@ -125,12 +130,14 @@ class Client {
   }
   grpc::Status Get(const std::string& id, v1::SessionInfo* info) {
     ClientContext ctx;
+    Auth(&ctx);
     v1::GetSessionRequest req;
     req.set_session_id(id);
     return stub_->GetSession(&ctx, req, info);
   }
   grpc::Status Fork(const std::string& id, std::string* child) {
     ClientContext ctx;
+    Auth(&ctx);
     v1::ForkSessionRequest req;
     req.set_session_id(id);
     v1::SessionInfo info;
@@ -140,6 +147,7 @@ class Client {
   }
   grpc::Status Close(const std::string& id) {
     ClientContext ctx;
+    Auth(&ctx);
     v1::CloseSessionRequest req;
     req.set_session_id(id);
     v1::CloseSessionResponse resp;
@@ -148,18 +156,21 @@ class Client {
   grpc::Status Snapshot(const std::string& id,
                         v1::SnapshotSessionResponse* resp) {
     ClientContext ctx;
+    Auth(&ctx);
     v1::SnapshotSessionRequest req;
     req.set_session_id(id);
     return stub_->SnapshotSession(&ctx, req, resp);
   }
   int Sessions() {
     ClientContext ctx;
+    Auth(&ctx);
     v1::ListSessionsResponse resp;
     EXPECT_TRUE(stub_->ListSessions(&ctx, {}, &resp).ok());
     return resp.sessions_size();
   }
   bool Ready() {
     ClientContext ctx;
+    Auth(&ctx);
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(500));
     v1::ServerInfo info;
@@ -167,6 +178,12 @@ class Client {
   }
 
  private:
+  void Auth(ClientContext* ctx) const {
+    if (!token_.empty()) {
+      ctx->AddMetadata("authorization", absl::StrCat("Bearer ", token_));
+    }
+  }
+  std::string token_;
   std::unique_ptr<v1::ClusterKv::Stub> stub_;
 };
 
@@ -297,6 +314,39 @@ TEST(ServerSnapshotTest, SnapshotSessionNeedsASnapshotDir) {
             StatusCode::FAILED_PRECONDITION);
 }
 
+// The tenant is part of the snapshot: after a restart the session is still
+// its owner's only (another tenant gets NOT_FOUND and loads nothing).
+TEST(ServerSnapshotTest, RestoredSessionKeepsItsTenant) {
+  const std::string dir = FreshDir("snapdir_tenant");
+  const std::string tokens = ckv::testing::TempPath("snap_tokens.txt");
+  std::ofstream(tokens) << "token-a team-a\ntoken-b team-b\n";
+  ServerConfig config = Config(dir);
+  config.auth_tokens_file = tokens;
+  auto server = Start(config);
+  ASSERT_NE(server, nullptr);
+  std::string id;
+  {
+    Client a(server->port(), "token-a");
+    id = a.Create();
+    ASSERT_TRUE(a.Prefill(id, kDoc).ok());
+  }
+  server.reset();
+  server = Start(config);
+  ASSERT_NE(server, nullptr);
+  Client a(server->port(), "token-a"), b(server->port(), "token-b");
+  v1::SessionInfo info;
+  EXPECT_EQ(b.Get(id, &info).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(a.Sessions(), 0);  // b's attempt did not load it
+  ASSERT_TRUE(a.Get(id, &info).ok());
+  EXPECT_GT(info.tokens(), 0);
+  EXPECT_EQ(b.Get(id, &info).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(b.Close(id).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_TRUE(fs::exists(SnapshotFile(dir, id)));
+  server.reset();
+  fs::remove_all(dir);
+  fs::remove(tokens);
+}
+
 // ------------------------------------------- the real binary and SIGTERM
 
 class ServerProcess {
@@ -348,15 +398,15 @@ class ServerProcess {
 
   // The port once the model is loaded; 0 on failure.
   int WaitReady() {
-    const std::regex listening("listening on 127\\.0\\.0\\.1:([0-9]+)");
+    const std::string listening = "listening on 127.0.0.1:";
     for (int i = 0; i < 300; ++i) {
       std::ifstream in(log_);
       const std::string text((std::istreambuf_iterator<char>(in)), {});
-      std::smatch m;
-      if (std::regex_search(text, m, listening)) {
-        const int port = std::stoi(m[1]);
-        if (Client(port).Ready()) return port;
-      }
+      const size_t at = text.find(listening);
+      const int port = at == std::string::npos
+                           ? 0
+                           : std::atoi(text.c_str() + at + listening.size());
+      if (port > 0 && Client(port).Ready()) return port;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return 0;
