@@ -253,8 +253,10 @@ int ClusteredKvStore::SegmentClusters(size_t i) const {
 cpu::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head) const {
   const RowBuffer& b = sinks_[layer];
   cpu::KvSpan s;
-  s.k = &b.k[size_t{1} * kv_head * b.capacity * shape_.head_dim];
-  s.v = &b.v[size_t{1} * kv_head * b.capacity * shape_.head_dim];
+  // data() + offset: with sink_tokens 0 the buffer is empty (no element to
+  // index) and the span has no rows.
+  s.k = b.k.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
+  s.v = b.v.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
   s.dtype = config_.kv_dtype;
   s.stride = shape_.head_dim;
   s.count = sink_rows_[layer];
