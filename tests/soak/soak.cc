@@ -26,6 +26,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/tools/flag_spelling.h"
 #include "tests/soak/soak_report.h"
 #include "tests/soak/soak_util.h"
 #include "tests/soak/soak_workload.h"
@@ -67,23 +68,32 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i][0] != '-' || argv[i][1] != '-') continue;
-    for (char* p = argv[i] + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
-}
-
 std::vector<std::string> ServerArgs(const std::string& model,
                                     const std::string& snapshot_dir) {
   std::vector<std::string> a = {
-      "--model", model, "--listen", "127.0.0.1:0", "--metrics-address=",
-      "--threads", absl::StrCat(absl::GetFlag(FLAGS_server_threads)),
-      "--prefill-chunk", "64", "--policy", "clusterkv", "--dense-layers", "1",
-      "--sink-tokens", "4", "--tokens-per-cluster", "16", "--window", "32",
-      "--budget", "32", "--drain-grace-seconds", "2",
+      "--model",
+      model,
+      "--listen",
+      "127.0.0.1:0",
+      "--metrics-address=",
+      "--threads",
+      absl::StrCat(absl::GetFlag(FLAGS_server_threads)),
+      "--prefill-chunk",
+      "64",
+      "--policy",
+      "clusterkv",
+      "--dense-layers",
+      "1",
+      "--sink-tokens",
+      "4",
+      "--tokens-per-cluster",
+      "16",
+      "--window",
+      "32",
+      "--budget",
+      "32",
+      "--drain-grace-seconds",
+      "2",
       absl::StrCat("--max-sessions=", absl::GetFlag(FLAGS_max_sessions)),
       absl::StrCat("--max-host-kv-bytes=",
                    absl::GetFlag(FLAGS_max_host_kv_bytes)),
@@ -131,8 +141,8 @@ void SampleLoop(const std::string& address, pid_t pid, Clock::time_point t0,
                         info.capacity().free_host_kv_bytes();
       s.device_kv_bytes = info.limits().max_device_kv_bytes() -
                           info.capacity().free_device_kv_bytes();
-      s.sessions = info.limits().max_sessions() -
-                   info.capacity().free_sessions();
+      s.sessions =
+          info.limits().max_sessions() - info.capacity().free_sessions();
     }
     samples->push_back(s);
     if (s.seconds >= next_progress) {
@@ -155,8 +165,7 @@ void RunLoad(const std::string& address, pid_t pid,
   std::atomic<int64_t> requests{0};
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < r.clients; ++i) {
-    workers.push_back(
-        std::make_unique<Worker>(i, config, address, &requests));
+    workers.push_back(std::make_unique<Worker>(i, config, address, &requests));
   }
   const Clock::time_point t0 = Clock::now();
   std::thread sampler(SampleLoop, address, pid, t0, std::cref(stop_sampler),
@@ -216,8 +225,8 @@ void Judge(SoakResult& r, bool spawned) {
   const double max_growth = absl::GetFlag(FLAGS_max_rss_growth_mb_per_hour);
   const double growth = RssGrowthMiBPerHour(r.samples);
   if (max_growth > 0 && growth > max_growth) {
-    why.push_back(absl::StrFormat("RSS growth %.1f MiB/hour > %.1f", growth,
-                                  max_growth));
+    why.push_back(
+        absl::StrFormat("RSS growth %.1f MiB/hour > %.1f", growth, max_growth));
   }
   for (size_t i = 0; i < why.size(); ++i) {
     r.failure += (i ? "; " : "") + why[i];
@@ -252,8 +261,8 @@ int Soak(const std::string& address, ServerProcess* server,
     if (!server->Running()) std::cerr << "the server died during the run\n";
     r.server_exit_code = server->Stop();
   }
-  if (!snapshot_dir.empty()) r.snapshot_files_left =
-      CountSnapshotFiles(snapshot_dir);
+  if (!snapshot_dir.empty())
+    r.snapshot_files_left = CountSnapshotFiles(snapshot_dir);
   Judge(r, server != nullptr);
   PrintSummary(r, std::cout);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
@@ -287,9 +296,9 @@ int SpawnAndSoak() {
     snapshot_dir = dir + "/snapshots";
     fs::remove_all(snapshot_dir);
   }
-  auto server =
-      ServerProcess::Start(absl::GetFlag(FLAGS_server_binary),
-                           ServerArgs(model, snapshot_dir), dir + "/server.log");
+  auto server = ServerProcess::Start(absl::GetFlag(FLAGS_server_binary),
+                                     ServerArgs(model, snapshot_dir),
+                                     dir + "/server.log");
   if (!server.ok()) {
     std::cerr << "cannot start the server: " << server.status() << "\n";
     return 1;
@@ -310,7 +319,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "clusterkv_soak (--spawn | --server ADDR) [--clients N] [--seconds S] "
       "[--seed N] [--json PATH] [--snapshots]");
-  ckv::soak::DashesToUnderscores(argc, argv);
+  ckv::DashesToUnderscores(argc, argv);
   absl::ParseCommandLine(argc, argv);
   const std::string address = absl::GetFlag(FLAGS_server);
   if (absl::GetFlag(FLAGS_spawn) == !address.empty()) {

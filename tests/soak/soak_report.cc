@@ -112,6 +112,7 @@ nlohmann::json ToJson(const SoakResult& r) {
       {"codes_by_rpc", t.by_rpc},
       {"codes_by_action", t.by_action},
       {"unexpected", t.unexpected},
+      {"aborted_after_cancel", t.aborted_after_cancel},
       {"unexpected_messages", t.unexpected_messages},
       {"generated_tokens", t.generated_tokens},
       {"prefilled_tokens", t.prefilled_tokens},
@@ -150,7 +151,8 @@ void PrintSummary(const SoakResult& r, std::ostream& out) {
       t.generated_tokens, t.prefilled_tokens);
   out << "errors by code:";
   for (const auto& [code, n] : ErrorsByCode(t)) out << " " << code << "=" << n;
-  out << "\nRESOURCE_EXHAUSTED by limit:";
+  out << " (ABORTED just after a cancel on the session: "
+      << t.aborted_after_cancel << ")\nRESOURCE_EXHAUSTED by limit:";
   for (const auto& [limit, n] : t.exhausted_by_limit) {
     out << " " << limit << "=" << n;
   }

@@ -14,9 +14,9 @@
 namespace ckv::soak {
 
 struct Sample {
-  double seconds = 0;        // since the start of the load
-  int64_t rss_bytes = -1;    // -1: unknown (server not spawned)
-  int64_t host_kv_bytes = 0;    // in use: limit - free
+  double seconds = 0;         // since the start of the load
+  int64_t rss_bytes = -1;     // -1: unknown (server not spawned)
+  int64_t host_kv_bytes = 0;  // in use: limit - free
   int64_t device_kv_bytes = 0;
   int sessions = 0;
 };
@@ -43,10 +43,10 @@ struct SoakResult {
   Capacity baseline;  // before the load
   Capacity end;       // after every session was closed
   bool kv_bytes_baseline_ok = false;
-  int sessions_left = 0;      // ListSessions after the run
+  int sessions_left = 0;         // ListSessions after the run
   int snapshot_files_left = -1;  // -1: not checked
   int server_exit_code = -1;     // -1: not spawned (or not stopped)
-  std::string failure;        // why the run failed ("" when it passed)
+  std::string failure;           // why the run failed ("" when it passed)
 };
 
 nlohmann::json ToJson(const SoakResult& r);

@@ -5,9 +5,9 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -207,16 +207,14 @@ std::unique_ptr<v1::ClusterKv::Stub> NewStub(const std::string& address) {
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }
 
-std::unique_ptr<grpc::ClientContext> ContextWithDeadline(
-    milliseconds timeout) {
+std::unique_ptr<grpc::ClientContext> ContextWithDeadline(milliseconds timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
   return ctx;
 }
 
 StreamResult Prefill(v1::ClusterKv::Stub& stub, const std::string& id,
-                     const std::string& text, int parts,
-                     milliseconds timeout) {
+                     const std::string& text, int parts, milliseconds timeout) {
   auto ctx = ContextWithDeadline(timeout);
   auto stream = stub.Prefill(ctx.get());
   const size_t step = text.size() / std::max(1, parts) + 1;
@@ -246,8 +244,7 @@ StreamResult Decode(v1::ClusterKv::Stub& stub, const v1::DecodeRequest& req,
   return ReadDecodeStream(*ctx, *reader, options);
 }
 
-StreamResult Generate(v1::ClusterKv::Stub& stub,
-                      const v1::GenerateRequest& req,
+StreamResult Generate(v1::ClusterKv::Stub& stub, const v1::GenerateRequest& req,
                       const StreamOptions& options) {
   auto ctx = ContextWithDeadline(options.timeout);
   auto reader = stub.Generate(ctx.get(), req);
@@ -260,6 +257,7 @@ StreamResult DecodeGreedy(v1::ClusterKv::Stub& stub, const std::string& id,
   req.set_session_id(id);
   req.mutable_sampling()->set_temperature(0.0f);
   req.mutable_sampling()->set_max_tokens(n);
+  req.mutable_sampling()->set_ignore_eos(true);  // exactly n tokens
   return Decode(stub, req);
 }
 
@@ -281,8 +279,7 @@ grpc::Status ForkSession(v1::ClusterKv::Stub& stub, const std::string& id,
                          v1::SessionInfo* info) {
   v1::ForkSessionRequest req;
   req.set_session_id(id);
-  return stub.ForkSession(ContextWithDeadline(kUnaryTimeout).get(), req,
-                          info);
+  return stub.ForkSession(ContextWithDeadline(kUnaryTimeout).get(), req, info);
 }
 
 grpc::Status CloseSession(v1::ClusterKv::Stub& stub, const std::string& id) {
@@ -302,14 +299,12 @@ grpc::Status SnapshotSession(v1::ClusterKv::Stub& stub, const std::string& id,
 }
 
 grpc::Status GetServerInfo(v1::ClusterKv::Stub& stub, v1::ServerInfo* info) {
-  return stub.GetServerInfo(ContextWithDeadline(kUnaryTimeout).get(), {},
-                            info);
+  return stub.GetServerInfo(ContextWithDeadline(kUnaryTimeout).get(), {}, info);
 }
 
 grpc::Status ListSessions(v1::ClusterKv::Stub& stub,
                           v1::ListSessionsResponse* resp) {
-  return stub.ListSessions(ContextWithDeadline(kUnaryTimeout).get(), {},
-                           resp);
+  return stub.ListSessions(ContextWithDeadline(kUnaryTimeout).get(), {}, resp);
 }
 
 grpc::Status WaitNotBusy(v1::ClusterKv::Stub& stub, const std::string& id,
@@ -323,13 +318,23 @@ grpc::Status WaitNotBusy(v1::ClusterKv::Stub& stub, const std::string& id,
 }
 
 const char* CodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {
-      "OK",                "CANCELLED",          "UNKNOWN",
-      "INVALID_ARGUMENT",  "DEADLINE_EXCEEDED",  "NOT_FOUND",
-      "ALREADY_EXISTS",    "PERMISSION_DENIED",  "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED",          "OUT_OF_RANGE",
-      "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-      "DATA_LOSS",         "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int i = static_cast<int>(code);
   return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN_CODE";
 }

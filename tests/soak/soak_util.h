@@ -78,10 +78,10 @@ std::unique_ptr<grpc::ClientContext> ContextWithDeadline(
 // Outcome of a streaming call.
 struct StreamResult {
   grpc::Status status;
-  std::vector<int32_t> ids;      // generated token ids (Decode, Generate)
-  std::string text;              // their text pieces
-  int64_t session_tokens = -1;   // from the summary; -1 without one
-  int64_t input_tokens = 0;      // from the summary
+  std::vector<int32_t> ids;     // generated token ids (Decode, Generate)
+  std::string text;             // their text pieces
+  int64_t session_tokens = -1;  // from the summary; -1 without one
+  int64_t input_tokens = 0;     // from the summary
 };
 
 // How a Decode or Generate stream is read.
@@ -93,16 +93,15 @@ struct StreamOptions {
 // Prefill in `parts` messages (a UTF-8 character may be split between
 // them); the first carries the session id. The server may end the call
 // early (e.g. a too long input): the remaining writes are skipped.
-StreamResult Prefill(v1::ClusterKv::Stub& stub, const std::string& id,
-                     const std::string& text, int parts = 1,
-                     std::chrono::milliseconds timeout =
-                         std::chrono::milliseconds(60000));
+StreamResult Prefill(
+    v1::ClusterKv::Stub& stub, const std::string& id, const std::string& text,
+    int parts = 1,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
 StreamResult Decode(v1::ClusterKv::Stub& stub, const v1::DecodeRequest& req,
                     const StreamOptions& options = {});
-StreamResult Generate(v1::ClusterKv::Stub& stub,
-                      const v1::GenerateRequest& req,
+StreamResult Generate(v1::ClusterKv::Stub& stub, const v1::GenerateRequest& req,
                       const StreamOptions& options = {});
-// Greedy Decode of `n` tokens without input.
+// Greedy Decode of exactly `n` tokens (EOS ignored) without input.
 StreamResult DecodeGreedy(v1::ClusterKv::Stub& stub, const std::string& id,
                           int n);
 

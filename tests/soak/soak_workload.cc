@@ -21,6 +21,8 @@ constexpr StatusCode kNotFound = StatusCode::NOT_FOUND;
 constexpr StatusCode kAborted = StatusCode::ABORTED;
 constexpr StatusCode kCancelled = StatusCode::CANCELLED;
 constexpr StatusCode kDeadline = StatusCode::DEADLINE_EXCEEDED;
+// How long after a cancelled call ABORTED on its session is expected.
+constexpr std::chrono::seconds kCancelEcho{2};
 
 // Relative weights of the actions, in Worker::Action order.
 constexpr int kWeights[] = {
@@ -48,21 +50,20 @@ static_assert(sizeof(kWeights) / sizeof(kWeights[0]) == 19);
 
 // Words of the random texts: ASCII and 2-, 3- and 4-byte UTF-8 characters.
 constexpr const char* kWords[] = {
-    "the",    "cluster",   "keys",      "recall",   "document", "session",
-    "fork",   "question",  "answer",    "memory",   "budget",   "naïve",
-    "café",   "Ελληνικά",  "страница",  "日本語",   "中文",     "données",
-    "🙂",     "𝄞",         "résumé",    "über",     "ß",        "한국어",
-    "token",  "segment",   "window",    "sink",     "tail",     "42",
+    "the",   "cluster",  "keys",     "recall", "document", "session",
+    "fork",  "question", "answer",   "memory", "budget",   "naïve",
+    "café",  "Ελληνικά", "страница", "日本語", "中文",     "données",
+    "🙂",  "𝄞",        "résumé",   "über",   "ß",        "한국어",
+    "token", "segment",  "window",   "sink",   "tail",     "42",
 };
 
 // Byte sequences that no UTF-8 decoder may accept.
 constexpr const char* kBadUtf8[] = {
-    "\xff", "\xc0\xaf", "\xed\xa0\x80", "\xf5\x80\x80\x80", "\x80",
+    "\xff",      "\xc0\xaf", "\xed\xa0\x80", "\xf5\x80\x80\x80", "\x80",
     "\xe4\xb8(",  // truncated 3-byte character followed by ASCII
 };
 
-constexpr const char* kPolicies[] = {"full", "clusterkv", "quest",
-                                     "streaming"};
+constexpr const char* kPolicies[] = {"full", "clusterkv", "quest", "streaming"};
 
 }  // namespace
 
@@ -77,6 +78,7 @@ void Tally::Merge(const Tally& o) {
   requests += o.requests;
   unexpected += o.unexpected;
   sessions_created += o.sessions_created;
+  aborted_after_cancel += o.aborted_after_cancel;
   generated_tokens += o.generated_tokens;
   prefilled_tokens += o.prefilled_tokens;
   for (const std::string& m : o.unexpected_messages) {
@@ -125,35 +127,53 @@ void Worker::Step(Action a) {
   // A session near its token limit is closed (it would only be refused).
   const size_t index = owned_.empty() ? 0 : RandomOwnedIndex();
   Owned* s = owned_.empty() ? nullptr : &owned_[index];
+  session_ = s != nullptr ? s->id : "";
   if (s != nullptr && s->tokens > config_.max_session_tokens * 3 / 4) {
     a = Action::kClose;
   }
   switch (a) {
-    case Action::kCreate: return DoCreate();
-    case Action::kCreateInvalid: return DoCreateInvalid();
-    case Action::kPrefill: return DoPrefill(*s);
-    case Action::kPrefillHuge: return DoPrefillHuge(*s);
-    case Action::kPrefillBadUtf8: return DoPrefillBadUtf8(*s);
+    case Action::kCreate:
+      return DoCreate();
+    case Action::kCreateInvalid:
+      return DoCreateInvalid();
+    case Action::kPrefill:
+      return DoPrefill(*s);
+    case Action::kPrefillHuge:
+      return DoPrefillHuge(*s);
+    case Action::kPrefillBadUtf8:
+      return DoPrefillBadUtf8(*s);
     case Action::kDecode:
     case Action::kDecodeCancel:
-    case Action::kDecodeDeadline: return DoDecode(*s, a);
-    case Action::kDecodeInvalid: return DoDecodeInvalid(*s);
-    case Action::kFork: return DoFork(*s);
-    case Action::kGet: return DoGet(*s);
-    case Action::kClose: return DoClose(index);
-    case Action::kSnapshot: return DoSnapshot(*s);
-    case Action::kUnknownId: return DoUnknownId();
-    case Action::kMissingId: return DoMissingId();
-    case Action::kBusy: return DoBusy(*s);
-    case Action::kGenerate: return DoGenerate(false);
-    case Action::kGenerateInvalid: return DoGenerate(true);
+    case Action::kDecodeDeadline:
+      return DoDecode(*s, a);
+    case Action::kDecodeInvalid:
+      return DoDecodeInvalid(*s);
+    case Action::kFork:
+      return DoFork(*s);
+    case Action::kGet:
+      return DoGet(*s);
+    case Action::kClose:
+      return DoClose(index);
+    case Action::kSnapshot:
+      return DoSnapshot(*s);
+    case Action::kUnknownId:
+      return DoUnknownId();
+    case Action::kMissingId:
+      return DoMissingId();
+    case Action::kBusy:
+      return DoBusy(*s);
+    case Action::kGenerate:
+      return DoGenerate(false);
+    case Action::kGenerateInvalid:
+      return DoGenerate(true);
     case Action::kInfo:
-    case Action::kCount: return DoInfo();
+    case Action::kCount:
+      return DoInfo();
   }
 }
 
-bool Worker::Record(const char* action, const char* rpc,
-                    const grpc::Status& s, const Codes& expected) {
+bool Worker::Record(const char* action, const char* rpc, const grpc::Status& s,
+                    const Codes& expected) {
   const char* code = CodeName(s.error_code());
   ++tally_.requests;
   requests_->fetch_add(1, std::memory_order_relaxed);
@@ -165,6 +185,10 @@ bool Worker::Record(const char* action, const char* rpc,
   }
   if (std::find(expected.begin(), expected.end(), s.error_code()) !=
       expected.end()) {
+    return true;
+  }
+  if (s.error_code() == kAborted && RecentlyCancelled(session_)) {
+    ++tally_.aborted_after_cancel;
     return true;
   }
   Fail(action, absl::StrCat(rpc, ": ", code, " ", s.error_message()));
@@ -179,7 +203,8 @@ void Worker::Fail(const char* action, const std::string& message) {
   }
 }
 
-// ---- sessions ----------------------------------------------------------------
+// ---- sessions
+// ----------------------------------------------------------------
 
 void Worker::DoCreate() {
   v1::CreateSessionRequest req;
@@ -197,11 +222,21 @@ void Worker::DoCreate() {
 void Worker::DoCreateInvalid() {
   v1::CreateSessionRequest req;
   switch (Uniform(0, 4)) {
-    case 0: req.mutable_kv()->set_policy("bogus"); break;
-    case 1: req.mutable_kv()->set_budget(0); break;
-    case 2: req.mutable_sampling()->set_temperature(-1.0f); break;
-    case 3: req.mutable_sampling()->set_top_p(1.5f); break;
-    default: req.mutable_kv()->set_gqa_selection("per_nothing"); break;
+    case 0:
+      req.mutable_kv()->set_policy("bogus");
+      break;
+    case 1:
+      req.mutable_kv()->set_budget(0);
+      break;
+    case 2:
+      req.mutable_sampling()->set_temperature(-1.0f);
+      break;
+    case 3:
+      req.mutable_sampling()->set_top_p(1.5f);
+      break;
+    default:
+      req.mutable_kv()->set_gqa_selection("per_nothing");
+      break;
   }
   v1::SessionInfo info;
   const grpc::Status st = CreateSession(*stub_, req, &info);
@@ -256,8 +291,15 @@ void Worker::DoInfo() {
 }
 
 void Worker::Settle(Owned& s, const char* action) {
+  cancelled_[s.id] = std::chrono::steady_clock::now();
   v1::SessionInfo info;
-  const grpc::Status st = WaitNotBusy(*stub_, s.id, milliseconds(10000), &info);
+  grpc::Status st = WaitNotBusy(*stub_, s.id, milliseconds(10000), &info);
+  if (st.ok() && !info.busy()) {
+    // A call cancelled before it reached the server may still arrive (and
+    // hold the session briefly): look again a little later.
+    std::this_thread::sleep_for(milliseconds(20));
+    st = WaitNotBusy(*stub_, s.id, milliseconds(10000), &info);
+  }
   if (!Record(action, "GetSession", st, {kOk})) return;
   if (info.busy()) {
     Fail(action, absl::StrCat("session ", s.id,
@@ -279,12 +321,13 @@ void Worker::CloseAll() {
   }
 }
 
-// ---- prefill -----------------------------------------------------------------
+// ---- prefill
+// -----------------------------------------------------------------
 
 void Worker::DoPrefill(Owned& s) {
   const int64_t room = config_.max_session_tokens - s.tokens;
-  const int bytes = Uniform(8, static_cast<int>(std::clamp<int64_t>(
-                                   room / 3, 8, 400)));
+  const int bytes =
+      Uniform(8, static_cast<int>(std::clamp<int64_t>(room / 3, 8, 400)));
   const StreamResult r =
       Prefill(*stub_, s.id, RandomText(bytes), Uniform(1, 4));
   if (Record("prefill", "Prefill", r.status, {kOk, kExhausted}) &&
@@ -298,8 +341,8 @@ void Worker::DoPrefill(Owned& s) {
 // token) or after tokenizing.
 void Worker::DoPrefillHuge(Owned& s) {
   const int64_t limit = config_.max_prompt_tokens;
-  const int64_t bytes = Chance(0.2) ? limit * 64 + Uniform(1, 4096)
-                                    : limit + Uniform(8, 2048);
+  const int64_t bytes =
+      Chance(0.2) ? limit * 64 + Uniform(1, 4096) : limit + Uniform(8, 2048);
   std::string text = RandomText(static_cast<size_t>(bytes));
   const StreamResult r = Prefill(*stub_, s.id, text, Uniform(1, 8));
   Record("prefill_huge", "Prefill", r.status, {kExhausted});
@@ -311,7 +354,8 @@ void Worker::DoPrefillBadUtf8(Owned& s) {
   Record("prefill_bad_utf8", "Prefill", r.status, {kInvalid});
 }
 
-// ---- decode ------------------------------------------------------------------
+// ---- decode
+// ------------------------------------------------------------------
 
 void Worker::DoDecode(Owned& s, Action kind) {
   v1::DecodeRequest req;
@@ -353,12 +397,24 @@ void Worker::DoDecodeInvalid(Owned& s) {
   req.set_text(RandomText(Uniform(1, 20)));
   v1::SamplingParams* p = req.mutable_sampling();
   switch (Uniform(0, 6)) {
-    case 0: p->set_temperature(-0.5f); break;
-    case 1: p->set_temperature(std::numeric_limits<float>::quiet_NaN()); break;
-    case 2: p->set_top_p(0.0f); break;
-    case 3: p->set_max_tokens(-3); break;
-    case 4: p->add_stop(""); break;
-    case 5: req.set_text(BadUtf8(Uniform(2, 30))); break;
+    case 0:
+      p->set_temperature(-0.5f);
+      break;
+    case 1:
+      p->set_temperature(std::numeric_limits<float>::quiet_NaN());
+      break;
+    case 2:
+      p->set_top_p(0.0f);
+      break;
+    case 3:
+      p->set_max_tokens(-3);
+      break;
+    case 4:
+      p->add_stop("");
+      break;
+    case 5:
+      req.set_text(BadUtf8(Uniform(2, 30)));
+      break;
     default:
       req.mutable_tokens()->add_ids(config_.vocab_size + Uniform(0, 1000));
       break;
@@ -375,10 +431,18 @@ void Worker::DoGenerate(bool invalid) {
   StreamOptions o;
   if (invalid) {
     switch (Uniform(0, 3)) {
-      case 0: req.set_prompt(BadUtf8(Uniform(2, 40))); break;
-      case 1: req.set_prompt(""); break;
-      case 2: req.mutable_kv()->set_window(0); break;
-      default: req.mutable_sampling()->set_top_p(2.0f); break;
+      case 0:
+        req.set_prompt(BadUtf8(Uniform(2, 40)));
+        break;
+      case 1:
+        req.set_prompt("");
+        break;
+      case 2:
+        req.mutable_kv()->set_window(0);
+        break;
+      default:
+        req.mutable_sampling()->set_top_p(2.0f);
+        break;
     }
     const StreamResult r = Generate(*stub_, req, o);
     Record("generate_invalid", "Generate", r.status, {kInvalid});
@@ -404,7 +468,8 @@ void Worker::BackOff(const grpc::Status& s) {
   }
 }
 
-// ---- wrong ids and concurrent calls ------------------------------------------
+// ---- wrong ids and concurrent calls
+// ------------------------------------------
 
 void Worker::DoUnknownId() {
   const std::string id =
@@ -516,7 +581,18 @@ void Worker::DoBusySecond(Owned& s, int which) {
   }
 }
 
-// ---- randomness --------------------------------------------------------------
+// A call cancelled on the client may reach the server after later calls
+// (another HTTP/2 stream): for a while its session may be busy.
+bool Worker::RecentlyCancelled(const std::string& id) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = cancelled_.begin(); it != cancelled_.end();) {
+    it = now - it->second > kCancelEcho ? cancelled_.erase(it) : std::next(it);
+  }
+  return cancelled_.contains(id);
+}
+
+// ---- randomness
+// --------------------------------------------------------------
 
 size_t Worker::RandomOwnedIndex() {
   return static_cast<size_t>(Uniform(0, static_cast<int>(owned_.size()) - 1));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -29,6 +30,9 @@ struct Tally {
   int64_t requests = 0;
   int64_t unexpected = 0;
   int64_t sessions_created = 0;  // CreateSession and ForkSession successes
+  // ABORTED on a session shortly after a call on it was cancelled (the
+  // cancelled call reached the server late): expected, counted apart.
+  int64_t aborted_after_cancel = 0;
   int64_t generated_tokens = 0;
   int64_t prefilled_tokens = 0;
   std::vector<std::string> unexpected_messages;  // the first kMaxMessages
@@ -41,7 +45,7 @@ struct WorkloadConfig {
   int64_t max_prompt_tokens = 1024;
   int64_t max_session_tokens = 2048;
   int vocab_size = 259;
-  bool snapshots = false;  // the server runs with --snapshot-dir
+  bool snapshots = false;      // the server runs with --snapshot-dir
   int max_owned_sessions = 3;  // per client thread, forks included
   uint64_t seed = 1;
 };
@@ -62,10 +66,26 @@ class Worker {
     int64_t tokens = 0;
   };
   enum class Action {
-    kCreate, kCreateInvalid, kPrefill, kPrefillHuge, kPrefillBadUtf8,
-    kDecode, kDecodeCancel, kDecodeDeadline, kDecodeInvalid, kFork, kGet,
-    kClose, kSnapshot, kUnknownId, kMissingId, kBusy, kGenerate,
-    kGenerateInvalid, kInfo, kCount
+    kCreate,
+    kCreateInvalid,
+    kPrefill,
+    kPrefillHuge,
+    kPrefillBadUtf8,
+    kDecode,
+    kDecodeCancel,
+    kDecodeDeadline,
+    kDecodeInvalid,
+    kFork,
+    kGet,
+    kClose,
+    kSnapshot,
+    kUnknownId,
+    kMissingId,
+    kBusy,
+    kGenerate,
+    kGenerateInvalid,
+    kInfo,
+    kCount
   };
 
   Action Pick();
@@ -99,6 +119,7 @@ class Worker {
   // the session and refreshes its token count.
   void Settle(Owned& s, const char* action);
   void CloseAll();
+  bool RecentlyCancelled(const std::string& id);
 
   size_t RandomOwnedIndex();
   void Forget(const std::string& id);
@@ -115,6 +136,9 @@ class Worker {
   std::mt19937_64 rng_;
   std::vector<Owned> owned_;
   std::vector<std::string> closed_;  // recently closed ids (ring)
+  std::string session_;  // the session of the current action ("": none)
+  // Sessions with a cancelled or timed-out call: when it ended.
+  std::map<std::string, std::chrono::steady_clock::time_point> cancelled_;
   Tally tally_;
 };
 
