@@ -11,9 +11,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "bench/bench_common.h"
+#include "bench/bench_main.h"
 #include "bench/cluster_engine.h"
 #include "bench/cluster_keys.h"
 #include "bench/cluster_options.h"
@@ -77,21 +76,11 @@ absl::Status Run(const ClusterBenchOptions& o) {
 }  // namespace ckv::bench
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  return ckv::bench::BenchMain(
+      argc, argv,
       "ClusterKV benchmark: recall vs budget, step time vs context, overhead."
       "\n  cluster_bench [--quick] [--json F] [--workloads keys,engine] "
       "[--budgets 256,...] [--key-contexts ...] [--engine-contexts ...] "
-      "[--batches 1,4,16]");
-  ckv::bench::DashesToUnderscores(argc, argv);
-  absl::ParseCommandLine(argc, argv);
-  auto options = ckv::bench::ClusterBenchOptionsFromFlags();
-  if (!options.ok()) {
-    std::fprintf(stderr, "error: %s\n", options.status().ToString().c_str());
-    return 2;
-  }
-  if (auto s = ckv::bench::Run(*options); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+      "[--batches 1,4,16]",
+      &ckv::bench::ClusterBenchOptionsFromFlags, &ckv::bench::Run);
 }

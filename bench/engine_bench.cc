@@ -6,10 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "bench/bench_common.h"
+#include "bench/bench_main.h"
 #include "bench/engine_options.h"
 #include "bench/engine_report.h"
 #include "bench/engine_runner.h"
@@ -56,20 +55,10 @@ absl::Status Run(const EngineBenchOptions& o) {
 }  // namespace ckv::bench
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  return ckv::bench::BenchMain(
+      argc, argv,
       "CPU engine benchmark: prefill/decode tok/s vs context depth and "
       "threads.\n  engine_bench [--model M.gguf] [--depths 0,4096,...] "
-      "[--threads 1,2] [--out-json F] [--quick]");
-  ckv::bench::DashesToUnderscores(argc, argv);
-  absl::ParseCommandLine(argc, argv);
-  auto options = ckv::bench::EngineBenchOptionsFromFlags();
-  if (!options.ok()) {
-    std::fprintf(stderr, "error: %s\n", options.status().ToString().c_str());
-    return 2;
-  }
-  if (auto s = ckv::bench::Run(*options); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+      "[--threads 1,2] [--out-json F] [--quick]",
+      &ckv::bench::EngineBenchOptionsFromFlags, &ckv::bench::Run);
 }

@@ -12,10 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "bench/bench_common.h"
+#include "bench/bench_main.h"
 #include "bench/service_grpc.h"
 #include "bench/service_inprocess.h"
 #include "bench/service_options.h"
@@ -108,22 +107,12 @@ absl::Status Run(const ServiceBenchOptions& o) {
 }  // namespace ckv::bench
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  return ckv::bench::BenchMain(
+      argc, argv,
       "gRPC service benchmark: TTFT, inter-token latency and tokens/s of N "
       "concurrent sessions over loopback vs in-process.\n  service_bench "
       "[--model M.gguf] [--sessions 1,4,16] [--prompt-tokens 512] "
       "[--decode-tokens 64] [--rounds 3] [--budget 1024] [--out-json F] "
-      "[--quick]");
-  ckv::bench::DashesToUnderscores(argc, argv);
-  absl::ParseCommandLine(argc, argv);
-  auto options = ckv::bench::ServiceBenchOptionsFromFlags();
-  if (!options.ok()) {
-    std::fprintf(stderr, "error: %s\n", options.status().ToString().c_str());
-    return 2;
-  }
-  if (auto s = ckv::bench::Run(*options); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+      "[--quick]",
+      &ckv::bench::ServiceBenchOptionsFromFlags, &ckv::bench::Run);
 }

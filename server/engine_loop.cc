@@ -168,6 +168,14 @@ absl::Status EngineLoop::StartJob(Job& job) {
   return absl::OkStatus();
 }
 
+void EngineLoop::DropFinished() {
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](const auto& j) {
+                                 return j->phase == Job::Phase::kDone;
+                               }),
+                active_.end());
+}
+
 bool EngineLoop::RunStep() {
   // Cancellations and jobs waiting for their segment's index.
   for (auto& job : active_) {
@@ -235,11 +243,7 @@ bool EngineLoop::RunStep() {
     owners.push_back(job);
   }
   if (batch.empty()) {
-    active_.erase(std::remove_if(active_.begin(), active_.end(),
-                                 [](const auto& j) {
-                                   return j->phase == Job::Phase::kDone;
-                                 }),
-                  active_.end());
+    DropFinished();
     return false;
   }
   const absl::Status status = transformer_.Forward(absl::MakeSpan(batch));
@@ -257,11 +261,7 @@ bool EngineLoop::RunStep() {
     }
     AfterStep(*owners[i], /*fed_input=*/i >= n_decode);
   }
-  active_.erase(std::remove_if(active_.begin(), active_.end(),
-                               [](const auto& j) {
-                                 return j->phase == Job::Phase::kDone;
-                               }),
-                active_.end());
+  DropFinished();
   return true;
 }
 

@@ -108,6 +108,7 @@ class EngineLoop {
   void Loop();
   // Runs one batched model step; false when there was nothing to run.
   bool RunStep();
+  void DropFinished();  // removes jobs that reported on_done
   absl::Status StartJob(Job& job);
   void AfterStep(Job& job, bool fed_input);
   void EmitToken(Job& job);

@@ -577,7 +577,9 @@ void WriteBytes(const std::string& path, const Bytes& b) {
   FILE* fp = std::fopen(path.c_str(), "wb");
   ASSERT_NE(fp, nullptr) << path;
   // fwrite's buffer must not be null, which an empty vector's data() may be.
-  if (!b.empty()) ASSERT_EQ(std::fwrite(b.data(), 1, b.size(), fp), b.size());
+  if (!b.empty()) {
+    ASSERT_EQ(std::fwrite(b.data(), 1, b.size(), fp), b.size());
+  }
   ASSERT_EQ(std::fclose(fp), 0);
 }
 

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "server/metrics.h"
 #include "server/server_runner.h"
+#include "tests/server/small_server_config.h"
 #include "server/service_convert.h"
 #include "tests/model/test_util.h"
 
@@ -42,25 +43,10 @@ RandomModelSpec Spec() {
 
 std::string ModelPath() { return ckv::testing::RandomModelPath("svc", Spec()); }
 
-// Sparse layers with small segments so that clustering and selection run.
 ServerConfig BaseConfig() {
-  ServerConfig c;
-  c.model_path = ModelPath();
-  c.listen_address = "127.0.0.1:0";
-  c.metrics_address = "";
-  c.threads = 2;
-  c.prefill_chunk = 64;
-  c.kv.policy = KvPolicy::kClusterKv;
-  c.kv.dense_layers = 1;
-  c.kv.sink_tokens = 4;
-  c.kv.tokens_per_cluster = 16;
-  c.kv.window = 32;
-  c.kv.budget = 32;
-  c.sampling.temperature = 0.0f;
-  c.sampling.max_tokens = 12;
+  ServerConfig c = testing::SmallServerConfig(ModelPath());
   c.limits.max_sessions = 16;
   c.limits.max_prompt_tokens = 1024;
-  c.limits.max_session_tokens = 8192;
   return c;
 }
 

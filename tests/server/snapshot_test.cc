@@ -22,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/server_runner.h"
+#include "tests/server/small_server_config.h"
 #include "tests/model/test_util.h"
 
 extern char** environ;
@@ -52,21 +53,7 @@ std::string FreshDir(const std::string& name) {
 }
 
 ServerConfig Config(const std::string& snapshot_dir) {
-  ServerConfig c;
-  c.model_path = ModelPath();
-  c.listen_address = "127.0.0.1:0";
-  c.metrics_address = "";
-  c.threads = 2;
-  c.prefill_chunk = 64;
-  c.kv.policy = KvPolicy::kClusterKv;
-  c.kv.dense_layers = 1;
-  c.kv.sink_tokens = 4;
-  c.kv.tokens_per_cluster = 16;
-  c.kv.window = 32;
-  c.kv.budget = 32;
-  c.sampling.temperature = 0.0f;
-  c.sampling.max_tokens = 12;
-  c.limits.max_session_tokens = 8192;
+  ServerConfig c = testing::SmallServerConfig(ModelPath());
   c.snapshot_dir = snapshot_dir;
   return c;
 }

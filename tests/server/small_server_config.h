@@ -1,0 +1,31 @@
+// The server configuration the loopback tests share: ephemeral port, no
+// /metrics, and sparse layers with small segments so that clustering and
+// selection really run on the tiny test models.
+#pragma once
+
+#include <string>
+
+#include "server/server_config.h"
+
+namespace ckv::server::testing {
+
+inline ServerConfig SmallServerConfig(const std::string& model_path) {
+  ServerConfig c;
+  c.model_path = model_path;
+  c.listen_address = "127.0.0.1:0";
+  c.metrics_address = "";
+  c.threads = 2;
+  c.prefill_chunk = 64;
+  c.kv.policy = KvPolicy::kClusterKv;
+  c.kv.dense_layers = 1;
+  c.kv.sink_tokens = 4;
+  c.kv.tokens_per_cluster = 16;
+  c.kv.window = 32;
+  c.kv.budget = 32;
+  c.sampling.temperature = 0.0f;
+  c.sampling.max_tokens = 12;
+  c.limits.max_session_tokens = 8192;
+  return c;
+}
+
+}  // namespace ckv::server::testing
