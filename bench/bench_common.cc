@@ -25,7 +25,7 @@ RandomModelSpec DefaultModelSpec() {
   s.ffn = 1536;
   s.dtype = kernels::DType::kF16;
   s.vocab = CLUSTERKV_SOURCE_DIR
-      "/../shared/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf";
+      "/tests/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf";
   return s;
 }
 

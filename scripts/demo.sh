@@ -17,8 +17,7 @@ if [ -z "$MODEL" ]; then
   if [ ! -f "$MODEL" ]; then
     mkdir -p build/demo
     # The Llama-3 vocabulary makes random weights print words, not bytes.
-    VOCAB=../shared/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf
-    [ -f "$VOCAB" ] || VOCAB=byte
+    VOCAB=tests/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf
     echo "demo: writing random-weight model $MODEL (vocab: $VOCAB)"
     build/model/clusterkv-model make-random --out "$MODEL" --layers 4 \
       --dim 512 --heads 8 --kv-heads 2 --ffn 1536 --dtype f16 --seed 7 \

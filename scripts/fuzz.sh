@@ -10,7 +10,7 @@
 #   --target    run only this fuzzer
 #   --max-time  stop a fuzzer after SECS seconds even if N runs are not done
 #   --seed      libFuzzer random seed (default: random)
-#   --fixtures  fixtures folder (default: ../shared/fixtures next to the repo)
+#   --fixtures  fixtures folder (default: tests/fixtures)
 #   --max-len   largest input libFuzzer builds (default 65536)
 #
 # Seeds: a fuzzer may write its own seeds into $CLUSTERKV_FUZZ_SEED_DIR from
@@ -26,7 +26,7 @@ set -euo pipefail
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 bin_dir="" runs="" target="" seed="" max_time="" max_len=65536
-fixtures="$(cd "$(dirname "$0")/.." && pwd)/../shared/fixtures"
+fixtures="$(cd "$(dirname "$0")/.." && pwd)/tests/fixtures"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin-dir) bin_dir="${2:-}"; shift 2 ;;

@@ -696,7 +696,7 @@ TEST_P(GgufFixtureModel, Parses) {
   const TinyModel& m = GetParam();
   const std::string path = Fixture(std::string("models/") + m.file);
   const int64_t size = FileSize(path);
-  if (size < 0) GTEST_SKIP() << "fixture missing: " << path;
+  ASSERT_GE(size, 0) << "fixture missing: " << path;
   auto parsed = GgufFile::Open(path);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const GgufFile& f = **parsed;
@@ -753,7 +753,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(GgufFixture, RopeFreqsInTinyB) {
   const std::string path = Fixture("models/tiny-b-f16.gguf");
-  if (FileSize(path) < 0) GTEST_SKIP() << "fixture missing: " << path;
+  ASSERT_GE(FileSize(path), 0) << "fixture missing: " << path;
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(*(*f)->GetFloat("llama.rope.freq_base"), 500000.0);
@@ -768,7 +768,7 @@ TEST(GgufFixture, Vocabularies) {
     SCOPED_TRACE(name);
     const std::string path =
         Fixture(absl::StrCat("tokenizer/ggml-vocab-", name, ".gguf"));
-    if (FileSize(path) < 0) GTEST_SKIP() << "fixture missing: " << path;
+    ASSERT_GE(FileSize(path), 0) << "fixture missing: " << path;
     auto parsed = GgufFile::Open(path);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     const GgufFile& f = **parsed;

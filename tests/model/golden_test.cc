@@ -38,7 +38,8 @@ nlohmann::json ReadJson(const std::string& path) {
 }
 
 TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
-  if (!testing::HaveFixtures()) GTEST_SKIP() << "fixtures folder absent";
+  ASSERT_TRUE(testing::HaveFixtures())
+      << "fixtures missing at " << testing::FixturesDir();
   const GoldenCase& gc = GetParam();
   const std::string dir = testing::FixturesDir() + "/models/";
   auto model = LoadModel(dir + gc.model);

@@ -24,7 +24,7 @@ TEST_P(FixtureTest, MatchesLlamaCpp) {
   const std::string name = GetParam();
   std::unique_ptr<Tokenizer> tok;
   std::vector<TokenizerCase> cases;
-  if (!LoadFixture(name, &tok, &cases)) GTEST_SKIP() << FixtureSkipReason();
+  ASSERT_TRUE(LoadFixture(name, &tok, &cases)) << FixtureMissingReason();
   ASSERT_NE(tok, nullptr);
   int passed = 0;
   for (const TokenizerCase& c : cases) {

@@ -28,9 +28,9 @@ std::string TokenizerFixtureDir() {
   return std::string(CLUSTERKV_FIXTURES_DIR) + "/tokenizer";
 }
 
-std::string FixtureSkipReason() {
+std::string FixtureMissingReason() {
   return "tokenizer fixtures not found at " + TokenizerFixtureDir() +
-         " (expected ../shared/fixtures next to the project root)";
+         " (copied into the repository from llama.cpp; see tests/fixtures/README.md)";
 }
 
 std::vector<TokenizerCase> ParseFixture(const std::string& inp,

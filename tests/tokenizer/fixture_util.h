@@ -19,8 +19,9 @@ struct TokenizerCase {
 // Folder holding the tokenizer fixtures.
 std::string TokenizerFixtureDir();
 
-// Why fixtures are unavailable (for GTEST_SKIP).
-std::string FixtureSkipReason();
+// Why a fixture could not be loaded (a failure message: fixtures are part of
+// the repository).
+std::string FixtureMissingReason();
 
 // Splits .inp/.out contents exactly as llama.cpp's test-tokenizer-0 does:
 // inputs are separated by "\n__ggml_vocab_test__\n" (the file ends with one),

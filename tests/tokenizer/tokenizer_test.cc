@@ -39,9 +39,9 @@ const Loaded* Get(const std::string& name) {
   return result;
 }
 
-#define LOAD_OR_SKIP(var, name)                            \
+#define LOAD_OR_FAIL(var, name)                            \
   const Loaded* var = Get(name);                           \
-  if (var == nullptr) GTEST_SKIP() << FixtureSkipReason(); \
+  if (var == nullptr) FAIL() << FixtureMissingReason();        \
   const Tokenizer& var##_tok = *var->tok
 
 std::vector<int32_t> Enc(const Tokenizer& t, const std::string& s,
@@ -79,7 +79,7 @@ bool IsValidUtf8(const std::string& s) {
 class VocabTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(VocabTest, RoundTripsFixtureStrings) {
-  LOAD_OR_SKIP(v, GetParam());
+  LOAD_OR_FAIL(v, GetParam());
   const bool spm = v_tok.type() == TokenizerType::kSentencePiece;
   int round_trips = 0;
   for (const TokenizerCase& c : v->cases) {
@@ -95,7 +95,7 @@ TEST_P(VocabTest, RoundTripsFixtureStrings) {
 }
 
 TEST_P(VocabTest, StreamingMatchesDecodeAndIsValidUtf8) {
-  LOAD_OR_SKIP(v, GetParam());
+  LOAD_OR_FAIL(v, GetParam());
   for (const TokenizerCase& c : v->cases) {
     StreamingDetokenizer stream(v_tok);
     std::string streamed;
@@ -110,7 +110,7 @@ TEST_P(VocabTest, StreamingMatchesDecodeAndIsValidUtf8) {
 }
 
 TEST_P(VocabTest, RejectsInvalidUtf8) {
-  LOAD_OR_SKIP(v, GetParam());
+  LOAD_OR_FAIL(v, GetParam());
   const std::string bad[] = {
       "\xFF",           "abc\x80",          "\xC0\x80",
       "\xC1\xBF",       "\xE2\x82",         "x\xE2\x82y",
@@ -125,7 +125,7 @@ TEST_P(VocabTest, RejectsInvalidUtf8) {
 }
 
 TEST_P(VocabTest, NeverCrashesOnRandomBytes) {
-  LOAD_OR_SKIP(v, GetParam());
+  LOAD_OR_FAIL(v, GetParam());
   std::mt19937 rng(42);
   const std::string alphabet = "ab \n\t'<|>s\xC3\xA4\xF0\x9F\xA6\x99\x80\xFF";
   for (int iter = 0; iter < 300; ++iter) {
@@ -154,7 +154,7 @@ TEST_P(VocabTest, NeverCrashesOnRandomBytes) {
 }
 
 TEST_P(VocabTest, NoBosWithoutAddSpecial) {
-  LOAD_OR_SKIP(v, GetParam());
+  LOAD_OR_FAIL(v, GetParam());
   std::vector<int32_t> plain = Enc(v_tok, "Hello world");
   std::vector<int32_t> special = Enc(v_tok, "Hello world", true);
   ASSERT_FALSE(plain.empty());
@@ -184,7 +184,7 @@ TEST(TokenizerBosRules, PerVocab) {
       {"llama-spm", 1}, {"llama-bpe", 128000}, {"qwen2", -1}, {"gpt-2", -1}};
   for (const auto& [name, bos] : expected) {
     const Loaded* v = Get(name);
-    if (v == nullptr) GTEST_SKIP() << FixtureSkipReason();
+    ASSERT_NE(v, nullptr) << FixtureMissingReason();
     EXPECT_EQ(v->tok->add_bos(), bos >= 0) << name;
     if (bos >= 0) {
       EXPECT_EQ(v->tok->bos_id(), bos) << name;
@@ -197,7 +197,7 @@ TEST(TokenizerBosRules, PerVocab) {
 }
 
 TEST(TokenizerSpecial, Llama3ParseSpecialOnOff) {
-  LOAD_OR_SKIP(v, "llama-bpe");
+  LOAD_OR_FAIL(v, "llama-bpe");
   const std::string text =
       "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>";
   const std::vector<int32_t> parsed = Enc(v_tok, text, true, true);
@@ -213,7 +213,7 @@ TEST(TokenizerSpecial, Llama3ParseSpecialOnOff) {
 }
 
 TEST(TokenizerSpecial, SpmSpacePrefixAfterSpecial) {
-  LOAD_OR_SKIP(v, "llama-spm");
+  LOAD_OR_FAIL(v, "llama-spm");
   // A text run after a special token gets the space prefix again.
   const std::vector<int32_t> ids = Enc(v_tok, "Hello</s>Hello", false, true);
   const std::vector<int32_t> hello = Enc(v_tok, "Hello");
@@ -226,7 +226,7 @@ TEST(TokenizerSpecial, SpmSpacePrefixAfterSpecial) {
 }
 
 TEST(TokenizerSpecial, UserDefinedAlwaysMatched) {
-  LOAD_OR_SKIP(v, "qwen2");
+  LOAD_OR_FAIL(v, "qwen2");
   // [PAD151646] is user-defined: matched even with parse_special off, like
   // llama.cpp; <|im_end|> is control: only with parse_special.
   EXPECT_EQ(Enc(v_tok, "[PAD151646]"), std::vector<int32_t>{151646});
@@ -243,7 +243,7 @@ TEST(TokenizerEog, Sets) {
       {"gpt-2", {50256}}};
   for (const auto& [name, eog] : expected) {
     const Loaded* v = Get(name);
-    if (v == nullptr) GTEST_SKIP() << FixtureSkipReason();
+    ASSERT_NE(v, nullptr) << FixtureMissingReason();
     EXPECT_EQ(v->tok->eog_ids(), eog) << name;
     for (int32_t id : eog) EXPECT_TRUE(v->tok->IsEndOfGeneration(id));
     EXPECT_FALSE(v->tok->IsEndOfGeneration(0));
@@ -251,7 +251,7 @@ TEST(TokenizerEog, Sets) {
 }
 
 TEST(TokenizerDecode, SpmPieces) {
-  LOAD_OR_SKIP(v, "llama-spm");
+  LOAD_OR_FAIL(v, "llama-spm");
   EXPECT_EQ(v_tok.TokenToPiece(15043), " Hello");
   EXPECT_EQ(v_tok.TokenToPiece(13), "\n");  // <0x0A>
   EXPECT_EQ(v_tok.TokenToPiece(1), "<s>");
@@ -259,7 +259,7 @@ TEST(TokenizerDecode, SpmPieces) {
 }
 
 TEST(TokenizerStreaming, HoldsBackSplitCharacters) {
-  LOAD_OR_SKIP(v, "llama-spm");
+  LOAD_OR_FAIL(v, "llama-spm");
   // " 🦙" is ▁ + byte tokens F0 9F A6 99.
   const std::vector<int32_t> ids = Enc(v_tok, "🦙");
   ASSERT_EQ(ids, (std::vector<int32_t>{29871, 243, 162, 169, 156}));
@@ -281,7 +281,7 @@ TEST(TokenizerStreaming, HoldsBackSplitCharacters) {
 }
 
 TEST(TokenizerStreaming, BpeMultiTokenCharacters) {
-  LOAD_OR_SKIP(v, "llama-bpe");
+  LOAD_OR_FAIL(v, "llama-bpe");
   const std::string text = "🚀 日本語 😶‍🌫️ ✅";
   const std::vector<int32_t> ids = Enc(v_tok, text);
   StreamingDetokenizer s(v_tok);
@@ -303,7 +303,7 @@ TEST(TokenizerStreaming, BpeMultiTokenCharacters) {
 TEST_P(VocabTest, BuildAndEncodeSpeed) {
   const std::string path =
       TokenizerFixtureDir() + "/ggml-vocab-" + GetParam() + ".gguf";
-  LOAD_OR_SKIP(v, GetParam());
+  LOAD_OR_FAIL(v, GetParam());
   auto file = gguf::GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
   const auto t0 = std::chrono::steady_clock::now();
@@ -330,7 +330,7 @@ TEST_P(VocabTest, BuildAndEncodeSpeed) {
 
 // Encode is const and thread-safe: concurrent calls give the fixture ids.
 TEST_P(VocabTest, ConcurrentEncode) {
-  LOAD_OR_SKIP(v, GetParam());
+  LOAD_OR_FAIL(v, GetParam());
   std::vector<std::thread> threads;
   std::vector<int> mismatches(4, 0);
   for (int t = 0; t < 4; ++t) {
@@ -350,7 +350,7 @@ TEST_P(VocabTest, ConcurrentEncode) {
 // Long runs that stress regex backtracking and merge queues: every vocab
 // must tokenize them quickly, without PCRE2 limit errors, and round-trip.
 TEST_P(VocabTest, PathologicalInputs) {
-  LOAD_OR_SKIP(v, GetParam());
+  LOAD_OR_FAIL(v, GetParam());
   const size_t n = 1 << 18;
   const std::string inputs[] = {
       std::string(n, ' '),
