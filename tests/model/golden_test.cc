@@ -1,5 +1,5 @@
 // Golden tests against llama.cpp: logits at the listed positions and greedy
-// continuations for the fixture models (see ../shared/fixtures/README.md).
+// continuations for the fixture models (see tests/fixtures/README.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>

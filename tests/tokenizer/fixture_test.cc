@@ -1,5 +1,5 @@
 // Golden tests against llama.cpp's tokenizer test vectors in
-// ../shared/fixtures/tokenizer (see the README there).
+// tests/fixtures/tokenizer (see tests/fixtures/README.md).
 
 #include <fstream>
 #include <memory>
