@@ -68,10 +68,10 @@ class PrefillSummary:
 def finish_reason_name(enum_type, value: int) -> str:
     """"length", "eos", "stop", "unspecified", or the number as text for a
     value newer than this package."""
-    try:
-        name = enum_type.Name(value)
-    except ValueError:
+    known = enum_type.values_by_number.get(value)
+    if known is None:
         return str(value)
+    name = known.name
     prefix = "FINISH_REASON_"
     return (name[len(prefix):] if name.startswith(prefix) else name).lower()
 
