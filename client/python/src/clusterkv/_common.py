@@ -102,13 +102,14 @@ def set_text(message: Message, field_name: str, data: bytes) -> None:
         setattr(message, field_name, data.decode("utf-8"))
 
 
-def _utf8_cut(buffer: bytes, limit: int) -> int:
-    """A cut point <= limit (len(buffer) > limit) that does not split a
-    UTF-8 character; limit itself when the bytes there are not UTF-8."""
-    cut = limit
-    while cut > max(0, limit - 3) and (buffer[cut] & 0xC0) == 0x80:
+def _utf8_cut(buffer: bytes, end: int, floor: int) -> int:
+    """end (< len(buffer)) moved back, by at most 3 bytes and not to floor,
+    so that buffer[end] starts a UTF-8 character; end itself when the bytes
+    there are not UTF-8 (the server rejects those anyway)."""
+    cut = end
+    while cut > max(floor, end - 3) and (buffer[cut] & 0xC0) == 0x80:
         cut -= 1
-    return cut if cut > 0 and (buffer[cut] & 0xC0) != 0x80 else limit
+    return cut if cut > floor and (buffer[cut] & 0xC0) != 0x80 else end
 
 
 class DocumentChunks:
@@ -153,13 +154,16 @@ class DocumentChunks:
             yield block.encode("utf-8") if isinstance(block, str) else block
 
     def __iter__(self) -> Iterator[bytes]:
+        size = self._chunk_bytes
         pending = b""
         for block in self._reads():
-            pending += block
-            while len(pending) > self._chunk_bytes:
-                cut = _utf8_cut(pending, self._chunk_bytes)
-                yield pending[:cut]
-                pending = pending[cut:]
+            buffer = pending + block if pending else block
+            start = 0
+            while len(buffer) - start > size:
+                cut = _utf8_cut(buffer, start + size, start)
+                yield buffer[start:cut]
+                start = cut
+            pending = buffer[start:]
         if pending:
             yield pending
 
