@@ -120,6 +120,17 @@ def test_input_error_cancels_the_prefill_without_prefilling(client):
         assert session.prefill(DOC).session_tokens > 0  # still usable
 
 
+def test_a_failing_progress_callback_cancels_the_prefill(client):
+    def fail(progress):
+        raise RuntimeError("callback failed at %d" % progress.tokens_done)
+
+    with client.create_session() as session:
+        with pytest.raises(RuntimeError, match="callback failed"):
+            session.prefill(DOC * 4, on_progress=fail)
+        wait_for(lambda: not session.info().busy, 20, "the call to end")
+        assert session.prefill(DOC).prompt_tokens > 0  # usable again
+
+
 def test_ask_streams_text_pieces_and_a_summary(client):
     with client.create_session() as session:
         prefilled = session.prefill(DOC).session_tokens

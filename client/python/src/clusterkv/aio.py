@@ -268,7 +268,8 @@ class AsyncClient:
         finally:
             if not writer.done():
                 writer.cancel()
-                call.cancel()
+            if summary is None:
+                call.cancel()  # e.g. on_progress raised; no-op when done
             chunks.close()
         if summary is None:
             raise ClusterKvError("Prefill stream ended without a summary")

@@ -295,6 +295,8 @@ class Client:
                 raise failure[0] from None
             raise from_rpc_error(e) from e
         finally:
+            if summary is None and holder:
+                holder[0].cancel()  # e.g. on_progress raised; no-op when done
             chunks.close()
         if failure:
             raise failure[0]
