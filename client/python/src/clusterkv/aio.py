@@ -294,4 +294,7 @@ class AsyncClient:
         except Exception:
             call.cancel()
             raise
-        await call.done_writing()
+        try:
+            await call.done_writing()
+        except (grpc.RpcError, asyncio.InvalidStateError):
+            pass  # the call ended; the reader reports how
