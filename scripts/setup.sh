@@ -10,6 +10,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev prometheus python3 python3-matplotlib
   nginx python3-yaml python3-grpcio python3-protobuf curl openssl
+  python3-pip python3-setuptools python3-wheel python3-venv python3-pytest
 )
 
 missing=()
