@@ -16,7 +16,9 @@ using PolicyFactory =
   X(KvPolicy::kFull, MakeFullPolicy)           \
   X(KvPolicy::kClusterKv, MakeClusterKvPolicy) \
   X(KvPolicy::kQuest, MakeQuestPolicy)         \
-  X(KvPolicy::kStreaming, MakeStreamingPolicy)
+  X(KvPolicy::kStreaming, MakeStreamingPolicy) \
+  X(KvPolicy{4}, MakeOraclePolicy)             \
+  /* add new policies above this line */
 
 #define CKV_DECLARE_FACTORY(id, factory) \
   std::unique_ptr<SelectionPolicy> factory(const KvStoreConfig& config);
