@@ -9,6 +9,7 @@
 
 #include "bench/bench_common.h"
 #include "model/kv/clustered_store.h"
+#include "model/kv/policies/registry.h"
 #include "model/kv/quality.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -25,13 +26,19 @@ double MsSince(Clock::time_point t0) {
 struct PolicyChoice {
   const char* name;
   KvPolicy policy;
+  bool evaluation_only = false;  // decoded at the first batch size only
 };
 
-constexpr PolicyChoice kSparsePolicies[] = {
-    {"clusterkv", KvPolicy::kClusterKv},
-    {"quest", KvPolicy::kQuest},
-    {"streaming", KvPolicy::kStreaming}};
 constexpr PolicyChoice kFullPolicy = {"full", KvPolicy::kFull};
+
+// Every registered policy that selects, in id order.
+std::vector<PolicyChoice> SparsePolicies() {
+  std::vector<PolicyChoice> out;
+  for (const PolicyInfo& p : RegisteredPolicies()) {
+    if (p.selects) out.push_back({p.name.c_str(), p.id, p.evaluation_only});
+  }
+  return out;
+}
 
 // The prefilled parent session of one context.
 struct Prefilled {
@@ -277,9 +284,10 @@ absl::Status EngineBench::Run() {
     for (int batch : o_.batches) {
       if (auto s = Decode(*p, kFullPolicy, 0, batch); !s.ok()) return s;
     }
-    for (const PolicyChoice& pc : kSparsePolicies) {
+    for (const PolicyChoice& pc : SparsePolicies()) {
       for (int b : o_.budgets) {
         for (int batch : o_.batches) {
+          if (pc.evaluation_only && batch != o_.batches.front()) continue;
           if (auto s = Decode(*p, pc, b, batch); !s.ok()) return s;
         }
       }

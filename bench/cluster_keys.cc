@@ -11,6 +11,7 @@
 #include "bench/cluster_keygen.h"
 #include "kernels/cpu/ops.h"
 #include "model/kv/clustered_store.h"
+#include "model/kv/policies/registry.h"
 #include "model/kv/quality.h"
 
 namespace ckv::bench {
@@ -42,15 +43,26 @@ struct PolicyChoice {
   GqaSelection gqa;
 };
 
-constexpr PolicyChoice kSparsePolicies[] = {
-    {"clusterkv", KvPolicy::kClusterKv, GqaSelection::kPerQueryHead},
-    {"clusterkv_kvhead", KvPolicy::kClusterKv, GqaSelection::kPerKvHead},
-    {"quest", KvPolicy::kQuest, GqaSelection::kPerQueryHead},
-    {"streaming", KvPolicy::kStreaming, GqaSelection::kPerQueryHead},
-};
+constexpr PolicyChoice kClusterKvPolicy = {"clusterkv", KvPolicy::kClusterKv,
+                                           GqaSelection::kPerQueryHead};
 constexpr PolicyChoice kFullPolicy = {"full", KvPolicy::kFull,
                                       GqaSelection::kPerQueryHead};
 constexpr int kBaseTokensPerCluster = 80;
+
+// Every registered policy that selects, per query head, in id order;
+// clusterkv also per KV head (the GQA comparison).
+std::vector<PolicyChoice> SparsePolicies() {
+  std::vector<PolicyChoice> out;
+  for (const PolicyInfo& p : RegisteredPolicies()) {
+    if (!p.selects) continue;
+    out.push_back({p.name.c_str(), p.id, GqaSelection::kPerQueryHead});
+    if (p.id == KvPolicy::kClusterKv) {
+      out.push_back({"clusterkv_kvhead", p.id, GqaSelection::kPerKvHead});
+    }
+  }
+  return out;
+}
+
 constexpr int kTimingWarmup = 2;
 constexpr double kTimingDrift = 0.1;  // relative query change per step
 
@@ -288,7 +300,7 @@ absl::Status KeysBench::TimeLayer(const Parent& p, int64_t ctx,
 
 absl::Status KeysBench::RunAblations(
     int64_t ctx, const std::vector<std::vector<float>>& qs) {
-  const PolicyChoice& ckv = kSparsePolicies[0];
+  const PolicyChoice& ckv = kClusterKvPolicy;
   std::vector<KvStoreConfig> configs;
   for (auto m : {cpu::ClusterMetric::kL2, cpu::ClusterMetric::kInnerProduct}) {
     KvStoreConfig c = BaseConfig();
@@ -319,14 +331,14 @@ absl::Status KeysBench::RunContext(int64_t ctx, bool largest) {
   auto parent = Prefill(ctx, BaseConfig());
   if (!parent.ok()) return parent.status();
   const auto qs = Queries(ctx, o_.key_queries, 0);
-  for (const PolicyChoice& pc : kSparsePolicies) {
+  for (const PolicyChoice& pc : SparsePolicies()) {
     for (int b : o_.budgets) {
       if (auto s = Recall(*parent, ctx, pc, b, qs); !s.ok()) return s;
     }
   }
   if (!largest) return absl::OkStatus();
   if (auto s = TimeLayer(*parent, ctx, kFullPolicy, 0); !s.ok()) return s;
-  for (const PolicyChoice& pc : kSparsePolicies) {
+  for (const PolicyChoice& pc : SparsePolicies()) {
     for (int b : o_.budgets) {
       if (auto s = TimeLayer(*parent, ctx, pc, b); !s.ok()) return s;
     }

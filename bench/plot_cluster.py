@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
 
 TARGET_BUDGET = 1024
 POLICY_COLORS = {"full": "k", "clusterkv": "C0", "clusterkv_kvhead": "C4",
-                 "quest": "C1", "streaming": "C2"}
+                 "quest": "C1", "streaming": "C2", "oracle": "C3"}
 
 
 def select(runs, **want):

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "model/kv/policies/registry.h"
 
 namespace ckv {
 
@@ -29,6 +30,8 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
                                    ClusterWorker* worker)
     : shape_(shape),
       config_(config),
+      policy_(MakePolicy(config)),
+      indexes_(BuiltIndexes(config)),
       worker_(config.async_clustering ? worker : nullptr),
       sinks_(shape.n_layers),
       open_(shape.n_layers),
@@ -61,13 +64,12 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
 }
 
 bool ClusteredKvStore::IsSparseLayer(int layer) const {
-  return config_.policy != KvPolicy::kFull && layer >= config_.dense_layers;
+  return policy_ != nullptr && policy_->selects() &&
+         layer >= config_.dense_layers;
 }
 
 bool ClusteredKvStore::NeedsIndex(int layer) const {
-  return layer >= config_.dense_layers &&
-         (config_.build_all_indexes || config_.policy == KvPolicy::kClusterKv ||
-          config_.policy == KvPolicy::kQuest);
+  return layer >= config_.dense_layers && indexes_ != 0;
 }
 
 int64_t ClusteredKvStore::clustered_tokens() const {
@@ -167,8 +169,8 @@ void ClusteredKvStore::FinishPromptLayer(int layer) {
 void ClusteredKvStore::ScheduleIndex(const std::shared_ptr<Segment>& seg,
                                      std::vector<int> layers) {
   if (layers.empty()) return;
-  auto job = [config = config_, seg, layers] {
-    IndexSegmentLayers(config, *seg, layers, nullptr);
+  auto job = [config = config_, indexes = indexes_, seg, layers] {
+    IndexSegmentLayers(config, indexes, *seg, layers, nullptr);
   };
   if (worker_ == nullptr) {
     job();
@@ -340,8 +342,8 @@ void ClusteredKvStore::SelectDense(int layer, AttendSet* out) {
   }
 }
 
-// Plans every query head of `layer` into plans_ (shared plans are copied to
-// each head of the group for per_kv_head).
+// Plans every query head of `layer` into plans_ (per_kv_head: one plan of
+// the group's queries, copied to each head of the group).
 void ClusteredKvStore::PlanHeads(int layer, const float* q) {
   const int hd = shape_.head_dim, group = shape_.group();
   const bool shared = config_.gqa_selection == GqaSelection::kPerKvHead;
@@ -349,25 +351,13 @@ void ClusteredKvStore::PlanHeads(int layer, const float* q) {
     const PlanContext ctx{&seg_view_, layer, g, hd};
     const float* group_q = q + size_t{1} * g * group * hd;
     for (int j = 0; j < (shared ? 1 : group); ++j) {
-      HeadPlan& plan = plans_[g * group + j];
       const float* qh = group_q + size_t{1} * j * hd;
-      if (config_.policy == KvPolicy::kStreaming) {
-        PlanStreaming(config_, ctx, &plan);
-      } else if (config_.policy == KvPolicy::kQuest) {
-        std::vector<const float*> qs;
-        for (int i = 0; i < (shared ? group : 1); ++i) {
-          qs.push_back(qh + size_t{1} * i * hd);
-        }
-        PlanQuest(config_, ctx, qs.data(), static_cast<int>(qs.size()), &plan);
-      } else if (shared) {
-        q_sum_.assign(hd, 0.0f);
-        for (int i = 0; i < group; ++i) {
-          for (int d = 0; d < hd; ++d) q_sum_[d] += group_q[i * hd + d];
-        }
-        PlanClusterKv(config_, ctx, q_sum_.data(), &plan);
-      } else {
-        PlanClusterKv(config_, ctx, qh, &plan);
+      plan_qs_.clear();
+      for (int i = 0; i < (shared ? group : 1); ++i) {
+        plan_qs_.push_back(qh + size_t{1} * i * hd);
       }
+      policy_->Plan(ctx, plan_qs_.data(), static_cast<int>(plan_qs_.size()),
+                    &plans_[g * group + j]);
     }
     if (shared) {
       for (int j = 1; j < group; ++j) plans_[g * group + j] = plans_[g * group];
@@ -549,14 +539,10 @@ absl::Status CheckForkConfig(const KvStoreConfig& p, const KvStoreConfig& c) {
         "a fork may change only policy, budget, gqa_selection, "
         "recent_tokens and cache_steps");
   }
-  const bool has_clusters =
-      p.build_all_indexes || p.policy == KvPolicy::kClusterKv;
-  const bool has_pages = p.build_all_indexes || p.policy == KvPolicy::kQuest;
-  if ((c.policy == KvPolicy::kClusterKv && !has_clusters) ||
-      (c.policy == KvPolicy::kQuest && !has_pages)) {
+  const PolicyInfo* child = FindPolicy(c.policy);
+  if (child != nullptr && (child->indexes & ~BuiltIndexes(p)) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the parent's segments have no index for policy ",
-        KvPolicyName(c.policy)));
+        "the parent's segments have no index for policy ", child->name));
   }
   return ValidateKvStoreConfig(c);
 }

@@ -3,7 +3,9 @@
 // steps attend (sinks, tail, dense layers, selection index, and a
 // cluster-granular cache of selected blocks). Implements KvCache: prefill and
 // multi-token appends attend densely; single-token decode steps in layers >=
-// dense_layers attend sinks + the policy's selection + tail.
+// dense_layers attend sinks + the policy's selection + tail. What is selected,
+// and which per-segment indexes are built, is its SelectionPolicy's
+// (model/kv/policies/policy.h).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "model/kv/block_cache.h"
 #include "model/kv/cluster_worker.h"
 #include "model/kv/kv_config.h"
+#include "model/kv/policies/policy.h"
 #include "model/kv/segment.h"
 #include "model/kv_cache.h"
 
@@ -81,7 +84,7 @@ class ClusteredKvStore : public KvCache {
   // sinks and tail and an empty device cache. FAILED_PRECONDITION while a
   // call is in flight. The child may use another policy, budget,
   // gqa_selection, recent_tokens or cache_steps (INVALID_ARGUMENT for other
-  // changes, or for a policy whose index the segments lack).
+  // changes, or for a policy that needs an index the segments lack).
   absl::StatusOr<std::unique_ptr<ClusteredKvStore>> Fork() const {
     return Fork(config_);
   }
@@ -165,6 +168,8 @@ class ClusteredKvStore : public KvCache {
 
   KvShape shape_;
   KvStoreConfig config_;
+  std::unique_ptr<SelectionPolicy> policy_;  // null: unregistered (dense)
+  IndexSet indexes_;  // built for the sparse layers of closing segments
   ClusterWorker* worker_;
   int64_t n_tokens_ = 0;
   // Current call.
@@ -192,7 +197,7 @@ class ClusteredKvStore : public KvCache {
   };
   std::vector<std::vector<RowRun>> sel_runs_;
   std::vector<std::vector<int32_t>> by_segment_;  // GatherRows scratch
-  std::vector<float> q_sum_;
+  std::vector<const float*> plan_qs_;
   absl::flat_hash_map<std::tuple<int32_t, BlockKind, int32_t>, int64_t>
       step_blocks_;  // block -> arena row, for the KV head being selected
   bool record_selection_ = false;

@@ -8,6 +8,9 @@ absl::Status ValidateKvStoreConfig(const KvStoreConfig& c) {
   auto bad = [](absl::string_view field, absl::string_view rule) {
     return absl::InvalidArgumentError(absl::StrCat(field, " ", rule));
   };
+  if (!IsRegisteredPolicy(c.policy)) {
+    return bad("policy", "is not a registered selection policy");
+  }
   if (c.budget < 1) return bad("budget", "must be >= 1");
   if (c.sink_tokens < 0) return bad("sink_tokens", "must be >= 0");
   if (c.tokens_per_cluster < 1) return bad("tokens_per_cluster", "must be >= 1");
@@ -25,25 +28,6 @@ absl::Status ValidateKvStoreConfig(const KvStoreConfig& c) {
   }
   if (c.max_tokens < 1) return bad("max_tokens", "must be >= 1");
   return absl::OkStatus();
-}
-
-const char* KvPolicyName(KvPolicy p) {
-  switch (p) {
-    case KvPolicy::kFull: return "full";
-    case KvPolicy::kClusterKv: return "clusterkv";
-    case KvPolicy::kQuest: return "quest";
-    case KvPolicy::kStreaming: return "streaming";
-  }
-  return "?";
-}
-
-absl::StatusOr<KvPolicy> ParseKvPolicy(const std::string& name) {
-  for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kClusterKv, KvPolicy::kQuest,
-                     KvPolicy::kStreaming}) {
-    if (name == KvPolicyName(p)) return p;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown policy '", name, "' (full, clusterkv, quest, streaming)"));
 }
 
 const char* GqaSelectionName(GqaSelection g) {

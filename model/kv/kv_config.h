@@ -12,11 +12,16 @@
 
 namespace ckv {
 
-enum class KvPolicy {
-  kFull,       // dense attention over every token
-  kClusterKv,  // k-means clusters scored by q . centroid, best until budget
-  kQuest,      // pages of 16 scored by per-channel min/max upper bound
-  kStreaming,  // the most recent `budget` clustered tokens
+// The id of a selection policy. Every policy is registered in
+// model/kv/policies/registry.cc (the valid ids, with names and factories);
+// ids are stable: snapshots store them. The built-ins that code names
+// directly have constants here; others (e.g. `oracle`, 4) are reached by
+// name (ParseKvPolicy).
+enum class KvPolicy : int32_t {
+  kFull = 0,       // dense attention over every token
+  kClusterKv = 1,  // k-means clusters scored by q . centroid, best until B
+  kQuest = 2,      // pages of 16 scored by per-channel min/max upper bound
+  kStreaming = 3,  // the most recent `budget` clustered tokens
 };
 
 enum class GqaSelection {
@@ -57,6 +62,10 @@ struct KvStoreConfig {
 // INVALID_ARGUMENT naming the field when a value is out of range.
 absl::Status ValidateKvStoreConfig(const KvStoreConfig& c);
 
+// From the policy registry (model/kv/policies/registry.h): whether `p` is
+// a registered id; its name ("?" when not registered); the id of a name
+// (INVALID_ARGUMENT listing the registered names).
+bool IsRegisteredPolicy(KvPolicy p);
 const char* KvPolicyName(KvPolicy p);
 absl::StatusOr<KvPolicy> ParseKvPolicy(const std::string& name);
 const char* GqaSelectionName(GqaSelection g);

@@ -91,16 +91,15 @@ void FillClusters(const cpu::KMeansResult& r, HeadIndex& h) {
 
 }  // namespace
 
-void IndexSegmentLayers(const KvStoreConfig& config, Segment& seg,
-                        const std::vector<int>& layers,
+void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
+                        Segment& seg, const std::vector<int>& layers,
                         cpu::ThreadPool* pool) {
   const KvShape& s = seg.shape();
   const int64_t n = seg.size();
   for (int l : layers) seg.layer(l).heads.assign(s.n_kv_heads, HeadIndex{});
   if (n == 0) return;
-  const bool all = config.build_all_indexes;
   const auto t_pages = std::chrono::steady_clock::now();
-  if (all || config.policy == KvPolicy::kQuest) {
+  if (indexes & kPageIndex) {
     for (int l : layers) {
       for (int h = 0; h < s.n_kv_heads; ++h) {
         HeadIndex& hi = seg.layer(l).heads[h];
@@ -115,7 +114,7 @@ void IndexSegmentLayers(const KvStoreConfig& config, Segment& seg,
     }
   }
   const int64_t pages_ns = NanosSince(t_pages);
-  if (!all && config.policy != KvPolicy::kClusterKv) {
+  if (!(indexes & kClusterIndex)) {
     seg.AddIndexNanos(0, pages_ns);
     return;
   }

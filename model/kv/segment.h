@@ -1,6 +1,6 @@
 // An immutable run of clustered tokens: the host-tier K,V of every layer and
-// KV head, plus the selection index of each sparse layer (k-means clusters
-// for clusterkv, min/max pages for quest). Built once when the segment
+// KV head, plus the selection indexes of each sparse layer that the store's
+// policies need (k-means clusters, min/max pages). Built once when the segment
 // closes, then shared read-only (forks share their parent's segments).
 #pragma once
 
@@ -24,16 +24,23 @@ struct KvShape {
   int group() const { return n_heads / n_kv_heads; }
 };
 
-// Selection index of one (layer, KV head) of a segment.
+// The per-segment selection indexes, as a bit set of IndexKind.
+enum IndexKind : uint32_t {
+  kClusterIndex = 1u << 0,  // k-means clusters (clusterkv)
+  kPageIndex = 1u << 1,     // per-page key min/max (quest)
+};
+using IndexSet = uint32_t;
+
+// Selection indexes of one (layer, KV head) of a segment.
 struct HeadIndex {
-  // clusterkv: cluster c holds members[offsets[c] .. offsets[c+1]), rows of
+  // kClusterIndex: cluster c holds members[offsets[c] .. offsets[c+1]), rows of
   // the segment in ascending position order; centroids are [k][head_dim].
   int k = 0;
   std::vector<float> centroids;
   std::vector<int32_t> offsets;
   std::vector<int32_t> members;
   int kmeans_iterations = 0;
-  // quest: pages of quest_page_size rows in position order, [pages][hd].
+  // kPageIndex: pages of quest_page_size rows in position order, [pages][hd].
   std::vector<float> page_min, page_max;
 
   int64_t bytes() const;
@@ -84,13 +91,13 @@ class Segment {
   std::atomic<int64_t> kmeans_ns_{0}, pages_ns_{0};
 };
 
-// Builds heads[] of the given layers of `seg` (k-means over post-RoPE keys
-// per KV head for clusterkv, page bounds for quest), batched over all
-// (layer, head) problems. Deterministic: the k-means seed of (layer, head)
+// Builds heads[] of the given layers of `seg` with the `indexes` asked for
+// (page bounds; k-means over post-RoPE keys per KV head, batched over all
+// (layer, head) problems). Deterministic: the k-means seed of (layer, head)
 // derives from config.seed, the layer, the head and the segment's first
 // position — not from timing or thread count.
-void IndexSegmentLayers(const KvStoreConfig& config, Segment& seg,
-                        const std::vector<int>& layers,
+void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
+                        Segment& seg, const std::vector<int>& layers,
                         kernels::cpu::ThreadPool* pool);
 
 }  // namespace ckv

@@ -1,6 +1,7 @@
-// Selection policies: which clustered tokens a decode query attends, as a
-// plan of blocks (whole k-means clusters or position-ordered pages, or row
-// ranges of them). Semantics: ARCHITECTURE.md, "ClusterKV semantics".
+// Selection plans: which clustered tokens a decode query attends, as a plan
+// of blocks (whole k-means clusters or position-ordered pages, or row ranges
+// of them), and helpers the policies (model/kv/policies/) share. Semantics:
+// ARCHITECTURE.md, "ClusterKV semantics".
 #pragma once
 
 #include <cstdint>
@@ -43,18 +44,26 @@ int32_t BlockSize(const Segment& seg, int layer, int kv_head, BlockKind kind,
 int32_t BlockRow(const Segment& seg, int layer, int kv_head, BlockKind kind,
                  int32_t id, int32_t r, int page_size);
 
-// clusterkv: clusters by descending q . centroid (exact order; ties by
-// segment then cluster index), whole clusters until B, the last trimmed to
-// its first rows in position order; `recent_tokens` most recent rows first.
-// For per_kv_head pass the sum of the group's queries.
-void PlanClusterKv(const KvStoreConfig& config, const PlanContext& ctx,
-                   const float* q, HeadPlan* out);
-// quest: the top ceil(B/page) pages by sum_c max(q_c max_c, q_c min_c),
-// summed over `n_q` queries (1 head, or the group for per_kv_head).
-void PlanQuest(const KvStoreConfig& config, const PlanContext& ctx,
-               const float* const* qs, int n_q, HeadPlan* out);
-// streaming: the most recent B clustered rows.
-void PlanStreaming(const KvStoreConfig& config, const PlanContext& ctx,
-                   HeadPlan* out);
+// Rows of all segments of ctx.
+int64_t ClusteredTokens(const PlanContext& ctx);
+
+// Appends page blocks covering the last `n` clustered rows (in position
+// order); returns, per segment, the first row that is "recent".
+std::vector<int64_t> AddRecentRows(const PlanContext& ctx, int64_t n,
+                                   int page_size, HeadPlan* out);
+
+// A scored block (cluster or page) of one segment.
+struct ScoredBlock {
+  float score;
+  int32_t segment;
+  int32_t id;
+};
+
+// Descending score; ties by segment, then block index.
+inline bool ScoreBefore(const ScoredBlock& a, const ScoredBlock& b) {
+  if (a.score != b.score) return a.score > b.score;
+  if (a.segment != b.segment) return a.segment < b.segment;
+  return a.id < b.id;
+}
 
 }  // namespace ckv

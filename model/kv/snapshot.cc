@@ -445,14 +445,16 @@ absl::Status ReadMeta(In& in, const SnapshotExpect& e, SnapshotMeta* m) {
   return absl::OkStatus();
 }
 
-// Enum fields are range-checked before the cast.
+// Enum fields are range-checked before the cast; the policy id must be
+// registered (model/kv/policies/registry.cc), so ids stay stable.
 absl::Status SetConfInts(const std::array<int32_t, 16>& v, KvStoreConfig* c) {
   auto in = [](int32_t x, int32_t lo, int32_t hi) {
     return x >= lo && x <= hi;
   };
   const int32_t dtype = v[12];
-  if (!in(v[0], 0, 3) || !in(v[7], 0, 1) || !in(v[8], 0, 1) ||
-      !in(v[13], 0, 2) || !in(v[14], 0, 1) || !in(v[15], 0, 1) ||
+  if (!IsRegisteredPolicy(static_cast<KvPolicy>(v[0])) || !in(v[7], 0, 1) ||
+      !in(v[8], 0, 1) || !in(v[13], 0, 2) || !in(v[14], 0, 1) ||
+      !in(v[15], 0, 1) ||
       (dtype != static_cast<int32_t>(kernels::DType::kF16) &&
        dtype != static_cast<int32_t>(kernels::DType::kBF16))) {
     return Corrupt("KV config enum out of range");

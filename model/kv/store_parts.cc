@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/kv/clustered_store.h"
+#include "model/kv/policies/registry.h"
 
 namespace ckv {
 namespace {
@@ -78,8 +79,9 @@ absl::Status CheckPages(const HeadIndex& h, int64_t n, const KvShape& s,
 // there (e.g. inherited by a fork that changed policy) must be consistent.
 absl::Status CheckHead(const HeadIndex& h, int64_t n, const KvShape& s,
                        const KvStoreConfig& c) {
-  const bool clusters = c.build_all_indexes || c.policy == KvPolicy::kClusterKv;
-  const bool pages = c.build_all_indexes || c.policy == KvPolicy::kQuest;
+  const IndexSet built = BuiltIndexes(c);
+  const bool clusters = (built & kClusterIndex) != 0;
+  const bool pages = (built & kPageIndex) != 0;
   if (clusters || !NoClusters(h)) {
     if (auto st = CheckClusters(h, n, s.head_dim); !st.ok()) return st;
   }
@@ -109,9 +111,7 @@ absl::Status CheckSegment(const Segment& seg, int64_t first_pos,
       return Bad("segment K/V size does not match its rows");
     }
     const bool sparse = l >= c.dense_layers;
-    const bool needed =
-        sparse && (c.build_all_indexes || c.policy == KvPolicy::kClusterKv ||
-                   c.policy == KvPolicy::kQuest);
+    const bool needed = sparse && BuiltIndexes(c) != 0;
     if (layer.heads.empty() && !needed) continue;
     if (!sparse || layer.heads.size() != static_cast<size_t>(s.n_kv_heads)) {
       return Bad(absl::StrCat("segment index of layer ", l,

@@ -6,6 +6,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "model/kv/policies/registry.h"
 #include "model/kv/quality.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -13,6 +15,10 @@
 
 ABSL_FLAG(int64_t, prompt_tokens, 0,
           "recall: tokens of --tokens-file prefilled as the prompt");
+ABSL_FLAG(std::string, recall_policies, "",
+          "recall: comma-separated policies measured one after another in "
+          "one run, one JSON line each (\"all\": every registered policy); "
+          "empty: --policy");
 
 namespace ckv {
 namespace {
@@ -117,6 +123,26 @@ struct Sessions {
   }
 };
 
+// The policies of --recall-policies, or the configured one.
+absl::StatusOr<std::vector<KvPolicy>> RecallPolicies(KvPolicy configured) {
+  const std::string list = absl::GetFlag(FLAGS_recall_policies);
+  std::vector<KvPolicy> out;
+  if (list.empty()) return std::vector<KvPolicy>{configured};
+  if (list == "all") {
+    for (const PolicyInfo& p : RegisteredPolicies()) out.push_back(p.id);
+    return out;
+  }
+  for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    auto p = ParseKvPolicy(std::string(name));
+    if (!p.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--recall-policies: ", p.status().message()));
+    }
+    out.push_back(*p);
+  }
+  return out;
+}
+
 // Measures the decode step just fed into `s` and adds it to `t`.
 absl::Status MeasureStep(Sessions& s, int vocab_size, RecallTotals* t) {
   for (size_t i = 0; i < t->layers.size(); ++i) {
@@ -131,27 +157,19 @@ absl::Status MeasureStep(Sessions& s, int vocab_size, RecallTotals* t) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status RunRecall(const std::string& model_path,
-                       const std::vector<int32_t>& tokens,
-                       const CliOptions& o) {
-  const int64_t p = absl::GetFlag(FLAGS_prompt_tokens);
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (auto s = ValidatePromptTokens(p, n); !s.ok()) return s;
-  auto model = LoadModel(model_path);
-  if (!model.ok()) return model.status();
-  const ModelConfig& c = (*model)->config;
-  if (auto s = ValidateIds(tokens, c.vocab_size); !s.ok()) return s;
-  Transformer tf(c, (*model)->weights, o.transformer);
-  Sessions sessions(c, o.kv);
+// One sparse session with `kv` and its dense shadow over `tokens`, the
+// first p as the prompt: one JSON line of RunRecall.
+absl::StatusOr<nlohmann::ordered_json> RecallOne(
+    Transformer& tf, const ModelConfig& c, const std::vector<int32_t>& tokens,
+    int64_t p, const KvStoreConfig& kv) {
+  Sessions sessions(c, kv);
   const absl::Span<const int32_t> all(tokens);
   if (auto s = sessions.Feed(tf, all.subspan(0, p), AppendKind::kPrompt);
       !s.ok()) {
     return s;
   }
   RecallTotals totals;
-  for (int l = std::max(0, o.kv.dense_layers); l < c.n_layers; ++l) {
+  for (int l = std::max(0, kv.dense_layers); l < c.n_layers; ++l) {
     totals.layers.push_back({l});
   }
   for (size_t i = p; i < tokens.size(); ++i) {
@@ -164,8 +182,32 @@ absl::Status RunRecall(const std::string& model_path,
     }
   }
   nlohmann::ordered_json j = totals.Json();
-  j["config"] = ConfigJson(o.kv, p);
-  std::cout << j.dump() << "\n";
+  j["config"] = ConfigJson(kv, p);
+  return j;
+}
+
+}  // namespace
+
+absl::Status RunRecall(const std::string& model_path,
+                       const std::vector<int32_t>& tokens,
+                       const CliOptions& o) {
+  const int64_t p = absl::GetFlag(FLAGS_prompt_tokens);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (auto s = ValidatePromptTokens(p, n); !s.ok()) return s;
+  auto model = LoadModel(model_path);
+  if (!model.ok()) return model.status();
+  const ModelConfig& c = (*model)->config;
+  if (auto s = ValidateIds(tokens, c.vocab_size); !s.ok()) return s;
+  auto policies = RecallPolicies(o.kv.policy);
+  if (!policies.ok()) return policies.status();
+  Transformer tf(c, (*model)->weights, o.transformer);
+  for (KvPolicy policy : *policies) {
+    KvStoreConfig kv = o.kv;
+    kv.policy = policy;
+    auto j = RecallOne(tf, c, tokens, p, kv);
+    if (!j.ok()) return j.status();
+    std::cout << j->dump() << "\n";
+  }
   return absl::OkStatus();
 }
 

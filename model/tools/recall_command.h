@@ -1,7 +1,9 @@
 // `clusterkv-model recall`: replays a token file through a sparse session
 // (the clustered store with the chosen policy) and a dense shadow session
 // (an F16/BF16 DenseKvCache) in the same run, and reports the quality
-// measures of model/kv/quality.h as one JSON line.
+// measures of model/kv/quality.h as one JSON line per policy
+// (--recall-policies, e.g. clusterkv,quest,streaming,oracle; default the
+// --policy alone).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +21,8 @@ namespace ckv {
 //  "output_rel_err", "layers": [{"layer", "topk_recall", "mass_recall",
 //  "output_rel_err"}], "config": {...}}: means over steps and query heads
 // of the layers >= dense_layers; kl (nats) and top1_agreement over steps.
-// INVALID_ARGUMENT when P < 1, P >= tokens.size() or an id is outside the
-// vocabulary.
+// INVALID_ARGUMENT when P < 1, P >= tokens.size(), an id is outside the
+// vocabulary or a policy name is unknown.
 absl::Status RunRecall(const std::string& model_path,
                        const std::vector<int32_t>& tokens,
                        const CliOptions& options);

@@ -126,6 +126,29 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn(b"outside the vocabulary", p.stderr)
 
+    def test_recall_reports_every_policy_beside_the_oracle(self):
+        ids = [(i * 37 + 11) % 259 for i in range(300)]
+        toks = self.path("recall_all.txt", " ".join(map(str, ids)))
+        out = run("recall", self.model, "--tokens-file", toks,
+                  "--prompt-tokens", "280", "--dense-layers", "1",
+                  "--window", "32", "--threads", "1", "--budget", "16",
+                  "--recall-policies", "clusterkv,quest,streaming,oracle")
+        lines = [json.loads(l) for l in out.stdout.decode().splitlines()]
+        got = {l["config"]["policy"]: l for l in lines}
+        self.assertEqual(sorted(got),
+                         ["clusterkv", "oracle", "quest", "streaming"])
+        # The oracle's selection is the truth of top-k recall.
+        self.assertEqual(got["oracle"]["topk_recall"], 1.0)
+        for policy, line in got.items():
+            self.assertEqual(line["steps"], 20, policy)
+            self.assertLessEqual(line["topk_recall"],
+                                 got["oracle"]["topk_recall"], policy)
+        p = run("recall", self.model, "--tokens-file", toks,
+                "--prompt-tokens", "280", "--recall-policies", "best",
+                check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"--recall-policies", p.stderr)
+
     def test_tokenize_matches_llama_cpp(self):
         tok = os.path.join(FIXTURES, "tokenizer")
         for vocab in ("llama-spm", "llama-bpe", "qwen2", "gpt-2"):

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/kv/clustered_store.h"
+#include "model/kv/policies/registry.h"
 #include "model/model.h"
 #include "model/transformer.h"
 #include "tests/model/test_util.h"
@@ -70,8 +71,8 @@ TEST(KvPolicy, BudgetCoveringEverythingEqualsDense) {
   DenseKvCache dense(DenseCacheOptions(m->config, kernels::DType::kF16, 4096));
   const auto want = RunSession(*m, dense, 300, 60);
   std::vector<std::vector<float>> full;
-  for (KvPolicy p : {KvPolicy::kFull, KvPolicy::kClusterKv, KvPolicy::kQuest,
-                     KvPolicy::kStreaming}) {
+  for (const PolicyInfo& info : RegisteredPolicies()) {
+    const KvPolicy p = info.id;
     for (GqaSelection g :
          {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
       KvStoreConfig c;
@@ -105,8 +106,9 @@ TEST(KvPolicy, SmallBudgetIsSparseButSane) {
   ASSERT_NE(m, nullptr);
   DenseKvCache dense(DenseCacheOptions(m->config, kernels::DType::kF16, 4096));
   const auto want = RunSession(*m, dense, 400, 5);
-  for (KvPolicy p :
-       {KvPolicy::kClusterKv, KvPolicy::kQuest, KvPolicy::kStreaming}) {
+  for (const PolicyInfo& info : RegisteredPolicies()) {
+    if (!info.selects) continue;
+    const KvPolicy p = info.id;
     KvStoreConfig c;
     c.policy = p;
     c.budget = 32;

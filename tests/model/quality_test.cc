@@ -11,6 +11,7 @@
 #include <random>
 
 #include "model/kv/clustered_store.h"
+#include "model/kv/policies/registry.h"
 
 namespace ckv {
 namespace {
@@ -257,8 +258,8 @@ TEST(Quality, MatchesBruteForceAcrossPoliciesAndWindowClose) {
 }
 
 TEST(Quality, BudgetCoveringEverythingIsExact) {
-  for (KvPolicy policy : {KvPolicy::kFull, KvPolicy::kClusterKv,
-                          KvPolicy::kQuest, KvPolicy::kStreaming}) {
+  for (const PolicyInfo& info : RegisteredPolicies()) {
+    const KvPolicy policy = info.id;
     ClusteredKvStore s(kShape, SmallConfig(policy, 4096), nullptr);
     s.set_record_selection(true);
     Add(s, ClusteredRow, 120, AppendKind::kPrompt);
