@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/utf8.h"
 
@@ -111,16 +112,20 @@ class Charsmap {
 
 class Unigram : public OtherModel {
  public:
+  // Token classes are read here, once: attributes llama.cpp assigns later
+  // (e.g. "unused" by name) do not make a token matchable, as in llama.cpp.
   Unigram(const Vocab* vocab, const UnigramOptions& options)
-      : vocab_(vocab), options_(options) {
+      : vocab_(vocab), options_(options), matchable_(vocab->size(), false) {
     float min_score = FLT_MAX;
     for (int32_t id = 0; id < vocab->size(); ++id) {
       const uint32_t a = vocab->attr[id];
       if (a & kAttrNormal) min_score = std::min(min_score, vocab->score[id]);
       if (a & (kAttrNormal | kAttrUserDefined | kAttrUnused)) {
+        matchable_[id] = true;
         max_len_ = std::max(max_len_, vocab->text[id].size());
       }
       if (a & kAttrUserDefined) {
+        user_defined_.insert(id);
         max_user_len_ = std::max(max_user_len_, vocab->text[id].size());
       }
     }
@@ -150,10 +155,7 @@ class Unigram : public OtherModel {
   // Token id of `s` if it is a normal, user-defined or unused token.
   int32_t Matchable(absl::string_view s) const {
     const int32_t id = vocab_->Find(s);
-    if (id < 0) return -1;
-    return (vocab_->attr[id] & (kAttrNormal | kAttrUserDefined | kAttrUnused))
-               ? id
-               : -1;
+    return id >= 0 && matchable_[id] ? id : -1;
   }
 
   void Segment(absl::string_view s, std::vector<int32_t>* out) const {
@@ -171,7 +173,7 @@ class Unigram : public OtherModel {
         if (id < 0) continue;
         if (end - pos == char_len) whole_char = true;
         const double score =
-            base + ((vocab_->attr[id] & kAttrUserDefined)
+            base + (user_defined_.contains(id)
                         ? 0.0
                         : static_cast<double>(vocab_->score[id]));
         if (score > best[end].score) best[end] = Best{id, pos, score};
@@ -202,7 +204,7 @@ class Unigram : public OtherModel {
                                size_t* consumed) const {
     for (size_t len = std::min(s.size(), max_user_len_); len > 0; --len) {
       const int32_t id = vocab_->Find(s.substr(0, len));
-      if (id >= 0 && (vocab_->attr[id] & kAttrUserDefined)) {
+      if (id >= 0 && user_defined_.contains(id)) {
         *repl = s.substr(0, len);
         *consumed = len;
         return absl::OkStatus();
@@ -260,6 +262,8 @@ class Unigram : public OtherModel {
   const Vocab* vocab_;
   UnigramOptions options_;
   Charsmap charsmap_;
+  std::vector<bool> matchable_;
+  absl::flat_hash_set<int32_t> user_defined_;
   size_t max_len_ = 0;
   size_t max_user_len_ = 0;
   double unknown_score_ = 0.0;

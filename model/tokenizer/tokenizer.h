@@ -47,7 +47,7 @@ struct TokenizerConfig {
   std::vector<std::string> merges;   // BPE: "left right", rank = index
   std::optional<int64_t> bos_id, eos_id, unk_id, eot_id, eom_id;
   std::optional<int64_t> fim_pre_id, fim_suf_id, fim_mid_id;
-  std::optional<int64_t> fim_pad_id, fim_rep_id, fim_sep_id, sep_id;
+  std::optional<int64_t> fim_pad_id, fim_rep_id, fim_sep_id;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
   // Unigram normalization (tokenizer.ggml.remove_extra_whitespaces,
   // tokenizer.ggml.precompiled_charsmap).

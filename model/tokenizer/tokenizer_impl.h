@@ -30,7 +30,7 @@ struct Tokenizer::Impl {
   std::vector<int32_t> special_ids;
   std::vector<int32_t> eog_ids;  // sorted
 
-  int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, sep = -1;
+  int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1;
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;

@@ -15,6 +15,7 @@ using tokenizer_internal::AttrFromGgufType;
 using tokenizer_internal::kAttrControl;
 using tokenizer_internal::kAttrNormal;
 using tokenizer_internal::kAttrUnknown;
+using tokenizer_internal::kAttrUnused;
 using tokenizer_internal::kAttrUserDefined;
 using tokenizer_internal::Vocab;
 
@@ -141,7 +142,6 @@ absl::Status ReadSpecial(const gguf::GgufFile& f, TokenizerConfig* c) {
       {"tokenizer.ggml.unknown_token_id", &c->unk_id},
       {"tokenizer.ggml.eot_token_id", &c->eot_id},
       {"tokenizer.ggml.eom_token_id", &c->eom_id},
-      {"tokenizer.ggml.seperator_token_id", &c->sep_id},
       {"tokenizer.ggml.fim_pre_token_id", &c->fim_pre_id},
       {"tokenizer.ggml.fim_suf_token_id", &c->fim_suf_id},
       {"tokenizer.ggml.fim_mid_token_id", &c->fim_mid_id},
@@ -237,23 +237,23 @@ int32_t DetectSpecial(Vocab* v, const std::optional<int64_t>& configured,
   return id;
 }
 
-// llama.cpp's default BOS / EOS / UNK / SEP ids for a tokenizer type.
+// llama.cpp's default BOS / EOS / UNK ids for a tokenizer type.
 struct DefaultIds {
-  int64_t bos, eos, unk, sep;
+  int64_t bos, eos, unk;
 };
 DefaultIds DefaultsFor(TokenizerType type) {
   switch (type) {
     case TokenizerType::kSentencePiece:
-      return {1, 2, 0, -1};
+      return {1, 2, 0};
     case TokenizerType::kBpe:
-      return {11, 11, -1, -1};
+      return {11, 11, -1};
     case TokenizerType::kUnigram:
-      return {-1, 1, 2, -1};
+      return {-1, 1, 2};
     case TokenizerType::kGemma4:
     case TokenizerType::kRwkv:
-      return {-1, -1, -1, -1};
+      return {-1, -1, -1};
   }
-  return {-1, -1, -1, -1};
+  return {-1, -1, -1};
 }
 
 // Texts llama.cpp recognizes as end of turn (in its order of preference).
@@ -271,6 +271,23 @@ constexpr std::initializer_list<const char*> kEotTexts = {
     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
     "<end_of_utterance>"};
 
+// llama.cpp's attribute fixes by token text: control tokens named "unused"
+// are unused too (Unigram may then match them); gpt-oss's message markers
+// are user-defined (always matched and rendered).
+void MarkByText(Vocab* v) {
+  for (int32_t id = 0; id < v->size(); ++id) {
+    if ((v->attr[id] & kAttrControl) &&
+        v->text[id].find("unused") != std::string::npos) {
+      v->attr[id] |= kAttrUnused;
+    }
+  }
+  for (const char* text :
+       {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+    const int32_t id = v->Find(text);
+    if (id >= 0) v->attr[id] = kAttrUserDefined;
+  }
+}
+
 absl::Status ResolveSpecialIds(const TokenizerConfig& c, bool no_default_bos,
                                Tokenizer::Impl* impl) {
   Vocab& v = impl->vocab;
@@ -278,7 +295,6 @@ absl::Status ResolveSpecialIds(const TokenizerConfig& c, bool no_default_bos,
   impl->bos = PickId(v, c.bos_id, no_default_bos ? -1 : d.bos);
   impl->eos = PickId(v, c.eos_id, d.eos);
   impl->unk = PickId(v, c.unk_id, d.unk);
-  impl->sep = PickId(v, c.sep_id, d.sep);
   if (c.add_bos) impl->add_bos = *c.add_bos;
   if (c.add_eos) impl->add_eos = *c.add_eos;
   if (impl->add_bos && impl->bos < 0) {
@@ -313,6 +329,7 @@ absl::Status ResolveSpecialIds(const TokenizerConfig& c, bool no_default_bos,
        "fim\xE2\x96\x81"
        "end\xEF\xBD\x9C>",
        "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"});
+  MarkByText(&v);
   return absl::OkStatus();
 }
 
@@ -452,7 +469,7 @@ absl::Status BuildAlgorithm(const TokenizerConfig& c, Tokenizer::Impl* impl) {
       return absl::OkStatus();
     case TokenizerType::kUnigram: {
       impl->add_eos = true;
-      impl->add_space_prefix = c.add_space_prefix.value_or(true);
+      impl->add_space_prefix = c.add_space_prefix.value_or(false);
       tokenizer_internal::UnigramOptions options;
       options.add_space_prefix = impl->add_space_prefix;
       options.remove_extra_whitespaces =

@@ -284,6 +284,23 @@ TEST(UnigramTest, RemoveExtraWhitespaces) {
             (std::vector<int32_t>{4, 3, 5}));
 }
 
+TEST(UnigramTest, UnusedTokensAreMatchable) {
+  TokenizerConfig c = UnigramConfig();
+  c.tokens.push_back("<unused0>");  // id 9: GGUF type unused
+  c.token_types.push_back(5);
+  c.tokens.push_back("<unused1>");  // id 10: control, "unused" by name only
+  c.token_types.push_back(3);
+  c.scores.insert(c.scores.end(), {0, 0});
+  auto t = Build(std::move(c));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(*t->Encode("<unused0>", false, false),
+            (std::vector<int32_t>{3, 9}));
+  // llama.cpp builds its matcher before marking control tokens named
+  // "unused": that one is not matched (its nine characters: one <unk>).
+  EXPECT_EQ(*t->Encode("<unused1>", false, false),
+            (std::vector<int32_t>{3, 2}));
+}
+
 TEST(UnigramTest, MalformedCharsmapIsAnError) {
   TokenizerConfig c = UnigramConfig();
   c.precompiled_charsmap = {5, 0, 0, 0, 1, 2};  // array larger than blob
