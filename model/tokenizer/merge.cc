@@ -112,8 +112,14 @@ void SpmMerger::Encode(absl::string_view text, MergeWorkspace* ws,
 }
 
 BpeMerger::BpeMerger(const Vocab* vocab, const MergeRanks* ranks,
-                     bool ignore_merges)
-    : vocab_(vocab), ranks_(ranks), ignore_merges_(ignore_merges) {}
+                     BpeOptions options)
+    : vocab_(vocab), ranks_(ranks), options_(options) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    const char name[6] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+    byte_token_[b] = vocab->Find(absl::string_view(name, 6));
+  }
+}
 
 void BpeMerger::TryAddBigram(absl::string_view word, int left, int right,
                              MergeWorkspace* ws) const {
@@ -135,7 +141,9 @@ void BpeMerger::EmitSymbol(absl::string_view text,
     return;
   }
   for (size_t i = 0; i < text.size(); ++i) {
-    const int32_t byte_id = vocab_->Find(text.substr(i, 1));
+    const int32_t byte_id = options_.byte_encode
+                                ? vocab_->Find(text.substr(i, 1))
+                                : byte_token_[static_cast<uint8_t>(text[i])];
     if (byte_id >= 0) out->push_back(byte_id);
   }
 }
@@ -144,12 +152,19 @@ void BpeMerger::EncodePiece(absl::string_view piece, MergeWorkspace* ws,
                             std::vector<int32_t>* out) const {
   std::string& word = ws->word;
   word.clear();
-  for (char c : piece) {
-    const absl::string_view u = ByteToUnicode(static_cast<uint8_t>(c));
-    word.append(u.data(), u.size());
+  if (options_.byte_encode) {
+    for (char c : piece) {
+      const absl::string_view u = ByteToUnicode(static_cast<uint8_t>(c));
+      word.append(u.data(), u.size());
+    }
+  } else {
+    word.assign(piece.data(), piece.size());
   }
   if (word.empty()) return;
-  if (ignore_merges_) {
+  const bool whole = options_.ignore_merges ||
+                     (options_.whole_newline_runs &&
+                      word.find_first_not_of('\n') == std::string::npos);
+  if (whole) {
     const int32_t id = vocab_->Find(word);
     if (id >= 0) {
       out->push_back(id);

@@ -60,16 +60,24 @@ class SpmMerger {
   std::array<int32_t, 256> byte_token_;
 };
 
+struct BpeOptions {
+  bool ignore_merges = false;  // a piece that is a token is emitted whole
+  // GPT-2 byte-level encoding; false: raw UTF-8 with <0xXX> byte tokens.
+  bool byte_encode = true;
+  bool whole_newline_runs = false;  // a "\n..." piece that is a token: whole
+};
+
 class BpeMerger {
  public:
-  // `vocab` and `ranks` must outlive the merger. With ignore_merges a piece
-  // that is itself a token is emitted whole (Llama 3).
-  BpeMerger(const Vocab* vocab, const MergeRanks* ranks, bool ignore_merges);
+  // `vocab` and `ranks` must outlive the merger.
+  BpeMerger(const Vocab* vocab, const MergeRanks* ranks, BpeOptions options);
 
   // Appends the ids of one pre-tokenized piece of raw UTF-8. The piece is
-  // byte-level encoded, split into characters, and adjacent pairs merge by
-  // lowest rank (ties: leftmost). A final symbol that is not a token falls
-  // back to its single-byte tokens, silently skipping bytes without one.
+  // byte-level encoded (unless !byte_encode), split into characters, and
+  // adjacent pairs merge by lowest rank (ties: leftmost). A final symbol that
+  // is not a token falls back to its byte tokens (byte-level: the one-byte
+  // token of each byte of its encoded text, as llama.cpp does; raw: <0xXX>),
+  // silently skipping bytes without one.
   void EncodePiece(absl::string_view piece, MergeWorkspace* ws,
                    std::vector<int32_t>* out) const;
 
@@ -80,7 +88,8 @@ class BpeMerger {
 
   const Vocab* vocab_;
   const MergeRanks* ranks_;
-  bool ignore_merges_;
+  BpeOptions options_;
+  std::array<int32_t, 256> byte_token_;  // <0xXX> ids (raw mode), or -1
 };
 
 }  // namespace ckv::tokenizer_internal

@@ -10,33 +10,11 @@
 namespace ckv::tokenizer_internal {
 namespace {
 
-// Contractions spelled without (?i:) as llama.cpp does, so that Unicode case
-// folding (e.g. U+017F matching 's') cannot change the split.
-constexpr char kContractions[] =
-    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]))";
-
-// Llama 3 (tiktoken cl100k-style) split.
-std::string Llama3Pattern() {
-  return absl::StrCat(kContractions, R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})",
-                      R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
-}
-
-// Qwen 2: like Llama 3 but digits one at a time.
-std::string Qwen2Pattern() {
-  return absl::StrCat(kContractions, R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})",
-                      R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)");
-}
-
-// GPT-2 split (HF's, with the trailing \s+ that llama.cpp leaves implicit).
-constexpr char kGpt2Pattern[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+)"
-                                R"(| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-bool IsOneOf(absl::string_view s, std::initializer_list<absl::string_view> l) {
-  for (absl::string_view x : l) {
-    if (s == x) return true;
-  }
-  return false;
-}
+// Unicode White_Space, the set llama.cpp's tables use for `\s` (PCRE2's UCP
+// `\s` lacks U+0085).
+constexpr char kWhiteSpaceItems[] =
+    R"(\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029})"
+    R"(\x{202F}\x{205F}\x{3000})";
 
 // The (?!\S) lookahead and the \s+ fallback need a JIT stack larger than
 // PCRE2's 32 KiB default only for pathological inputs; 1 MiB is ample.
@@ -49,37 +27,41 @@ struct Pretokenizer::Compiled {
   bool jit = false;
 };
 
-absl::StatusOr<PreTokenizerSpec> PreTokenizerSpecFor(absl::string_view pre) {
-  PreTokenizerSpec spec;
-  if (pre.empty() || pre == "default") {
-    spec.patterns = {R"([\p{P}\$\+<=>\^~\|]+)",
-                     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+)"
-                     R"(| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
-                     R"(\p{N}+)", "[0-9][0-9][0-9]"};
-  } else if (IsOneOf(pre, {"llama3", "llama-v3", "llama-bpe", "falcon3",
-                           "pixtral", "dbrx", "smaug-bpe"})) {
-    spec.patterns = {Llama3Pattern()};
-    spec.ignore_merges = !IsOneOf(pre, {"dbrx", "smaug-bpe"});
-    spec.add_bos = spec.ignore_merges;
-  } else if (IsOneOf(pre, {"qwen2", "deepseek-r1-qwen", "stablelm2", "hunyuan",
-                           "megrez"})) {
-    spec.patterns = {Qwen2Pattern()};
-  } else if (IsOneOf(pre, {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat",
-                           "jina-v1-en", "jina-v2-es", "jina-v2-de",
-                           "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais",
-                           "trillion", "granite-docling"})) {
-    spec.patterns = {kGpt2Pattern};
-  } else if (IsOneOf(pre, {"starcoder", "refact", "command-r", "smollm",
-                           "codeshell", "exaone", "minerva-7b"})) {
-    spec.patterns = {R"(\p{N})", kGpt2Pattern};
-  } else if (pre == "falcon") {
-    spec.patterns = {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2Pattern,
-                     "[0-9][0-9][0-9]"};
-  } else {
-    return absl::NotFoundError(
-        absl::StrCat("unknown pre-tokenizer '", pre, "'"));
+std::string AdaptPattern(absl::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 64);
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      if (e == 's') {
+        absl::StrAppend(&out, in_class ? "" : "[", kWhiteSpaceItems,
+                        in_class ? "" : "]");
+      } else if (e == 'S' && !in_class) {
+        absl::StrAppend(&out, "[^", kWhiteSpaceItems, "]");
+      } else if (e == 'd') {
+        absl::StrAppend(&out, in_class ? "0-9" : "[0-9]");
+      } else {
+        out.push_back(c);
+        out.push_back(e);
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out.push_back(c);
+      // A ']' first in a class (after an optional '^') is literal.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^')
+        out.push_back(pattern[++i]);
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']')
+        out.push_back(pattern[++i]);
+      continue;
+    }
+    if (in_class && c == ']') in_class = false;
+    out.push_back(c);
   }
-  return spec;
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Pretokenizer>> Pretokenizer::Create(
@@ -88,9 +70,10 @@ absl::StatusOr<std::unique_ptr<Pretokenizer>> Pretokenizer::Create(
   for (const std::string& pattern : patterns) {
     int err = 0;
     PCRE2_SIZE err_off = 0;
+    const std::string adapted = AdaptPattern(pattern);
     pcre2_code* code = pcre2_compile(
-        reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-        PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
+        reinterpret_cast<PCRE2_SPTR>(adapted.data()), adapted.size(),
+        PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &err_off, nullptr);
     if (code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof(msg));
@@ -162,7 +145,11 @@ absl::Status SplitPiece(pcre2_code* code, absl::string_view piece,
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(scratch->data());
     const size_t m_begin = ov[0];
     const size_t m_end = ov[1];
-    if (m_end == m_begin) {  // empty match: step over one character
+    if (m_end == m_begin) {  // empty match: split here, step one character
+      if (m_begin > emitted) {
+        out->push_back(piece.substr(emitted, m_begin - emitted));
+        emitted = m_begin;
+      }
       size_t next = m_end + 1;
       while (next < piece.size() &&
              (static_cast<uint8_t>(piece[next]) & 0xC0) == 0x80) {

@@ -17,6 +17,7 @@ using tokenizer_internal::kAttrNormal;
 using tokenizer_internal::kAttrUnknown;
 using tokenizer_internal::kAttrUserDefined;
 using tokenizer_internal::MergeWorkspace;
+using tokenizer_internal::UnescapeRwkvToken;
 
 constexpr absl::string_view kSpmSpace = "\xE2\x96\x81";  // U+2581
 
@@ -131,10 +132,11 @@ std::string ComputePiece(const Tokenizer::Impl& impl, int32_t id) {
   if (!impl.vocab.Valid(id)) return "";
   const uint32_t attr = impl.vocab.attr[id];
   const std::string& text = impl.vocab.text[id];
+  if (impl.type == TokenizerType::kRwkv) return UnescapeRwkvToken(text);
   if (attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) return text;
   if (attr & kAttrNormal) {
-    return impl.type == TokenizerType::kSentencePiece ? UnescapeSpaces(text)
-                                                      : DecodeByteLevel(text);
+    return impl.type == TokenizerType::kBpe ? DecodeByteLevel(text)
+                                            : UnescapeSpaces(text);
   }
   if (attr & kAttrByte) return ByteTokenPiece(text);
   return "";  // undefined / unused
@@ -166,7 +168,8 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
 
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
-  if (add_special && im.add_bos) out.push_back(im.bos);
+  const bool rwkv = im.type == TokenizerType::kRwkv;  // never adds BOS/EOS
+  if (add_special && im.add_bos && !rwkv) out.push_back(im.bos);
   MergeWorkspace ws;
   std::string escaped;
   std::vector<absl::string_view> pieces;
@@ -178,20 +181,36 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
       continue;
     }
     const absl::string_view raw = text.substr(f.offset, f.length);
-    if (im.type == TokenizerType::kSentencePiece) {
-      escaped.clear();
-      if (im.add_space_prefix && prev_special)
-        escaped.assign(kSpmSpace.data(), kSpmSpace.size());
-      AppendEscapedSpaces(raw, &escaped);
-      im.spm->Encode(escaped, &ws, &out);
-    } else {
-      if (absl::Status s = im.pretok->Split(raw, &pieces); !s.ok()) return s;
-      for (absl::string_view piece : pieces)
-        im.bpe->EncodePiece(piece, &ws, &out);
+    switch (im.type) {
+      case TokenizerType::kSentencePiece:
+        escaped.clear();
+        if (im.add_space_prefix && prev_special)
+          escaped.assign(kSpmSpace.data(), kSpmSpace.size());
+        AppendEscapedSpaces(raw, &escaped);
+        im.spm->Encode(escaped, &ws, &out);
+        break;
+      case TokenizerType::kBpe:
+      case TokenizerType::kGemma4: {
+        absl::string_view subject = raw;
+        if (im.escape_whitespaces) {
+          escaped.clear();
+          AppendEscapedSpaces(raw, &escaped);
+          subject = escaped;
+        }
+        if (absl::Status s = im.pretok->Split(subject, &pieces); !s.ok())
+          return s;
+        for (absl::string_view piece : pieces)
+          im.bpe->EncodePiece(piece, &ws, &out);
+        break;
+      }
+      case TokenizerType::kUnigram:
+      case TokenizerType::kRwkv:
+        if (absl::Status s = im.other->Encode(raw, &out); !s.ok()) return s;
+        break;
     }
     prev_special = false;
   }
-  if (add_special && im.add_eos) out.push_back(im.eos);
+  if (add_special && im.add_eos && !rwkv) out.push_back(im.eos);
   return out;
 }
 

@@ -1,7 +1,10 @@
 // Tokenizer built from GGUF tokenizer metadata. Reproduces llama.cpp's
 // tokenization (llama-vocab.cpp) for SentencePiece-style vocabularies
-// (tokenizer.ggml.model "llama") and byte-level BPE vocabularies ("gpt2"),
-// including special-token partitioning and BOS/EOS rules.
+// (tokenizer.ggml.model "llama"), BPE vocabularies ("gpt2", under every
+// tokenizer.ggml.pre llama.cpp knows except the few it splits with
+// hand-written code, and "gemma4"), Unigram ("t5") and RWKV ("rwkv"),
+// including special-token partitioning, BOS/EOS rules and the
+// end-of-generation set.
 //
 // Thread safety: a built Tokenizer is immutable; all const methods may be
 // called concurrently. StreamingDetokenizer is per stream (not thread-safe).
@@ -24,23 +27,32 @@ namespace ckv {
 enum class TokenizerType {
   kSentencePiece,  // tokenizer.ggml.model == "llama"
   kBpe,            // tokenizer.ggml.model == "gpt2"
+  kGemma4,         // "gemma4": BPE over raw UTF-8, spaces as U+2581
+  kUnigram,        // "t5"
+  kRwkv,           // "rwkv"
 };
 
 // Everything a Tokenizer is built from. FromGguf fills it from metadata;
 // tests and fuzzers can build small in-memory vocabularies directly. Unset
 // optionals take llama.cpp's defaults for the type (SPM: bos 1, eos 2, unk 0,
 // add_bos, add_space_prefix; BPE: bos = eos = 11, no BOS unless the
-// pre-tokenizer is Llama 3; ids out of range are treated as unset).
+// pre-tokenizer says so; gemma4: none, BOS always added; Unigram: eos 1,
+// unk 2, add_eos; RWKV: none; ids out of range are treated as unset).
 struct TokenizerConfig {
   TokenizerType type = TokenizerType::kSentencePiece;
-  std::string pre;                   // BPE pre-tokenizer ("" = "default")
+  std::string pre;  // BPE pre-tokenizer ("" = "default"; gemma4: ignored)
   std::vector<std::string> tokens;   // id -> text
   std::vector<float> scores;         // empty, or one per token
   std::vector<int32_t> token_types;  // empty (all normal), or GGUF types
   std::vector<std::string> merges;   // BPE: "left right", rank = index
   std::optional<int64_t> bos_id, eos_id, unk_id, eot_id, eom_id;
+  std::optional<int64_t> fim_pre_id, fim_suf_id, fim_mid_id;
   std::optional<int64_t> fim_pad_id, fim_rep_id, fim_sep_id;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
+  // Unigram normalization (tokenizer.ggml.remove_extra_whitespaces,
+  // tokenizer.ggml.precompiled_charsmap).
+  std::optional<bool> remove_extra_whitespaces;
+  std::vector<uint8_t> precompiled_charsmap;
 };
 
 class Tokenizer {
@@ -88,8 +100,11 @@ class Tokenizer {
   int32_t unk_id() const;  // -1 when none
   bool add_bos() const;
   bool add_eos() const;
-  // True for EOS, EOT, EOM and tokens llama.cpp treats as end of generation
-  // by text (<|eot_id|>, <|im_end|>, <|endoftext|>, <|end_of_text|>, ...).
+  // True for EOS, EOT, EOM, FIM pad/repo/file-separator and the tokens
+  // llama.cpp treats as end of generation by text (<|eot_id|>, <|im_end|>,
+  // <|end|>, <end_of_turn>, <|endoftext|>, <turn|>, ...), with its exceptions
+  // (<|end|> is not EOG next to <|return|>/<|call|>; </s> is not next to
+  // <|tool_response>).
   bool IsEndOfGeneration(int32_t id) const;
   // Sorted ids of the end-of-generation set.
   const std::vector<int32_t>& eog_ids() const;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/tokenizer/merge.h"
+#include "model/tokenizer/other_models.h"
 #include "model/tokenizer/pretokenizer.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/vocab.h"
@@ -33,6 +34,9 @@ struct Tokenizer::Impl {
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;
+  bool escape_whitespaces = false;  // BPE: ' ' -> U+2581 (gemma4)
+  // Unigram and RWKV encoders; see other_models.h.
+  std::unique_ptr<tokenizer_internal::OtherModel> other;
 };
 
 namespace tokenizer_internal {

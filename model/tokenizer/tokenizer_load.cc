@@ -15,6 +15,7 @@ using tokenizer_internal::AttrFromGgufType;
 using tokenizer_internal::kAttrControl;
 using tokenizer_internal::kAttrNormal;
 using tokenizer_internal::kAttrUnknown;
+using tokenizer_internal::kAttrUnused;
 using tokenizer_internal::kAttrUserDefined;
 using tokenizer_internal::Vocab;
 
@@ -79,17 +80,39 @@ absl::Status ReadTokenTypes(const gguf::GgufFile& f,
   return absl::OkStatus();
 }
 
+// tokenizer.ggml.model -> type; UNIMPLEMENTED for models llama.cpp knows
+// but this implementation does not (bert/WordPiece, which needs Unicode
+// normalization tables, plamo2, hybriddna, whitespace, none).
+absl::StatusOr<TokenizerType> TypeForModel(const std::string& model) {
+  static const std::pair<const char*, TokenizerType> kModels[] = {
+      {"llama", TokenizerType::kSentencePiece}, {"gpt2", TokenizerType::kBpe},
+      {"gemma4", TokenizerType::kGemma4},       {"t5", TokenizerType::kUnigram},
+      {"rwkv", TokenizerType::kRwkv},
+  };
+  for (const auto& [name, type] : kModels) {
+    if (model == name) return type;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("tokenizer: unsupported ", kModelKey, " '", model, "'"));
+}
+
+// tokenizer.ggml.precompiled_charsmap: an int8/uint8 array, optional.
+absl::Status ReadCharsmap(const gguf::GgufFile& f, std::vector<uint8_t>* out) {
+  constexpr char kKey[] = "tokenizer.ggml.precompiled_charsmap";
+  if (!f.Has(kKey)) return absl::OkStatus();
+  absl::StatusOr<const std::vector<int64_t>*> ints = f.GetIntArray(kKey);
+  if (!ints.ok()) return Annotate(ints.status());
+  out->reserve((*ints)->size());
+  for (int64_t v : **ints) out->push_back(static_cast<uint8_t>(v));
+  return absl::OkStatus();
+}
+
 absl::Status ReadModelAndLists(const gguf::GgufFile& f, TokenizerConfig* c) {
   absl::StatusOr<std::string> model = f.GetString(kModelKey);
   if (!model.ok()) return Annotate(model.status());
-  if (*model == "llama") {
-    c->type = TokenizerType::kSentencePiece;
-  } else if (*model == "gpt2") {
-    c->type = TokenizerType::kBpe;
-  } else {
-    return absl::UnimplementedError(
-        absl::StrCat("tokenizer: unsupported ", kModelKey, " '", *model, "'"));
-  }
+  absl::StatusOr<TokenizerType> type = TypeForModel(*model);
+  if (!type.ok()) return type.status();
+  c->type = *type;
   if (f.Has(kPreKey)) {
     absl::StatusOr<std::string> pre = f.GetString(kPreKey);
     if (!pre.ok()) return Annotate(pre.status());
@@ -99,11 +122,14 @@ absl::Status ReadModelAndLists(const gguf::GgufFile& f, TokenizerConfig* c) {
       f.GetStringArray(kTokensKey);
   if (!tokens.ok()) return Annotate(tokens.status());
   c->tokens = **tokens;
-  if (c->type == TokenizerType::kBpe) {
+  if (c->type == TokenizerType::kBpe || c->type == TokenizerType::kGemma4) {
     absl::StatusOr<const std::vector<std::string>*> merges =
         f.GetStringArray(kMergesKey);
     if (!merges.ok()) return Annotate(merges.status());
     c->merges = **merges;
+  }
+  if (absl::Status s = ReadCharsmap(f, &c->precompiled_charsmap); !s.ok()) {
+    return s;
   }
   if (absl::Status s = ReadScores(f, &c->scores); !s.ok()) return s;
   return ReadTokenTypes(f, &c->token_types);
@@ -116,6 +142,12 @@ absl::Status ReadSpecial(const gguf::GgufFile& f, TokenizerConfig* c) {
       {"tokenizer.ggml.unknown_token_id", &c->unk_id},
       {"tokenizer.ggml.eot_token_id", &c->eot_id},
       {"tokenizer.ggml.eom_token_id", &c->eom_id},
+      {"tokenizer.ggml.fim_pre_token_id", &c->fim_pre_id},
+      {"tokenizer.ggml.fim_suf_token_id", &c->fim_suf_id},
+      {"tokenizer.ggml.fim_mid_token_id", &c->fim_mid_id},
+      {"tokenizer.ggml.prefix_token_id", &c->fim_pre_id},
+      {"tokenizer.ggml.suffix_token_id", &c->fim_suf_id},
+      {"tokenizer.ggml.middle_token_id", &c->fim_mid_id},
       {"tokenizer.ggml.fim_pad_token_id", &c->fim_pad_id},
       {"tokenizer.ggml.fim_rep_token_id", &c->fim_rep_id},
       {"tokenizer.ggml.fim_sep_token_id", &c->fim_sep_id},
@@ -127,6 +159,7 @@ absl::Status ReadSpecial(const gguf::GgufFile& f, TokenizerConfig* c) {
       {kAddBosKey, &c->add_bos},
       {kAddEosKey, &c->add_eos},
       {"tokenizer.ggml.add_space_prefix", &c->add_space_prefix},
+      {"tokenizer.ggml.remove_extra_whitespaces", &c->remove_extra_whitespaces},
   };
   for (const auto& [key, out] : flags) {
     if (absl::Status s = ReadOptionalBool(f, key, out); !s.ok()) return s;
@@ -204,13 +237,64 @@ int32_t DetectSpecial(Vocab* v, const std::optional<int64_t>& configured,
   return id;
 }
 
-absl::Status ResolveSpecialIds(const TokenizerConfig& c,
+// llama.cpp's default BOS / EOS / UNK ids for a tokenizer type.
+struct DefaultIds {
+  int64_t bos, eos, unk;
+};
+DefaultIds DefaultsFor(TokenizerType type) {
+  switch (type) {
+    case TokenizerType::kSentencePiece:
+      return {1, 2, 0};
+    case TokenizerType::kBpe:
+      return {11, 11, -1};
+    case TokenizerType::kUnigram:
+      return {-1, 1, 2};
+    case TokenizerType::kGemma4:
+    case TokenizerType::kRwkv:
+      return {-1, -1, -1};
+  }
+  return {-1, -1, -1};
+}
+
+// Texts llama.cpp recognizes as end of turn (in its order of preference).
+constexpr std::initializer_list<const char*> kEotTexts = {
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<end_of_utterance>"};
+
+// llama.cpp's attribute fixes by token text: control tokens named "unused"
+// are unused too (Unigram may then match them); gpt-oss's message markers
+// are user-defined (always matched and rendered).
+void MarkByText(Vocab* v) {
+  for (int32_t id = 0; id < v->size(); ++id) {
+    if ((v->attr[id] & kAttrControl) &&
+        v->text[id].find("unused") != std::string::npos) {
+      v->attr[id] |= kAttrUnused;
+    }
+  }
+  for (const char* text :
+       {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+    const int32_t id = v->Find(text);
+    if (id >= 0) v->attr[id] = kAttrUserDefined;
+  }
+}
+
+absl::Status ResolveSpecialIds(const TokenizerConfig& c, bool no_default_bos,
                                Tokenizer::Impl* impl) {
-  const bool spm = c.type == TokenizerType::kSentencePiece;
   Vocab& v = impl->vocab;
-  impl->bos = PickId(v, c.bos_id, spm ? 1 : 11);
-  impl->eos = PickId(v, c.eos_id, spm ? 2 : 11);
-  impl->unk = PickId(v, c.unk_id, spm ? 0 : -1);
+  const DefaultIds d = DefaultsFor(c.type);
+  impl->bos = PickId(v, c.bos_id, no_default_bos ? -1 : d.bos);
+  impl->eos = PickId(v, c.eos_id, d.eos);
+  impl->unk = PickId(v, c.unk_id, d.unk);
   if (c.add_bos) impl->add_bos = *c.add_bos;
   if (c.add_eos) impl->add_eos = *c.add_eos;
   if (impl->add_bos && impl->bos < 0) {
@@ -221,36 +305,93 @@ absl::Status ResolveSpecialIds(const TokenizerConfig& c,
     return absl::InvalidArgumentError(absl::StrCat(
         "tokenizer: ", kAddEosKey, " is true, but ", kEosKey, " is not set"));
   }
-  impl->eot =
-      DetectSpecial(&v, c.eot_id,
-                    {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                     "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-                     "<\xEF\xBD\x9C"
-                     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"});
+  impl->eot = DetectSpecial(&v, c.eot_id, kEotTexts);
   impl->eom = DetectSpecial(&v, c.eom_id, {"<|eom_id|>"});
+  // FIM prefix / suffix / middle: only marked control, as llama.cpp does.
+  DetectSpecial(
+      &v, c.fim_pre_id,
+      {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+       "<\xEF\xBD\x9C"
+       "fim\xE2\x96\x81"
+       "begin\xEF\xBD\x9C>",
+       "<PRE>", "\xE2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>"});
+  DetectSpecial(
+      &v, c.fim_suf_id,
+      {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+       "<\xEF\xBD\x9C"
+       "fim\xE2\x96\x81"
+       "hole\xEF\xBD\x9C>",
+       "<SUF>", "\xE2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>"});
+  DetectSpecial(
+      &v, c.fim_mid_id,
+      {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+       "<\xEF\xBD\x9C"
+       "fim\xE2\x96\x81"
+       "end\xEF\xBD\x9C>",
+       "<MID>", "\xE2\x96\x81<MID>", "<|code_middle|>", "<|middle|>"});
+  MarkByText(&v);
   return absl::OkStatus();
 }
 
+// Texts llama.cpp treats as end of generation wherever they appear.
+constexpr std::initializer_list<const char*> kEogTexts = {
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "[e~["};
+
+// Drops `drop` from the sorted set `eog` when every text in `when` names a
+// member, giving the dropped token attribute `attr` (llama.cpp's exceptions).
+void DropEogIf(Vocab* v, std::vector<int32_t>* eog, const char* drop,
+               std::initializer_list<const char*> when, uint32_t attr) {
+  auto member = [&](const char* text) {
+    const int32_t id = v->Find(text);
+    return id >= 0 && std::binary_search(eog->begin(), eog->end(), id);
+  };
+  if (!member(drop)) return;
+  for (const char* t : when) {
+    if (!member(t)) return;
+  }
+  const int32_t id = v->Find(drop);
+  eog->erase(std::lower_bound(eog->begin(), eog->end(), id));
+  v->attr[id] = attr;
+}
+
 // End-of-generation set: FIM pad/repo/file-sep, tokens llama.cpp recognizes
-// by text (marked control), EOS, EOT and EOM.
+// by text (marked control), EOS, EOT and EOM, less llama.cpp's exceptions.
 void BuildEogSet(const TokenizerConfig& c, Tokenizer::Impl* impl) {
   Vocab& v = impl->vocab;
   std::vector<int32_t> eog;
   const int32_t fim[] = {
-      DetectSpecial(&v, c.fim_pad_id,
-                    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}),
+      DetectSpecial(
+          &v, c.fim_pad_id,
+          {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}),
       DetectSpecial(&v, c.fim_rep_id,
                     {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>",
                      "<reponame>"}),
       DetectSpecial(&v, c.fim_sep_id, {"<|file_sep|>"}),
   };
   for (int32_t id : fim) eog.push_back(id);
-  for (const char* text :
-       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-        "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
-        "<end_of_utterance>",
-        "<\xEF\xBD\x9C"
-        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"}) {
+  for (const char* text : kEogTexts) {
     const int32_t id = v.Find(text);
     if (id < 0) continue;
     v.attr[id] |= kAttrControl;
@@ -262,6 +403,11 @@ void BuildEogSet(const TokenizerConfig& c, Tokenizer::Impl* impl) {
   eog.erase(std::remove(eog.begin(), eog.end(), -1), eog.end());
   std::sort(eog.begin(), eog.end());
   eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+  // o200k_harmony / solar-open: <|end|> ends a message, not the generation.
+  DropEogIf(&v, &eog, "<|end|>", {"<|return|>", "<|call|>"}, kAttrUserDefined);
+  DropEogIf(&v, &eog, "<|end|>", {"<|calls|>", "<|flush|>"}, kAttrUserDefined);
+  // Gemma 4: </s> is an ordinary token.
+  DropEogIf(&v, &eog, "</s>", {"<|tool_response>"}, kAttrNormal);
   impl->eog_ids = std::move(eog);
 }
 
@@ -278,30 +424,71 @@ void BuildSpecialCache(Tokenizer::Impl* impl) {
                    });
 }
 
-// Type-specific tables: merge ranks + pre-tokenizer (BPE) or byte tokens (SPM).
-absl::Status BuildAlgorithm(const TokenizerConfig& c, Tokenizer::Impl* impl) {
-  if (c.type == TokenizerType::kSentencePiece) {
-    impl->add_bos = true;
-    impl->add_space_prefix = c.add_space_prefix.value_or(true);
-    impl->spm = std::make_unique<tokenizer_internal::SpmMerger>(
-        &impl->vocab, PickId(impl->vocab, c.unk_id, 0));
-    return absl::OkStatus();
-  }
+// BPE tables: merge ranks, pre-tokenizer and merger per the pre-tokenizer
+// spec (gemma4: always the "gemma4" spec).
+absl::Status BuildBpe(const TokenizerConfig& c,
+                      const tokenizer_internal::PreTokenizerSpec& spec,
+                      Tokenizer::Impl* impl) {
+  absl::StatusOr<std::unique_ptr<tokenizer_internal::Pretokenizer>> pretok =
+      tokenizer_internal::Pretokenizer::Create(spec.patterns);
+  if (!pretok.ok()) return Annotate(pretok.status());
+  impl->pretok = std::move(*pretok);
+  impl->add_bos = spec.add_bos;
+  impl->escape_whitespaces = spec.escape_whitespaces;
+  impl->add_space_prefix = c.add_space_prefix.value_or(false);
+  impl->ranks.Build(c.merges);
+  tokenizer_internal::BpeOptions options;
+  options.ignore_merges = spec.ignore_merges;
+  options.byte_encode = spec.byte_encode;
+  options.whole_newline_runs = spec.whole_newline_runs;
+  impl->bpe = std::make_unique<tokenizer_internal::BpeMerger>(
+      &impl->vocab, &impl->ranks, options);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<tokenizer_internal::PreTokenizerSpec> SpecFor(
+    const TokenizerConfig& c) {
   absl::StatusOr<tokenizer_internal::PreTokenizerSpec> spec =
-      tokenizer_internal::PreTokenizerSpecFor(c.pre);
+      tokenizer_internal::PreTokenizerSpecFor(
+          c.type == TokenizerType::kGemma4 ? "gemma4" : c.pre);
   if (!spec.ok()) {
     return absl::UnimplementedError(
         absl::StrCat("tokenizer: ", kPreKey, ": ", spec.status().message()));
   }
-  absl::StatusOr<std::unique_ptr<tokenizer_internal::Pretokenizer>> pretok =
-      tokenizer_internal::Pretokenizer::Create(spec->patterns);
-  if (!pretok.ok()) return Annotate(pretok.status());
-  impl->pretok = std::move(*pretok);
-  impl->add_bos = spec->add_bos;
-  impl->add_space_prefix = c.add_space_prefix.value_or(false);
-  impl->ranks.Build(c.merges);
-  impl->bpe = std::make_unique<tokenizer_internal::BpeMerger>(
-      &impl->vocab, &impl->ranks, spec->ignore_merges);
+  return spec;
+}
+
+// Type-specific tables (the BPE ones are built by BuildBpe).
+absl::Status BuildAlgorithm(const TokenizerConfig& c, Tokenizer::Impl* impl) {
+  switch (c.type) {
+    case TokenizerType::kSentencePiece:
+      impl->add_bos = true;
+      impl->add_space_prefix = c.add_space_prefix.value_or(true);
+      impl->spm = std::make_unique<tokenizer_internal::SpmMerger>(
+          &impl->vocab, PickId(impl->vocab, c.unk_id, 0));
+      return absl::OkStatus();
+    case TokenizerType::kUnigram: {
+      impl->add_eos = true;
+      impl->add_space_prefix = c.add_space_prefix.value_or(false);
+      tokenizer_internal::UnigramOptions options;
+      options.add_space_prefix = impl->add_space_prefix;
+      options.remove_extra_whitespaces =
+          c.remove_extra_whitespaces.value_or(false);
+      options.unk_id = PickId(impl->vocab, c.unk_id, 2);
+      absl::StatusOr<std::unique_ptr<tokenizer_internal::OtherModel>> m =
+          tokenizer_internal::MakeUnigram(&impl->vocab, options,
+                                          c.precompiled_charsmap);
+      if (!m.ok()) return Annotate(m.status());
+      impl->other = std::move(*m);
+      return absl::OkStatus();
+    }
+    case TokenizerType::kRwkv:
+      impl->other = tokenizer_internal::MakeRwkv(&impl->vocab);
+      return absl::OkStatus();
+    case TokenizerType::kBpe:
+    case TokenizerType::kGemma4:
+      break;
+  }
   return absl::OkStatus();
 }
 
@@ -322,9 +509,24 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromConfig(
     TokenizerConfig config) {
   auto impl = std::make_unique<Impl>();
   impl->type = config.type;
+  const bool bpe = config.type == TokenizerType::kBpe ||
+                   config.type == TokenizerType::kGemma4;
+  tokenizer_internal::PreTokenizerSpec spec;
+  if (bpe) {
+    absl::StatusOr<tokenizer_internal::PreTokenizerSpec> s = SpecFor(config);
+    if (!s.ok()) return s.status();
+    spec = std::move(*s);
+  }
   if (absl::Status s = BuildVocab(config, &impl->vocab); !s.ok()) return s;
-  if (absl::Status s = BuildAlgorithm(config, impl.get()); !s.ok()) return s;
-  if (absl::Status s = ResolveSpecialIds(config, impl.get()); !s.ok()) {
+  if (absl::Status s = bpe ? BuildBpe(config, spec, impl.get())
+                           : BuildAlgorithm(config, impl.get());
+      !s.ok()) {
+    return s;
+  }
+  if (spec.force_add_bos) config.add_bos = true;
+  if (absl::Status s =
+          ResolveSpecialIds(config, spec.no_default_bos, impl.get());
+      !s.ok()) {
     return s;
   }
   BuildEogSet(config, impl.get());

@@ -46,7 +46,9 @@ TEST_P(FixtureTest, MatchesLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, FixtureTest,
                          ::testing::Values("llama-spm", "llama-bpe", "qwen2",
-                                           "gpt-2"),
+                                           "gpt-2", "command-r",
+                                           "deepseek-coder", "falcon", "mpt",
+                                           "refact", "starcoder", "gemma-4"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) {

@@ -39,9 +39,9 @@ const Loaded* Get(const std::string& name) {
   return result;
 }
 
-#define LOAD_OR_FAIL(var, name)                            \
-  const Loaded* var = Get(name);                           \
-  if (var == nullptr) FAIL() << FixtureMissingReason();        \
+#define LOAD_OR_FAIL(var, name)                         \
+  const Loaded* var = Get(name);                        \
+  if (var == nullptr) FAIL() << FixtureMissingReason(); \
   const Tokenizer& var##_tok = *var->tok
 
 std::vector<int32_t> Enc(const Tokenizer& t, const std::string& s,
@@ -170,7 +170,9 @@ TEST_P(VocabTest, NoBosWithoutAddSpecial) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, VocabTest,
                          ::testing::Values("llama-spm", "llama-bpe", "qwen2",
-                                           "gpt-2"),
+                                           "gpt-2", "command-r",
+                                           "deepseek-coder", "falcon", "mpt",
+                                           "refact", "starcoder", "gemma-4"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) {
@@ -181,7 +183,10 @@ INSTANTIATE_TEST_SUITE_P(Vocabs, VocabTest,
 
 TEST(TokenizerBosRules, PerVocab) {
   const std::pair<const char*, int32_t> expected[] = {
-      {"llama-spm", 1}, {"llama-bpe", 128000}, {"qwen2", -1}, {"gpt-2", -1}};
+      {"llama-spm", 1},  {"llama-bpe", 128000}, {"qwen2", -1},
+      {"gpt-2", -1},     {"command-r", 5},      {"deepseek-coder", 32013},
+      {"falcon", -1},    {"mpt", -1},           {"refact", -1},
+      {"starcoder", -1}, {"gemma-4", 2}};
   for (const auto& [name, bos] : expected) {
     const Loaded* v = Get(name);
     ASSERT_NE(v, nullptr) << FixtureMissingReason();
@@ -236,17 +241,33 @@ TEST(TokenizerSpecial, UserDefinedAlwaysMatched) {
 }
 
 TEST(TokenizerEog, Sets) {
+  // llama.cpp's rules: EOS/EOT/EOM, FIM pad/repo/sep, and tokens named like
+  // end markers. Qwen2's normal token 128247 "</s>" is one of those names
+  // (PaddleOCR's end token), so llama.cpp stops at it too; command-r's
+  // "<PAD>" (0) is taken for the FIM pad token; Gemma 4's "</s>" (212) is
+  // exempt because the vocabulary has "<|tool_response>" (50).
   const std::pair<const char*, std::vector<int32_t>> expected[] = {
       {"llama-spm", {2}},
       {"llama-bpe", {128001, 128009}},
-      {"qwen2", {151643, 151645}},
-      {"gpt-2", {50256}}};
+      {"qwen2", {128247, 151643, 151645}},
+      {"gpt-2", {50256}},
+      {"command-r", {0, 255001}},
+      {"deepseek-coder", {32014}},
+      {"falcon", {11}},
+      {"mpt", {0}},
+      {"refact", {0, 4, 18}},
+      {"starcoder", {0, 4}},
+      {"gemma-4", {1, 50, 106}}};
   for (const auto& [name, eog] : expected) {
     const Loaded* v = Get(name);
     ASSERT_NE(v, nullptr) << FixtureMissingReason();
     EXPECT_EQ(v->tok->eog_ids(), eog) << name;
-    for (int32_t id : eog) EXPECT_TRUE(v->tok->IsEndOfGeneration(id));
-    EXPECT_FALSE(v->tok->IsEndOfGeneration(0));
+    for (int32_t id : eog) {
+      EXPECT_TRUE(v->tok->IsEndOfGeneration(id)) << name;
+      EXPECT_TRUE(v->tok->IsControl(id)) << name << " " << id;
+    }
+    EXPECT_FALSE(v->tok->IsEndOfGeneration(v->tok->vocab_size() / 2)) << name;
+    EXPECT_FALSE(v->tok->IsEndOfGeneration(-1)) << name;
   }
 }
 
