@@ -107,7 +107,8 @@ absl::Status InProcessMode::Decode(const Workload& w,
       continue;
     }
     spec->sampling = w.sampling;
-    spec->callbacks.on_token = [&trace](int32_t id, absl::string_view) {
+    spec->callbacks.on_token = [&trace](int32_t id, absl::string_view,
+                                        const TokenLogprobs*) {
       if (id < 0) return;
       trace.tokens.push_back(Clock::now());
       trace.ids.push_back(id);

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +19,15 @@ pb::SamplingParams BuildSampling(const SamplingOptions& s) {
   if (s.seed) p.set_seed(*s.seed);
   if (s.max_tokens) p.set_max_tokens(*s.max_tokens);
   for (const std::string& stop : s.stop) p.add_stop(stop);
+  if (s.min_p) p.set_min_p(*s.min_p);
+  if (s.repetition_penalty) p.set_repetition_penalty(*s.repetition_penalty);
+  if (s.frequency_penalty) p.set_frequency_penalty(*s.frequency_penalty);
+  if (s.presence_penalty) p.set_presence_penalty(*s.presence_penalty);
+  if (s.penalty_last_n) p.set_penalty_last_n(*s.penalty_last_n);
+  for (const auto& [id, bias] : s.logit_bias) {
+    (*p.mutable_logit_bias())[id] = bias;
+  }
+  if (s.logprobs) p.set_logprobs(*s.logprobs);
   return p;
 }
 
@@ -141,14 +151,34 @@ std::string KeyValues(const google::protobuf::Message& m) {
   return parts.empty() ? "(server defaults)" : absl::StrJoin(parts, " ");
 }
 
+std::string LogprobLine(const pb::TokenEvent& t) {
+  std::string line = absl::StrFormat("logprob %9.4f %7d \"%s\"", t.logprob(),
+                                     t.id(), absl::CHexEscape(t.text()));
+  if (t.top_logprobs_size() > 0) absl::StrAppend(&line, "  top:");
+  for (const pb::TokenLogprob& alt : t.top_logprobs()) {
+    absl::StrAppend(
+        &line, absl::StrFormat(" %d \"%s\" %.4f", alt.id(),
+                               absl::CHexEscape(alt.piece()), alt.logprob()));
+  }
+  return line;
+}
+
 absl::StatusOr<int> StreamDecodeOutput(const DecodeCall& call,
                                        const std::string& name,
                                        nlohmann::json json_fields,
                                        const ClientOptions& o, const Io& io) {
   std::string text;
+  nlohmann::json logprobs = nlohmann::json::array();
+  std::vector<std::string> logprob_lines;
   auto summary = call([&](const pb::TokenEvent& t) {
     text += t.text();
     if (!o.json) io.out << t.text() << std::flush;
+    if (!t.has_logprob()) return;
+    if (o.json) {
+      logprobs.push_back(ProtoToJson(t));
+    } else {
+      logprob_lines.push_back(LogprobLine(t));
+    }
   });
   if (!summary.ok()) {
     if (!o.json && !text.empty()) io.out << std::endl;
@@ -157,12 +187,15 @@ absl::StatusOr<int> StreamDecodeOutput(const DecodeCall& call,
   if (o.json) {
     json_fields["text"] = summary->text().empty() ? text : summary->text();
     json_fields["summary"] = ProtoToJson(*summary);
+    if (!logprobs.empty()) json_fields["tokens"] = std::move(logprobs);
     PrintJson(io, json_fields);
     return 0;
   }
   if (text.empty() || text.back() != '\n') io.out << '\n';
   io.out << std::flush;
   io.err << name << ": " << DecodeSummaryLine(*summary) << std::endl;
+  for (const std::string& line : logprob_lines) io.err << line << "\n";
+  io.err << std::flush;
   return 0;
 }
 

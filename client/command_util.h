@@ -51,9 +51,15 @@ std::string FormatBytes(int64_t bytes);
 // "policy=clusterkv budget=1024 ..." from a message's fields.
 std::string KeyValues(const google::protobuf::Message& m);
 
+// "logprob  -0.1234      42 \"piece\"  top: 42 \"piece\" -0.1234 ..."
+// (text and pieces C-escaped).
+std::string LogprobLine(const pb::TokenEvent& t);
+
 // Runs a Decode/Generate call and prints its streamed text: human mode
-// streams pieces to io.out and the timings line ("<name>: ...") to io.err;
-// JSON mode prints one document: `json_fields` + text + summary.
+// streams pieces to io.out and the timings line ("<name>: ...") to io.err,
+// then one LogprobLine per token when the events carry logprobs; JSON mode
+// prints one document: `json_fields` + text + summary (+ "tokens": the
+// token events with their logprobs).
 using DecodeCall =
     std::function<absl::StatusOr<pb::DecodeSummary>(const TokenCallback&)>;
 absl::StatusOr<int> StreamDecodeOutput(const DecodeCall& call,

@@ -1,7 +1,10 @@
 #include "client/commands.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/connect.h"
 #include "client/json_output.h"
 
@@ -71,6 +74,64 @@ absl::StatusOr<int> RunGenerate(RpcClient& client, const ClientOptions& o,
       "generate", nlohmann::json::object(), o, io);
 }
 
+absl::StatusOr<int> RunTokenize(RpcClient& client, const ClientOptions& o,
+                                const Io& io) {
+  if (o.text.empty() == o.file.empty()) {
+    return UsageError("tokenize: give --text or --file");
+  }
+  pb::TokenizeRequest request;
+  if (!o.file.empty()) {
+    auto text = ReadFile(o.file);
+    if (!text.ok()) return text.status();
+    request.set_text(*text);
+  } else {
+    request.set_text(o.text);
+  }
+  request.set_add_special(o.add_special);
+  request.set_parse_special(o.parse_special);
+  request.set_with_pieces(o.json);
+  auto response = client.Tokenize(request);
+  if (!response.ok()) return response.status();
+  if (o.json) {
+    nlohmann::json j = ProtoToJson(*response);
+    j["count"] = response->ids_size();
+    PrintJson(io, j);
+    return 0;
+  }
+  io.out << absl::StrJoin(response->ids(), " ") << "\n" << std::flush;
+  io.err << "tokenize: " << response->ids_size() << " tokens" << std::endl;
+  return 0;
+}
+
+// args: ["detokenize", ID...]; an argument may also be a comma- or
+// space-separated list.
+absl::StatusOr<int> RunDetokenize(RpcClient& client,
+                                  const std::vector<std::string>& args,
+                                  const ClientOptions& o, const Io& io) {
+  pb::DetokenizeRequest request;
+  for (size_t i = 1; i < args.size(); ++i) {
+    for (absl::string_view part :
+         absl::StrSplit(args[i], absl::ByAnyChar(", "), absl::SkipEmpty())) {
+      int32_t id = 0;
+      if (!absl::SimpleAtoi(part, &id)) {
+        return UsageError(
+            absl::StrCat("detokenize: '", part, "' is not a token id"));
+      }
+      request.add_ids(id);
+    }
+  }
+  if (request.ids_size() == 0) return UsageError("detokenize: no token ids");
+  request.set_render_special(o.render_special);
+  auto response = client.Detokenize(request);
+  if (!response.ok()) return response.status();
+  if (o.json) {
+    PrintJson(io, ProtoToJson(*response));
+  } else {
+    io.out << response->text() << "\n" << std::flush;
+  }
+  return 0;
+}
+
 absl::StatusOr<int> RunInfo(RpcClient& client, const ClientOptions& o,
                             const Io& io) {
   auto info = client.GetServerInfo();
@@ -101,9 +162,10 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& args,
   if (args.empty()) return UsageError("missing COMMAND");
   const std::string& cmd = args[0];
   const bool known = cmd == "generate" || cmd == "qa" || cmd == "session" ||
-                     cmd == "info" || cmd == "health";
+                     cmd == "info" || cmd == "health" || cmd == "tokenize" ||
+                     cmd == "detokenize";
   if (!known) return UsageError(absl::StrCat("unknown command '", cmd, "'"));
-  if (cmd != "session" && args.size() > 1) {
+  if (cmd != "session" && cmd != "detokenize" && args.size() > 1) {
     return UsageError(
         absl::StrCat(cmd, ": unexpected argument '", args[1], "'"));
   }
@@ -114,6 +176,8 @@ absl::StatusOr<int> RunCommand(const std::vector<std::string>& args,
   if (cmd == "qa") return RunQa(*client, o, io);
   if (cmd == "session") return RunSession(*client, args, o, io);
   if (cmd == "info") return RunInfo(*client, o, io);
+  if (cmd == "tokenize") return RunTokenize(*client, o, io);
+  if (cmd == "detokenize") return RunDetokenize(*client, args, o, io);
   return RunHealth(*client, o, io);
 }
 

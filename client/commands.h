@@ -28,6 +28,12 @@ absl::StatusOr<int> RunSession(RpcClient& client,
                                const ClientOptions& o, const Io& io);
 absl::StatusOr<int> RunInfo(RpcClient& client, const ClientOptions& o,
                             const Io& io);
+absl::StatusOr<int> RunTokenize(RpcClient& client, const ClientOptions& o,
+                                const Io& io);
+// args: ["detokenize", ID...].
+absl::StatusOr<int> RunDetokenize(RpcClient& client,
+                                  const std::vector<std::string>& args,
+                                  const ClientOptions& o, const Io& io);
 absl::StatusOr<int> RunHealth(RpcClient& client, const ClientOptions& o,
                               const Io& io);
 

@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
@@ -49,6 +50,24 @@ ABSL_FLAG(std::optional<float>, temperature, std::nullopt, "0 = greedy");
 ABSL_FLAG(std::optional<int>, top_k, std::nullopt, "top-k (0 = off)");
 ABSL_FLAG(std::optional<float>, top_p, std::nullopt, "top-p (1 = off)");
 ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "sampling seed");
+ABSL_FLAG(std::optional<float>, min_p, std::nullopt, "min-p (0 = off)");
+ABSL_FLAG(std::optional<float>, repetition_penalty, std::nullopt,
+          "repetition penalty (1 = off)");
+ABSL_FLAG(std::optional<float>, frequency_penalty, std::nullopt,
+          "frequency penalty (0 = off)");
+ABSL_FLAG(std::optional<float>, presence_penalty, std::nullopt,
+          "presence penalty (0 = off)");
+ABSL_FLAG(std::optional<int>, penalty_last_n, std::nullopt,
+          "penalty window in tokens (0 = off)");
+ABSL_FLAG(std::optional<int>, logprobs, std::nullopt,
+          "per-token log-probabilities with the top N alternatives");
+// tokenize / detokenize.
+ABSL_FLAG(bool, add_special, kDefaults.add_special,
+          "tokenize: add BOS/EOS as the vocabulary asks");
+ABSL_FLAG(bool, parse_special, kDefaults.parse_special,
+          "tokenize: text spelling a control token becomes that token");
+ABSL_FLAG(bool, render_special, kDefaults.render_special,
+          "detokenize: render control tokens as text");
 // KV store.
 ABSL_FLAG(std::string, policy, kDefaults.kv.policy,
           "full|clusterkv|quest|streaming");
@@ -80,11 +99,16 @@ const char kUsage[] =
     "  session create [kv] [sampling] [--idle-ttl S]\n"
     "  session prefill ID (--file F | --text T)\n"
     "  session ask ID --question Q [sampling]\n"
-    "  session fork ID | info ID | close ID | list\n"
+    "  session fork ID | info ID | close ID | cancel ID | list\n"
     "  info\n"
     "  health [--service NAME]       exit 0 when SERVING, 1 otherwise\n"
+    "  tokenize (--text T | --file F) [--add-special] [--parse-special=false]\n"
+    "  detokenize ID [ID ...] [--render-special]\n"
     "sampling: --max-tokens N --temperature T --top-k K --top-p P --seed S\n"
-    "  --stop S (repeatable)\n"
+    "  --stop S (repeatable) --min-p P --repetition-penalty R\n"
+    "  --frequency-penalty F --presence-penalty P --penalty-last-n N\n"
+    "  --logit-bias ID=BIAS (repeatable) --logprobs N (per-token\n"
+    "  log-probabilities and the top N alternatives, on stderr or in --json)\n"
     "kv: --policy full|clusterkv|quest|streaming --budget B --sink-tokens N\n"
     "  --tokens-per-cluster N --window N --recent-tokens N --cache-steps R\n"
     "  --dense-layers N --gqa-selection per_query_head|per_kv_head\n"
@@ -138,7 +162,7 @@ std::string Display(std::string name) {
 }
 
 bool IsRepeatable(const std::string& name) {
-  return name == "question" || name == "stop";
+  return name == "question" || name == "stop" || name == "logit_bias";
 }
 
 // Removes --question/--stop (any number of times) and --help from args.
@@ -169,6 +193,12 @@ absl::Status ExtractSpecial(std::vector<std::string>& args, CommandLine& cl) {
             absl::StrCat("flag ", Display(name), " needs a value"));
       }
       value = args[++i];
+    }
+    if (name == "logit_bias") {
+      auto bias = ParseLogitBias(value);
+      if (!bias.ok()) return bias.status();
+      cl.options.sampling.logit_bias.push_back(*bias);
+      continue;
     }
     auto& list =
         name == "question" ? cl.options.questions : cl.options.sampling.stop;
@@ -235,6 +265,12 @@ void ReadSamplingFlags(SamplingOptions& s) {
   s.top_p = absl::GetFlag(FLAGS_top_p);
   s.seed = absl::GetFlag(FLAGS_seed);
   s.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  s.min_p = absl::GetFlag(FLAGS_min_p);
+  s.repetition_penalty = absl::GetFlag(FLAGS_repetition_penalty);
+  s.frequency_penalty = absl::GetFlag(FLAGS_frequency_penalty);
+  s.presence_penalty = absl::GetFlag(FLAGS_presence_penalty);
+  s.penalty_last_n = absl::GetFlag(FLAGS_penalty_last_n);
+  s.logprobs = absl::GetFlag(FLAGS_logprobs);
 }
 
 absl::Status ReadSecurityFlags(ClientOptions& o) {
@@ -299,6 +335,9 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
   ReadKvFlags(o.kv);
   o.idle_ttl_seconds = absl::GetFlag(FLAGS_idle_ttl);
   o.service = absl::GetFlag(FLAGS_service);
+  o.add_special = absl::GetFlag(FLAGS_add_special);
+  o.parse_special = absl::GetFlag(FLAGS_parse_special);
+  o.render_special = absl::GetFlag(FLAGS_render_special);
   return o;
 }
 
@@ -316,13 +355,29 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
       absl::ParseCommandLine(static_cast<int>(ptrs.size()), ptrs.data());
   std::vector<std::string> questions = std::move(cl.options.questions);
   std::vector<std::string> stops = std::move(cl.options.sampling.stop);
+  auto biases = std::move(cl.options.sampling.logit_bias);
   auto options = ClientOptionsFromFlags();
   if (!options.ok()) return options.status();
   cl.options = *std::move(options);
   cl.options.questions = std::move(questions);
   cl.options.sampling.stop = std::move(stops);
+  cl.options.sampling.logit_bias = std::move(biases);
   cl.args.assign(positional.begin() + 1, positional.end());
   return cl;
+}
+
+absl::StatusOr<std::pair<int32_t, float>> ParseLogitBias(
+    const std::string& value) {
+  const size_t eq = value.find('=');
+  int32_t id = 0;
+  float bias = 0;
+  if (eq == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(value).substr(0, eq), &id) ||
+      !absl::SimpleAtof(absl::string_view(value).substr(eq + 1), &bias)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--logit-bias takes ID=BIAS (e.g. 42=-5.5), not '", value, "'"));
+  }
+  return std::make_pair(id, bias);
 }
 
 std::string FormatQuestion(const std::string& format,

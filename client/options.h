@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,13 @@ struct SamplingOptions {
   std::optional<uint64_t> seed;
   std::optional<int> max_tokens;
   std::vector<std::string> stop;  // --stop S, repeatable
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  std::optional<float> frequency_penalty;
+  std::optional<float> presence_penalty;
+  std::optional<int> penalty_last_n;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // --logit-bias ID=BIAS
+  std::optional<int> logprobs;  // per-token log-probabilities (top N)
 };
 
 // KV store settings; unset ones take the server's defaults.
@@ -69,6 +77,10 @@ struct ClientOptions {
   uint32_t idle_ttl_seconds = 0;  // 0 = server default
   // health.
   std::string service;
+  // tokenize / detokenize.
+  bool add_special = false;
+  bool parse_special = true;
+  bool render_special = false;
 };
 
 struct CommandLine {
@@ -78,13 +90,17 @@ struct CommandLine {
 };
 
 // Parses argv: converts --foo-bar to --foo_bar, collects the repeatable
-// --question and --stop flags, rejects unknown flags and bad values with
-// INVALID_ARGUMENT (instead of absl's exit(1)), then runs
+// --question, --stop and --logit-bias flags, rejects unknown flags and bad
+// values with INVALID_ARGUMENT (instead of absl's exit(1)), then runs
 // absl::ParseCommandLine and reads the flags into ClientOptions.
 absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv);
 
 // Reads the current flag values (after absl parsing) into ClientOptions.
 absl::StatusOr<ClientOptions> ClientOptionsFromFlags();
+
+// "ID=BIAS" of --logit-bias; INVALID_ARGUMENT when malformed.
+absl::StatusOr<std::pair<int32_t, float>> ParseLogitBias(
+    const std::string& value);
 
 // Replaces {question} in `format` with `question`.
 std::string FormatQuestion(const std::string& format,

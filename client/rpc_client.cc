@@ -244,6 +244,35 @@ absl::StatusOr<pb::ServerInfo> RpcClient::GetServerInfo() {
   return info;
 }
 
+absl::StatusOr<pb::TokenizeResponse> RpcClient::Tokenize(
+    const pb::TokenizeRequest& request) {
+  auto context = NewContext("");
+  pb::TokenizeResponse response;
+  auto s = FromGrpc(stub_->Tokenize(context.get(), request, &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<pb::DetokenizeResponse> RpcClient::Detokenize(
+    const pb::DetokenizeRequest& request) {
+  auto context = NewContext("");
+  pb::DetokenizeResponse response;
+  auto s = FromGrpc(stub_->Detokenize(context.get(), request, &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<pb::CancelSessionResponse> RpcClient::CancelSession(
+    const std::string& session_id) {
+  auto context = NewContext(session_id);
+  pb::CancelSessionRequest request;
+  request.set_session_id(session_id);
+  pb::CancelSessionResponse response;
+  auto s = FromGrpc(stub_->CancelSession(context.get(), request, &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
 std::string EncodeHealthCheckRequest(const std::string& service) {
   if (service.empty()) return "";  // proto3: default values are not sent
   std::string out;

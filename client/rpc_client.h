@@ -76,6 +76,12 @@ class RpcClient {
   absl::StatusOr<pb::CloseSessionResponse> CloseSession(
       const std::string& session_id);
   absl::StatusOr<pb::ServerInfo> GetServerInfo();
+  absl::StatusOr<pb::TokenizeResponse> Tokenize(
+      const pb::TokenizeRequest& request);
+  absl::StatusOr<pb::DetokenizeResponse> Detokenize(
+      const pb::DetokenizeRequest& request);
+  absl::StatusOr<pb::CancelSessionResponse> CancelSession(
+      const std::string& session_id);
   // grpc.health.v1.Health/Check, called generically with hand-encoded
   // messages (HealthCheckRequest{string service = 1},
   // HealthCheckResponse{ServingStatus status = 1}).

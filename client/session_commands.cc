@@ -152,6 +152,17 @@ absl::StatusOr<int> RunWithId(RpcClient& client, const std::string& sub,
   if (sub == "info") {
     return PrintSessionResult(client.GetSession(id), false, o, io);
   }
+  if (sub == "cancel") {
+    auto r = client.CancelSession(id);
+    if (!r.ok()) return r.status();
+    if (o.json) {
+      PrintJson(io, {{"session_id", id}, {"cancelled", r->cancelled()}});
+    } else {
+      io.out << (r->cancelled() ? "cancelled the call on " : "idle: ") << id
+             << std::endl;
+    }
+    return 0;
+  }
   return Close(client, id, o, io);
 }
 
@@ -163,7 +174,7 @@ absl::StatusOr<int> RunSession(RpcClient& client,
   if (args.size() < 2) return UsageError("needs a subcommand");
   const std::string& sub = args[1];
   const bool takes_id = sub == "prefill" || sub == "ask" || sub == "fork" ||
-                        sub == "info" || sub == "close";
+                        sub == "info" || sub == "close" || sub == "cancel";
   if (!takes_id && sub != "create" && sub != "list") {
     return UsageError(absl::StrCat("unknown subcommand '", sub, "'"));
   }

@@ -14,10 +14,14 @@ double Seconds(std::chrono::steady_clock::time_point a,
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -65,7 +69,10 @@ absl::StatusOr<GenerationResult> Generate(Transformer& model,
                                           absl::Span<const int32_t> prompt,
                                           const SamplingParams& params,
                                           const TextSink& sink) {
-  if (auto s = ValidateSamplingParams(params); !s.ok()) return s;
+  if (auto s = ValidateSamplingParams(params, tokenizer.vocab_size());
+      !s.ok()) {
+    return s;
+  }
   GenerationResult r;
   r.prompt_tokens = prompt.size();
   if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
@@ -76,11 +83,13 @@ absl::StatusOr<GenerationResult> Generate(Transformer& model,
   const auto t1 = std::chrono::steady_clock::now();
   r.prefill_seconds = Seconds(t0, t1);
   Sampler sampler(params);
+  for (int32_t t : prompt) sampler.Accept(t);
   StopMatcher stops(params.stop);
   StreamingDetokenizer detok(tokenizer, /*render_special=*/false);
   auto t_first = t1;
   for (int i = 0; i < params.max_tokens; ++i) {
     const int32_t token = sampler.Sample(logits);
+    sampler.Accept(token);
     r.tokens.push_back(token);
     if (i == 0) {
       t_first = std::chrono::steady_clock::now();

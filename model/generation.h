@@ -49,7 +49,8 @@ class StopMatcher {
 using TextSink = std::function<bool(absl::string_view)>;
 
 // Prefills `prompt` (non-empty; appended after what the cache holds) and
-// generates up to params.max_tokens tokens.
+// generates up to params.max_tokens tokens. The penalty window of the
+// sampler starts with `prompt` and takes every generated token.
 absl::StatusOr<GenerationResult> Generate(Transformer& model,
                                           const Tokenizer& tokenizer,
                                           KvCache& cache,

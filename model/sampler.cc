@@ -3,14 +3,78 @@
 #include <algorithm>
 #include <cmath>
 
-namespace ckv {
+#include "absl/strings/str_cat.h"
 
-absl::Status ValidateSamplingParams(const SamplingParams& p) {
+namespace ckv {
+namespace {
+
+// True when x is finite and in [lo, hi].
+bool InRange(float x, float lo, float hi) {
+  return std::isfinite(x) && x >= lo && x <= hi;
+}
+
+absl::Status ValidatePenalties(const SamplingParams& p) {
+  if (!(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f &&
+        p.repetition_penalty <= kMaxRepetitionPenalty)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "repetition_penalty must be in (0, ", kMaxRepetitionPenalty, "]"));
+  }
+  if (!InRange(p.frequency_penalty, -kMaxFrequencyPenalty,
+               kMaxFrequencyPenalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frequency_penalty must be in [-", kMaxFrequencyPenalty,
+                     ", ", kMaxFrequencyPenalty, "]"));
+  }
+  if (!InRange(p.presence_penalty, -kMaxPresencePenalty, kMaxPresencePenalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("presence_penalty must be in [-", kMaxPresencePenalty,
+                     ", ", kMaxPresencePenalty, "]"));
+  }
+  if (p.penalty_last_n < 0 || p.penalty_last_n > kMaxPenaltyLastN) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("penalty_last_n must be in [0, ", kMaxPenaltyLastN, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLogitBias(const SamplingParams& p, int vocab_size) {
+  if (p.logit_bias.size() > static_cast<size_t>(kMaxLogitBiasEntries)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logit_bias has more than ", kMaxLogitBiasEntries, " entries"));
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || (vocab_size > 0 && id >= vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "logit_bias id ", id, " is outside the vocabulary [0, ",
+          vocab_size > 0 ? absl::StrCat(vocab_size) : "vocab", ")"));
+    }
+    if (!InRange(bias, -kMaxLogitBias, kMaxLogitBias)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias values must be in [-", kMaxLogitBias, ", ",
+                       kMaxLogitBias, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Descending logit, ascending id on ties: the deterministic draw order.
+bool Before(const std::pair<float, int32_t>& a,
+            const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
+absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size) {
   if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
     return absl::InvalidArgumentError("temperature must be finite and >= 0");
   }
+  if (p.top_k < 0) return absl::InvalidArgumentError("top_k must be >= 0");
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
     return absl::InvalidArgumentError("top_p must be in (0, 1]");
+  }
+  if (!InRange(p.min_p, 0.0f, 1.0f)) {
+    return absl::InvalidArgumentError("min_p must be in [0, 1]");
   }
   if (p.max_tokens < 0) {
     return absl::InvalidArgumentError("max_tokens must be >= 0");
@@ -18,7 +82,12 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   for (const auto& s : p.stop) {
     if (s.empty()) return absl::InvalidArgumentError("empty stop string");
   }
-  return absl::OkStatus();
+  if (p.logprobs < -1 || p.logprobs > kMaxLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", kMaxLogprobs, "] (or unset)"));
+  }
+  if (auto s = ValidatePenalties(p); !s.ok()) return s;
+  return ValidateLogitBias(p, vocab_size);
 }
 
 int32_t ArgMax(absl::Span<const float> logits) {
@@ -32,30 +101,61 @@ int32_t ArgMax(absl::Span<const float> logits) {
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_(params.seed) {}
 
-int32_t Sampler::Sample(absl::Span<const float> logits) {
-  if (params_.temperature <= 0.0f || logits.size() <= 1) {
-    return ArgMax(logits);
+void Sampler::Accept(int32_t token) {
+  if (params_.penalty_last_n <= 0) return;
+  window_.push_back(token);
+  while (window_.size() > static_cast<size_t>(params_.penalty_last_n)) {
+    window_.pop_front();
   }
+}
+
+// llama.cpp's penalties: for each token seen c > 0 times in the window, a
+// positive logit is divided by repetition_penalty and a negative one
+// multiplied by it, then c * frequency_penalty + presence_penalty is
+// subtracted. Then each logit_bias entry is added.
+void Sampler::Process(absl::Span<const float> logits) {
+  work_.assign(logits.begin(), logits.end());
+  const bool penalize = params_.repetition_penalty != 1.0f ||
+                        params_.frequency_penalty != 0.0f ||
+                        params_.presence_penalty != 0.0f;
+  if (penalize && !window_.empty()) {
+    counted_.assign(window_.begin(), window_.end());
+    std::sort(counted_.begin(), counted_.end());
+    for (size_t i = 0; i < counted_.size();) {
+      size_t j = i;
+      while (j < counted_.size() && counted_[j] == counted_[i]) ++j;
+      const int32_t id = counted_[i];
+      const float count = static_cast<float>(j - i);
+      i = j;
+      if (id < 0 || static_cast<size_t>(id) >= work_.size()) continue;
+      float& l = work_[id];
+      l = l <= 0.0f ? l * params_.repetition_penalty
+                    : l / params_.repetition_penalty;
+      l -= count * params_.frequency_penalty + params_.presence_penalty;
+    }
+  }
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id >= 0 && static_cast<size_t>(id) < work_.size()) work_[id] += bias;
+  }
+}
+
+void Sampler::Truncate() {
   auto& c = candidates_;
-  c.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    c[i] = {logits[i], static_cast<int32_t>(i)};
+  c.resize(work_.size());
+  for (size_t i = 0; i < work_.size(); ++i) {
+    c[i] = {work_[i], static_cast<int32_t>(i)};
   }
-  // Descending logit, ascending id on ties: deterministic order.
-  auto before = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
   size_t keep = c.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
     keep = params_.top_k;
   }
-  std::partial_sort(c.begin(), c.begin() + keep, c.end(), before);
+  std::partial_sort(c.begin(), c.begin() + keep, c.end(), Before);
   c.resize(keep);
-  // Top-p over the softmax of the raw logits.
-  const float max_logit = c[0].first;
-  double total = 0.0;
-  for (const auto& [l, id] : c) total += std::exp(double{l} - max_logit);
+  // Top-p over the softmax of the kept (untempered) logits.
+  const double max_logit = c[0].first;
   if (params_.top_p < 1.0f) {
+    double total = 0.0;
+    for (const auto& [l, id] : c) total += std::exp(double{l} - max_logit);
     double cum = 0.0;
     size_t n = 0;
     while (n < c.size()) {
@@ -65,22 +165,85 @@ int32_t Sampler::Sample(absl::Span<const float> logits) {
     }
     c.resize(n);
   }
-  // Temperature, then an inverse-CDF draw (portable, unlike <random>
-  // distributions whose algorithms differ between standard libraries).
-  double sum = 0.0;
+  // Min-p: p_i >= min_p * p_max, i.e. l_i >= l_max + log(min_p).
+  if (params_.min_p > 0.0f) {
+    const double threshold = max_logit + std::log(double{params_.min_p});
+    size_t n = 1;
+    while (n < c.size() && double{c[n].first} >= threshold) ++n;
+    c.resize(n);
+  }
   weights_.resize(c.size());
   for (size_t i = 0; i < c.size(); ++i) {
     weights_[i] =
         std::exp((double{c[i].first} - max_logit) / params_.temperature);
-    sum += weights_[i];
   }
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * sum;
-  double cum = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    cum += weights_[i];
-    if (u < cum) return c[i].second;
+}
+
+std::vector<std::pair<int32_t, double>> Sampler::Distribution(
+    absl::Span<const float> logits) {
+  std::vector<std::pair<int32_t, double>> out;
+  if (logits.empty() || params_.temperature <= 0.0f) return out;
+  Process(logits);
+  Truncate();
+  double sum = 0.0;
+  for (double w : weights_) sum += w;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    out.emplace_back(candidates_[i].second, weights_[i] / sum);
   }
-  return c.back().second;
+  return out;
+}
+
+void Sampler::FillLogprobs(int32_t chosen, TokenLogprobs* out) {
+  double max_logit = work_[0];
+  for (float l : work_) max_logit = std::max(max_logit, double{l});
+  double sum = 0.0;
+  for (float l : work_) sum += std::exp(double{l} - max_logit);
+  const double lse = max_logit + std::log(sum);
+  out->logprob = static_cast<float>(double{work_[chosen]} - lse);
+  out->top.clear();
+  const size_t n =
+      std::min(static_cast<size_t>(params_.logprobs), work_.size());
+  if (n == 0) return;
+  auto& c = candidates_;
+  c.resize(work_.size());
+  for (size_t i = 0; i < work_.size(); ++i) {
+    c[i] = {work_[i], static_cast<int32_t>(i)};
+  }
+  std::partial_sort(c.begin(), c.begin() + n, c.end(), Before);
+  for (size_t i = 0; i < n; ++i) {
+    out->top.push_back(
+        {c[i].second, static_cast<float>(double{c[i].first} - lse)});
+  }
+}
+
+int32_t Sampler::Sample(absl::Span<const float> logits,
+                        TokenLogprobs* logprobs) {
+  if (logits.empty()) return 0;
+  Process(logits);
+  int32_t chosen;
+  if (params_.temperature <= 0.0f || work_.size() <= 1) {
+    chosen = ArgMax(work_);
+  } else {
+    Truncate();
+    double sum = 0.0;
+    for (double w : weights_) sum += w;
+    // Inverse-CDF draw (portable, unlike <random> distributions whose
+    // algorithms differ between standard libraries).
+    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * sum;
+    chosen = candidates_.back().second;
+    double cum = 0.0;
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      cum += weights_[i];
+      if (u < cum) {
+        chosen = candidates_[i].second;
+        break;
+      }
+    }
+  }
+  if (logprobs != nullptr && params_.logprobs >= 0) {
+    FillLogprobs(chosen, logprobs);
+  }
+  return chosen;
 }
 
 }  // namespace ckv

@@ -34,6 +34,10 @@ struct EngineLoop::Job {
   std::unique_ptr<StreamingDetokenizer> detok;
   std::unique_ptr<StopMatcher> stops;
   int32_t next_token = -1;
+  std::vector<int32_t> generated;  // streamed token ids
+  // Cancelled with keep_partial_on_cancel: the step in progress stores the
+  // last generated token, then the job ends CANCELLED keeping the session.
+  bool keep_partial = false;
   JobResult result;
   Clock::time_point submitted, first_step, first_token, last_token;
 
@@ -64,6 +68,10 @@ absl::StatusOr<std::shared_ptr<JobHandle>> EngineLoop::Submit(JobSpec spec) {
   job->handle = std::make_shared<JobHandle>();
   job->submitted = Clock::now();
   auto handle = job->handle;
+  // CancelSession reaches the job through its session until the lease ends.
+  if (job->spec.lease) {
+    job->spec.lease->SetCanceller([handle] { handle->Cancel(); });
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is draining");
   if (static_cast<int>(queue_.size()) >= max_queued_) {
@@ -143,13 +151,17 @@ absl::Status EngineLoop::StartJob(Job& job) {
   if (job.spec.input.empty() && job.store().num_tokens() == 0) {
     return absl::InvalidArgumentError("empty input on an empty session");
   }
-  if (auto s = ValidateSamplingParams(job.spec.sampling); !s.ok()) return s;
+  if (auto s = ValidateSamplingParams(job.spec.sampling, vocab); !s.ok()) {
+    return s;
+  }
   auto checkpoint = job.store().Fork();
   if (!checkpoint.ok()) return checkpoint.status();
   job.checkpoint = *std::move(checkpoint);
   job.result.input_tokens = static_cast<int64_t>(job.spec.input.size());
   if (job.spec.generate) {
     job.sampler = std::make_unique<Sampler>(job.spec.sampling);
+    for (int32_t t : job.spec.lease->recent_tokens()) job.sampler->Accept(t);
+    for (int32_t t : job.spec.input) job.sampler->Accept(t);
     job.detok = std::make_unique<StreamingDetokenizer>(*model_.tokenizer,
                                                        false);
     job.stops = std::make_unique<StopMatcher>(job.spec.sampling.stop);
@@ -181,7 +193,11 @@ bool EngineLoop::RunStep() {
   for (auto& job : active_) {
     if (job->phase == Job::Phase::kDone) continue;
     if (job->handle->cancelled()) {
-      Finish(*job, absl::CancelledError("cancelled"));
+      if (KeepsPartial(*job)) {
+        job->keep_partial = true;  // this step stores next_token first
+      } else if (!job->keep_partial) {
+        Finish(*job, absl::CancelledError("cancelled"));
+      }
     } else if (!job->started) {
       if (auto s = StartJob(*job); !s.ok()) {
         Finish(*job, s);
@@ -284,13 +300,25 @@ void EngineLoop::AfterStep(Job& job, bool fed_input) {
       FinishGeneration(job, FinishReason::kLength);
       return;
     }
+  } else if (job.keep_partial) {
+    Finish(job, absl::CancelledError("cancelled"));
+    return;
   }
   EmitToken(job);
 }
 
+bool EngineLoop::KeepsPartial(const Job& job) const {
+  return job.spec.keep_partial_on_cancel &&
+         job.phase == Job::Phase::kGenerating &&
+         job.result.generated_tokens > 0 && !job.keep_partial;
+}
+
 // Samples from the job's logits and streams the token.
 void EngineLoop::EmitToken(Job& job) {
-  const int32_t token = job.sampler->Sample(job.logits);
+  TokenLogprobs logprobs;
+  const bool want_logprobs = job.spec.sampling.logprobs >= 0;
+  const int32_t token =
+      job.sampler->Sample(job.logits, want_logprobs ? &logprobs : nullptr);
   const auto now = Clock::now();
   if (job.first_token == Clock::time_point{}) {
     job.first_token = now;
@@ -303,10 +331,15 @@ void EngineLoop::EmitToken(Job& job) {
     return;
   }
   ++job.result.generated_tokens;
+  job.generated.push_back(token);
+  job.sampler->Accept(token);
   bool stopped = false;
   const std::string text = job.stops->Push(job.detok->Push(token), &stopped);
   job.result.text += text;
-  if (job.spec.callbacks.on_token) job.spec.callbacks.on_token(token, text);
+  if (job.spec.callbacks.on_token) {
+    job.spec.callbacks.on_token(token, text,
+                                want_logprobs ? &logprobs : nullptr);
+  }
   if (stopped) {
     FinishGeneration(job, FinishReason::kStop);
   } else if (job.result.generated_tokens >= job.spec.sampling.max_tokens) {
@@ -324,7 +357,9 @@ void EngineLoop::FinishGeneration(Job& job, FinishReason reason) {
     if (!stopped) rest += job.stops->Flush();
     if (!rest.empty()) {
       job.result.text += rest;
-      if (job.spec.callbacks.on_token) job.spec.callbacks.on_token(-1, rest);
+      if (job.spec.callbacks.on_token) {
+        job.spec.callbacks.on_token(-1, rest, nullptr);
+      }
     }
   }
   if (job.result.generated_tokens > 1) {
@@ -339,11 +374,15 @@ void EngineLoop::Finish(Job& job, absl::Status status) {
   if (job.phase == Job::Phase::kDone) return;
   job.phase = Job::Phase::kDone;
   Session* session = job.spec.lease.get();
-  if (!status.ok() && job.checkpoint != nullptr) {
+  const bool keep =
+      status.ok() || (job.keep_partial && absl::IsCancelled(status));
+  if (!keep && job.checkpoint != nullptr) {
     session->set_store(std::move(job.checkpoint));
     session->set_last_logits(std::move(job.checkpoint_logits));
-  } else if (status.ok()) {
+  } else if (keep) {
     session->set_last_logits(std::move(job.logits));
+    session->AppendRecentTokens(job.spec.input);
+    session->AppendRecentTokens(job.generated);
   }
   job.checkpoint.reset();
   if (status.ok() && job.spec.kind == AppendKind::kPrompt) {

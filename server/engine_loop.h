@@ -48,8 +48,11 @@ struct JobCallbacks {
   // A generated token and the text it completes (possibly empty). Token -1:
   // text held back until the end (incomplete UTF-8 or a partial stop-string
   // match), released with no new token. End-of-generation tokens are not
-  // reported.
-  std::function<void(int32_t token, absl::string_view text)> on_token;
+  // reported. `logprobs`: when sampling.logprobs >= 0 and token >= 0, else
+  // null.
+  std::function<void(int32_t token, absl::string_view text,
+                     const TokenLogprobs* logprobs)>
+      on_token;
   std::function<void(const JobResult&)> on_done;
 };
 
@@ -60,13 +63,18 @@ struct JobSpec {
   bool generate = false;       // decode after the input
   SamplingParams sampling;     // validated
   JobCallbacks callbacks;
+  // On cancellation after at least one generated token: keep the input and
+  // the generated tokens in the session (the job still ends CANCELLED).
+  bool keep_partial_on_cancel = false;
 };
 
 // Handle to a submitted job.
 class JobHandle {
  public:
   // Requests cancellation: the job ends with CANCELLED at the next step and
-  // its session is restored to its state before the job.
+  // its session is restored to its state before the job (unless
+  // JobSpec::keep_partial_on_cancel applies: then the step stores the last
+  // generated token and the job ends CANCELLED keeping what it appended).
   void Cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
 
@@ -112,6 +120,8 @@ class EngineLoop {
   absl::Status StartJob(Job& job);
   void AfterStep(Job& job, bool fed_input);
   void EmitToken(Job& job);
+  // Whether a cancelled job keeps its tokens (keep_partial_on_cancel).
+  bool KeepsPartial(const Job& job) const;
   void Finish(Job& job, absl::Status status);
   void FinishGeneration(Job& job, FinishReason reason);
 

@@ -75,7 +75,8 @@ grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
                  auto kv = MergeKvConfig(state_.config().kv, req->kv());
                  if (!kv.ok()) return kv.status();
                  auto sampling =
-                     MergeSampling(state_.config().sampling, req->sampling());
+                     MergeSampling(state_.config().sampling, req->sampling(),
+                                   b.model->config.vocab_size);
                  if (!sampling.ok()) return sampling.status();
                  o.kv = *kv;
                  o.sampling = *sampling;
@@ -208,6 +209,39 @@ grpc::ServerUnaryReactor* ClusterKvService::GetServerInfo(
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(status);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ClusterKvService::Tokenize(
+    grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* req,
+    v1::TokenizeResponse* resp) {
+  return Unary(state_, ctx, "Tokenize", "",
+               [&](const ServiceBackend& b, RequestRecord&) {
+                 return TokenizeText(*b.model->tokenizer, *req, resp);
+               });
+}
+
+grpc::ServerUnaryReactor* ClusterKvService::Detokenize(
+    grpc::CallbackServerContext* ctx, const v1::DetokenizeRequest* req,
+    v1::DetokenizeResponse* resp) {
+  return Unary(state_, ctx, "Detokenize", "",
+               [&](const ServiceBackend& b, RequestRecord&) {
+                 return DetokenizeIds(*b.model, *req, resp);
+               });
+}
+
+// OK with cancelled = false on an idle session: nothing to cancel is not an
+// error (the call may have just ended).
+grpc::ServerUnaryReactor* ClusterKvService::CancelSession(
+    grpc::CallbackServerContext* ctx, const v1::CancelSessionRequest* req,
+    v1::CancelSessionResponse* resp) {
+  return Unary(state_, ctx, "CancelSession", req->session_id(),
+               [&](const ServiceBackend& b, RequestRecord& rec) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 auto session = b.sessions->Get(req->session_id(), rec.tenant);
+                 if (!session.ok()) return session.status();
+                 resp->set_cancelled((*session)->CancelRunning());
+                 return absl::OkStatus();
+               });
 }
 
 }  // namespace ckv::server

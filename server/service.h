@@ -52,6 +52,18 @@ class ClusterKvService final
       grpc::CallbackServerContext* ctx,
       const clusterkv::v1::SnapshotSessionRequest* req,
       clusterkv::v1::SnapshotSessionResponse* resp) override;
+  grpc::ServerUnaryReactor* Tokenize(
+      grpc::CallbackServerContext* ctx,
+      const clusterkv::v1::TokenizeRequest* req,
+      clusterkv::v1::TokenizeResponse* resp) override;
+  grpc::ServerUnaryReactor* Detokenize(
+      grpc::CallbackServerContext* ctx,
+      const clusterkv::v1::DetokenizeRequest* req,
+      clusterkv::v1::DetokenizeResponse* resp) override;
+  grpc::ServerUnaryReactor* CancelSession(
+      grpc::CallbackServerContext* ctx,
+      const clusterkv::v1::CancelSessionRequest* req,
+      clusterkv::v1::CancelSessionResponse* resp) override;
 
  private:
   ServiceState& state_;

@@ -36,8 +36,25 @@ absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
   return kv;
 }
 
+// The sampling fields added after the first version of the wire contract.
+void MergeSamplingExtras(const v1::SamplingParams& p, SamplingParams* s) {
+  if (p.has_min_p()) s->min_p = p.min_p();
+  if (p.has_repetition_penalty()) {
+    s->repetition_penalty = p.repetition_penalty();
+  }
+  if (p.has_frequency_penalty()) s->frequency_penalty = p.frequency_penalty();
+  if (p.has_presence_penalty()) s->presence_penalty = p.presence_penalty();
+  if (p.has_penalty_last_n()) s->penalty_last_n = p.penalty_last_n();
+  if (p.logit_bias_size() > 0) {
+    s->logit_bias.clear();
+    for (const auto& [id, bias] : p.logit_bias()) s->logit_bias[id] = bias;
+  }
+  if (p.has_logprobs()) s->logprobs = p.logprobs() < 0 ? -2 : p.logprobs();
+}
+
 absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
-                                             const v1::SamplingParams& p) {
+                                             const v1::SamplingParams& p,
+                                             int vocab_size) {
   SamplingParams s = base;
   if (p.has_temperature()) s.temperature = p.temperature();
   if (p.has_top_k()) s.top_k = p.top_k();
@@ -46,12 +63,13 @@ absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
   if (p.has_max_tokens()) s.max_tokens = p.max_tokens();
   if (p.has_ignore_eos()) s.ignore_eos = p.ignore_eos();
   if (p.stop_size() > 0) s.stop.assign(p.stop().begin(), p.stop().end());
+  MergeSamplingExtras(p, &s);
   for (const std::string& stop : s.stop) {
     if (stop.empty()) {
       return absl::InvalidArgumentError("sampling.stop: empty stop string");
     }
   }
-  if (auto st = ValidateSamplingParams(s); !st.ok()) return st;
+  if (auto st = ValidateSamplingParams(s, vocab_size); !st.ok()) return st;
   return s;
 }
 
@@ -75,6 +93,15 @@ void ToProto(const SamplingParams& s, v1::SamplingParams* out) {
   out->set_max_tokens(s.max_tokens);
   out->set_ignore_eos(s.ignore_eos);
   for (const std::string& stop : s.stop) out->add_stop(stop);
+  out->set_min_p(s.min_p);
+  out->set_repetition_penalty(s.repetition_penalty);
+  out->set_frequency_penalty(s.frequency_penalty);
+  out->set_presence_penalty(s.presence_penalty);
+  out->set_penalty_last_n(s.penalty_last_n);
+  for (const auto& [id, bias] : s.logit_bias) {
+    (*out->mutable_logit_bias())[id] = bias;
+  }
+  if (s.logprobs >= 0) out->set_logprobs(s.logprobs);
 }
 
 v1::FinishReason ToProto(FinishReason r) {
@@ -168,6 +195,17 @@ void FillServerInfo(const ServerConfig& config, const Model& model,
   out->set_draining(draining);
 }
 
+void FillLogprobs(const Tokenizer& tokenizer, const TokenLogprobs& logprobs,
+                  v1::TokenEvent* out) {
+  out->set_logprob(logprobs.logprob);
+  for (const TokenLogprob& t : logprobs.top) {
+    v1::TokenLogprob* p = out->add_top_logprobs();
+    p->set_id(t.id);
+    p->set_logprob(t.logprob);
+    p->set_piece(tokenizer.TokenToPiece(t.id, /*render_special=*/true));
+  }
+}
+
 absl::StatusOr<std::vector<int32_t>> CheckTokenIds(
     absl::Span<const int32_t> ids, int vocab_size) {
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -190,6 +228,41 @@ absl::StatusOr<std::vector<int32_t>> EncodeText(const Tokenizer& tokenizer,
     ids->insert(ids->begin(), tokenizer.bos_id());
   }
   return ids;
+}
+
+absl::Status TokenizeText(const Tokenizer& tokenizer,
+                          const v1::TokenizeRequest& req,
+                          v1::TokenizeResponse* out) {
+  if (req.text().size() > kMaxTokenizeBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text is ", req.text().size(), " bytes, more than ",
+                     kMaxTokenizeBytes));
+  }
+  const bool add_special = req.has_add_special() && req.add_special();
+  const bool parse_special = !req.has_parse_special() || req.parse_special();
+  auto ids = tokenizer.Encode(req.text(), add_special, parse_special);
+  if (!ids.ok()) return ids.status();
+  out->mutable_ids()->Add(ids->begin(), ids->end());
+  if (req.with_pieces()) {
+    for (int32_t id : *ids) out->add_pieces(tokenizer.TokenToPiece(id, true));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DetokenizeIds(const Model& model, const v1::DetokenizeRequest& req,
+                           v1::DetokenizeResponse* out) {
+  if (req.ids_size() > kMaxDetokenizeIds) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(req.ids_size(), " ids, more than ", kMaxDetokenizeIds));
+  }
+  auto ids = CheckTokenIds(req.ids(), model.config.vocab_size);
+  if (!ids.ok()) return ids.status();
+  StreamingDetokenizer detok(*model.tokenizer, req.render_special());
+  std::string text;
+  for (int32_t id : *ids) text += detok.Push(id);
+  text += detok.Flush();
+  out->set_text(std::move(text));
+  return absl::OkStatus();
 }
 
 }  // namespace ckv::server

@@ -24,8 +24,10 @@ namespace v1 = ::clusterkv::v1;
 // `base` with the fields set in `p` replaced; validated.
 absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
                                             const v1::KvConfig& p);
+// With vocab_size > 0, logit_bias ids are checked against it.
 absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
-                                             const v1::SamplingParams& p);
+                                             const v1::SamplingParams& p,
+                                             int vocab_size = 0);
 
 void ToProto(const KvStoreConfig& kv, v1::KvConfig* out);
 void ToProto(const SamplingParams& s, v1::SamplingParams* out);
@@ -35,10 +37,25 @@ void FillServerInfo(const ServerConfig& config, const Model& model,
                     const SessionManager& sessions, const EngineStats& engine,
                     bool draining, v1::ServerInfo* out);
 
+// Sets the event's logprob and top_logprobs (with each token's bytes).
+void FillLogprobs(const Tokenizer& tokenizer, const TokenLogprobs& logprobs,
+                  v1::TokenEvent* out);
+
 // Ids checked against the vocabulary (INVALID_ARGUMENT naming the first id
 // outside [0, vocab_size)).
 absl::StatusOr<std::vector<int32_t>> CheckTokenIds(
     absl::Span<const int32_t> ids, int vocab_size);
+// Tokenize: text at most kMaxTokenizeBytes, valid UTF-8 (else
+// INVALID_ARGUMENT). Detokenize: at most kMaxDetokenizeIds ids, each in the
+// vocabulary (else INVALID_ARGUMENT).
+inline constexpr size_t kMaxTokenizeBytes = size_t{4} << 20;
+inline constexpr int kMaxDetokenizeIds = 1 << 20;
+absl::Status TokenizeText(const Tokenizer& tokenizer,
+                          const v1::TokenizeRequest& req,
+                          v1::TokenizeResponse* out);
+absl::Status DetokenizeIds(const Model& model, const v1::DetokenizeRequest& req,
+                           v1::DetokenizeResponse* out);
+
 // Tokenizes `text` (special tokens parsed, no EOS), prepending BOS when
 // `add_bos` and the vocabulary asks for one (Tokenizer::add_bos()).
 // INVALID_ARGUMENT for invalid UTF-8.

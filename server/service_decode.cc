@@ -41,8 +41,10 @@ class DecodeReactor final : public DecodeBase {
   grpc::Status TryDecode(const v1::DecodeRequest& req);
   grpc::Status TryGenerate(const v1::GenerateRequest& req);
   grpc::Status Submit(SessionLease lease, std::vector<int32_t> input,
-                      AppendKind kind, const SamplingParams& sampling);
-  void OnToken(int32_t id, absl::string_view text);
+                      AppendKind kind, const SamplingParams& sampling,
+                      bool keep_partial_on_cancel = false);
+  void OnToken(int32_t id, absl::string_view text,
+               const TokenLogprobs* logprobs);
   void OnJobDone(const JobResult& r) override;
   void CloseEphemeral();
 
@@ -86,14 +88,15 @@ grpc::Status DecodeReactor::TryDecode(const v1::DecodeRequest& req) {
   if (!input.ok()) return ToGrpcStatus(input.status());
   auto lease = backend_.sessions->Acquire(req.session_id(), rec_.tenant);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
-  auto sampling = MergeSampling((*lease)->sampling(), req.sampling());
+  auto sampling = MergeSampling((*lease)->sampling(), req.sampling(),
+                                backend_.model->config.vocab_size);
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());
   if (input->empty() && (*lease)->stats().tokens == 0) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         "empty input: the session holds no tokens to continue from"));
   }
   return Submit(*std::move(lease), *std::move(input), AppendKind::kGenerated,
-                *sampling);
+                *sampling, req.keep_partial_on_cancel());
 }
 
 grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
@@ -112,7 +115,8 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
   SessionOptions o;
   auto kv = MergeKvConfig(config.kv, req.kv());
   if (!kv.ok()) return ToGrpcStatus(kv.status());
-  auto sampling = MergeSampling(config.sampling, req.sampling());
+  auto sampling = MergeSampling(config.sampling, req.sampling(),
+                                backend_.model->config.vocab_size);
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());
   o.kv = *kv;
   o.sampling = *sampling;
@@ -138,7 +142,8 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
 
 grpc::Status DecodeReactor::Submit(SessionLease lease,
                                    std::vector<int32_t> input, AppendKind kind,
-                                   const SamplingParams& sampling) {
+                                   const SamplingParams& sampling,
+                                   bool keep_partial_on_cancel) {
   AdmissionRequest a;
   a.input_tokens = static_cast<int64_t>(input.size());
   a.max_new_tokens = sampling.max_tokens;
@@ -152,15 +157,18 @@ grpc::Status DecodeReactor::Submit(SessionLease lease,
   spec.kind = kind;
   spec.generate = true;
   spec.sampling = sampling;
-  spec.callbacks.on_token = [this](int32_t id, absl::string_view text) {
-    OnToken(id, text);
+  spec.keep_partial_on_cancel = keep_partial_on_cancel;
+  spec.callbacks.on_token = [this](int32_t id, absl::string_view text,
+                                   const TokenLogprobs* logprobs) {
+    OnToken(id, text, logprobs);
   };
   return SubmitJob(backend_, std::move(spec), a);
 }
 
 // Engine thread. id -1 carries trailing text the detokenizer or the stop
 // matcher held back until the end (it is not a token).
-void DecodeReactor::OnToken(int32_t id, absl::string_view text) {
+void DecodeReactor::OnToken(int32_t id, absl::string_view text,
+                            const TokenLogprobs* logprobs) {
   const Clock::time_point now = Clock::now();
   if (id >= 0) {
     if (any_token_ && state_.metrics() != nullptr) {
@@ -173,6 +181,9 @@ void DecodeReactor::OnToken(int32_t id, absl::string_view text) {
   v1::DecodeResponse r;
   r.mutable_token()->set_id(id);
   r.mutable_token()->set_text(std::string(text));
+  if (logprobs != nullptr) {
+    FillLogprobs(*backend_.model->tokenizer, *logprobs, r.mutable_token());
+  }
   Enqueue(std::move(r));
 }
 

@@ -52,6 +52,31 @@ SessionStats Session::stats() const {
   return stats_;
 }
 
+void Session::AppendRecentTokens(absl::Span<const int32_t> ids) {
+  recent_tokens_.insert(recent_tokens_.end(), ids.begin(), ids.end());
+  const size_t cap = kMaxPenaltyLastN;
+  if (recent_tokens_.size() > cap) {
+    recent_tokens_.erase(recent_tokens_.begin(), recent_tokens_.end() - cap);
+  }
+}
+
+void Session::SetCanceller(std::function<void()> cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  canceller_ = std::move(cancel);
+  if (cancel_requested_ && canceller_) canceller_();
+}
+
+bool Session::CancelRunning() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (canceller_) {
+    canceller_();
+    return true;
+  }
+  if (!busy_) return false;
+  cancel_requested_ = true;
+  return true;
+}
+
 bool Session::busy() const {
   std::lock_guard<std::mutex> lock(mu_);
   return busy_;
@@ -77,6 +102,8 @@ void SessionLease::Release() {
   {
     std::lock_guard<std::mutex> lock(session_->mu_);
     session_->busy_ = false;
+    session_->canceller_ = nullptr;
+    session_->cancel_requested_ = false;
     session_->last_used_unix_ms_ = NowUnixMs();
   }
   session_ = nullptr;

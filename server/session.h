@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "model/kv/clustered_store.h"
 #include "model/sampler.h"
 
@@ -52,6 +54,18 @@ class Session {
   // Logits after the last token in the store (empty if none computed).
   const std::vector<float>& last_logits() const { return last_logits_; }
   void set_last_logits(std::vector<float> l) { last_logits_ = std::move(l); }
+  // The last kMaxPenaltyLastN token ids of the session (the sampler's
+  // penalty window; not in snapshots: a restored session starts empty).
+  const std::vector<int32_t>& recent_tokens() const { return recent_tokens_; }
+  void AppendRecentTokens(absl::Span<const int32_t> ids);
+
+  // Cancellation of the call holding the session (CancelSession), any
+  // thread. The engine sets the canceller of the job it runs; releasing the
+  // lease clears it. CancelRunning: false when the session is idle; when it
+  // is leased by a call not yet submitted, that call's job is cancelled as
+  // soon as it sets its canceller.
+  void SetCanceller(std::function<void()> cancel);
+  bool CancelRunning();
 
   // Any thread.
   SessionStats stats() const;
@@ -69,12 +83,15 @@ class Session {
   const int64_t created_unix_ms_;
   std::unique_ptr<ClusteredKvStore> store_;
   std::vector<float> last_logits_;
+  std::vector<int32_t> recent_tokens_;
 
   // std::mutex (not absl::Mutex): ThreadSanitizer sees its ordering.
   mutable std::mutex mu_;
   SessionStats stats_;       // guarded by mu_
   bool busy_ = false;        // guarded by mu_
   bool closed_ = false;      // guarded by mu_
+  std::function<void()> canceller_;  // guarded by mu_
+  bool cancel_requested_ = false;    // guarded by mu_
   int64_t last_used_unix_ms_;  // guarded by mu_
 };
 

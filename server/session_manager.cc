@@ -163,6 +163,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(
       std::move(child_id), parent.id(), parent.kv(), parent.sampling(),
       parent.idle_ttl_seconds(), *std::move(store), parent.tenant());
   child->set_last_logits(parent.last_logits());
+  child->AppendRecentTokens(parent.recent_tokens());
   sessions_[child->id()] = child;
   parent.PublishStats();  // its segments are shared now
   return child;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/flags/reflection.h"
+#include "client/command_util.h"
 #include "client/connect.h"
 #include "client/json_output.h"
 #include "client/options.h"
@@ -291,6 +292,36 @@ TEST(ConnectTest, ReadsTheTokenFileAndNeverEchoesTheToken) {
 TEST(OptionsTest, FormatsQuestions) {
   EXPECT_EQ(FormatQuestion("Q: {question}\nA:", "why?"), "Q: why?\nA:");
   EXPECT_EQ(FormatQuestion("{question}", "raw"), "raw");
+}
+
+TEST(OptionsTest, SamplingParityFlagsReachTheRequest) {
+  auto cl = Parse({"generate", "--prompt", "p", "--min-p", "0.05",
+                   "--repetition-penalty=1.2", "--frequency-penalty", "0.5",
+                   "--presence-penalty", "-0.5", "--penalty-last-n", "32",
+                   "--logit-bias", "42=-5.5", "--logit-bias=7=100",
+                   "--logprobs", "3"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  const pb::SamplingParams p = BuildSampling(cl->options.sampling);
+  EXPECT_FLOAT_EQ(p.min_p(), 0.05f);
+  EXPECT_FLOAT_EQ(p.repetition_penalty(), 1.2f);
+  EXPECT_FLOAT_EQ(p.frequency_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(p.presence_penalty(), -0.5f);
+  EXPECT_EQ(p.penalty_last_n(), 32);
+  ASSERT_EQ(p.logit_bias_size(), 2);
+  EXPECT_FLOAT_EQ(p.logit_bias().at(42), -5.5f);
+  EXPECT_FLOAT_EQ(p.logit_bias().at(7), 100.0f);
+  EXPECT_EQ(p.logprobs(), 3);
+  // Unset flags stay unset (the session's defaults apply).
+  auto plain = Parse({"generate", "--prompt", "p"});
+  ASSERT_TRUE(plain.ok());
+  const pb::SamplingParams q = BuildSampling(plain->options.sampling);
+  EXPECT_FALSE(q.has_min_p() || q.has_logprobs() || q.has_penalty_last_n());
+  EXPECT_EQ(q.logit_bias_size(), 0);
+  for (const char* bad : {"42", "x=1", "42=", "=1", "42=1=2"}) {
+    EXPECT_EQ(Parse({"generate", "--logit-bias", bad}).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ struct Collector {
         shared_order->push_back("p");
       }
     };
-    cb.on_token = [this, shared_order, shared_mu](int32_t t, absl::string_view) {
+    cb.on_token = [this, shared_order, shared_mu](int32_t t, absl::string_view,
+                                                  const TokenLogprobs*) {
       std::lock_guard<std::mutex> l(mu);
       if (t >= 0) tokens.push_back(t);
       if (shared_order) {
@@ -255,8 +256,9 @@ TEST_F(EngineLoopTest, CancellationRestoresTheSession) {
   JobCallbacks cb = c.Callbacks();
   auto inner = cb.on_token;
   int seen = 0;
-  cb.on_token = [&](int32_t t, absl::string_view s) {
-    inner(t, s);
+  cb.on_token = [&](int32_t t, absl::string_view s,
+                    const TokenLogprobs* logprobs) {
+    inner(t, s, logprobs);
     JobHandle* h = handle.load();
     if (++seen >= 20 && h != nullptr) h->Cancel();
   };
