@@ -14,10 +14,14 @@ double Seconds(std::chrono::steady_clock::time_point a,
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
@@ -92,7 +96,14 @@ absl::StatusOr<GenerationResult> Generate(Transformer& model,
     }
     bool stopped = false;
     const std::string text = stops.Push(detok.Push(token), &stopped);
-    if (!text.empty() && !sink(text)) {
+    const bool cancelled = !text.empty() && !sink(text);
+    // Every generated token but an end-of-generation one is appended, the
+    // last one too, so that the cache continues after it.
+    const int32_t next[1] = {token};
+    SequenceInput in = MakeInput(next, &cache, LogitsMode::kLast, &logits,
+                                 AppendKind::kGenerated);
+    if (auto s = model.Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
+    if (cancelled) {
       r.finish = FinishReason::kCancelled;
       break;
     }
@@ -100,11 +111,6 @@ absl::StatusOr<GenerationResult> Generate(Transformer& model,
       r.finish = FinishReason::kStop;
       break;
     }
-    if (i + 1 == params.max_tokens) break;
-    const int32_t next[1] = {token};
-    SequenceInput in = MakeInput(next, &cache, LogitsMode::kLast, &logits,
-                                 AppendKind::kGenerated);
-    if (auto s = model.Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
   }
   if (r.finish == FinishReason::kLength || r.finish == FinishReason::kEos) {
     bool stopped = false;

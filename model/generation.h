@@ -49,7 +49,9 @@ class StopMatcher {
 using TextSink = std::function<bool(absl::string_view)>;
 
 // Prefills `prompt` (non-empty; appended after what the cache holds) and
-// generates up to params.max_tokens tokens.
+// generates up to params.max_tokens tokens. On return the cache holds the
+// prompt and every generated token except an end-of-generation one (the
+// last token included, so that a later call continues after it).
 absl::StatusOr<GenerationResult> Generate(Transformer& model,
                                           const Tokenizer& tokenizer,
                                           KvCache& cache,
