@@ -72,7 +72,8 @@ grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
   return Unary(state_, ctx, "CreateSession", "",
                [&](const ServiceBackend& b, RequestRecord& rec) {
                  SessionOptions o;
-                 auto kv = MergeKvConfig(state_.config().kv, req->kv());
+                 auto kv = MergeKvConfig(state_.config().kv, req->kv(),
+                                         b.model->config.n_layers);
                  if (!kv.ok()) return kv.status();
                  auto sampling =
                      MergeSampling(state_.config().sampling, req->sampling());

@@ -110,7 +110,8 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
     return ToGrpcStatus(absl::InvalidArgumentError("empty prompt"));
   }
   SessionOptions o;
-  auto kv = MergeKvConfig(config.kv, req.kv());
+  auto kv = MergeKvConfig(config.kv, req.kv(),
+                          backend_.model->config.n_layers);
   if (!kv.ok()) return ToGrpcStatus(kv.status());
   auto sampling = MergeSampling(config.sampling, req.sampling());
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());

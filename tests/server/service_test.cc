@@ -321,12 +321,32 @@ TEST_F(ServiceTest, InvalidArguments) {
   bad_sampling.mutable_sampling()->set_top_p(1.5f);
   EXPECT_EQ(Decode(bad_sampling).status.error_code(),
             StatusCode::INVALID_ARGUMENT);
+  bad_sampling.mutable_sampling()->set_top_p(0.9f);
+  bad_sampling.mutable_sampling()->set_top_k(-3);
+  EXPECT_EQ(Decode(bad_sampling).status.error_code(),
+            StatusCode::INVALID_ARGUMENT);
   v1::CreateSessionRequest bad_kv;
   bad_kv.mutable_kv()->set_policy("nonsense");
   ClientContext ctx;
   v1::SessionInfo info;
   EXPECT_EQ(stub_->CreateSession(&ctx, bad_kv, &info).error_code(),
             StatusCode::INVALID_ARGUMENT);
+  for (auto set : {+[](v1::CreateSessionRequest* r) {
+                     r->mutable_sampling()->set_top_k(-3);
+                   },
+                   +[](v1::CreateSessionRequest* r) {
+                     r->mutable_kv()->set_dense_layers(Spec().layers + 1);
+                   },
+                   +[](v1::CreateSessionRequest* r) {
+                     r->mutable_kv()->set_policy("");
+                   }}) {
+    v1::CreateSessionRequest req;
+    set(&req);
+    ClientContext c;
+    EXPECT_EQ(stub_->CreateSession(&c, req, &info).error_code(),
+              StatusCode::INVALID_ARGUMENT)
+        << req.ShortDebugString();
+  }
   // Mixed text and ids in one Prefill call; a first message without id.
   {
     ClientContext c;
