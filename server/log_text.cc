@@ -42,9 +42,8 @@ bool IsUnsafeCodePoint(uint32_t cp) {
          cp == 0xFEFF;
 }
 
-}  // namespace
-
-std::string EscapeText(absl::string_view text, size_t max_bytes) {
+std::string Escape(absl::string_view text, size_t max_bytes,
+                   bool escape_space) {
   const size_t full = text.size();
   if (text.size() > max_bytes) text = text.substr(0, max_bytes);
   std::string out;
@@ -54,7 +53,7 @@ std::string EscapeText(absl::string_view text, size_t max_bytes) {
     if (c == '\\') {
       out += "\\\\";
       ++i;
-    } else if (c >= 0x20 && c < 0x7F) {
+    } else if ((c > 0x20 && c < 0x7F) || (c == 0x20 && !escape_space)) {
       out += static_cast<char>(c);
       ++i;
     } else if (c < 0x80) {
@@ -77,6 +76,16 @@ std::string EscapeText(absl::string_view text, size_t max_bytes) {
   }
   if (full > text.size()) absl::StrAppend(&out, "...(", full, " bytes)");
   return out;
+}
+
+}  // namespace
+
+std::string EscapeText(absl::string_view text, size_t max_bytes) {
+  return Escape(text, max_bytes, /*escape_space=*/false);
+}
+
+std::string EscapeLogField(absl::string_view text, size_t max_bytes) {
+  return Escape(text, max_bytes, /*escape_space=*/true);
 }
 
 }  // namespace ckv::server

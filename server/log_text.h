@@ -21,4 +21,8 @@ inline constexpr size_t kQuotedPrefixBytes = 64;
 // ends with "...(N bytes)" where N is its full size.
 std::string EscapeText(absl::string_view text, size_t max_bytes = 256);
 
+// EscapeText with spaces escaped too (\x20): one "key=value" field of a log
+// line that client text cannot split into more fields.
+std::string EscapeLogField(absl::string_view text, size_t max_bytes = 256);
+
 }  // namespace ckv::server

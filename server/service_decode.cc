@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "server/service_convert.h"
 #include "server/service_auth.h"
+#include "server/service_convert.h"
 #include "server/service_reactors.h"
 #include "server/stream_reactor.h"
 
@@ -82,6 +82,9 @@ grpc::Status DecodeReactor::TryDecode(const v1::DecodeRequest& req) {
   if (req.session_id().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("session_id is required"));
   }
+  if (auto s = ValidateSessionId(req.session_id()); !s.ok()) {
+    return ToGrpcStatus(s);  // before tokenizing the input
+  }
   auto input = DecodeInput(*backend_.model, req);
   if (!input.ok()) return ToGrpcStatus(input.status());
   auto lease = backend_.sessions->Acquire(req.session_id(), rec_.tenant);
@@ -110,8 +113,7 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
     return ToGrpcStatus(absl::InvalidArgumentError("empty prompt"));
   }
   SessionOptions o;
-  auto kv = MergeKvConfig(config.kv, req.kv(),
-                          backend_.model->config.n_layers);
+  auto kv = MergeKvConfig(config.kv, req.kv(), backend_.model->config.n_layers);
   if (!kv.ok()) return ToGrpcStatus(kv.status());
   auto sampling = MergeSampling(config.sampling, req.sampling());
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());

@@ -180,6 +180,7 @@ TEST(EscapeTextTest, KeepsPrintableTextAndEscapesTheRest) {
   EXPECT_EQ(EscapeText("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
   EXPECT_EQ(EscapeText("\x7f"), "\\x7f");
   EXPECT_EQ(EscapeText(std::string(10, 'a'), 4), "aaaa...(10 bytes)");
+  EXPECT_EQ(EscapeLogField("a b=c"), "a\\x20b=c");
   // A character cut by the prefix is escaped, not emitted broken.
   EXPECT_EQ(EscapeText("ab\xc3\xa9", 3), "ab\\xc3...(4 bytes)");
 }
