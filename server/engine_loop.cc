@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "server/limits.h"
 
 namespace ckv::server {
 
@@ -70,8 +71,9 @@ absl::StatusOr<std::shared_ptr<JobHandle>> EngineLoop::Submit(JobSpec spec) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is draining");
   if (static_cast<int>(queue_.size()) >= max_queued_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_queued_requests limit reached (", max_queued_, " queued)"));
+    return LimitExceeded(Limit::kMaxQueuedRequests, max_queued_,
+                         absl::StrCat("max_queued_requests limit reached (",
+                                      max_queued_, " queued)"));
   }
   queue_.push_back(std::move(job));
   cv_.notify_all();

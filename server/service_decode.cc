@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "server/service_auth.h"
 #include "server/service_convert.h"
 #include "server/service_reactors.h"
@@ -122,13 +121,7 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
   o.tenant = rec_.tenant;
   auto session = backend_.sessions->Create(o);
   if (!session.ok()) {
-    if (session.status().code() == absl::StatusCode::kResourceExhausted &&
-        state_.metrics() != nullptr) {
-      state_.metrics()->AdmissionRejected(
-          absl::StartsWith(session.status().message(), "tenant_")
-              ? "tenant_max_sessions"
-              : "max_sessions");
-    }
+    CountLimitRejection(state_.metrics(), session.status());
     return ToGrpcStatus(session.status());
   }
   ephemeral_id_ = (*session)->id();

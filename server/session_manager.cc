@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/limits.h"
 
 namespace ckv::server {
 
@@ -58,14 +59,16 @@ absl::Status ValidateSessionId(absl::string_view id) {
 absl::Status SessionManager::CheckSessionLimitsLocked(
     absl::string_view tenant) const {
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
+    return LimitExceeded(Limit::kMaxSessions, limits_.max_sessions,
+                         absl::StrCat("max_sessions limit reached (",
+                                      limits_.max_sessions, " sessions)"));
   }
   if (limits_.tenant_max_sessions <= 0) return absl::OkStatus();
   int of_tenant = 0;
   for (const auto& [id, s] : sessions_) of_tenant += s->tenant() == tenant;
   if (of_tenant >= limits_.tenant_max_sessions) {
-    return absl::ResourceExhaustedError(
+    return LimitExceeded(
+        Limit::kTenantMaxSessions, limits_.tenant_max_sessions,
         absl::StrCat("tenant_max_sessions limit reached (",
                      limits_.tenant_max_sessions, " sessions per tenant)"));
   }
@@ -134,7 +137,8 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Restore(
     std::lock_guard<std::mutex> lock(mu_);
     if (auto st = CheckSessionLimitsLocked(tenant); !st.ok()) return st;
     if (total + host > limits_.max_host_kv_bytes) {
-      return absl::ResourceExhaustedError(
+      return LimitExceeded(
+          Limit::kMaxHostKvBytes, limits_.max_host_kv_bytes,
           absl::StrCat("max_host_kv_bytes limit exceeded: restoring session '",
                        id, "' needs ", host, " bytes, ", total, " of ",
                        limits_.max_host_kv_bytes, " are in use"));
