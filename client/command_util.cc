@@ -33,7 +33,7 @@ pb::SamplingParams BuildSampling(const SamplingOptions& s) {
 
 pb::KvConfig BuildKv(const KvOptions& kv) {
   pb::KvConfig c;
-  c.set_policy(kv.policy);
+  if (!kv.policy.empty()) c.set_policy(kv.policy);
   if (kv.budget) c.set_budget(*kv.budget);
   if (kv.sink_tokens) c.set_sink_tokens(*kv.sink_tokens);
   if (kv.tokens_per_cluster) c.set_tokens_per_cluster(*kv.tokens_per_cluster);
@@ -41,7 +41,7 @@ pb::KvConfig BuildKv(const KvOptions& kv) {
   if (kv.recent_tokens) c.set_recent_tokens(*kv.recent_tokens);
   if (kv.cache_steps) c.set_cache_steps(*kv.cache_steps);
   if (kv.dense_layers) c.set_dense_layers(*kv.dense_layers);
-  c.set_gqa_selection(kv.gqa_selection);
+  if (!kv.gqa_selection.empty()) c.set_gqa_selection(kv.gqa_selection);
   return c;
 }
 

@@ -8,12 +8,13 @@
 #include "absl/flags/usage.h"
 #include "client/commands.h"
 #include "client/options.h"
+#include "client/rpc_client.h"
 
 namespace {
 
 int ReportError(const absl::Status& s) {
   std::cerr << "error: " << absl::StatusCodeToString(s.code()) << ": "
-            << s.message() << std::endl;
+            << s.message() << ckv::client::DescribeErrorDetails(s) << std::endl;
   return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 

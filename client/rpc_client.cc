@@ -7,9 +7,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -21,6 +24,8 @@ namespace {
 using google::protobuf::internal::WireFormatLite;
 
 constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+// Where FromGrpc keeps the serialized google.rpc.Status.
+constexpr char kStatusDetailsUrl[] = "type.googleapis.com/google.rpc.Status";
 
 // Drains a Decode/Generate stream: tokens to the callback, the summary as
 // the result.
@@ -54,8 +59,49 @@ absl::Status ReadPrefillStream(
 }  // namespace
 
 absl::Status FromGrpc(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+  absl::Status status(static_cast<absl::StatusCode>(s.error_code()),
                       s.error_message());
+  if (!status.ok() && !s.error_details().empty()) {
+    status.SetPayload(kStatusDetailsUrl, absl::Cord(s.error_details()));
+  }
+  return status;
+}
+
+std::optional<ErrorDetails> ErrorDetailsOf(const absl::Status& s) {
+  const auto payload = s.GetPayload(kStatusDetailsUrl);
+  google::rpc::Status status;
+  if (!payload.has_value() || !status.ParseFromString(std::string(*payload))) {
+    return std::nullopt;
+  }
+  ErrorDetails d;
+  bool any_known = false;
+  for (const auto& any : status.details()) {
+    google::rpc::ErrorInfo info;
+    google::rpc::RetryInfo retry;
+    if (any.UnpackTo(&info)) {
+      d.reason = info.reason();
+      d.domain = info.domain();
+      d.metadata.insert(info.metadata().begin(), info.metadata().end());
+      any_known = true;
+    } else if (any.UnpackTo(&retry)) {
+      d.retry_delay_seconds =
+          retry.retry_delay().seconds() + retry.retry_delay().nanos() * 1e-9;
+      any_known = true;
+    }
+  }
+  if (!any_known) return std::nullopt;
+  return d;
+}
+
+std::string DescribeErrorDetails(const absl::Status& s) {
+  const auto d = ErrorDetailsOf(s);
+  if (!d.has_value()) return "";
+  std::string out =
+      absl::StrCat(" (reason ", d->reason.empty() ? "-" : d->reason);
+  if (d->retry_delay_seconds >= 0) {
+    absl::StrAppend(&out, ", retry after ", d->retry_delay_seconds, " s");
+  }
+  return out + ")";
 }
 
 const char* ServingStatusName(ServingStatus s) {

@@ -6,6 +6,7 @@
 #define CLUSTERKV_CLIENT_RPC_CLIENT_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,7 +25,22 @@ namespace pb = ::clusterkv::v1;
 // Metadata key that carries the session id on every call of a session.
 inline constexpr char kSessionIdMetadata[] = "x-session-id";
 
+// Same code and message; the binary error details (grpc-status-details-bin,
+// a google.rpc.Status) are kept as a payload for ErrorDetailsOf.
 absl::Status FromGrpc(const grpc::Status& s);
+
+// What a server said about an error as data: google.rpc.ErrorInfo (e.g.
+// reason "MAX_SESSIONS", domain "clusterkv.v1", metadata limit/max) and
+// google.rpc.RetryInfo.
+struct ErrorDetails {
+  std::string reason, domain;
+  std::map<std::string, std::string> metadata;
+  double retry_delay_seconds = -1.0;  // < 0: no RetryInfo
+};
+// The details FromGrpc kept; nullopt when the server sent none.
+std::optional<ErrorDetails> ErrorDetailsOf(const absl::Status& s);
+// " (reason MAX_SESSIONS, retry after 5 s)", or "" without details.
+std::string DescribeErrorDetails(const absl::Status& s);
 
 using ProgressCallback = std::function<void(const pb::PrefillProgress&)>;
 using TokenCallback = std::function<void(const pb::TokenEvent&)>;
@@ -54,10 +70,9 @@ class RpcClient {
   // is sent as "authorization: Bearer <token>" on every call.
   RpcClient(std::shared_ptr<grpc::Channel> channel, double timeout_seconds,
             std::string token = "");
-  static std::unique_ptr<RpcClient> Connect(const std::string& address,
-                                            double timeout_seconds,
-                                            const ChannelSecurity& security =
-                                                ChannelSecurity());
+  static std::unique_ptr<RpcClient> Connect(
+      const std::string& address, double timeout_seconds,
+      const ChannelSecurity& security = ChannelSecurity());
 
   absl::StatusOr<pb::SessionInfo> CreateSession(
       const pb::CreateSessionRequest& request);

@@ -101,7 +101,14 @@ absl::StatusOr<GenerationResult> Generate(Transformer& model,
     }
     bool stopped = false;
     const std::string text = stops.Push(detok.Push(token), &stopped);
-    if (!text.empty() && !sink(text)) {
+    const bool cancelled = !text.empty() && !sink(text);
+    // Every generated token but an end-of-generation one is appended, the
+    // last one too, so that the cache continues after it.
+    const int32_t next[1] = {token};
+    SequenceInput in = MakeInput(next, &cache, LogitsMode::kLast, &logits,
+                                 AppendKind::kGenerated);
+    if (auto s = model.Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
+    if (cancelled) {
       r.finish = FinishReason::kCancelled;
       break;
     }
@@ -109,11 +116,6 @@ absl::StatusOr<GenerationResult> Generate(Transformer& model,
       r.finish = FinishReason::kStop;
       break;
     }
-    if (i + 1 == params.max_tokens) break;
-    const int32_t next[1] = {token};
-    SequenceInput in = MakeInput(next, &cache, LogitsMode::kLast, &logits,
-                                 AppendKind::kGenerated);
-    if (auto s = model.Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
   }
   if (r.finish == FinishReason::kLength || r.finish == FinishReason::kEos) {
     bool stopped = false;

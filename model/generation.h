@@ -50,7 +50,10 @@ using TextSink = std::function<bool(absl::string_view)>;
 
 // Prefills `prompt` (non-empty; appended after what the cache holds) and
 // generates up to params.max_tokens tokens. The penalty window of the
-// sampler starts with `prompt` and takes every generated token.
+// sampler starts with `prompt` and takes every generated token. On return
+// the cache holds the prompt and every generated token except an
+// end-of-generation one (the last token included, so that a later call
+// continues after it).
 absl::StatusOr<GenerationResult> Generate(Transformer& model,
                                           const Tokenizer& tokenizer,
                                           KvCache& cache,

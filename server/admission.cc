@@ -17,11 +17,12 @@ Admission::Admission(const ServerLimits& limits, const SessionManager* sessions,
       n_layers_(std::max(1, n_layers)),
       metrics_(metrics) {}
 
-absl::Status Admission::Reject(const char* limit, int64_t need, int64_t max) {
-  if (metrics_ != nullptr) metrics_->AdmissionRejected(limit);
-  return absl::ResourceExhaustedError(
-      absl::StrCat(limit, " limit exceeded: the request needs ", need,
-                   ", the limit is ", max));
+absl::Status Admission::Reject(Limit limit, int64_t need, int64_t max) {
+  if (metrics_ != nullptr) metrics_->AdmissionRejected(LimitName(limit));
+  return LimitExceeded(
+      limit, max,
+      absl::StrCat(LimitName(limit), " limit exceeded: the request needs ",
+                   need, ", the limit is ", max));
 }
 
 int64_t Admission::DeviceBytesEstimate(const KvStoreConfig& kv,
@@ -37,30 +38,30 @@ int64_t Admission::DeviceBytesEstimate(const KvStoreConfig& kv,
 absl::StatusOr<std::unique_ptr<AdmissionTicket>> Admission::Admit(
     const AdmissionRequest& r) {
   if (r.input_tokens > limits_.max_prompt_tokens) {
-    return Reject("max_prompt_tokens", r.input_tokens,
+    return Reject(Limit::kMaxPromptTokens, r.input_tokens,
                   limits_.max_prompt_tokens);
   }
   const int64_t new_tokens = r.input_tokens + r.max_new_tokens;
   const int64_t session_after = r.session_tokens + new_tokens;
   if (session_after > limits_.max_session_tokens) {
-    return Reject("max_session_tokens", session_after,
+    return Reject(Limit::kMaxSessionTokens, session_after,
                   limits_.max_session_tokens);
   }
   const int64_t host = new_tokens * sessions_->HostBytesPerToken();
   const int64_t device = DeviceBytesEstimate(r.kv, new_tokens);
   const MemoryTotals totals = sessions_->Totals();
-  const int64_t tenant_host =
-      limits_.tenant_max_host_kv_bytes > 0
-          ? sessions_->TenantTotals(r.tenant).host_bytes
-          : 0;
+  const int64_t tenant_host = limits_.tenant_max_host_kv_bytes > 0
+                                  ? sessions_->TenantTotals(r.tenant).host_bytes
+                                  : 0;
   absl::MutexLock lock(&mu_);
   const int64_t host_after = totals.host_bytes + reserved_host_ + host;
   if (host_after > limits_.max_host_kv_bytes) {
-    return Reject("max_host_kv_bytes", host_after, limits_.max_host_kv_bytes);
+    return Reject(Limit::kMaxHostKvBytes, host_after,
+                  limits_.max_host_kv_bytes);
   }
   const int64_t device_after = totals.device_bytes + reserved_device_ + device;
   if (device_after > limits_.max_device_kv_bytes) {
-    return Reject("max_device_kv_bytes", device_after,
+    return Reject(Limit::kMaxDeviceKvBytes, device_after,
                   limits_.max_device_kv_bytes);
   }
   if (auto s = CheckTenantLocked(r.tenant, tenant_host, host); !s.ok()) {
@@ -81,7 +82,7 @@ absl::Status Admission::CheckTenantLocked(const std::string& tenant,
   auto it = reserved_tenant_host_.find(tenant);
   const int64_t reserved = it == reserved_tenant_host_.end() ? 0 : it->second;
   const int64_t after = tenant_host + reserved + host;
-  if (after > max) return Reject("tenant_max_host_kv_bytes", after, max);
+  if (after > max) return Reject(Limit::kTenantMaxHostKvBytes, after, max);
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "model/kv/kv_config.h"
+#include "server/limits.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
 #include "server/session_manager.h"
@@ -20,10 +21,10 @@
 namespace ckv::server {
 
 struct AdmissionRequest {
-  int64_t input_tokens = 0;    // appended by the job
-  int64_t max_new_tokens = 0;  // generated at most (0 for a prefill)
-  int64_t session_tokens = 0;  // already in the session
-  KvStoreConfig kv;            // the session's effective settings
+  int64_t input_tokens = 0;              // appended by the job
+  int64_t max_new_tokens = 0;            // generated at most (0 for a prefill)
+  int64_t session_tokens = 0;            // already in the session
+  KvStoreConfig kv;                      // the session's effective settings
   std::string tenant{kAnonymousTenant};  // the session's tenant
 };
 
@@ -34,7 +35,9 @@ class AdmissionTicket {
  public:
   AdmissionTicket(Admission* owner, std::string tenant, int64_t host,
                   int64_t device)
-      : owner_(owner), tenant_(std::move(tenant)), host_(host),
+      : owner_(owner),
+        tenant_(std::move(tenant)),
+        host_(host),
         device_(device) {}
   ~AdmissionTicket();
   AdmissionTicket(const AdmissionTicket&) = delete;
@@ -67,11 +70,12 @@ class Admission {
 
  private:
   friend class AdmissionTicket;
-  absl::Status Reject(const char* limit, int64_t need, int64_t max);
+  // RESOURCE_EXHAUSTED carrying `limit` (server/limits.h), counted.
+  absl::Status Reject(Limit limit, int64_t need, int64_t max);
   // tenant_max_host_kv_bytes: `tenant` holds `tenant_host` bytes in its
   // sessions and asks for `host` more.
-  absl::Status CheckTenantLocked(const std::string& tenant,
-                                 int64_t tenant_host, int64_t host)
+  absl::Status CheckTenantLocked(const std::string& tenant, int64_t tenant_host,
+                                 int64_t host)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Release(const std::string& tenant, int64_t host, int64_t device);
 

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "server/limits.h"
 
 namespace ckv::server {
 
@@ -25,6 +26,9 @@ struct EngineLoop::Job {
   std::vector<float> checkpoint_logits;
   Phase phase = Phase::kInput;
   bool continue_now = false;  // no input: sample from the session's logits
+  // Generation ended on a streamed token (next_token) that the next step
+  // appends to the session before the job finishes.
+  bool append_last = false;
   bool started = false;
   bool reserved = false;
   int64_t consumed = 0;
@@ -75,8 +79,9 @@ absl::StatusOr<std::shared_ptr<JobHandle>> EngineLoop::Submit(JobSpec spec) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!accepting_) return absl::UnavailableError("server is draining");
   if (static_cast<int>(queue_.size()) >= max_queued_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_queued_requests limit reached (", max_queued_, " queued)"));
+    return LimitExceeded(Limit::kMaxQueuedRequests, max_queued_,
+                         absl::StrCat("max_queued_requests limit reached (",
+                                      max_queued_, " queued)"));
   }
   queue_.push_back(std::move(job));
   cv_.notify_all();
@@ -90,9 +95,8 @@ void EngineLoop::StopAccepting() {
 
 bool EngineLoop::WaitIdle(absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] {
-    return queue_.empty() && active_count_ == 0;
-  });
+  return cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                      [this] { return queue_.empty() && active_count_ == 0; });
 }
 
 void EngineLoop::CancelAll() {
@@ -110,9 +114,8 @@ void EngineLoop::Loop() {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] {
-        return stop_ || !queue_.empty() || !active_.empty();
-      });
+      cv_.wait(lock,
+               [this] { return stop_ || !queue_.empty() || !active_.empty(); });
       if (stop_ && queue_.empty() && active_.empty()) return;
       while (!queue_.empty()) {
         active_.push_back(std::move(queue_.front()));
@@ -204,7 +207,7 @@ bool EngineLoop::RunStep() {
       } else if (job->continue_now) {
         job->continue_now = false;
         if (job->spec.sampling.max_tokens == 0) {
-          FinishGeneration(*job, FinishReason::kLength);
+          EndGeneration(*job, FinishReason::kLength, /*last_token=*/-1);
         } else {
           EmitToken(*job);
         }
@@ -266,13 +269,13 @@ bool EngineLoop::RunStep() {
   {
     std::unique_lock<std::mutex> lock(mu_);
     ++stats_.steps;
-    stats_.batched_tokens += static_cast<int64_t>(n_decode) +
-                             (prefill_chunk_ - budget);
+    stats_.batched_tokens +=
+        static_cast<int64_t>(n_decode) + (prefill_chunk_ - budget);
   }
   for (size_t i = 0; i < owners.size(); ++i) {
     if (!status.ok()) {
-      Finish(*owners[i], absl::InternalError(absl::StrCat(
-                             "model step failed: ", status.message())));
+      Finish(*owners[i], absl::InternalError(absl::StrCat("model step failed: ",
+                                                          status.message())));
       continue;
     }
     AfterStep(*owners[i], /*fed_input=*/i >= n_decode);
@@ -297,11 +300,14 @@ void EngineLoop::AfterStep(Job& job, bool fed_input) {
     }
     job.phase = Job::Phase::kGenerating;
     if (job.spec.sampling.max_tokens == 0) {
-      FinishGeneration(job, FinishReason::kLength);
+      EndGeneration(job, FinishReason::kLength, /*last_token=*/-1);
       return;
     }
   } else if (job.keep_partial) {
-    Finish(job, absl::CancelledError("cancelled"));
+    Finish(job, absl::CancelledError("cancelled"));  // streamed tokens kept
+    return;
+  } else if (job.append_last) {
+    Finish(job, absl::OkStatus());  // the last streamed token is stored
     return;
   }
   EmitToken(job);
@@ -327,7 +333,8 @@ void EngineLoop::EmitToken(Job& job) {
   job.last_token = now;
   if (!job.spec.sampling.ignore_eos &&
       model_.tokenizer->IsEndOfGeneration(token)) {
-    FinishGeneration(job, FinishReason::kEos);  // not streamed, not counted
+    // Not streamed, not counted, not appended.
+    EndGeneration(job, FinishReason::kEos, /*last_token=*/-1);
     return;
   }
   ++job.result.generated_tokens;
@@ -341,15 +348,16 @@ void EngineLoop::EmitToken(Job& job) {
                                 want_logprobs ? &logprobs : nullptr);
   }
   if (stopped) {
-    FinishGeneration(job, FinishReason::kStop);
+    EndGeneration(job, FinishReason::kStop, token);
   } else if (job.result.generated_tokens >= job.spec.sampling.max_tokens) {
-    FinishGeneration(job, FinishReason::kLength);
+    EndGeneration(job, FinishReason::kLength, token);
   } else {
     job.next_token = token;
   }
 }
 
-void EngineLoop::FinishGeneration(Job& job, FinishReason reason) {
+void EngineLoop::EndGeneration(Job& job, FinishReason reason,
+                               int32_t last_token) {
   job.result.finish = reason;
   if (reason != FinishReason::kStop) {
     bool stopped = false;
@@ -365,7 +373,14 @@ void EngineLoop::FinishGeneration(Job& job, FinishReason reason) {
   if (job.result.generated_tokens > 1) {
     job.result.decode_seconds = Seconds(job.first_token, job.last_token);
   }
-  Finish(job, absl::OkStatus());
+  if (last_token < 0) {
+    Finish(job, absl::OkStatus());
+    return;
+  }
+  // One more step stores the token (and the logits after it, from which a
+  // later call continues); AfterStep then finishes the job.
+  job.next_token = last_token;
+  job.append_last = true;
 }
 
 // Ends the job: restores the checkpoint unless it succeeded, publishes the
@@ -389,8 +404,8 @@ void EngineLoop::Finish(Job& job, absl::Status status) {
     const auto& segs = session->store().segments();
     if (!segs.empty() && segs.back()->first_pos() + segs.back()->size() ==
                              session->store().num_tokens()) {
-      job.result.clusters_built = session->store().SegmentClusters(
-          segs.size() - 1);
+      job.result.clusters_built =
+          session->store().SegmentClusters(segs.size() - 1);
     }
   }
   job.result.status = status;

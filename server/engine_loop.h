@@ -7,11 +7,11 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,14 +32,14 @@ struct JobResult {
   FinishReason finish = FinishReason::kLength;
   int64_t input_tokens = 0;
   int64_t generated_tokens = 0;
-  int64_t session_tokens = 0;
+  int64_t session_tokens = 0;  // afterwards; every streamed token included
   int clusters_built = 0;      // by a prompt job's segment (all KV heads of
                                // the first sparse layer)
   double queue_seconds = 0.0;  // submitted -> first step
   double input_seconds = 0.0;  // first step -> input consumed
   double time_to_first_token_seconds = 0.0;  // submitted -> first token
   double decode_seconds = 0.0;               // first -> last token
-  std::string text;            // all generated text
+  std::string text;                          // all generated text
 };
 
 // Callbacks run on the engine thread and must not block.
@@ -60,8 +60,8 @@ struct JobSpec {
   SessionLease lease;          // the session, held for the whole job
   std::vector<int32_t> input;  // appended first (may be empty for decode)
   AppendKind kind = AppendKind::kGenerated;  // kPrompt for Prefill
-  bool generate = false;       // decode after the input
-  SamplingParams sampling;     // validated
+  bool generate = false;                     // decode after the input
+  SamplingParams sampling;                   // validated
   JobCallbacks callbacks;
   // On cancellation after at least one generated token: keep the input and
   // the generated tokens in the session (the job still ends CANCELLED).
@@ -123,7 +123,11 @@ class EngineLoop {
   // Whether a cancelled job keeps its tokens (keep_partial_on_cancel).
   bool KeepsPartial(const Job& job) const;
   void Finish(Job& job, absl::Status status);
-  void FinishGeneration(Job& job, FinishReason reason);
+  // Ends generation: releases held-back text, then finishes the job, or,
+  // when `last_token` >= 0 (a streamed token not yet in the session), lets
+  // the next step append it first, so that every streamed token is in the
+  // session when the job reports.
+  void EndGeneration(Job& job, FinishReason reason, int32_t last_token);
 
   const Model& model_;
   Transformer transformer_;

@@ -1,9 +1,11 @@
 #include "server/flags.h"
 
+#include <limits>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "server/service_convert.h"
 #include "server/transport_security.h"
 
 namespace {
@@ -91,7 +93,8 @@ absl::Status ReadKvFlags(KvStoreConfig& kv, int64_t max_session_tokens) {
   kv.cache_steps = absl::GetFlag(FLAGS_cache_steps);
   kv.dense_layers = absl::GetFlag(FLAGS_dense_layers);
   kv.max_tokens = max_session_tokens;
-  return ValidateKvStoreConfig(kv);
+  // dense_layers is checked against the model once it is loaded.
+  return ValidateKv(kv, std::numeric_limits<int>::max());
 }
 
 absl::Status ReadLimitFlags(ServerLimits& l) {
@@ -131,7 +134,6 @@ absl::Status ReadSecurityFlags(ServerConfig& c) {
 }
 
 }  // namespace
-
 
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   ServerConfig c;

@@ -23,13 +23,16 @@ struct RequestRecord {
 };
 
 // Logs "rpc=... session=... code=... input_tokens=... generated_tokens=...
-// ttft_ms=... duration_ms=...[ tenant=...]" (warn level for server-side
-// failures; never credentials) and
+// ttft_ms=... duration_ms=...[ tenant=...][ message=...]" (warn level for
+// server-side failures; never credentials; session, tenant and message
+// escaped and cut by EscapeText, so client text cannot add a line) and
 // counts clusterkv_requests_total{rpc, code}. `metrics` may be null.
 void LogRequest(ServerMetrics* metrics, const RequestRecord& r,
                 const grpc::Status& status);
 
-// Log lines of the server outside requests (spdlog kept out of headers).
+// Log lines of the server outside requests (spdlog kept out of headers),
+// escaped by EscapeText (at most kMaxLogLineBytes of `message`).
+inline constexpr size_t kMaxLogLineBytes = 4096;
 void LogInfo(const std::string& message);
 void LogError(const std::string& message);
 

@@ -3,8 +3,6 @@
 #include <string>
 #include <utility>
 
-#include "absl/strings/match.h"
-
 #include "server/request_log.h"
 #include "server/service_auth.h"
 #include "server/service_convert.h"
@@ -55,15 +53,6 @@ absl::Status RequireId(const std::string& id) {
   return absl::InvalidArgumentError("session_id is required");
 }
 
-// Counts a session-count rejection of Create/Fork under the limit it names.
-void CountSessionLimit(ServerMetrics* metrics, const absl::Status& s) {
-  if (!absl::IsResourceExhausted(s) || metrics == nullptr) return;
-  constexpr absl::string_view kTenant = "tenant_max_sessions";
-  metrics->AdmissionRejected(absl::StartsWith(s.message(), kTenant)
-                                 ? std::string(kTenant)
-                                 : "max_sessions");
-}
-
 }  // namespace
 
 grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
@@ -72,7 +61,8 @@ grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
   return Unary(state_, ctx, "CreateSession", "",
                [&](const ServiceBackend& b, RequestRecord& rec) {
                  SessionOptions o;
-                 auto kv = MergeKvConfig(state_.config().kv, req->kv());
+                 auto kv = MergeKvConfig(state_.config().kv, req->kv(),
+                                         b.model->config.n_layers);
                  if (!kv.ok()) return kv.status();
                  auto sampling =
                      MergeSampling(state_.config().sampling, req->sampling(),
@@ -81,12 +71,12 @@ grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
                  o.kv = *kv;
                  o.sampling = *sampling;
                  o.idle_ttl_seconds = req->idle_ttl_seconds();
-                 o.routing_key = std::string(
-                     RoutingKeyOf(SessionIdMetadata(ctx)));
+                 o.routing_key =
+                     std::string(RoutingKeyOf(SessionIdMetadata(ctx)));
                  o.tenant = rec.tenant;
                  auto s = b.sessions->Create(o);
                  if (!s.ok()) {
-                   CountSessionLimit(state_.metrics(), s.status());
+                   CountLimitRejection(state_.metrics(), s.status());
                    return s.status();
                  }
                  rec.session_id = (*s)->id();
@@ -118,7 +108,7 @@ grpc::ServerUnaryReactor* ClusterKvService::ForkSession(
                  if (auto s = RequireId(req->session_id()); !s.ok()) return s;
                  auto child = b.sessions->Fork(req->session_id(), rec.tenant);
                  if (!child.ok()) {
-                   CountSessionLimit(state_.metrics(), child.status());
+                   CountLimitRejection(state_.metrics(), child.status());
                    return child.status();
                  }
                  FillSessionInfo(**child, resp);
@@ -175,8 +165,8 @@ grpc::ServerUnaryReactor* ClusterKvService::SnapshotSession(
                        "snapshots are off: start the server with "
                        "--snapshot-dir");
                  }
-                 auto lease = b.sessions->Acquire(req->session_id(),
-                                                  rec.tenant);
+                 auto lease =
+                     b.sessions->Acquire(req->session_id(), rec.tenant);
                  if (!lease.ok()) return lease.status();
                  auto r = b.snapshots->Save(*lease->get());
                  if (!r.ok()) return r.status();

@@ -1,9 +1,16 @@
 #include "server/service_convert.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "kernels/cpu/ops.h"
+#include "model/kv/policies/registry.h"
+#include "server/log_text.h"
 
 #ifndef CLUSTERKV_VERSION
 #define CLUSTERKV_VERSION "dev"
@@ -11,17 +18,137 @@
 
 namespace ckv::server {
 
+namespace {
+
+// Upper bound of the token-count settings (budget, window, max_tokens, ...).
+constexpr int64_t kMaxTokenSetting = int64_t{1} << 20;
+constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
+
+absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
+                        int64_t hi) {
+  if (value >= lo && value <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " must be in [", lo, ", ", hi, "], got ", value));
+}
+
+std::string PolicyNames() {
+  std::string names;
+  for (const PolicyInfo& p : RegisteredPolicies()) {
+    if (p.evaluation_only) continue;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", p.name);
+  }
+  return names;
+}
+
+std::string GqaSelectionNames() {
+  return absl::StrCat(GqaSelectionName(GqaSelection::kPerQueryHead), ", ",
+                      GqaSelectionName(GqaSelection::kPerKvHead));
+}
+
+// A set field whose value is not one of `accepted` (empty included).
+absl::Status NotOneOf(absl::string_view field, absl::string_view value,
+                      const std::string& accepted) {
+  if (value.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is set but empty; accepted values: ", accepted));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " '", EscapeText(value, kQuotedPrefixBytes),
+                   "' is unknown; accepted values: ", accepted));
+}
+
+}  // namespace
+
+absl::Status RejectMistypedFields(const google::protobuf::Message& m,
+                                  absl::string_view prefix) {
+  const auto& unknown = m.GetReflection()->GetUnknownFields(m);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const auto* field =
+        m.GetDescriptor()->FindFieldByNumber(unknown.field(i).number());
+    if (field == nullptr) continue;  // a newer client's field: ignored
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix, ".", field->name(), " (field ", field->number(),
+        ") has the wrong wire type for a ", field->cpp_type_name()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKv(const KvStoreConfig& kv, int model_layers) {
+  const struct {
+    const char* field;
+    int64_t value, lo, hi;
+  } ranges[] = {
+      {"kv.budget", kv.budget, 1, kMaxTokenSetting},
+      {"kv.sink_tokens", kv.sink_tokens, 0, kMaxTokenSetting},
+      {"kv.tokens_per_cluster", kv.tokens_per_cluster, 1, kMaxTokenSetting},
+      {"kv.window", kv.window, 1, kMaxTokenSetting},
+      {"kv.recent_tokens", kv.recent_tokens, 0, kv.budget},
+      {"kv.cache_steps", kv.cache_steps, 0, kMaxTokenSetting},
+      {"kv.dense_layers", kv.dense_layers, 0, model_layers},
+  };
+  for (const auto& r : ranges) {
+    if (auto s = CheckRange(r.field, r.value, r.lo, r.hi); !s.ok()) return s;
+  }
+  return ValidateKvStoreConfig(kv);
+}
+
+absl::Status ValidateSampling(const SamplingParams& s, int vocab_size) {
+  if (!std::isfinite(s.temperature) || s.temperature < 0.0f) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling.temperature must be finite and >= 0, got ", s.temperature));
+  }
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling.top_p must be in (0, 1], got ", s.top_p));
+  }
+  if (auto st = CheckRange("sampling.top_k", s.top_k, 0, INT32_MAX); !st.ok()) {
+    return st;
+  }
+  if (auto st =
+          CheckRange("sampling.max_tokens", s.max_tokens, 0, kMaxTokenSetting);
+      !st.ok()) {
+    return st;
+  }
+  if (auto st =
+          CheckRange("number of sampling.stop strings",
+                     static_cast<int64_t>(s.stop.size()), 0, kMaxStopStrings);
+      !st.ok()) {
+    return st;
+  }
+  for (const std::string& stop : s.stop) {
+    if (auto st =
+            CheckRange("sampling.stop string bytes",
+                       static_cast<int64_t>(stop.size()), 1, kMaxStopBytes);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return ValidateSamplingParams(s, vocab_size);
+}
+
 absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
-                                            const v1::KvConfig& p) {
+                                            const v1::KvConfig& p,
+                                            int model_layers) {
+  if (auto s = RejectMistypedFields(p, "kv"); !s.ok()) return s;
   KvStoreConfig kv = base;
-  if (!p.policy().empty()) {
+  // A server default beyond this model's layers means every layer.
+  kv.dense_layers = std::min(kv.dense_layers, model_layers);
+  if (p.has_policy()) {
     auto policy = ParseKvPolicy(p.policy());
-    if (!policy.ok()) return policy.status();
+    // Evaluation-only policies (oracle) are for clusterkv-model recall and
+    // the benchmarks, not for serving.
+    if (!policy.ok() || FindPolicy(*policy)->evaluation_only) {
+      return NotOneOf("kv.policy", p.policy(), PolicyNames());
+    }
     kv.policy = *policy;
   }
-  if (!p.gqa_selection().empty()) {
+  if (p.has_gqa_selection()) {
     auto gqa = ParseGqaSelection(p.gqa_selection());
-    if (!gqa.ok()) return gqa.status();
+    if (!gqa.ok()) {
+      return NotOneOf("kv.gqa_selection", p.gqa_selection(),
+                      GqaSelectionNames());
+    }
     kv.gqa_selection = *gqa;
   }
   if (p.has_budget()) kv.budget = p.budget();
@@ -32,7 +159,7 @@ absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
   if (p.has_recent_tokens()) kv.recent_tokens = p.recent_tokens();
   if (p.has_cache_steps()) kv.cache_steps = p.cache_steps();
   if (p.has_dense_layers()) kv.dense_layers = p.dense_layers();
-  if (auto s = ValidateKvStoreConfig(kv); !s.ok()) return s;
+  if (auto s = ValidateKv(kv, model_layers); !s.ok()) return s;
   return kv;
 }
 
@@ -55,6 +182,7 @@ void MergeSamplingExtras(const v1::SamplingParams& p, SamplingParams* s) {
 absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
                                              const v1::SamplingParams& p,
                                              int vocab_size) {
+  if (auto s = RejectMistypedFields(p, "sampling"); !s.ok()) return s;
   SamplingParams s = base;
   if (p.has_temperature()) s.temperature = p.temperature();
   if (p.has_top_k()) s.top_k = p.top_k();
@@ -64,12 +192,7 @@ absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
   if (p.has_ignore_eos()) s.ignore_eos = p.ignore_eos();
   if (p.stop_size() > 0) s.stop.assign(p.stop().begin(), p.stop().end());
   MergeSamplingExtras(p, &s);
-  for (const std::string& stop : s.stop) {
-    if (stop.empty()) {
-      return absl::InvalidArgumentError("sampling.stop: empty stop string");
-    }
-  }
-  if (auto st = ValidateSamplingParams(s, vocab_size); !st.ok()) return st;
+  if (auto st = ValidateSampling(s, vocab_size); !st.ok()) return st;
   return s;
 }
 
@@ -191,6 +314,8 @@ void FillServerInfo(const ServerConfig& config, const Model& model,
       std::max<int64_t>(0, l.max_device_kv_bytes - t.device_bytes));
   cap->set_queued_requests(engine.queued);
   ToProto(config.kv, out->mutable_default_kv());
+  out->mutable_default_kv()->set_dense_layers(
+      std::min(config.kv.dense_layers, model.config.n_layers));
   out->set_version(CLUSTERKV_VERSION);
   out->set_draining(draining);
 }

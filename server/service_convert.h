@@ -21,9 +21,27 @@ namespace ckv::server {
 
 namespace v1 = ::clusterkv::v1;
 
-// `base` with the fields set in `p` replaced; validated.
+// The range of every KV and sampling setting a request or a flag may set,
+// checked in one place: INVALID_ARGUMENT naming the field (as on the wire,
+// "kv.budget"), its range and the value. dense_layers may not exceed the
+// model's layers.
+absl::Status ValidateKv(const KvStoreConfig& kv, int model_layers);
+// With vocab_size > 0, logit_bias ids are checked against it.
+absl::Status ValidateSampling(const SamplingParams& s, int vocab_size = 0);
+
+// INVALID_ARGUMENT when `m` holds a field of a known number with the wrong
+// wire type (it would otherwise be dropped silently and the default used);
+// fields of unknown numbers (newer clients) are ignored.
+absl::Status RejectMistypedFields(const google::protobuf::Message& m,
+                                  absl::string_view prefix);
+
+// `base` with the fields set in `p` replaced; validated. A set but empty or
+// unknown policy / gqa_selection is INVALID_ARGUMENT listing the accepted
+// values. A base dense_layers beyond `model_layers` counts as all layers; a
+// requested one beyond is INVALID_ARGUMENT.
 absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
-                                            const v1::KvConfig& p);
+                                            const v1::KvConfig& p,
+                                            int model_layers);
 // With vocab_size > 0, logit_bias ids are checked against it.
 absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
                                              const v1::SamplingParams& p,

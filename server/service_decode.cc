@@ -5,9 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "server/service_convert.h"
 #include "server/service_auth.h"
+#include "server/service_convert.h"
 #include "server/service_reactors.h"
 #include "server/stream_reactor.h"
 
@@ -84,6 +83,9 @@ grpc::Status DecodeReactor::TryDecode(const v1::DecodeRequest& req) {
   if (req.session_id().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("session_id is required"));
   }
+  if (auto s = ValidateSessionId(req.session_id()); !s.ok()) {
+    return ToGrpcStatus(s);  // before tokenizing the input
+  }
   auto input = DecodeInput(*backend_.model, req);
   if (!input.ok()) return ToGrpcStatus(input.status());
   auto lease = backend_.sessions->Acquire(req.session_id(), rec_.tenant);
@@ -113,7 +115,7 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
     return ToGrpcStatus(absl::InvalidArgumentError("empty prompt"));
   }
   SessionOptions o;
-  auto kv = MergeKvConfig(config.kv, req.kv());
+  auto kv = MergeKvConfig(config.kv, req.kv(), backend_.model->config.n_layers);
   if (!kv.ok()) return ToGrpcStatus(kv.status());
   auto sampling = MergeSampling(config.sampling, req.sampling(),
                                 backend_.model->config.vocab_size);
@@ -123,13 +125,7 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
   o.tenant = rec_.tenant;
   auto session = backend_.sessions->Create(o);
   if (!session.ok()) {
-    if (session.status().code() == absl::StatusCode::kResourceExhausted &&
-        state_.metrics() != nullptr) {
-      state_.metrics()->AdmissionRejected(
-          absl::StartsWith(session.status().message(), "tenant_")
-              ? "tenant_max_sessions"
-              : "max_sessions");
-    }
+    CountLimitRejection(state_.metrics(), session.status());
     return ToGrpcStatus(session.status());
   }
   ephemeral_id_ = (*session)->id();

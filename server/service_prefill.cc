@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/service_convert.h"
 #include "server/service_auth.h"
+#include "server/service_convert.h"
 #include "server/service_reactors.h"
 #include "server/stream_reactor.h"
 
@@ -96,12 +96,13 @@ grpc::Status PrefillReactor::AcceptFirst(const v1::PrefillRequest& m) {
 }
 
 grpc::Status PrefillReactor::TooLong(int64_t need) {
-  if (state_.metrics() != nullptr) {
-    state_.metrics()->AdmissionRejected("max_prompt_tokens");
-  }
-  return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
-      "max_prompt_tokens limit exceeded: the request needs ", need,
-      ", the limit is ", state_.config().limits.max_prompt_tokens)));
+  const int64_t max = state_.config().limits.max_prompt_tokens;
+  const absl::Status s = LimitExceeded(
+      Limit::kMaxPromptTokens, max,
+      absl::StrCat("max_prompt_tokens limit exceeded: the request needs ", need,
+                   ", the limit is ", max));
+  CountLimitRejection(state_.metrics(), s);
+  return ToGrpcStatus(s);
 }
 
 grpc::Status PrefillReactor::Accept(const v1::PrefillRequest& m) {

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/limits.h"
 
 namespace ckv::server {
 
@@ -18,8 +19,7 @@ SessionManager::SessionManager(const ModelConfig& model,
       worker_(worker) {}
 
 int64_t SessionManager::HostBytesPerToken() const {
-  return int64_t{2} * 2 * shape_.head_dim * shape_.n_kv_heads *
-         shape_.n_layers;
+  return int64_t{2} * 2 * shape_.head_dim * shape_.n_kv_heads * shape_.n_layers;
 }
 
 // Ids are random (not guessable from another session's id) and unique.
@@ -33,28 +33,42 @@ absl::string_view RoutingKeyOf(absl::string_view id) {
 }
 
 absl::Status ValidateRoutingKey(absl::string_view key) {
-  const bool ok =
-      !key.empty() && key.size() <= 64 &&
-      std::all_of(key.begin(), key.end(), [](char c) {
-        return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
-               c == '-' || c == '_';
-      });
+  const bool ok = !key.empty() && key.size() <= 64 &&
+                  std::all_of(key.begin(), key.end(), [](char c) {
+                    return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                           c == '-' || c == '_';
+                  });
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(
       "x-session-id routing key must be 1-64 characters of [A-Za-z0-9_-]");
 }
 
+absl::Status ValidateSessionId(absl::string_view id) {
+  const bool ok = !id.empty() && id.size() <= kMaxSessionIdBytes &&
+                  id[0] != '.' && std::all_of(id.begin(), id.end(), [](char c) {
+                    return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                           c == '-' || c == '_' || c == '.';
+                  });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("session_id must be 1-", kMaxSessionIdBytes,
+                   " characters of [A-Za-z0-9._-] not starting with '.' (got ",
+                   id.size(), " bytes)"));
+}
+
 absl::Status SessionManager::CheckSessionLimitsLocked(
     absl::string_view tenant) const {
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_sessions limit reached (", limits_.max_sessions, " sessions)"));
+    return LimitExceeded(Limit::kMaxSessions, limits_.max_sessions,
+                         absl::StrCat("max_sessions limit reached (",
+                                      limits_.max_sessions, " sessions)"));
   }
   if (limits_.tenant_max_sessions <= 0) return absl::OkStatus();
   int of_tenant = 0;
   for (const auto& [id, s] : sessions_) of_tenant += s->tenant() == tenant;
   if (of_tenant >= limits_.tenant_max_sessions) {
-    return absl::ResourceExhaustedError(
+    return LimitExceeded(
+        Limit::kTenantMaxSessions, limits_.tenant_max_sessions,
         absl::StrCat("tenant_max_sessions limit reached (",
                      limits_.tenant_max_sessions, " sessions per tenant)"));
   }
@@ -99,6 +113,7 @@ std::shared_ptr<Session> SessionManager::Find(const std::string& id) const {
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Get(
     const std::string& id, absl::string_view tenant) {
+  if (auto valid = ValidateSessionId(id); !valid.ok()) return valid;
   std::shared_ptr<Session> s = Find(id);
   if (s == nullptr && snapshots_ != nullptr && snapshots_->Has(id)) {
     return Restore(id, tenant);
@@ -122,10 +137,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Restore(
     std::lock_guard<std::mutex> lock(mu_);
     if (auto st = CheckSessionLimitsLocked(tenant); !st.ok()) return st;
     if (total + host > limits_.max_host_kv_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "max_host_kv_bytes limit exceeded: restoring session '", id,
-          "' needs ", host, " bytes, ", total, " of ",
-          limits_.max_host_kv_bytes, " are in use"));
+      return LimitExceeded(
+          Limit::kMaxHostKvBytes, limits_.max_host_kv_bytes,
+          absl::StrCat("max_host_kv_bytes limit exceeded: restoring session '",
+                       id, "' needs ", host, " bytes, ", total, " of ",
+                       limits_.max_host_kv_bytes, " are in use"));
     }
     sessions_[id] = s;
   }
@@ -157,8 +173,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(
   if (!store.ok()) return store.status();
   std::lock_guard<std::mutex> lock(mu_);
   if (auto s = CheckSessionLimitsLocked(parent.tenant()); !s.ok()) return s;
-  std::string child_id =
-      absl::StrCat(RoutingKeyOf(parent.id()), ".", NewId());
+  std::string child_id = absl::StrCat(RoutingKeyOf(parent.id()), ".", NewId());
   auto child = std::make_shared<Session>(
       std::move(child_id), parent.id(), parent.kv(), parent.sampling(),
       parent.idle_ttl_seconds(), *std::move(store), parent.tenant());

@@ -32,8 +32,8 @@ namespace ckv::server {
 inline constexpr absl::string_view kAnonymousTenant = "";
 
 struct SessionOptions {
-  KvStoreConfig kv;            // already merged with the server defaults
-  SamplingParams sampling;     // already merged with the server defaults
+  KvStoreConfig kv;               // already merged with the server defaults
+  SamplingParams sampling;        // already merged with the server defaults
   uint32_t idle_ttl_seconds = 0;  // 0: the server's default
   // Routing key (deploy/README.md "Session affinity"): when set, the id is
   // "<routing_key>.<random>" so that a proxy hashing on the key before the
@@ -49,8 +49,14 @@ absl::string_view RoutingKeyOf(absl::string_view id);
 // INVALID_ARGUMENT unless 1..64 characters of [A-Za-z0-9_-].
 absl::Status ValidateRoutingKey(absl::string_view key);
 
+// Session ids are 1..128 bytes of [A-Za-z0-9._-], not starting with '.'
+// (what CreateSession and ForkSession make: "[routing_key.]s-<hex>").
+inline constexpr size_t kMaxSessionIdBytes = 128;
+// INVALID_ARGUMENT for anything else, quoting none of it.
+absl::Status ValidateSessionId(absl::string_view id);
+
 struct MemoryTotals {
-  int64_t host_bytes = 0;    // shared segments counted once
+  int64_t host_bytes = 0;  // shared segments counted once
   int64_t device_bytes = 0;
   int sessions = 0;
 };
@@ -63,7 +69,9 @@ class SessionManager {
   // RESOURCE_EXHAUSTED naming max_sessions (or tenant_max_sessions) when
   // full; INVALID_ARGUMENT for a bad KV config.
   absl::StatusOr<std::shared_ptr<Session>> Create(const SessionOptions& o);
-  // NOT_FOUND for an unknown (or closed) id or another tenant's session.
+  // INVALID_ARGUMENT for an id that ValidateSessionId refuses (also in
+  // Acquire, Fork and Close); NOT_FOUND for an unknown (or closed) id or
+  // another tenant's session.
   // With snapshots on, an id known only from its snapshot is restored here
   // (FAILED_PRECONDITION when the snapshot is unusable; RESOURCE_EXHAUSTED
   // naming max_sessions or max_host_kv_bytes when it does not fit).

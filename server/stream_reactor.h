@@ -157,10 +157,7 @@ grpc::Status StreamReactor<Base, Response>::SubmitJob(
   if (!handle.ok()) {
     refs_.fetch_sub(1);  // the gRPC reference keeps us alive
     ticket_.reset();
-    if (handle.status().code() == absl::StatusCode::kResourceExhausted &&
-        state_.metrics() != nullptr) {
-      state_.metrics()->AdmissionRejected("max_queued_requests");
-    }
+    CountLimitRejection(state_.metrics(), handle.status());
     return ToGrpcStatus(handle.status());
   }
   bool cancel = false;

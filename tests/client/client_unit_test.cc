@@ -13,6 +13,8 @@
 #include "client/progress.h"
 #include "client/rpc_client.h"
 #include "client/text_stream.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
 
 namespace ckv::client {
@@ -20,6 +22,39 @@ namespace {
 
 const std::string kEuro = "\xE2\x82\xAC";       // U+20AC, 3 bytes
 const std::string kEmoji = "\xF0\x9F\x98\x80";  // U+1F600, 4 bytes
+
+// grpc-status-details-bin as the server sends it for a limit rejection.
+TEST(ErrorDetailsTest, FromGrpcKeepsErrorInfoAndRetryInfo) {
+  google::rpc::Status details;
+  details.set_code(8);
+  details.set_message("max_sessions limit reached (2 sessions)");
+  google::rpc::ErrorInfo info;
+  info.set_reason("MAX_SESSIONS");
+  info.set_domain("clusterkv.v1");
+  (*info.mutable_metadata())["limit"] = "max_sessions";
+  details.add_details()->PackFrom(info);
+  google::rpc::RetryInfo retry;
+  retry.mutable_retry_delay()->set_seconds(5);
+  retry.mutable_retry_delay()->set_nanos(500000000);
+  details.add_details()->PackFrom(retry);
+  const absl::Status s =
+      FromGrpc(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            details.message(), details.SerializeAsString()));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), details.message());
+  const auto d = ErrorDetailsOf(s);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->reason, "MAX_SESSIONS");
+  EXPECT_EQ(d->domain, "clusterkv.v1");
+  EXPECT_EQ(d->metadata.at("limit"), "max_sessions");
+  EXPECT_DOUBLE_EQ(d->retry_delay_seconds, 5.5);
+  EXPECT_EQ(DescribeErrorDetails(s),
+            " (reason MAX_SESSIONS, retry after 5.5 s)");
+  const absl::Status plain =
+      FromGrpc(grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown session"));
+  EXPECT_FALSE(ErrorDetailsOf(plain).has_value());
+  EXPECT_EQ(DescribeErrorDetails(plain), "");
+}
 
 TEST(Utf8Test, CompletePrefixLeavesOutIncompleteTail) {
   EXPECT_EQ(CompleteUtf8Prefix("abc"), 3u);

@@ -78,7 +78,7 @@ void Sampling(const v1::SamplingParams& p) {
 }
 
 void Kv(const v1::KvConfig& p) {
-  Expect(MergeKvConfig(ckv::KvStoreConfig{}, p).status());
+  Expect(MergeKvConfig(ckv::KvStoreConfig{}, p, /*model_layers=*/4).status());
 }
 
 void Session(const std::string& id) {

@@ -100,8 +100,8 @@ class EngineLoopTest : public ::testing::Test {
   }
 
   JobResult Run(const std::string& id, std::vector<int32_t> input,
-                AppendKind kind, bool generate, int max_tokens,
-                Collector* c) {
+                AppendKind kind, bool generate, int max_tokens, Collector* c,
+                bool ignore_eos = false) {
     auto lease = sessions_.Acquire(id);
     EXPECT_TRUE(lease.ok()) << lease.status();
     JobSpec spec;
@@ -110,6 +110,7 @@ class EngineLoopTest : public ::testing::Test {
     spec.kind = kind;
     spec.generate = generate;
     spec.sampling.max_tokens = max_tokens;
+    spec.sampling.ignore_eos = ignore_eos;
     spec.callbacks = c->Callbacks();
     EXPECT_TRUE(engine_.Submit(std::move(spec)).ok());
     c->Wait();
@@ -146,9 +147,9 @@ std::vector<int32_t> Reference(const std::vector<int32_t>& doc,
     if (m.tokenizer->IsEndOfGeneration(t)) break;
     out.push_back(t);
     if (i + 1 == max_tokens) break;
-    SequenceInput step = MakeInput(absl::MakeConstSpan(&out.back(), 1),
-                                   &store, LogitsMode::kLast, &logits,
-                                   AppendKind::kGenerated);
+    SequenceInput step =
+        MakeInput(absl::MakeConstSpan(&out.back(), 1), &store,
+                  LogitsMode::kLast, &logits, AppendKind::kGenerated);
     EXPECT_TRUE(tf.Forward(absl::MakeSpan(&step, 1)).ok());
   }
   return out;
@@ -175,8 +176,7 @@ TEST_F(EngineLoopTest, ConcurrentSessionsMatchSequentialRuns) {
   for (int s = 0; s < 4; ++s) {
     ids.push_back(NewSession());
     Collector c;
-    Run(ids.back(), Tokens(100 + 20 * s, s), AppendKind::kPrompt, false, 0,
-        &c);
+    Run(ids.back(), Tokens(100 + 20 * s, s), AppendKind::kPrompt, false, 0, &c);
     sequential.push_back(Reference(Tokens(100 + 20 * s, s), Tokens(5, s), 10));
   }
   std::vector<Collector> cs(4);
@@ -274,14 +274,52 @@ TEST_F(EngineLoopTest, CancellationRestoresTheSession) {
   EXPECT_FALSE((*session)->busy());
 }
 
+// Every streamed token is in the session when the job reports: N calls of
+// one token each (the later ones continuing from the session's logits)
+// stream what one call of N tokens streams, and each call's session_tokens
+// is the tokens before + input + generated.
+TEST_F(EngineLoopTest, OneTokenCallsEqualOneLongCall) {
+  constexpr int kN = 60;  // crosses the window: segments close meanwhile
+  const auto doc = Tokens(120, 9), question = Tokens(4, 3);
+  const std::string root = NewSession();
+  Collector pre;
+  Run(root, doc, AppendKind::kPrompt, false, 0, &pre);
+  auto whole_session = sessions_.Fork(root);
+  ASSERT_TRUE(whole_session.ok());
+  Collector whole;
+  const JobResult r = Run((*whole_session)->id(), question,
+                          AppendKind::kGenerated, true, kN, &whole, true);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(whole.tokens.size(), size_t{kN});
+  EXPECT_EQ(r.session_tokens, 120 + 4 + kN);
+  auto split = sessions_.Fork(root);
+  ASSERT_TRUE(split.ok());
+  std::vector<int32_t> tokens;
+  int64_t expected = 120;
+  for (int i = 0; i < kN; ++i) {
+    Collector one;
+    const auto input = i == 0 ? question : std::vector<int32_t>();
+    const JobResult step =
+        Run((*split)->id(), input, AppendKind::kGenerated, true, 1, &one, true);
+    ASSERT_TRUE(step.status.ok()) << step.status;
+    ASSERT_EQ(one.tokens.size(), 1u);
+    tokens.push_back(one.tokens[0]);
+    expected += static_cast<int64_t>(input.size()) + 1;
+    EXPECT_EQ(step.session_tokens, expected) << "call " << i;
+    EXPECT_EQ((*split)->stats().tokens, expected);
+  }
+  EXPECT_EQ(tokens, whole.tokens);
+}
+
 TEST_F(EngineLoopTest, BadInputFailsOnlyItsJob) {
   const std::string id = NewSession();
   Collector c;
-  const JobResult r = Run(id, {1, 2, 100000}, AppendKind::kPrompt, false, 0, &c);
+  const JobResult r =
+      Run(id, {1, 2, 100000}, AppendKind::kPrompt, false, 0, &c);
   EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument);
   Collector ok;
-  EXPECT_TRUE(Run(id, Tokens(20, 1), AppendKind::kPrompt, false, 0, &ok)
-                  .status.ok());
+  EXPECT_TRUE(
+      Run(id, Tokens(20, 1), AppendKind::kPrompt, false, 0, &ok).status.ok());
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/rpc_client.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/auth.h"
 #include "server/server_runner.h"
@@ -550,6 +551,75 @@ TEST(ProcessTest, SighupReloadsTokensAndTheLogHasNoToken) {
   EXPECT_NE(text.find("tokens reloaded"), std::string::npos) << text;
   EXPECT_EQ(text.find(kTokenA), std::string::npos) << text;
   EXPECT_EQ(text.find(kTokenB), std::string::npos) << text;
+}
+
+// Client-controlled text in a real server's log: a session id or a policy
+// carrying a newline and a forged log line, a bidi override (U+202E) and a
+// 1 MiB id. Each is INVALID_ARGUMENT with a short message, and the log has
+// no forged line, no raw control or bidi character and no huge line.
+TEST(ProcessTest, ClientTextCannotForgeOrFloodTheLog) {
+  const std::string log = ckv::testing::TempPath("inject_server.log");
+  const pid_t pid =
+      Spawn({CLUSTERKV_SERVER_BIN, "--model", ModelPath(), "--listen",
+             "127.0.0.1:0", "--metrics-address=", "--threads", "1"},
+            log);
+  const int port = WaitForPort(log);
+  ASSERT_GT(port, 0) << ReadText(log);
+  auto stub = pb::ClusterKv::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  const std::string forged =
+      "\n[2026-01-01 00:00:00.000] [info] rpc=FORGED session=- code=OK";
+  const std::string hostile[] = {"x" + forged,
+                                 "s-\xe2\x80\xae"
+                                 "fdp.exe",
+                                 std::string(1 << 20, 'A'), "x\r\x1b[2J"};
+  for (const std::string& id : hostile) {
+    grpc::ClientContext ctx;
+    pb::GetSessionRequest req;
+    req.set_session_id(id);
+    pb::SessionInfo info;
+    const grpc::Status s = stub->GetSession(&ctx, req, &info);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << s.error_message();
+    EXPECT_LT(s.error_message().size(), 200u);
+    grpc::ClientContext dctx;
+    pb::DecodeRequest dreq;
+    dreq.set_session_id(id);
+    pb::DecodeResponse r;
+    auto reader = stub->Decode(&dctx, dreq);
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  grpc::ClientContext cctx;
+  pb::CreateSessionRequest create;
+  create.mutable_kv()->set_policy("x" + forged + "\xe2\x80\xae" +
+                                  std::string(5000, 'p'));
+  pb::SessionInfo info;
+  const grpc::Status s = stub->CreateSession(&cctx, create, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(s.error_message().size(), 300u);
+  EXPECT_EQ(s.error_message().find('\n'), std::string::npos);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const std::string text = ReadText(log);
+  EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << text;
+  EXPECT_NE(text.find("session=x\\x0a[2026-01-01\\x2000:00"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("\xe2\x80\xae"), std::string::npos);
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_NE(text.find("\\u{202E}"), std::string::npos) << text;
+  size_t longest = 0, rejected = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    longest = std::max(longest, line.size());
+    rejected += line.find("code=INVALID_ARGUMENT") != std::string::npos;
+  }
+  EXPECT_LT(longest, 1000u);
+  EXPECT_EQ(rejected, 2 * std::size(hostile) + 1) << text;
 }
 
 // The clusterkv CLI with every security flag against a mutual-TLS server

@@ -7,8 +7,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "clusterkv/v1/clusterkv.grpc.pb.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -16,9 +19,9 @@
 #include "model/model.h"
 #include "server/metrics.h"
 #include "server/server_runner.h"
-#include "tests/server/small_server_config.h"
 #include "server/service_convert.h"
 #include "tests/model/test_util.h"
+#include "tests/server/small_server_config.h"
 
 namespace ckv::server {
 namespace {
@@ -321,12 +324,32 @@ TEST_F(ServiceTest, InvalidArguments) {
   bad_sampling.mutable_sampling()->set_top_p(1.5f);
   EXPECT_EQ(Decode(bad_sampling).status.error_code(),
             StatusCode::INVALID_ARGUMENT);
+  bad_sampling.mutable_sampling()->set_top_p(0.9f);
+  bad_sampling.mutable_sampling()->set_top_k(-3);
+  EXPECT_EQ(Decode(bad_sampling).status.error_code(),
+            StatusCode::INVALID_ARGUMENT);
   v1::CreateSessionRequest bad_kv;
   bad_kv.mutable_kv()->set_policy("nonsense");
   ClientContext ctx;
   v1::SessionInfo info;
   EXPECT_EQ(stub_->CreateSession(&ctx, bad_kv, &info).error_code(),
             StatusCode::INVALID_ARGUMENT);
+  for (auto set : {+[](v1::CreateSessionRequest* r) {
+                     r->mutable_sampling()->set_top_k(-3);
+                   },
+                   +[](v1::CreateSessionRequest* r) {
+                     r->mutable_kv()->set_dense_layers(Spec().layers + 1);
+                   },
+                   +[](v1::CreateSessionRequest* r) {
+                     r->mutable_kv()->set_policy("");
+                   }}) {
+    v1::CreateSessionRequest req;
+    set(&req);
+    ClientContext c;
+    EXPECT_EQ(stub_->CreateSession(&c, req, &info).error_code(),
+              StatusCode::INVALID_ARGUMENT)
+        << req.ShortDebugString();
+  }
   // Mixed text and ids in one Prefill call; a first message without id.
   {
     ClientContext c;
@@ -373,10 +396,32 @@ TEST_F(ServiceTest, InvalidUtf8IsRefused) {
   EXPECT_EQ(IdleInfo(id).tokens(), 0);
 }
 
+// RESOURCE_EXHAUSTED naming the limit in its message and, as data, in
+// google.rpc.ErrorInfo (and RetryInfo for limits that free up) in the
+// grpc-status-details-bin details.
 void ExpectExhausted(const grpc::Status& s, const std::string& limit) {
   EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED) << limit;
   EXPECT_NE(s.error_message().find(limit), std::string::npos)
       << s.error_message();
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(s.error_details())) << limit;
+  EXPECT_EQ(details.code(), static_cast<int>(StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_EQ(details.message(), s.error_message());
+  google::rpc::ErrorInfo info;
+  bool retry = false;
+  for (const auto& any : details.details()) {
+    if (any.Is<google::rpc::ErrorInfo>()) {
+      ASSERT_TRUE(any.UnpackTo(&info));
+    }
+    retry = retry || any.Is<google::rpc::RetryInfo>();
+  }
+  EXPECT_EQ(info.reason(), absl::AsciiStrToUpper(limit));
+  EXPECT_EQ(info.domain(), "clusterkv.v1");
+  EXPECT_EQ(info.metadata().at("limit"), limit);
+  EXPECT_FALSE(info.metadata().at("max").empty());
+  EXPECT_EQ(retry,
+            limit != "max_prompt_tokens" && limit != "max_session_tokens")
+      << limit;
 }
 
 TEST_F(ServiceTest, LimitsAreResourceExhaustedNamingTheLimit) {

@@ -357,7 +357,45 @@ void Worker::DoPrefillBadUtf8(Owned& s) {
 // ---- decode
 // ------------------------------------------------------------------
 
+// Several Decode calls in a row on one session (turns of a conversation,
+// some continuing with no input): after each, the session holds exactly the
+// tokens before + input + generated.
+void Worker::DoMultiTurnDecode(Owned& s) {
+  v1::SessionInfo info;
+  if (!Record("decode_turns", "GetSession", GetSession(*stub_, s.id, &info),
+              {kOk})) {
+    return;
+  }
+  int64_t tokens = info.tokens();
+  for (int turn = Uniform(2, 4); turn > 0; --turn) {
+    v1::DecodeRequest req;
+    req.set_session_id(s.id);
+    if (tokens == 0 || Chance(0.5)) req.set_text(RandomText(Uniform(2, 30)));
+    req.mutable_sampling()->set_max_tokens(Uniform(1, 16));
+    const StreamResult r = Decode(*stub_, req);
+    Record("decode_turns", "Decode", r.status, {kOk, kExhausted});
+    tally_.generated_tokens += static_cast<int64_t>(r.ids.size());
+    if (!r.status.ok()) break;
+    const int64_t expected =
+        tokens + r.input_tokens + static_cast<int64_t>(r.ids.size());
+    if (r.session_tokens != expected) {
+      Fail("decode_turns",
+           absl::StrCat("session_tokens ", r.session_tokens, " != before ",
+                        tokens, " + input ", r.input_tokens, " + generated ",
+                        r.ids.size()));
+    }
+    tokens = s.tokens = r.session_tokens;
+  }
+  if (Record("decode_turns", "GetSession", GetSession(*stub_, s.id, &info),
+             {kOk}) &&
+      info.tokens() != tokens) {
+    Fail("decode_turns", absl::StrCat("GetSession tokens ", info.tokens(),
+                                      " != ", tokens, " after the turns"));
+  }
+}
+
 void Worker::DoDecode(Owned& s, Action kind) {
+  if (kind == Action::kDecode && Chance(0.4)) return DoMultiTurnDecode(s);
   v1::DecodeRequest req;
   req.set_session_id(s.id);
   if (s.tokens == 0 || Chance(0.4)) req.set_text(RandomText(Uniform(2, 40)));

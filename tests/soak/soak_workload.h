@@ -103,6 +103,7 @@ class Worker {
   void DoPrefillHuge(Owned& s);
   void DoPrefillBadUtf8(Owned& s);
   void DoDecode(Owned& s, Action kind);
+  void DoMultiTurnDecode(Owned& s);
   void DoDecodeInvalid(Owned& s);
   void DoFork(Owned& s);
   void DoGet(Owned& s);
