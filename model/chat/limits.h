@@ -18,7 +18,7 @@ struct TemplateLimits {
   // Deepest list/dict nesting of a value.
   int max_value_depth = 128;
   // Loop iterations over the whole render.
-  int64_t max_loop_iterations = 1'000'000;
+  int64_t max_loop_iterations = 250'000;
   // Expression tree height and block nesting of the template source.
   int max_nesting = 64;
   // Macro calls active at once (recursion depth).

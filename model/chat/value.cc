@@ -237,8 +237,15 @@ absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& j, int depth) {
 
 Value Value::Undefined(std::string name) {
   Value v;
-  v.s_ = std::make_shared<const std::string>(std::move(name));
+  if (!name.empty()) {
+    v.obj_ = std::make_shared<const std::string>(std::move(name));
+  }
   return v;
+}
+
+const std::string& Value::undefined_name() const {
+  static const std::string* const kEmpty = new std::string();
+  return obj_ ? Get<std::string>() : *kEmpty;
 }
 Value Value::None() {
   Value v;
@@ -267,7 +274,7 @@ Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
   v.weight_ = 1 + static_cast<int64_t>(s.size());
-  v.s_ = std::make_shared<const std::string>(std::move(s));
+  v.obj_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 
@@ -287,7 +294,7 @@ Value Value::MakeList(List items, bool is_tuple) {
     v.weight_ = AddWeight(v.weight_, item.weight_);
   }
   if (items.empty()) v.depth_ = 1;
-  v.list_ = std::make_shared<const List>(std::move(items));
+  v.obj_ = std::make_shared<const List>(std::move(items));
   return v;
 }
 Value Value::MakeDict(Dict d) {
@@ -298,7 +305,7 @@ Value Value::MakeDict(Dict d) {
     v.depth_ = std::max(v.depth_, item.depth_ + 1);
     v.weight_ = AddWeight(v.weight_, AddWeight(key.weight_, item.weight_));
   }
-  v.dict_ = std::make_shared<const Dict>(std::move(d));
+  v.obj_ = std::make_shared<const Dict>(std::move(d));
   return v;
 }
 Value Value::Namespace(Dict* ns) {
@@ -314,7 +321,7 @@ Value Value::Function(
         fn) {
   Value v;
   v.kind_ = Kind::kCallable;
-  v.fn_ = std::make_shared<const Callable>(
+  v.obj_ = std::make_shared<const Callable>(
       Callable{std::move(name), std::move(fn)});
   return v;
 }
@@ -330,11 +337,11 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return f_ != 0;
     case Kind::kString:
-      return !s_->empty();
+      return !str().empty();
     case Kind::kList:
-      return !list_->empty();
+      return !list().empty();
     case Kind::kDict:
-      return !dict_->entries.empty();
+      return !dict().entries.empty();
     default:
       return true;
   }
@@ -345,7 +352,7 @@ std::string Value::ToString() const {
     case Kind::kUndefined:
       return "";
     case Kind::kString:
-      return *s_;
+      return str();
     default:
       return Repr();
   }
@@ -366,21 +373,21 @@ std::string Value::ReprNested(bool nested) const {
     case Kind::kFloat:
       return FloatRepr(f_);
     case Kind::kString:
-      return StringRepr(*s_);
+      return StringRepr(str());
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
+      for (size_t i = 0; i < list().size(); ++i) {
         if (i > 0) out += ", ";
-        out += (*list_)[i].ReprNested(true);
+        out += (list())[i].ReprNested(true);
       }
-      if (tuple_ && list_->size() == 1) out += ",";
+      if (tuple_ && list().size() == 1) out += ",";
       out += tuple_ ? ")" : "]";
       return out;
     }
     case Kind::kDict:
     case Kind::kNamespace: {
       if (kind_ == Kind::kNamespace && nested) return "<Namespace>";
-      const Dict& d = kind_ == Kind::kDict ? *dict_ : *ns_;
+      const Dict& d = kind_ == Kind::kDict ? dict() : *ns_;
       std::string out = kind_ == Kind::kDict ? "{" : "<Namespace {";
       bool first = true;
       for (const auto& [k, v] : d.entries) {
@@ -392,7 +399,7 @@ std::string Value::ReprNested(bool nested) const {
       return out;
     }
     case Kind::kCallable:
-      return "<function " + fn_->name + ">";
+      return "<function " + callable().name + ">";
   }
   return "";
 }
@@ -423,9 +430,36 @@ std::string Value::TypeName() const {
   return "object";
 }
 
+namespace {
+
+// Python's key equality for hashable scalars (1 == 1.0 == True).
+bool SameKey(const Value& a, const Value& b) {
+  if (a.is_string() || b.is_string()) {
+    return a.is_string() && b.is_string() && a.str() == b.str();
+  }
+  return Equals(a, b);
+}
+
+}  // namespace
+
 absl::Status Dict::Set(const Value& key, Value value) {
   auto k = KeyOf(key);
   if (!k.ok()) return k.status();
+  if (entries.size() < kIndexFrom) {
+    for (auto& [existing, v] : entries) {
+      if (SameKey(existing, key)) {
+        v = std::move(value);
+        return absl::OkStatus();
+      }
+    }
+    entries.emplace_back(key, std::move(value));
+    if (entries.size() == kIndexFrom) {
+      for (size_t i = 0; i < entries.size(); ++i) {
+        index.emplace(*KeyOf(entries[i].first), i);
+      }
+    }
+    return absl::OkStatus();
+  }
   auto [it, inserted] = index.try_emplace(*k, entries.size());
   if (inserted) {
     entries.emplace_back(key, std::move(value));
@@ -436,6 +470,12 @@ absl::Status Dict::Set(const Value& key, Value value) {
 }
 
 const Value* Dict::Find(const Value& key) const {
+  if (entries.size() < kIndexFrom) {
+    for (const auto& [existing, v] : entries) {
+      if (SameKey(existing, key)) return &v;
+    }
+    return nullptr;
+  }
   auto k = KeyOf(key);
   if (!k.ok()) return nullptr;
   auto it = index.find(*k);
@@ -443,6 +483,12 @@ const Value* Dict::Find(const Value& key) const {
 }
 
 const Value* Dict::Find(std::string_view key) const {
+  if (entries.size() < kIndexFrom) {
+    for (const auto& [existing, v] : entries) {
+      if (existing.is_string() && existing.str() == key) return &v;
+    }
+    return nullptr;
+  }
   auto it = index.find(absl::StrCat("s", AV(key)));
   return it == index.end() ? nullptr : &entries[it->second].second;
 }

@@ -77,13 +77,13 @@ class Value {
   double number() const {
     return kind_ == Kind::kFloat ? f_ : static_cast<double>(i_);
   }
-  const std::string& str() const { return *s_; }
-  const List& list() const { return *list_; }
-  const Dict& dict() const { return *dict_; }
+  const std::string& str() const { return Get<std::string>(); }
+  const List& list() const { return Get<List>(); }
+  const Dict& dict() const { return Get<Dict>(); }
   Dict* ns() const { return ns_; }
-  const Callable& callable() const { return *fn_; }
+  const Callable& callable() const { return Get<Callable>(); }
   // Name of an undefined value (for error messages), may be empty.
-  const std::string& undefined_name() const { return *s_; }
+  const std::string& undefined_name() const;
   // Container nesting (0 for scalars) and weight: string bytes plus one per
   // item of the value written out as a tree (shared parts counted each time
   // they appear). Repr, ToJson and Equals cost O(weight).
@@ -103,24 +103,32 @@ class Value {
  private:
   std::string ReprNested(bool nested) const;
 
+  template <typename T>
+  const T& Get() const {
+    return *static_cast<const T*>(obj_.get());
+  }
+
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
   int depth_ = 0;
   int64_t weight_ = 1;
-  int64_t i_ = 0;
-  double f_ = 0;
-  std::shared_ptr<const std::string> s_;
-  std::shared_ptr<const List> list_;
-  std::shared_ptr<const Dict> dict_;
-  Dict* ns_ = nullptr;
-  std::shared_ptr<const Callable> fn_;
+  union {
+    int64_t i_ = 0;
+    double f_;
+    Dict* ns_;
+  };
+  // The string (also an undefined value's name), list, dict or callable.
+  std::shared_ptr<const void> obj_;
 };
 
 // An insertion-ordered Python dict. Keys are scalars (str, int, float, bool,
-// None); 1, 1.0 and True are the same key, as in Python.
+// None); 1, 1.0 and True are the same key, as in Python. Small dicts are
+// searched linearly; larger ones keep an index.
 struct Dict {
   std::vector<std::pair<Value, Value>> entries;
-  absl::flat_hash_map<std::string, size_t> index;  // KeyOf(key) -> entry
+  // Key identity -> entry, only once entries.size() > kIndexFrom.
+  absl::flat_hash_map<std::string, size_t> index;
+  static constexpr size_t kIndexFrom = 16;
 
   // Inserts or replaces; error when the key is not hashable.
   absl::Status Set(const Value& key, Value value);
