@@ -196,7 +196,8 @@ class Interpreter {
         return Append(s.text, out);
       case Stmt::Kind::kOutput: {
         CKV_ASSIGN(v, Eval(*s.expr, scope));
-        CKV_TRY(budget_.Charge(v.weight()));
+        if (v.is_string()) return Append(v.str(), out);
+        CKV_TRY(budget_.Charge(v.weight()));  // repr() of a container
         return Append(v.ToString(), out);
       }
       case Stmt::Kind::kIf:

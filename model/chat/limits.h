@@ -12,8 +12,8 @@ namespace ckv::chat {
 struct TemplateLimits {
   // Longest rendered text, and longest string any expression may build.
   int64_t max_output_bytes = int64_t{8} << 20;
-  // Largest value (string bytes + items, shared parts counted each time
-  // they appear) an expression may build. Inputs count too.
+  // Largest value (Value::weight(): about its bytes written out as a tree)
+  // an expression may build. The messages count too.
   int64_t max_value_weight = int64_t{32} << 20;
   // Deepest list/dict nesting of a value.
   int max_value_depth = 128;

@@ -273,7 +273,7 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.weight_ = 1 + static_cast<int64_t>(s.size());
+  v.weight_ = kItemWeight + static_cast<int64_t>(s.size());
   v.obj_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }

@@ -84,9 +84,11 @@ class Value {
   const Callable& callable() const { return Get<Callable>(); }
   // Name of an undefined value (for error messages), may be empty.
   const std::string& undefined_name() const;
-  // Container nesting (0 for scalars) and weight: string bytes plus one per
-  // item of the value written out as a tree (shared parts counted each time
-  // they appear). Repr, ToJson and Equals cost O(weight).
+  // Container nesting (0 for scalars) and weight: about the bytes the value
+  // would take written out as a tree (kItemWeight per value plus string
+  // bytes; shared parts counted each time they appear). Repr, ToJson and
+  // Equals cost O(weight).
+  static constexpr int64_t kItemWeight = 48;
   int depth() const { return depth_; }
   int64_t weight() const { return weight_; }
 
@@ -111,7 +113,7 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
   int depth_ = 0;
-  int64_t weight_ = 1;
+  int64_t weight_ = kItemWeight;
   union {
     int64_t i_ = 0;
     double f_;
