@@ -204,12 +204,13 @@ absl::StatusOr<Value> Sort(const Value& v, const CallArgs& a, Budget* budget,
   List out;
   if (unique) {
     std::vector<Value> seen;
-    for (auto& [k, item] : keyed) {
+    for (const auto& entry : keyed) {
+      const Value& k = entry.first;
       if (std::none_of(seen.begin(), seen.end(),
                        [&](const Value& s) { return Equals(s, k); })) {
         if (auto st = budget->Charge(seen.size()); !st.ok()) return st;
         seen.push_back(k);
-        out.push_back(item);
+        out.push_back(entry.second);
       }
     }
     return Value::MakeList(std::move(out));
