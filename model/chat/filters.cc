@@ -68,19 +68,27 @@ absl::StatusOr<Value> Length(const Value& v) {
   }
 }
 
+// transformers' tojson(x, ensure_ascii=False, indent=None, separators=None,
+// sort_keys=False); separators are not supported.
 absl::StatusOr<Value> ToJsonFilter(const Value& v, const CallArgs& a,
                                    Budget* budget) {
-  const Value indent = Arg(a, 0, "indent");
-  int width = -1;
+  const Value indent = Arg(a, 1, "indent");
+  JsonOptions options;
   if (indent.kind() == K::kInt) {
-    width = static_cast<int>(std::clamp<int64_t>(indent.int_value(), 0, 64));
+    options.indent =
+        static_cast<int>(std::clamp<int64_t>(indent.int_value(), 0, 64));
   } else if (!indent.is_undefined() && !indent.is_none()) {
     return FilterError("tojson", "indent must be an integer");
   }
-  if (auto st = budget->Charge(v.weight() * (width > 0 ? 8 : 1)); !st.ok()) {
-    return st;
+  options.ensure_ascii = Arg(a, 0, "ensure_ascii").Truthy();
+  options.sort_keys = Arg(a, 3, "sort_keys").Truthy();
+  if (!Arg(a, 2, "separators").is_undefined() &&
+      !Arg(a, 2, "separators").is_none()) {
+    return FilterError("tojson", "separators are not supported");
   }
-  auto json = ToJson(v, width);
+  const int64_t expand = options.indent > 0 ? 8 : 1;
+  if (auto st = budget->Charge(v.weight() * expand); !st.ok()) return st;
+  auto json = ToJson(v, options);
   if (!json.ok()) return json.status();
   if (auto st = budget->CheckStringSize(json->size()); !st.ok()) return st;
   return Value::String(*std::move(json));

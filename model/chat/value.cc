@@ -62,9 +62,37 @@ std::string StringRepr(const std::string& s) {
   return out;
 }
 
-void JsonString(const std::string& s, std::string* out) {
+void AppendEscapedCodePoints(const std::string& s, size_t* i,
+                             std::string* out) {
+  // One non-ASCII character as \uXXXX (a surrogate pair above U+FFFF).
+  const unsigned char c = s[*i];
+  const size_t n = (c >> 5) == 6    ? 2
+                   : (c >> 4) == 14 ? 3
+                   : (c >> 3) == 30 ? 4
+                                    : 1;
+  uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+  size_t k = 1;
+  for (; k < n && *i + k < s.size(); ++k) cp = (cp << 6) | (s[*i + k] & 0x3F);
+  *i += k - 1;
+  char buf[16];
+  if (cp >= 0x10000) {
+    cp -= 0x10000;
+    std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xD800 + (cp >> 10),
+                  0xDC00 + (cp & 0x3FF));
+  } else {
+    std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+  }
+  *out += buf;
+}
+
+void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
   *out += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = s[i];
+    if (ensure_ascii && c >= 0x80) {
+      AppendEscapedCodePoints(s, &i, out);
+      continue;
+    }
     switch (c) {
       case '"':
         *out += "\\\"";
@@ -100,8 +128,9 @@ void JsonString(const std::string& s, std::string* out) {
   *out += '"';
 }
 
-absl::Status JsonAppend(const Value& v, int indent, int level,
+absl::Status JsonAppend(const Value& v, const JsonOptions& o, int level,
                         std::string* out) {
+  const int indent = o.indent;
   if (level > 256) return absl::InvalidArgumentError("tojson: too deep");
   const auto newline = [&](int lvl) {
     if (indent < 0) return;
@@ -127,7 +156,7 @@ absl::Status JsonAppend(const Value& v, int indent, int level,
       return absl::OkStatus();
     }
     case Value::Kind::kString:
-      JsonString(v.str(), out);
+      JsonString(v.str(), o.ensure_ascii, out);
       return absl::OkStatus();
     case Value::Kind::kList: {
       if (v.list().empty()) {
@@ -140,7 +169,7 @@ absl::Status JsonAppend(const Value& v, int indent, int level,
         if (!first) *out += item_sep;
         first = false;
         newline(level + 1);
-        if (auto s = JsonAppend(item, indent, level + 1, out); !s.ok()) {
+        if (auto s = JsonAppend(item, o, level + 1, out); !s.ok()) {
           return s;
         }
       }
@@ -155,7 +184,17 @@ absl::Status JsonAppend(const Value& v, int indent, int level,
       }
       *out += '{';
       bool first = true;
-      for (const auto& [key, item] : v.dict().entries) {
+      std::vector<const std::pair<Value, Value>*> entries;
+      for (const auto& entry : v.dict().entries) entries.push_back(&entry);
+      if (o.sort_keys) {
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const auto* a, const auto* b) {
+                           return a->first.Repr() < b->first.Repr();
+                         });
+      }
+      for (const auto* entry : entries) {
+        const Value& key = entry->first;
+        const Value& item = entry->second;
         if (!first) *out += item_sep;
         first = false;
         newline(level + 1);
@@ -164,13 +203,14 @@ absl::Status JsonAppend(const Value& v, int indent, int level,
         std::string key_text;
         if (key.is_string()) {
           key_text = key.str();
-        } else if (auto k = JsonAppend(key, -1, level + 1, &key_text);
+        } else if (auto k =
+                       JsonAppend(key, JsonOptions{}, level + 1, &key_text);
                    !k.ok()) {
           return k;
         }
-        JsonString(key_text, out);
+        JsonString(key_text, o.ensure_ascii, out);
         *out += ": ";
-        if (auto s = JsonAppend(item, indent, level + 1, out); !s.ok()) {
+        if (auto s = JsonAppend(item, o, level + 1, out); !s.ok()) {
           return s;
         }
       }
@@ -554,9 +594,9 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
                    a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
-absl::StatusOr<std::string> ToJson(const Value& v, int indent) {
+absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options) {
   std::string out;
-  if (auto s = JsonAppend(v, indent, 0, &out); !s.ok()) return s;
+  if (auto s = JsonAppend(v, options, 0, &out); !s.ok()) return s;
   return out;
 }
 

@@ -151,10 +151,15 @@ bool Equals(const Value& a, const Value& b);
 // Python a < b; TypeError for kinds Python cannot order.
 absl::StatusOr<bool> Less(const Value& a, const Value& b);
 
-// json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=False):
-// indent < 0 means None (separators ", " and ": "). TypeError for undefined,
-// namespaces and callables.
-absl::StatusOr<std::string> ToJson(const Value& v, int indent);
+struct JsonOptions {
+  int indent = -1;  // < 0: None (separators ", " and ": ")
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+};
+// json.dumps(v, indent=..., ensure_ascii=..., sort_keys=...). TypeError for
+// undefined, namespaces and callables.
+absl::StatusOr<std::string> ToJson(const Value& v,
+                                   const JsonOptions& options = {});
 
 // Python float repr (shortest round-trip form: 1.0, 0.1, 1e+16, inf, nan).
 std::string FloatRepr(double d);

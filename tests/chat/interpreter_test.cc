@@ -129,14 +129,14 @@ TEST(ValueTest, ReprAndJson) {
   auto v = ValueFromJson(R"({"a": [1, 2.5, null, true, "x'y"], "b": {}})");
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(v->Repr(), "{'a': [1, 2.5, None, True, \"x'y\"], 'b': {}}");
-  auto json = ToJson(*v, -1);
+  auto json = ToJson(*v);
   ASSERT_TRUE(json.ok());
   EXPECT_EQ(*json, R"({"a": [1, 2.5, null, true, "x'y"], "b": {}})");
   EXPECT_EQ(FloatRepr(1e16), "1e+16");
   EXPECT_EQ(FloatRepr(123.0), "123.0");
   EXPECT_EQ(FloatRepr(0.0001), "0.0001");
   EXPECT_EQ(FloatRepr(-2.5e-7), "-2.5e-07");
-  EXPECT_FALSE(ToJson(Value::Undefined("u"), -1).ok());
+  EXPECT_FALSE(ToJson(Value::Undefined("u")).ok());
   EXPECT_FALSE(ValueFromJson("[1,").ok());
 }
 

@@ -106,6 +106,8 @@ CASES = [
     ("{{ messages[1] | tojson }}|{{ {'b': [1, 2.5, none, true], 'é': '\"\\n'}"
      " | tojson }}", {"messages": MSGS}),
     ("{{ {'a': {'b': [1, {}], 'c': []}} | tojson(indent=2) }}", {}),
+    ("{{ {'z': 'é🎉', 'a': [1]} | tojson(ensure_ascii=true, sort_keys=true) }}"
+     "|{{ {'z': 'é'} | tojson(ensure_ascii=False) }}", {}),
     ("{% for k, v in {'x': 1, 'y': 2} | items %}{{ k }}={{ v }};{% endfor %}"
      "{% for k, v in {'z': 3}.items() %}{{ k }}{{ v }}{% endfor %}", {}),
     ("{{ messages | selectattr('role', 'equalto', 'user') | list | length }}"
