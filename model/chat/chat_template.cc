@@ -52,6 +52,23 @@ absl::StatusOr<std::string> ChatTemplate::Render(
   return RenderContext(Value::MakeDict(std::move(context)), options.date);
 }
 
+absl::StatusOr<std::string> ChatTemplate::RenderContinuation(
+    const Value& before, const Value& after,
+    const ChatRenderOptions& options) const {
+  ChatRenderOptions prefix_options = options;
+  prefix_options.add_generation_prompt = false;
+  auto prefix = Render(before, prefix_options);
+  if (!prefix.ok()) return prefix.status();
+  auto full = Render(after, options);
+  if (!full.ok()) return full.status();
+  if (full->compare(0, prefix->size(), *prefix) != 0) {
+    return absl::FailedPreconditionError(
+        "the chat template does not render the conversation as an extension "
+        "of its earlier turns");
+  }
+  return full->substr(prefix->size());
+}
+
 absl::StatusOr<std::string> ChatTemplate::RenderContext(
     const Value& context, const TemplateDate& date) const {
   return RenderBody(*body_, context, limits_, date);

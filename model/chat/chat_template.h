@@ -48,6 +48,16 @@ class ChatTemplate {
   // content).
   absl::StatusOr<std::string> Render(const Value& messages,
                                      const ChatRenderOptions& options) const;
+  // For a session that remembers its conversation: the text to append to a
+  // context that holds Render(before, add_generation_prompt=false) so that
+  // it holds Render(after, options), where `after` extends `before` (e.g.
+  // the previous turns plus the assistant's reply, then a new user turn).
+  // FAILED_PRECONDITION when the template does not render `after` as an
+  // extension of `before` (e.g. it drops earlier reasoning): the caller
+  // must then prefill Render(after, options) from scratch.
+  absl::StatusOr<std::string> RenderContinuation(
+      const Value& before, const Value& after,
+      const ChatRenderOptions& options) const;
   // Renders with exactly the variables of `context` (a dict).
   absl::StatusOr<std::string> RenderContext(const Value& context,
                                             const TemplateDate& date) const;

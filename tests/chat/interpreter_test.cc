@@ -181,5 +181,44 @@ TEST(ChatTemplateTest, MessagesAndSpecialTokens) {
   EXPECT_FALSE(MessagesFromJson(R"([1, 2])").ok());
 }
 
+TEST(ChatTemplateTest, ContinuationAppendsOnlyTheNewTurn) {
+  const std::string dir = std::string(CLUSTERKV_FIXTURES_DIR) + "/chat/";
+  auto qwen =
+      ChatTemplate::Parse(ReadAll(dir + "Qwen-Qwen2.5-7B-Instruct.jinja"));
+  ASSERT_TRUE(qwen.ok());
+  ChatRenderOptions o;
+  o.eos_token = "<|im_end|>";
+  o.add_generation_prompt = true;
+  auto before = MessagesFromJson(
+      R"([{"role": "user", "content": "Q1"},
+          {"role": "assistant", "content": "A1"}])");
+  auto after = MessagesFromJson(
+      R"([{"role": "user", "content": "Q1"},
+          {"role": "assistant", "content": "A1"},
+          {"role": "user", "content": "Q2"}])");
+  ASSERT_TRUE(before.ok() && after.ok());
+  auto delta = qwen->RenderContinuation(*before, *after, o);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(*delta, "<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n");
+  // The prefix plus the delta is the full render.
+  ChatRenderOptions no_prompt = o;
+  no_prompt.add_generation_prompt = false;
+  EXPECT_EQ(*qwen->Render(*before, no_prompt) + *delta,
+            *qwen->Render(*after, o));
+
+  // Qwen3 drops the reasoning of earlier assistant turns: no extension.
+  auto qwen3 = ChatTemplate::Parse(ReadAll(dir + "Qwen-Qwen3-0.6B.jinja"));
+  ASSERT_TRUE(qwen3.ok());
+  auto before3 = MessagesFromJson(
+      R"([{"role": "user", "content": "Q1"},
+          {"role": "assistant", "content": "<think>r</think>A1"}])");
+  auto after3 = MessagesFromJson(
+      R"([{"role": "user", "content": "Q1"},
+          {"role": "assistant", "content": "<think>r</think>A1"},
+          {"role": "user", "content": "Q2"}])");
+  EXPECT_EQ(qwen3->RenderContinuation(*before3, *after3, o).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace ckv::chat
