@@ -210,7 +210,7 @@ class CliTest(unittest.TestCase):
             (self.path("raise.jinja", "{{ raise_exception('no way') }}"), msgs,
              b"no way"),
             (self.path("loop.jinja",
-                       "{% for i in range(999999) %}{% for j in range(999999)"
+                       "{% for i in range(999) %}{% for j in range(999)"
                        " %}{% endfor %}{% endfor %}"), msgs, b"loop"),
             (tmpl, self.path("bad.json", "[{"), b"JSON"),
             (tmpl, self.path("obj.json", '{"role": "user"}'), b"list"),
