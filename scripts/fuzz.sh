@@ -16,7 +16,8 @@
 # Seeds: a fuzzer may write its own seeds into $CLUSTERKV_FUZZ_SEED_DIR from
 # LLVMFuzzerInitialize (the script sets it to the corpus folder). Fixture
 # files are added where relevant: the first 64 KiB of each fixture GGUF for
-# gguf* fuzzers, the tokenizer test strings for *tokenizer* fuzzers.
+# gguf* fuzzers, the tokenizer test strings for *tokenizer* fuzzers, the chat
+# templates (with a short conversation) for *chat* fuzzers.
 #
 # Exit status: 0 when every fuzzer ran N executions without a crash, leak,
 # timeout or out-of-memory; 1 otherwise (the log and crashing input are kept
@@ -68,6 +69,13 @@ add_fixture_seeds() {
     *tokenizer*)
       for f in "$fixtures"/tokenizer/*.inp; do
         [[ -f "$f" ]] && cp "$f" "$corpus/fixture_$(basename "$f")"
+      done ;;
+    *chat*)
+      # flags byte, template, NUL, messages as "role\x01content\x02...".
+      for f in "$fixtures"/chat/*.jinja; do
+        [[ -f "$f" ]] || continue
+        { printf '\x07'; cat "$f"; printf '\0system\001Be brief.\002user\001Hi\002assistant\001Yo\002user\001\xc3\xbc?'; } \
+          > "$corpus/fixture_$(basename "$f")"
       done ;;
   esac
   return 0

@@ -22,6 +22,7 @@
 #include "model/tools/cli_options.h"
 #include "model/tools/flag_spelling.h"
 #include "model/tools/recall_command.h"
+#include "model/tools/render_template_command.h"
 #include "nlohmann/json.hpp"
 
 namespace ckv {
@@ -169,6 +170,9 @@ constexpr char kUsage[] =
     "  make-random --out F.gguf --layers N --dim D --heads H --kv-heads K\n"
     "      --ffn F [--vocab byte|VOCAB.gguf] [--dtype f32|f16|bf16|q8_0]\n"
     "      [--seed S]\n"
+    "  render-template (--template F.jinja | --model M.gguf)\n"
+    "      --messages F.json [--add-generation-prompt] [--bos-token S]\n"
+    "      [--eos-token S] [--date YYYY-MM-DD]: the chat template's text\n"
     "KV store flags (generate, logits, recall): --policy full|clusterkv|quest|\n"
     "  streaming --budget B --sink-tokens N --tokens-per-cluster N --window N\n"
     "  --kmeans-max-iters N --cache-steps R --gqa-selection per_query_head|\n"
@@ -179,6 +183,11 @@ absl::Status Dispatch(const std::vector<std::string>& args,
                       const CliOptions& o) {
   const std::string cmd = args.size() > 1 ? args[1] : "";
   if (cmd == "make-random" && args.size() == 2) return MakeRandom(o);
+  if (cmd == "render-template" && args.size() == 2) {
+    // Any failure, bad flags included, exits 1 (the documented contract).
+    const absl::Status s = RunRenderTemplate();
+    return s.ok() ? s : absl::Status(absl::StatusCode::kUnknown, s.message());
+  }
   if (args.size() != 3) return absl::InvalidArgumentError(kUsage);
   const std::string& model = args[2];
   if (cmd == "info") return Info(model);

@@ -174,6 +174,79 @@ class CliTest(unittest.TestCase):
             err = max(abs(a - b) for a, b in zip(row, want)) / spread
             self.assertLess(err, 1e-3, pos)
 
+    def render(self, *args):
+        return run("render-template", *args, check=False)
+
+    def test_render_template_matches_every_chat_fixture(self):
+        chat = os.path.join(FIXTURES, "chat")
+        specs = sorted(f for f in os.listdir(chat) if f.endswith(".cases.json"))
+        self.assertEqual(len(specs), 10)
+        for spec_name in specs:
+            spec = json.load(open(os.path.join(chat, spec_name), encoding="utf-8"))
+            for case in spec["cases"]:
+                msgs = self.path("msgs.json", json.dumps(case["messages"]))
+                args = ["--template", os.path.join(chat, spec["template"]),
+                        "--messages", msgs]
+                if case["add_generation_prompt"]:
+                    args.append("--add-generation-prompt")
+                for flag, key in (("--bos-token", "bos_token"),
+                                  ("--eos-token", "eos_token")):
+                    if spec[key] is not None:
+                        args += [flag, spec[key]]
+                p = self.render(*args)
+                where = (spec_name, case["name"])
+                if "error" in case:
+                    self.assertEqual(p.returncode, 1, where)
+                    self.assertEqual(p.stdout, b"", where)
+                    self.assertIn(case["error"].encode(), p.stderr, where)
+                else:
+                    self.assertEqual(p.returncode, 0, (where, p.stderr))
+                    self.assertEqual(p.stdout.decode("utf-8"),
+                                     case["expected"], where)
+
+    def test_render_template_from_model_file(self):
+        # ggml-vocab-qwen2.gguf carries Qwen2's tokenizer.chat_template; the
+        # expected text was rendered by Jinja2 3.1.6 set up as transformers
+        # does (apply_chat_template, add_generation_prompt=True).
+        vocab = os.path.join(FIXTURES, "tokenizer", "ggml-vocab-qwen2.gguf")
+        msgs = self.path("m.json", json.dumps(
+            [{"role": "user", "content": "What does this licence allow?"}]))
+        p = self.render("--model", vocab, "--messages", msgs,
+                        "--add-generation-prompt")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.decode(),
+                         "<|im_start|>system\nYou are a helpful assistant"
+                         "<|im_end|>\n<|im_start|>user\nWhat does this "
+                         "licence allow?<|im_end|>\n<|im_start|>assistant\n")
+        # A model file without a template is an error, not an empty render.
+        p = self.render("--model", self.model, "--messages", msgs)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"chat_template", p.stderr)
+
+    def test_render_template_errors_exit_1(self):
+        msgs = self.path("ok.json", '[{"role": "user", "content": "hi"}]')
+        tmpl = self.path("t.jinja", "{{ messages[0].content | upper }}")
+        p = self.render("--template", tmpl, "--messages", msgs)
+        self.assertEqual((p.returncode, p.stdout), (0, b"HI"))
+        bad_cases = [
+            (self.path("syntax.jinja", "{% if %}"), msgs, b"syntax"),
+            (self.path("raise.jinja", "{{ raise_exception('no way') }}"), msgs,
+             b"no way"),
+            (self.path("loop.jinja",
+                       "{% for i in range(999) %}{% for j in range(999)"
+                       " %}{% endfor %}{% endfor %}"), msgs, b"loop"),
+            (tmpl, self.path("bad.json", "[{"), b"JSON"),
+            (tmpl, self.path("obj.json", '{"role": "user"}'), b"list"),
+            (os.path.join(self.tmp, "missing.jinja"), msgs, b"cannot read"),
+        ]
+        for template, messages, needle in bad_cases:
+            p = self.render("--template", template, "--messages", messages)
+            self.assertEqual(p.returncode, 1, (template, p.stderr))
+            self.assertEqual(p.stdout, b"")
+            self.assertIn(needle, p.stderr)
+        p = self.render("--messages", msgs)  # neither --template nor --model
+        self.assertEqual(p.returncode, 1)
+
 
 if __name__ == "__main__":
     unittest.main()
