@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/quant_blocks.h"
