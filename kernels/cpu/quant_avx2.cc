@@ -27,17 +27,22 @@ inline float Sum8(__m256 v) {
 // acc += the chunk's contribution for one token (lanes summed later).
 inline __m256 ChunkDot(const UnpackedChunk& u, const int8_t* xq,
                        const float* xd, const int32_t* xs, __m256 acc) {
-  alignas(32) float sc[kChunkGroups];
-  alignas(32) float bias[kChunkGroups];
-  for (int g = 0; g < kChunkGroups; ++g) {
-    sc[g] = u.scale[g] * xd[g / 2];
-    bias[g] = u.bias[g] * xd[g / 2];
-  }
-  for (int h = 0; h < 2; ++h) {
-    const __m256 s = _mm256_cvtepi32_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + 8 * h)));
-    acc = _mm256_fmadd_ps(_mm256_load_ps(bias + 8 * h), s, acc);
-  }
+  // Group g uses activation block g / 2.
+  const __m256 dx = _mm256_loadu_ps(xd);
+  const __m256 dx_lo =
+      _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+  const __m256 dx_hi =
+      _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+  const __m256 sc[2] = {_mm256_mul_ps(_mm256_load_ps(u.scale), dx_lo),
+                        _mm256_mul_ps(_mm256_load_ps(u.scale + 8), dx_hi)};
+  const auto sums = [&](int h) {
+    return _mm256_cvtepi32_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(xs + 8 * h)));
+  };
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(u.bias), dx_lo), sums(0),
+                        acc);
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(u.bias + 8), dx_hi),
+                        sums(1), acc);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int v = 0; v < 8; ++v) {
     const __m256i w =
@@ -48,8 +53,9 @@ inline __m256 ChunkDot(const UnpackedChunk& u, const int8_t* xq,
         _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     const __m256i p32 = _mm256_madd_epi16(p16, ones);
     // Lanes 0-3 cover group 2v, lanes 4-7 group 2v + 1.
-    const __m256 ls =
-        _mm256_set_m128(_mm_set1_ps(sc[2 * v + 1]), _mm_set1_ps(sc[2 * v]));
+    const int g = 2 * (v % 4);
+    const __m256 ls = _mm256_permutevar8x32_ps(
+        sc[v / 4], _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), ls, acc);
   }
   return acc;
