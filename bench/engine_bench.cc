@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/bench_main.h"
 #include "bench/engine_options.h"
 #include "bench/engine_report.h"
 #include "bench/engine_runner.h"
 #include "bench/mem_bandwidth.h"
+#include "kernels/cpu/ops.h"
 #include "model/model.h"
 
 namespace ckv::bench {
@@ -27,6 +29,10 @@ absl::Status WriteJson(const BenchReport& report, const std::string& path) {
 }
 
 absl::Status Run(const EngineBenchOptions& o) {
+  if (!kernels::cpu::SelectKernels(o.kernels.c_str())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("this CPU or build cannot run --kernels ", o.kernels));
+  }
   BenchReport report;
   report.options = &o;
   report.random_model = o.model.empty();
@@ -59,6 +65,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "CPU engine benchmark: prefill/decode tok/s vs context depth and "
       "threads.\n  engine_bench [--model M.gguf] [--depths 0,4096,...] "
-      "[--threads 1,2] [--out-json F] [--quick]",
+      "[--threads 1,2] [--dtype f16|q8_0|q4_k|...] [--kernels auto|scalar|...] "
+      "[--out-json F] [--quick]",
       &ckv::bench::EngineBenchOptionsFromFlags, &ckv::bench::Run);
 }

@@ -50,6 +50,11 @@ ABSL_FLAG(int, pp_tokens, Defaults().pp_tokens,
 ABSL_FLAG(int64_t, bandwidth_mb, Defaults().bandwidth_bytes >> 20,
           "buffer size of the memory read-bandwidth probe (MiB, >= 256)");
 ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed of the random token ids");
+ABSL_FLAG(std::string, dtype, "f16",
+          "weight type of the random model: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|"
+          "... (every GGUF block type the engine reads)");
+ABSL_FLAG(std::string, kernels, Defaults().kernels,
+          "CPU kernels: auto|scalar|avx2|avx512 (scalar: the reference path)");
 
 namespace ckv::bench {
 namespace {
@@ -104,6 +109,22 @@ absl::Status ReadScalars(EngineBenchOptions& o) {
   auto kv = ParseKvType(absl::GetFlag(FLAGS_kv_type));
   if (!kv.ok()) return kv.status();
   o.kv_type = *kv;
+  o.kernels = absl::GetFlag(FLAGS_kernels);
+  if (o.kernels != "auto" && o.kernels != "scalar" && o.kernels != "avx2" &&
+      o.kernels != "avx512") {
+    return absl::InvalidArgumentError(
+        "--kernels must be auto, scalar, avx2 or avx512");
+  }
+  return absl::OkStatus();
+}
+
+// The random model's weight type; applied after the --quick preset.
+absl::Status ReadWeightType(EngineBenchOptions& o) {
+  if (!kernels::ParseDTypeName(absl::GetFlag(FLAGS_dtype).c_str(),
+                               &o.random.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dtype: unknown type '", absl::GetFlag(FLAGS_dtype), "'"));
+  }
   return absl::OkStatus();
 }
 
@@ -119,6 +140,7 @@ absl::StatusOr<EngineBenchOptions> EngineBenchOptionsFromFlags() {
     ApplyQuickPreset(o);
     if (Changed(FLAGS_vocab)) o.random.vocab = vocab;
   }
+  if (auto s = ReadWeightType(o); !s.ok()) return s;
   return o;
 }
 

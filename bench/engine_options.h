@@ -31,6 +31,8 @@ struct EngineBenchOptions {
   int64_t bandwidth_bytes = int64_t{256} << 20;  // read-bandwidth probe
   int bandwidth_repeats = 3;
   uint64_t seed = 1;  // random token ids
+  // CPU kernel set (kernels::cpu::SelectKernels): auto|scalar|avx2|avx512.
+  std::string kernels = "auto";
 
   int64_t max_depth() const { return depths.empty() ? 0 : depths.back(); }
 };

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ckv::kernels::cpu {
@@ -46,6 +47,15 @@ std::vector<uint8_t> RandomBytes(size_t n, DType t) {
     auto* f = reinterpret_cast<float*>(b.data());
     std::uniform_real_distribution<float> d(-1, 1);
     for (size_t i = 0; i < n / 4; ++i) f[i] = d(rng);
+  } else if (t != DType::kQ8_0) {  // other block types: quantised floats
+    std::uniform_real_distribution<float> d(-1, 1);
+    const int64_t bs = BlockSize(t);
+    std::vector<float> f(bs * 64);
+    const int64_t chunk = RowBytes(t, bs * 64);
+    for (size_t off = 0; off + chunk <= n; off += chunk) {
+      for (float& v : f) v = d(rng);
+      QuantizeRow(t, f.data(), bs * 64, b.data() + off);
+    }
   } else {
     auto* q = reinterpret_cast<BlockQ8_0*>(b.data());
     for (size_t i = 0; i < n / sizeof(BlockQ8_0); ++i) {
@@ -58,13 +68,15 @@ std::vector<uint8_t> RandomBytes(size_t n, DType t) {
 
 void BenchGemv(ThreadPool* pool, int threads) {
   const int64_t n_in = 512, n_out = 128256;
-  for (DType t : {DType::kF16, DType::kQ8_0, DType::kBF16, DType::kF32}) {
+  for (DType t :
+       {DType::kF16, DType::kQ8_0, DType::kBF16, DType::kF32, DType::kQ4_0,
+        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
     const int64_t bytes = RowBytes(t, n_in) * n_out;
     const auto w = RandomBytes(bytes, t);
     std::vector<float> x(n_in, 0.5f), y(n_out);
     const double s = BestSeconds(
         [&] { MatMul(pool, t, w.data(), n_in, n_out, x.data(), 1, y.data()); });
-    std::printf("gemv  %-4s 128256x512  threads=%d  %7.2f ms  %6.2f GB/s\n",
+    std::printf("gemv  %-6s 128256x512  threads=%d  %7.2f ms  %6.2f GB/s\n",
                 DTypeName(t), threads, s * 1e3, bytes / s / 1e9);
   }
 }

@@ -1,29 +1,94 @@
 #include "kernels/dtype.h"
 
+#include <cctype>
 #include <cmath>
+
+#include "kernels/quant_blocks.h"
 
 namespace ckv::kernels {
 
-const char* DTypeName(DType t) {
+namespace {
+
+struct TypeTraits {
+  const char* name;
+  int block_size;
+  int block_bytes;
+};
+
+// Block sizes and bytes as in the GGUF/ggml format (see quant_blocks.h).
+TypeTraits Traits(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kQ8_0: return "Q8_0";
+    case DType::kF32:
+      return {"F32", 1, 4};
+    case DType::kF16:
+      return {"F16", 1, 2};
+    case DType::kBF16:
+      return {"BF16", 1, 2};
+    case DType::kQ4_0:
+      return {"Q4_0", 32, sizeof(BlockQ4_0)};
+    case DType::kQ4_1:
+      return {"Q4_1", 32, sizeof(BlockQ4_1)};
+    case DType::kQ5_0:
+      return {"Q5_0", 32, sizeof(BlockQ5_0)};
+    case DType::kQ5_1:
+      return {"Q5_1", 32, sizeof(BlockQ5_1)};
+    case DType::kQ8_0:
+      return {"Q8_0", 32, sizeof(BlockQ8_0)};
+    case DType::kQ2_K:
+      return {"Q2_K", kQK_K, sizeof(BlockQ2_K)};
+    case DType::kQ3_K:
+      return {"Q3_K", kQK_K, sizeof(BlockQ3_K)};
+    case DType::kQ4_K:
+      return {"Q4_K", kQK_K, sizeof(BlockQ4_K)};
+    case DType::kQ5_K:
+      return {"Q5_K", kQK_K, sizeof(BlockQ5_K)};
+    case DType::kQ6_K:
+      return {"Q6_K", kQK_K, sizeof(BlockQ6_K)};
+    case DType::kIQ4_NL:
+      return {"IQ4_NL", 32, sizeof(BlockIQ4_NL)};
+    case DType::kIQ4_XS:
+      return {"IQ4_XS", kQK_K, sizeof(BlockIQ4_XS)};
   }
-  return "?";
+  return {"?", 0, 0};
 }
 
-int64_t RowBytes(DType t, int64_t n) {
-  switch (t) {
-    case DType::kF32: return 4 * n;
-    case DType::kF16:
-    case DType::kBF16: return 2 * n;
-    case DType::kQ8_0:
-      if (n % kQ8_0BlockSize != 0) return -1;
-      return n / kQ8_0BlockSize * static_cast<int64_t>(sizeof(BlockQ8_0));
+}  // namespace
+
+const char* DTypeName(DType t) { return Traits(t).name; }
+
+bool ParseDTypeName(const char* name, DType* out) {
+  for (uint32_t id = 0; id <= static_cast<uint32_t>(DType::kBF16); ++id) {
+    if (!IsKnownDType(id)) continue;
+    const char* a = DTypeName(static_cast<DType>(id));
+    const char* b = name;
+    while (*a != '\0' && *b != '\0' &&
+           std::tolower(static_cast<unsigned char>(*a)) ==
+               std::tolower(static_cast<unsigned char>(*b))) {
+      ++a;
+      ++b;
+    }
+    if (*a == '\0' && *b == '\0') {
+      *out = static_cast<DType>(id);
+      return true;
+    }
   }
-  return -1;
+  return false;
+}
+
+bool IsKnownDType(uint32_t id) {
+  return Traits(static_cast<DType>(id)).block_size != 0;
+}
+
+bool IsQuantized(DType t) { return Traits(t).block_size > 1; }
+
+int BlockSize(DType t) { return Traits(t).block_size; }
+
+int BlockBytes(DType t) { return Traits(t).block_bytes; }
+
+int64_t RowBytes(DType t, int64_t n) {
+  const TypeTraits tr = Traits(t);
+  if (tr.block_size == 0 || n < 0 || n % tr.block_size != 0) return -1;
+  return n / tr.block_size * tr.block_bytes;
 }
 
 uint16_t F32ToF16(float f) {

@@ -11,7 +11,18 @@ namespace ckv::kernels {
 enum class DType : uint32_t {
   kF32 = 0,
   kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kBF16 = 30,
 };
 
@@ -25,6 +36,18 @@ struct BlockQ8_0 {
 static_assert(sizeof(BlockQ8_0) == 34);
 
 const char* DTypeName(DType t);
+
+// The type named `name` (DTypeName spelling, any case: "q4_k", "F16").
+// False if no type has that name.
+bool ParseDTypeName(const char* name, DType* out);
+
+// True for every GGML type id listed in DType.
+bool IsKnownDType(uint32_t id);
+// True for the block-quantised types (Q4_0 ... IQ4_XS, Q8_0).
+bool IsQuantized(DType t);
+// Elements per block (1 for F32/F16/BF16) and bytes per block.
+int BlockSize(DType t);
+int BlockBytes(DType t);
 
 // Bytes of one row of n elements; -1 if n is not a multiple of the block
 // size of a block type.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
 #include "model/gguf/gguf.h"
 #include "model/gguf/gguf_writer.h"
 
@@ -34,30 +35,10 @@ class Rng {
 
 std::vector<uint8_t> Encode(const std::vector<float>& x, DType t) {
   std::vector<uint8_t> out(kernels::RowBytes(t, x.size()));
-  if (t == DType::kF32) {
-    std::memcpy(out.data(), x.data(), out.size());
-  } else if (t == DType::kF16 || t == DType::kBF16) {
-    auto* d = reinterpret_cast<uint16_t*>(out.data());
-    for (size_t i = 0; i < x.size(); ++i) {
-      d[i] = t == DType::kF16 ? kernels::F32ToF16(x[i])
-                              : kernels::F32ToBF16(x[i]);
-    }
-  } else {  // Q8_0
-    auto* blocks = reinterpret_cast<kernels::BlockQ8_0*>(out.data());
-    for (size_t b = 0; b < x.size() / kernels::kQ8_0BlockSize; ++b) {
-      const float* v = &x[b * kernels::kQ8_0BlockSize];
-      float amax = 0.0f;
-      for (int i = 0; i < kernels::kQ8_0BlockSize; ++i) {
-        amax = std::max(amax, std::fabs(v[i]));
-      }
-      const float d = amax / 127.0f;
-      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-      blocks[b].d = kernels::F32ToF16(d);
-      for (int i = 0; i < kernels::kQ8_0BlockSize; ++i) {
-        blocks[b].qs[i] = static_cast<int8_t>(std::lround(v[i] * inv));
-      }
-    }
-  }
+  // Rows are whole blocks (ValidateSpec), so the flat array quantises as
+  // its rows would.
+  kernels::cpu::QuantizeRow(t, x.data(), static_cast<int64_t>(x.size()),
+                            out.data());
   return out;
 }
 
@@ -121,9 +102,11 @@ absl::Status ValidateSpec(const RandomModelSpec& s) {
   if (s.arch != "llama" && s.arch != "qwen2") {
     return absl::InvalidArgumentError("arch must be llama or qwen2");
   }
-  if (s.dtype == DType::kQ8_0 &&
-      (s.dim % kernels::kQ8_0BlockSize || s.ffn % kernels::kQ8_0BlockSize)) {
-    return absl::InvalidArgumentError("q8_0 needs dim and ffn multiples of 32");
+  const int bs = kernels::BlockSize(s.dtype);
+  if (bs == 0) return absl::InvalidArgumentError("unknown weight type");
+  if (s.dim % bs != 0 || s.ffn % bs != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kernels::DTypeName(s.dtype), " needs dim and ffn multiples of ", bs));
   }
   return absl::OkStatus();
 }

@@ -6,8 +6,6 @@
 namespace ckv {
 namespace {
 
-using kernels::DType;
-
 absl::StatusOr<const gguf::TensorInfo*> Find(const gguf::GgufFile& f,
                                              const std::string& name) {
   const gguf::TensorInfo* t = f.FindTensor(name);
@@ -44,9 +42,7 @@ absl::StatusOr<std::vector<float>> BindVector(const gguf::GgufFile& f,
   if (!t.ok()) return t.status();
   const gguf::TensorInfo& info = **t;
   if (info.n_elements != n || info.dims[0] != n) return BadShape(name, 1, n);
-  if (info.type == DType::kQ8_0 && n % kernels::kQ8_0BlockSize != 0) {
-    return BadShape(name, 1, n);
-  }
+  if (kernels::RowBytes(info.type, n) < 0) return BadShape(name, 1, n);
   std::vector<float> out(n);
   kernels::cpu::ref::DequantizeRow(info.type, info.data, n, out.data());
   return out;

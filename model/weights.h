@@ -1,6 +1,6 @@
 // Views of a model's tensors inside the mapped GGUF file, validated against
-// the config. Matrices keep their file type (F32/F16/BF16/Q8_0); small
-// vectors (norms, biases, rope factors) are converted to owned F32.
+// the config. Matrices keep their file type (F32/F16/BF16 or a block type);
+// small vectors (norms, biases, rope factors) are converted to owned F32.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 // Chooses the primitive table once from the CPU's features.
 #include <atomic>
+#include <cstring>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_set.h"
@@ -32,5 +33,26 @@ const KernelSet& ActiveKernels() {
 void SetKernelsForTesting(const KernelSet* ks) { g_override.store(ks); }
 
 const char* KernelSetName() { return ActiveKernels().name; }
+
+bool SelectKernels(const char* name) {
+  const CpuFeatures& f = GetCpuFeatures();
+  const KernelSet* ks = nullptr;
+  if (std::strcmp(name, "auto") == 0) {
+    SetKernelsForTesting(nullptr);
+    return true;
+  }
+  if (std::strcmp(name, "scalar") == 0) {
+    ks = &ScalarKernels();
+  } else if (std::strcmp(name, "avx2") == 0) {
+    if (f.avx2 && f.fma && f.f16c) ks = Avx2Kernels();
+  } else if (std::strcmp(name, "avx512") == 0) {
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c) {
+      ks = Avx512Kernels();
+    }
+  }
+  if (ks == nullptr) return false;
+  SetKernelsForTesting(ks);
+  return true;
+}
 
 }  // namespace ckv::kernels::cpu

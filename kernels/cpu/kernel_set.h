@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/quant.h"
 #include "kernels/dtype.h"
 
 namespace ckv::kernels::cpu {
@@ -82,6 +83,15 @@ struct KernelSet {
   // for p < n_pages, in F32.
   void (*quest_scores)(const float* q, const float* mn, const float* mx,
                        int64_t n_pages, int dim, float* scores);
+
+  // Block-type weights (IsQuantized(t)) times 8-bit activations (quant.h):
+  // y[k * ldy + r] = sum_i W_r[i] * x_k[i] for r < n_rows, k < n_tok, with
+  // x_k the dequantised acts[k] (acts[k].n == n_in, padded as QuantizeActs
+  // pads). Null in tables without integer dot products: the driver then
+  // uses gemv on F32 activations (the reference path of the scalar table).
+  void (*quant_gemv)(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+                     int64_t n_in, const QuantizedActs* acts, int n_tok,
+                     float* y, int64_t ldy);
 };
 
 const KernelSet& ScalarKernels();

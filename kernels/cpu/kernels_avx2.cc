@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/quant_kernels.h"
 
 namespace ckv::kernels::cpu {
 namespace avx2 {
@@ -96,6 +97,9 @@ void Gemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
       case DType::kQ8_0:
         y[r] = DotQ8(row, n_in, x);
         break;
+      default:  // other block types: the portable path
+        ScalarKernels().gemv(t, row, row_bytes, 1, n_in, x, y + r);
+        break;
     }
   }
 }
@@ -118,8 +122,8 @@ void ToF32(DType t, const void* src, int64_t n, float* dst) {
     case DType::kBF16:
       ToF32T<DType::kBF16>(src, n, dst);
       return;
-    case DType::kQ8_0:
-      ScalarKernels().to_f32(t, src, n, dst);
+    default:  // block types
+      avx2q::QuantToF32(t, src, n, dst);
       return;
   }
 }
@@ -253,6 +257,7 @@ const KernelSet* Avx2Kernels() {
       s.top2,
       avx2::PageMinMax,
       s.quest_scores,
+      avx2q::QuantGemv,
   };
   return &ks;
 }

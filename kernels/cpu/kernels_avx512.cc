@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "kernels/cpu/avx512_util.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/quant_kernels.h"
 
 namespace ckv::kernels::cpu {
 namespace avx512 {
@@ -62,6 +64,13 @@ void ToF32(DType t, const void* src, int64_t n, float* dst) {
       return;
     case DType::kQ8_0:
       ToF32Q8(src, n, dst);
+      return;
+    default:  // other block types
+      if (GetCpuFeatures().avx512_vnni) {
+        avx512q::QuantToF32(t, src, n, dst);
+      } else {
+        avx2q::QuantToF32(t, src, n, dst);
+      }
       return;
   }
 }
@@ -131,6 +140,9 @@ void GemvDispatch(DType t, const char* w, int64_t row_bytes, int64_t n_in,
     case DType::kQ8_0:
       GemvRowsQ8<R>(w, row_bytes, n_in, x, y);
       break;
+    default:  // other block types: the portable path
+      ScalarKernels().gemv(t, w, row_bytes, R, n_in, x, y);
+      break;
   }
 }
 
@@ -198,11 +210,21 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
 
 const KernelSet* Avx512Kernels() {
   static const KernelSet ks = {
-      "avx512",           avx512::ToF32,       avx512::Gemv,
-      avx512::GemmTile,   avx512::LoadKt,      avx512::LoadV,
-      avx512::Qk,         avx512::SoftmaxRow,  avx512::Pv,
-      avx512::SwiGlu,     avx512::ScoreBlock,  avx512::Top2,
-      avx512::PageMinMax, avx512::QuestScores,
+      "avx512",
+      avx512::ToF32,
+      avx512::Gemv,
+      avx512::GemmTile,
+      avx512::LoadKt,
+      avx512::LoadV,
+      avx512::Qk,
+      avx512::SoftmaxRow,
+      avx512::Pv,
+      avx512::SwiGlu,
+      avx512::ScoreBlock,
+      avx512::Top2,
+      avx512::PageMinMax,
+      avx512::QuestScores,
+      GetCpuFeatures().avx512_vnni ? avx512q::QuantGemv : avx2q::QuantGemv,
   };
   return &ks;
 }

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/kernel_set.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
 
 namespace ckv::kernels::cpu {
 namespace {
@@ -26,16 +27,9 @@ void ToF32(DType t, const void* src, int64_t n, float* dst) {
       for (int64_t i = 0; i < n; ++i) dst[i] = BF16ToF32(h[i]);
       return;
     }
-    case DType::kQ8_0: {
-      const auto* b = static_cast<const BlockQ8_0*>(src);
-      for (int64_t i = 0; i < n / kQ8_0BlockSize; ++i) {
-        const float d = F16ToF32(b[i].d);
-        for (int j = 0; j < kQ8_0BlockSize; ++j) {
-          dst[i * kQ8_0BlockSize + j] = d * b[i].qs[j];
-        }
-      }
+    default:  // block types
+      DequantizeRowRef(t, src, n, dst);
       return;
-    }
   }
 }
 
@@ -216,7 +210,7 @@ const KernelSet& ScalarKernels() {
   static const KernelSet ks = {
       "scalar",   ToF32, Gemv,       GemmTile,    LoadKt,
       LoadV,      Qk,    SoftmaxRow, Pv,          SwiGluImpl,
-      ScoreBlock, Top2,  PageMinMax, QuestScores,
+      ScoreBlock, Top2,  PageMinMax, QuestScores, nullptr,
   };
   return ks;
 }

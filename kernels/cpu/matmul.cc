@@ -28,9 +28,31 @@ void Run(ThreadPool* pool, int64_t n, int64_t grain,
   }
 }
 
+// Block-type weights: activations quantised to 8 bits once, then integer
+// dot products over row ranges split across threads.
+void QuantGemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
+                   const char* w, int64_t n_in, int64_t n_out, const float* x,
+                   int64_t n_tokens, float* y) {
+  static thread_local std::vector<QuantizedActs> acts;
+  if (static_cast<int64_t>(acts.size()) < n_tokens) acts.resize(n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    QuantizeActs(x + t * n_in, n_in, &acts[t]);
+  }
+  const QuantizedActs* a = acts.data();
+  const int64_t row_bytes = RowBytes(wtype, n_in);
+  Run(pool, n_out, 16, [&](int64_t o0, int64_t o1) {
+    ks.quant_gemv(wtype, w + o0 * row_bytes, row_bytes, o1 - o0, n_in, a,
+                  static_cast<int>(n_tokens), y + o0, n_out);
+  });
+}
+
 void GemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype, const char* w,
               int64_t n_in, int64_t n_out, const float* x, int64_t n_tokens,
               float* y) {
+  if (IsQuantized(wtype) && ks.quant_gemv != nullptr) {
+    QuantGemvPath(pool, ks, wtype, w, n_in, n_out, x, n_tokens, y);
+    return;
+  }
   const int64_t row_bytes = RowBytes(wtype, n_in);
   const int64_t block = std::max<int64_t>(16, kL2Budget / row_bytes / 4 * 4);
   Run(pool, n_out, 16, [&](int64_t o0, int64_t o1) {

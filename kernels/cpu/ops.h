@@ -108,4 +108,11 @@ void Attention(ThreadPool* pool, const AttentionArgs& a);
 // Name of the kernel set chosen at run time (e.g. "avx512", "avx2", "scalar").
 const char* KernelSetName();
 
+// Forces the kernel set of every fast op for the whole process: "auto" (the
+// best for this CPU), "scalar" (the reference path: F32 activations, exact
+// dequantisation), "avx2" or "avx512". False (nothing changed) when the name
+// is unknown or this CPU or build lacks the instruction set. Call before ops
+// run (not thread-safe against running ops).
+bool SelectKernels(const char* name);
+
 }  // namespace ckv::kernels::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
 
 namespace ckv::kernels::cpu::ref {
 namespace {
@@ -17,12 +18,15 @@ double ElementAt(DType t, const void* row, int64_t i) {
       return F16ToF32(static_cast<const uint16_t*>(row)[i]);
     case DType::kBF16:
       return BF16ToF32(static_cast<const uint16_t*>(row)[i]);
-    case DType::kQ8_0: {
-      const auto* b = static_cast<const BlockQ8_0*>(row) + i / kQ8_0BlockSize;
-      return static_cast<double>(F16ToF32(b->d)) * b->qs[i % kQ8_0BlockSize];
+    default: {  // block types: dequantise the element's block
+      const int bs = BlockSize(t);
+      const char* block =
+          static_cast<const char*>(row) + i / bs * BlockBytes(t);
+      float v[256];
+      DequantizeRowRef(t, block, bs, v);
+      return v[i % bs];
     }
   }
-  return 0.0;
 }
 
 const void* RowAt(const void* base, DType t, int64_t stride, int64_t r) {
@@ -34,12 +38,14 @@ const void* RowAt(const void* base, DType t, int64_t stride, int64_t r) {
 void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
             const float* x, int64_t n_tokens, float* y) {
   const int64_t row_bytes = RowBytes(wtype, n_in);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t o = 0; o < n_out; ++o) {
-      const void* row = static_cast<const char*>(w) + o * row_bytes;
+  std::vector<float> row(n_in);
+  for (int64_t o = 0; o < n_out; ++o) {
+    DequantizeRowRef(wtype, static_cast<const char*>(w) + o * row_bytes, n_in,
+                     row.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
       double acc = 0.0;
       for (int64_t i = 0; i < n_in; ++i) {
-        acc += ElementAt(wtype, row, i) * x[t * n_in + i];
+        acc += double{row[i]} * x[t * n_in + i];
       }
       y[t * n_out + o] = static_cast<float>(acc);
     }
@@ -96,9 +102,7 @@ void Add(float* x, const float* y, int64_t n) {
 }
 
 void DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    dst[i] = static_cast<float>(ElementAt(t, src, i));
-  }
+  DequantizeRowRef(t, src, n, dst);
 }
 
 namespace {

@@ -45,13 +45,7 @@ uint64_t MinEncodedSize(ValueType t) {
   return ScalarSize(t);
 }
 
-bool IsKnownTensorType(uint32_t t) {
-  using kernels::DType;
-  return t == static_cast<uint32_t>(DType::kF32) ||
-         t == static_cast<uint32_t>(DType::kF16) ||
-         t == static_cast<uint32_t>(DType::kBF16) ||
-         t == static_cast<uint32_t>(DType::kQ8_0);
-}
+bool IsKnownTensorType(uint32_t t) { return kernels::IsKnownDType(t); }
 
 }  // namespace
 
@@ -258,7 +252,8 @@ absl::Status GgufParser::ReadTensorInfo(TensorInfo& t) {
   if (!IsKnownTensorType(type)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor '", t.name, "' has unsupported type ", type,
-        " (supported: F32, F16, BF16, Q8_0)"));
+        " (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+        "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)"));
   }
   t.type = static_cast<kernels::DType>(type);
   const int64_t row_bytes = kernels::RowBytes(t.type, t.dims[0]);

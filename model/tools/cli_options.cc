@@ -21,6 +21,8 @@ ABSL_FLAG(uint64_t, seed, 1, "sampling seed / make-random seed");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings");
 ABSL_FLAG(int, threads, 0, "worker threads (0 = all cores)");
 ABSL_FLAG(int, prefill_chunk, 256, "tokens per prefill step");
+ABSL_FLAG(std::string, kernels, "auto",
+          "CPU kernels: auto|scalar|avx2|avx512 (scalar: the reference path)");
 ABSL_FLAG(std::string, kv_type, "f16", "KV cache type: f32|f16|bf16");
 ABSL_FLAG(int64_t, max_context, 131072, "KV cache capacity in tokens");
 ABSL_FLAG(std::string, out, "", "make-random: output GGUF path");
@@ -30,7 +32,9 @@ ABSL_FLAG(int, heads, 8, "make-random: query heads");
 ABSL_FLAG(int, kv_heads, 2, "make-random: KV heads");
 ABSL_FLAG(int, ffn, 704, "make-random: feed-forward dimension");
 ABSL_FLAG(std::string, vocab, "byte", "make-random: byte | VOCAB.gguf");
-ABSL_FLAG(std::string, dtype, "f16", "make-random: f32|f16|bf16|q8_0");
+ABSL_FLAG(std::string, dtype, "f16",
+          "make-random: f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k|q3_k|q4_k|"
+          "q5_k|q6_k|iq4_nl|iq4_xs");
 ABSL_FLAG(bool, rope_freqs, false, "make-random: add rope_freqs.weight");
 ABSL_FLAG(std::string, arch, "llama", "make-random: llama|qwen2");
 ABSL_FLAG(bool, tied, false, "make-random: tie output to token_embd");
@@ -60,12 +64,14 @@ ABSL_FLAG(std::string, cache_mode, "zero_copy",
 namespace ckv {
 namespace {
 
+// f32|f16|bf16, and with `allow_blocks` every block type (q4_0 ... iq4_xs).
 absl::StatusOr<kernels::DType> ParseDType(const std::string& s,
-                                          bool allow_q8) {
-  if (s == "f32") return kernels::DType::kF32;
-  if (s == "f16") return kernels::DType::kF16;
-  if (s == "bf16") return kernels::DType::kBF16;
-  if (s == "q8_0" && allow_q8) return kernels::DType::kQ8_0;
+                                          bool allow_blocks) {
+  kernels::DType t;
+  if (kernels::ParseDTypeName(s.c_str(), &t) &&
+      (allow_blocks || !kernels::IsQuantized(t))) {
+    return t;
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown type '", s, "'"));
 }
 
@@ -145,6 +151,12 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
   auto dt = ParseDType(absl::GetFlag(FLAGS_dtype), true);
   if (!dt.ok()) return dt.status();
   o.random.dtype = *dt;
+  o.kernels = absl::GetFlag(FLAGS_kernels);
+  if (o.kernels != "auto" && o.kernels != "scalar" && o.kernels != "avx2" &&
+      o.kernels != "avx512") {
+    return absl::InvalidArgumentError(
+        "--kernels must be auto, scalar, avx2 or avx512");
+  }
   return o;
 }
 

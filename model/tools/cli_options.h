@@ -27,6 +27,9 @@ struct CliOptions {
   TransformerOptions transformer;
   RandomModelSpec random;
   KvStoreConfig kv;  // policy == kFull: a dense cache of kv_type
+  // CPU kernel set: auto|scalar|avx2|avx512 (kernels::cpu::SelectKernels);
+  // scalar runs the reference path end to end.
+  std::string kernels = "auto";
 };
 
 // Reads every flag (after absl::ParseCommandLine); INVALID_ARGUMENT on bad

@@ -168,12 +168,16 @@ constexpr char kUsage[] =
     "  recall MODEL --tokens-file F --prompt-tokens P [--policy ...]\n"
     "      [--budget B] [KV store flags]: sparse vs dense quality, JSON\n"
     "  make-random --out F.gguf --layers N --dim D --heads H --kv-heads K\n"
-    "      --ffn F [--vocab byte|VOCAB.gguf] [--dtype f32|f16|bf16|q8_0]\n"
+    "      --ffn F [--vocab byte|VOCAB.gguf] [--dtype "
+    "f32|f16|bf16|q8_0|q4_k|...]\n"
     "      [--seed S]\n"
     "  render-template (--template F.jinja | --model M.gguf)\n"
     "      --messages F.json [--add-generation-prompt] [--bos-token S]\n"
     "      [--eos-token S] [--date YYYY-MM-DD]: the chat template's text\n"
-    "KV store flags (generate, logits, recall): --policy full|clusterkv|quest|\n"
+    "Every command: --kernels auto|scalar|avx2|avx512 (scalar: reference "
+    "path)\n"
+    "KV store flags (generate, logits, recall): --policy "
+    "full|clusterkv|quest|\n"
     "  streaming --budget B --sink-tokens N --tokens-per-cluster N --window N\n"
     "  --kmeans-max-iters N --cache-steps R --gqa-selection per_query_head|\n"
     "  per_kv_head --recent-tokens N --cluster-seed S --dense-layers N\n"
@@ -208,6 +212,11 @@ int main(int argc, char** argv) {
   auto options = ckv::CliOptionsFromFlags();
   if (!options.ok()) {
     std::fprintf(stderr, "error: %s\n", options.status().ToString().c_str());
+    return 2;
+  }
+  if (!ckv::kernels::cpu::SelectKernels(options->kernels.c_str())) {
+    std::fprintf(stderr, "error: this CPU or build cannot run --kernels %s\n",
+                 options->kernels.c_str());
     return 2;
   }
   const absl::Status s = ckv::Dispatch(

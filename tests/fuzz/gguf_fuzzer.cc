@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/dtype.h"
 #include "model/gguf/gguf.h"
 #include "model/gguf/gguf_writer.h"
@@ -47,6 +49,23 @@ uint64_t TouchValue(const Value& v) {
   return h;
 }
 
+// Decodes every row of a block-type tensor with the reference and the fast
+// dequantiser: arbitrary block bytes (NaN/inf scales, any code) must decode
+// without reading outside the tensor.
+uint64_t DecodeRows(const TensorInfo& t) {
+  const int64_t row_bytes = ckv::kernels::RowBytes(t.type, t.dims[0]);
+  std::vector<float> a(t.dims[0]), b(t.dims[0]);
+  uint64_t h = 0;
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    const uint8_t* row = t.data + r * row_bytes;
+    ckv::kernels::cpu::DequantizeRowRef(t.type, row, t.dims[0], a.data());
+    ckv::kernels::cpu::DequantizeRow(t.type, row, t.dims[0], b.data());
+    for (int64_t i = 0; i < t.dims[0]; ++i)
+      h += (a[i] == b[i]) + std::isnan(b[i]);
+  }
+  return h;
+}
+
 void Exercise(const GgufFile& f, const uint8_t* data, size_t size) {
   Check(f.version() == 2 || f.version() == 3, "version");
   const uint64_t align = f.alignment();
@@ -77,6 +96,7 @@ void Exercise(const GgufFile& f, const uint8_t* data, size_t size) {
                   static_cast<uint64_t>(data + size - t.data),
           "tensor inside the input");
     for (int64_t i = 0; i < t.n_bytes; ++i) h += t.data[i];
+    if (ckv::kernels::IsQuantized(t.type)) h += DecodeRows(t);
   }
   g_sink = h;
 }
@@ -140,6 +160,17 @@ std::vector<std::vector<uint8_t>> Seeds() {
     t.AddTensor("q8_0", {32, 1}, DType::kQ8_0, Fill(34));
     out.push_back(t.Serialize());
   }
+  // One small tensor of every block type (two rows of one block).
+  GgufWriter q;
+  for (uint32_t id = 2; id < 30; ++id) {
+    if (!ckv::kernels::IsKnownDType(id)) continue;
+    const auto type = static_cast<DType>(id);
+    if (!ckv::kernels::IsQuantized(type)) continue;
+    const int64_t block = ckv::kernels::BlockSize(type);
+    q.AddTensor(ckv::kernels::DTypeName(type), {block, 2}, type,
+                Fill(2 * ckv::kernels::BlockBytes(type)));
+  }
+  out.push_back(q.Serialize());
   std::vector<uint8_t> v2 = out.back();
   v2[4] = 2;  // version 2 has the v3 layout
   out.push_back(v2);

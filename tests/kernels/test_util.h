@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/dtype.h"
 
 namespace ckv::kernels::cpu::testing {
@@ -36,6 +37,8 @@ inline std::vector<uint8_t> Encode(DType t, const std::vector<float>& src,
       for (int64_t i = 0; i < n; ++i) {
         h[i] = t == DType::kF16 ? F32ToF16(s[i]) : F32ToBF16(s[i]);
       }
+    } else if (t != DType::kQ8_0) {
+      QuantizeRow(t, s, n, d);
     } else {
       auto* b = reinterpret_cast<BlockQ8_0*>(d);
       for (int64_t k = 0; k < n / kQ8_0BlockSize; ++k) {
@@ -54,6 +57,20 @@ inline std::vector<uint8_t> Encode(DType t, const std::vector<float>& src,
     }
   }
   return out;
+}
+
+// Upper bound of |sum_i w_i x_i - sum_i w_i x'_i| when x' is x quantised to
+// 8 bits per block of 32 (QuantizeActs: |x - x'| <= max|x_block| / 254).
+inline double ActQuantBound(const float* w, const float* x, int64_t n) {
+  double bound = 0.0;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      amax = std::max(amax, std::fabs(x[32 * b + j]));
+    for (int j = 0; j < 32; ++j)
+      bound += std::fabs(w[32 * b + j]) * amax / 254.0;
+  }
+  return bound;
 }
 
 // The kernel tables this CPU can run: scalar always, AVX2 and AVX-512 if

@@ -509,8 +509,11 @@ Bytes WithTensors(
 
 TEST(GgufHostile, TensorInfos) {
   ASSERT_TRUE(Parse(WithTensors({{"t", {8}, 0, 0}}, 32)).ok());
-  EXPECT_TRUE(Rejects(WithTensors({{"t", {8}, 2, 0}}, 32),
-                      "tensor 't' has unsupported type 2"));
+  // 4 and 5 (the retired Q4_2/Q4_3), 16 (IQ2_XXS) are not supported.
+  EXPECT_TRUE(Rejects(WithTensors({{"t", {8}, 4, 0}}, 32),
+                      "tensor 't' has unsupported type 4"));
+  EXPECT_TRUE(Rejects(WithTensors({{"t", {256}, 16, 0}}, 1024),
+                      "tensor 't' has unsupported type 16"));
   EXPECT_TRUE(Rejects(WithTensors({{"t", {8}, 0xffff, 0}}, 32),
                       "unsupported type 65535"));
   EXPECT_TRUE(Rejects(WithTensors({{"t", {}, 0, 0}}, 32),
@@ -531,6 +534,36 @@ TEST(GgufHostile, TensorInfos) {
                       "tensor 'q' row length 48 is not a multiple of the "
                       "block size of Q8_0"));
   ASSERT_TRUE(Parse(WithTensors({{"q", {32, 2}, 8, 0}}, 68)).ok());
+}
+
+// Block types: rows must be whole blocks; the byte count follows the
+// block size (a file one byte short of the last block is rejected).
+TEST(GgufHostile, QuantisedBlockCounts) {
+  struct Case {
+    uint32_t type;
+    const char* name;
+    uint64_t block;
+    uint64_t bytes;
+  };
+  const Case cases[] = {
+      {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},      {6, "Q5_0", 32, 22},
+      {7, "Q5_1", 32, 24},    {10, "Q2_K", 256, 84},    {11, "Q3_K", 256, 110},
+      {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},   {14, "Q6_K", 256, 210},
+      {20, "IQ4_NL", 32, 18}, {23, "IQ4_XS", 256, 136},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const uint64_t full = 3 * c.bytes;  // 3 rows of one block
+    auto ok = Parse(WithTensors({{"q", {c.block, 3}, c.type, 0}}, full));
+    ASSERT_TRUE(ok.ok()) << ok.status();
+    EXPECT_EQ((*ok)->tensors()[0].n_bytes, static_cast<int64_t>(full));
+    EXPECT_TRUE(Rejects(WithTensors({{"q", {c.block, 3}, c.type, 0}}, full - 1),
+                        "lies outside the file"));
+    EXPECT_TRUE(Rejects(
+        WithTensors({{"q", {c.block + 16, 3}, c.type, 0}}, 4 * full),
+        absl::StrCat("row length ", c.block + 16,
+                     " is not a multiple of the block size of ", c.name)));
+  }
 }
 
 TEST(GgufHostile, TensorPlacement) {

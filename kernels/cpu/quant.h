@@ -1,0 +1,50 @@
+// Quantised weight types on the CPU: the scalar reference dequantiser, the
+// quantiser (used by make-random and the tests), and the 8-bit activation
+// format of the fast integer dot products.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace ckv::kernels::cpu {
+
+// Reference: dst[i] = element i of the row of n elements of type t at src.
+// n must be a multiple of BlockSize(t).
+void DequantizeRowRef(DType t, const void* src, int64_t n, float* dst);
+
+// Quantises one row of n floats (n a multiple of BlockSize(t)) into
+// RowBytes(t, n) bytes at dst. Round-to-nearest with a per-block scale
+// search; not bit-identical to llama.cpp's quantiser, but a row it writes
+// dequantises (DequantizeRowRef) to within the type's step size.
+void QuantizeRow(DType t, const float* src, int64_t n, void* dst);
+
+// Activations quantised for the integer dot products: per block of 32,
+// x[i] ~= d[i / 32] * q[i]; sum16[g] = sum of q over elements 16g..16g+15.
+// The arrays are padded with zeros to a multiple of kChunk elements.
+inline constexpr int kActBlock = 32;
+struct QuantizedActs {
+  int64_t n = 0;
+  std::vector<int8_t> q;       // [n]
+  std::vector<float> d;        // [n / 32]
+  std::vector<int32_t> sum16;  // [n / 16]
+};
+
+// Quantises x[0..n) (n a multiple of 32): d = max|x| / 127 per block,
+// q = round(x / d) (so |x - d * q| <= d / 2).
+void QuantizeActs(const float* x, int64_t n, QuantizedActs* out);
+
+// Elements unpacked per call of UnpackChunk (a K-quant super-block).
+inline constexpr int kChunk = 256;
+inline constexpr int kChunkGroups = kChunk / 16;
+
+// A chunk of up to kChunk weights in the form the integer dot products use:
+// element i of group g = i / 16 is scale[g] * w[i] + bias[g].
+struct UnpackedChunk {
+  alignas(64) int8_t w[kChunk];
+  alignas(64) float scale[kChunkGroups];
+  alignas(64) float bias[kChunkGroups];
+};
+
+}  // namespace ckv::kernels::cpu

@@ -1,0 +1,28 @@
+// Internal: the ISA-specific quantised-weight primitives behind KernelSet's
+// quant_gemv and the block-type branch of to_f32 (quant_avx2.cc,
+// quant_avx512.cc). Contracts as in kernel_set.h.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/quant.h"
+#include "kernels/dtype.h"
+
+namespace ckv::kernels::cpu {
+
+namespace avx2q {
+void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
+               int64_t ldy);
+void QuantToF32(DType t, const void* src, int64_t n, float* dst);
+}  // namespace avx2q
+
+// Needs AVX-512 F/BW/VL and VNNI.
+namespace avx512q {
+void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
+               int64_t ldy);
+void QuantToF32(DType t, const void* src, int64_t n, float* dst);
+}  // namespace avx512q
+
+}  // namespace ckv::kernels::cpu

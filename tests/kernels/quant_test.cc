@@ -1,0 +1,172 @@
+// Quantised weight types: the quantiser round-trips through the reference
+// dequantiser; every fast kernel table's dequantisation equals the
+// reference; its integer-dot MatMul stays within the activation-rounding
+// bound of the reference MatMul on odd sizes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tests/kernels/test_util.h"
+
+namespace ckv::kernels::cpu {
+namespace {
+
+using testing::ActQuantBound;
+using testing::AvailableKernelSets;
+using testing::RandomFloats;
+using testing::ScopedKernels;
+
+struct TypeCase {
+  DType type;
+  // Bound on rms(dequant(quant(x)) - x) / rms(x) for x uniform in [-1, 1]:
+  // about 1 / (levels - 1) (a step over sqrt(12), over rms(x)). Measured
+  // on these rows (max over lengths): Q4_0 .068, Q4_1 .065, Q5_0 .032,
+  // Q5_1 .030, Q8_0 .0039, Q2_K .275, Q3_K .135, Q4_K .062, Q5_K .030,
+  // Q6_K .0153, IQ4_NL .075, IQ4_XS .071; bounds are ~1.3x those. A packing
+  // bug (wrong nibble, bit or scale) gives errors of order 1.
+  double rms_tolerance;
+};
+
+const TypeCase kTypes[] = {
+    {DType::kQ4_0, 0.09}, {DType::kQ4_1, 0.085},  {DType::kQ5_0, 0.042},
+    {DType::kQ5_1, 0.04}, {DType::kQ8_0, 0.0052}, {DType::kQ2_K, 0.36},
+    {DType::kQ3_K, 0.18}, {DType::kQ4_K, 0.08},   {DType::kQ5_K, 0.04},
+    {DType::kQ6_K, 0.02}, {DType::kIQ4_NL, 0.1},  {DType::kIQ4_XS, 0.095},
+};
+
+std::string TypeName(const ::testing::TestParamInfo<TypeCase>& i) {
+  return DTypeName(i.param.type);
+}
+
+class QuantTypeTest : public ::testing::TestWithParam<TypeCase> {};
+
+// Row lengths: odd multiples of the block size.
+std::vector<int64_t> OddLengths(DType t) {
+  const int64_t bs = BlockSize(t);
+  return bs == 32 ? std::vector<int64_t>{32, 96, 288, 800}
+                  : std::vector<int64_t>{256, 768, 1280};
+}
+
+TEST_P(QuantTypeTest, QuantiserRoundTripsThroughReference) {
+  const DType t = GetParam().type;
+  std::mt19937 rng(11);
+  for (int64_t n : OddLengths(t)) {
+    const std::vector<float> x = RandomFloats(rng, n);
+    std::vector<uint8_t> q(RowBytes(t, n));
+    QuantizeRow(t, x.data(), n, q.data());
+    std::vector<float> back(n);
+    DequantizeRowRef(t, q.data(), n, back.data());
+    double err = 0.0, ref = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      err += (back[i] - x[i]) * (back[i] - x[i]);
+      ref += x[i] * x[i];
+    }
+    const double rel = std::sqrt(err / ref);
+    EXPECT_LE(rel, GetParam().rms_tolerance) << DTypeName(t) << " n=" << n;
+    // Zeros stay exact zeros (no division by a zero scale).
+    const std::vector<float> zeros(n, 0.0f);
+    QuantizeRow(t, zeros.data(), n, q.data());
+    DequantizeRowRef(t, q.data(), n, back.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 0.0f) << i;
+  }
+}
+
+TEST_P(QuantTypeTest, EveryTableDequantisesLikeReference) {
+  const DType t = GetParam().type;
+  std::mt19937 rng(12);
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    for (int64_t n : OddLengths(t)) {
+      const std::vector<float> x = RandomFloats(rng, n, -3.0f, 2.0f);
+      std::vector<uint8_t> q(RowBytes(t, n));
+      QuantizeRow(t, x.data(), n, q.data());
+      std::vector<float> want(n), got(n);
+      DequantizeRowRef(t, q.data(), n, want.data());
+      ks->to_f32(t, q.data(), n, got.data());
+      for (int64_t i = 0; i < n; ++i) {
+        // Same formula; only FMA contraction may round differently.
+        ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i])))
+            << ks->name << " " << DTypeName(t) << " n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
+// Fast MatMul (every table, GEMV and GEMM paths, 1-3 threads) against
+// ref::MatMul. Tolerance: the exact bound of the 8-bit activation rounding
+// (tables with integer dot products) plus F32 accumulation (2e-6 of
+// sum |w x|).
+TEST_P(QuantTypeTest, FastMatMulMatchesReferenceOnOddSizes) {
+  const DType t = GetParam().type;
+  std::mt19937 rng(13);
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    ScopedKernels scoped(ks);
+    for (int threads : {1, 3}) {
+      ThreadPool pool(threads);
+      for (int64_t n_in : OddLengths(t)) {
+        for (int64_t n_out : {1, 19}) {
+          for (int64_t n_tok : {1, 2, 5, 7}) {
+            const std::vector<float> wf = RandomFloats(rng, n_in * n_out);
+            const std::vector<float> x = RandomFloats(rng, n_in * n_tok);
+            std::vector<uint8_t> w(RowBytes(t, n_in) * n_out);
+            for (int64_t o = 0; o < n_out; ++o) {
+              QuantizeRow(t, wf.data() + o * n_in, n_in,
+                          w.data() + o * RowBytes(t, n_in));
+            }
+            std::vector<float> y(n_out * n_tok, NAN), yr(n_out * n_tok);
+            MatMul(&pool, t, w.data(), n_in, n_out, x.data(), n_tok, y.data());
+            ref::MatMul(t, w.data(), n_in, n_out, x.data(), n_tok, yr.data());
+            std::vector<float> row(n_in);
+            for (int64_t o = 0; o < n_out; ++o) {
+              DequantizeRowRef(t, w.data() + o * RowBytes(t, n_in), n_in,
+                               row.data());
+              for (int64_t k = 0; k < n_tok; ++k) {
+                const float* xk = x.data() + k * n_in;
+                double mag = 0.0;
+                for (int64_t i = 0; i < n_in; ++i)
+                  mag += std::fabs(row[i] * xk[i]);
+                const double act =
+                    ks->quant_gemv != nullptr
+                        ? 1.001 * ActQuantBound(row.data(), xk, n_in)
+                        : 0.0;
+                ASSERT_NEAR(y[k * n_out + o], yr[k * n_out + o],
+                            act + 2e-6 * mag + 1e-6)
+                    << ks->name << " " << DTypeName(t) << " n_in=" << n_in
+                    << " n_out=" << n_out << " n_tok=" << n_tok;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantTypeTest, ::testing::ValuesIn(kTypes),
+                         TypeName);
+
+TEST(QuantizeActsTest, PadsAndBoundsTheRoundingError) {
+  std::mt19937 rng(14);
+  const std::vector<float> x = RandomFloats(rng, 96, -5.0f, 5.0f);
+  QuantizedActs a;
+  QuantizeActs(x.data(), 96, &a);
+  ASSERT_EQ(a.q.size(), 256u);
+  ASSERT_EQ(a.d.size(), 8u);
+  ASSERT_EQ(a.sum16.size(), 16u);
+  for (int i = 0; i < 96; ++i) {
+    EXPECT_LE(std::fabs(a.d[i / 32] * a.q[i] - x[i]), a.d[i / 32] / 2 * 1.0001);
+  }
+  for (int i = 96; i < 256; ++i) EXPECT_EQ(a.q[i], 0);
+  for (int g = 0; g < 6; ++g) {
+    int s = 0;
+    for (int j = 0; j < 16; ++j) s += a.q[16 * g + j];
+    EXPECT_EQ(a.sum16[g], s);
+  }
+}
+
+}  // namespace
+}  // namespace ckv::kernels::cpu
