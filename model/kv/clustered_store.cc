@@ -61,11 +61,12 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
 }
 
 bool ClusteredKvStore::IsSparseLayer(int layer) const {
-  return config_.policy != KvPolicy::kFull && layer >= config_.dense_layers;
+  return config_.policy != KvPolicy::kFull && layer >= config_.dense_layers &&
+         shape_.window(layer) == 0;
 }
 
 bool ClusteredKvStore::NeedsIndex(int layer) const {
-  return layer >= config_.dense_layers &&
+  return layer >= config_.dense_layers && shape_.window(layer) == 0 &&
          (config_.build_all_indexes || config_.policy == KvPolicy::kClusterKv ||
           config_.policy == KvPolicy::kQuest);
 }
@@ -300,6 +301,11 @@ void ClusteredKvStore::Select(int layer, const LayerQuery& query,
     SelectSparse(layer, query, out);
   } else {
     SelectDense(layer, out);
+  }
+  const int64_t window = shape_.window(layer);
+  if (window > 0 && query.n_q > 0) {  // sliding window: its rows only
+    const int64_t min_pos = WindowStart(query.q_pos, query.n_q, window);
+    for (cpu::KvSpan& s : out->spans) s = SpanFrom(s, min_pos);
   }
 }
 

@@ -3,7 +3,9 @@
 // steps attend (sinks, tail, dense layers, selection index, and a
 // cluster-granular cache of selected blocks). Implements KvCache: prefill and
 // multi-token appends attend densely; single-token decode steps in layers >=
-// dense_layers attend sinks + the policy's selection + tail.
+// dense_layers attend sinks + the policy's selection + tail. Sliding-window
+// layers (KvShape::layer_window) are never indexed or selected: they attend
+// the rows of their window densely.
 #pragma once
 
 #include <cstdint>

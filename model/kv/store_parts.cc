@@ -108,7 +108,7 @@ absl::Status CheckSegment(const Segment& seg, int64_t first_pos,
     if (layer.k.size() != elems || layer.v.size() != elems) {
       return Bad("segment K/V size does not match its rows");
     }
-    const bool sparse = l >= c.dense_layers;
+    const bool sparse = l >= c.dense_layers && s.window(l) == 0;
     const bool needed =
         sparse && (c.build_all_indexes || c.policy == KvPolicy::kClusterKv ||
                    c.policy == KvPolicy::kQuest);
