@@ -24,7 +24,7 @@ struct KvShape {
   // Per layer (or empty): > 0 makes the layer a sliding-window layer that
   // attends only its last `window` positions. The store never clusters or
   // selects in such a layer: it attends the window densely.
-  std::vector<int32_t> layer_window;
+  std::vector<int32_t> layer_window = {};
   int group() const { return n_heads / n_kv_heads; }
   int64_t window(int layer) const {
     return layer < static_cast<int>(layer_window.size()) ? layer_window[layer]

@@ -32,7 +32,8 @@ ABSL_FLAG(int, ffn, 704, "make-random: feed-forward dimension");
 ABSL_FLAG(std::string, vocab, "byte", "make-random: byte | VOCAB.gguf");
 ABSL_FLAG(std::string, dtype, "f16", "make-random: f32|f16|bf16|q8_0");
 ABSL_FLAG(bool, rope_freqs, false, "make-random: add rope_freqs.weight");
-ABSL_FLAG(std::string, arch, "llama", "make-random: llama|qwen2|qwen3|phi3|gemma2|gemma3|chatglm|glm4");
+ABSL_FLAG(std::string, arch, "llama",
+          "make-random: llama|qwen2|qwen3|phi3|gemma2|gemma3|chatglm|glm4");
 ABSL_FLAG(bool, tied, false, "make-random: tie output to token_embd");
 // KV store (see model/kv/kv_config.h for the semantics and defaults).
 ABSL_FLAG(std::string, policy, "full", "full|clusterkv|quest|streaming");

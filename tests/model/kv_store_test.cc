@@ -346,6 +346,7 @@ TEST(KvStore, SlidingWindowLayerAttendsItsWindowDensely) {
   KvShape shape = kShape;
   shape.layer_window = {0, 24};  // layer 1 is local
   KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+  c.dense_layers = 0;  // layer 0 clusters, layer 1 does not
   ClusteredKvStore store(shape, c, nullptr);
   Feeder feed(9);
   feed.Add(store, 150, AppendKind::kPrompt);
