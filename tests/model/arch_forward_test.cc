@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "model/gguf/gguf_writer.h"
 #include "model/kv/clustered_store.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -364,6 +365,30 @@ TEST(ArchConfig, UnknownArchitectureIsAClearError) {
   const absl::Status st = WriteRandomModel(s, testing::TempPath("mamba.gguf"));
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("gemma3"), std::string::npos) << st;
+}
+
+// Out-of-range architecture keys are refused with the key's name.
+TEST(ArchConfig, BadArchKeysAreNamed) {
+  const std::string src =
+      testing::RandomModelPath("arch_gemma2", SpecFor("gemma2"));
+  for (const char* key : {"gemma2.attention.sliding_window",
+                          "gemma2.attention.sliding_window_pattern",
+                          "gemma2.attn_logit_softcapping"}) {
+    auto f = gguf::GgufFile::Open(src);
+    ASSERT_TRUE(f.ok());
+    gguf::GgufWriter w;
+    for (const auto& [k, v] : (*f)->metadata()) w.Set(k, v);
+    for (const auto& t : (*f)->tensors()) {
+      w.AddTensor(t.name, t.dims, t.type,
+                  std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+    }
+    w.SetFloat32(key, -1.0f);
+    const std::string path = testing::TempPath("bad_key.gguf");
+    ASSERT_TRUE(w.WriteFile(path).ok());
+    const absl::Status st = LoadModel(path).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_NE(st.message().find(key), std::string::npos) << st;
+  }
 }
 
 // Phi-3: the long factors apply once a sequence may pass the original
