@@ -61,14 +61,14 @@ struct AttentionArgs {
   int n_heads = 0;
   int head_dim = 0;
   float scale = 0.0f;                // usually 1/sqrt(head_dim)
+  const KvSpanList* kv = nullptr;    // [n_heads]: what each query head attends
+  float* out = nullptr;              // [n_q][n_heads][head_dim]
   // > 0: scores s = q.k * scale become softcap * tanh(s / softcap) before
   // the softmax (Gemma-2 attention logit soft-capping).
   float softcap = 0.0f;
   // > 0: sliding window; a query at position p attends only keys at
   // positions k with p - window < k <= p (`window` keys including itself).
   int64_t window = 0;
-  const KvSpanList* kv = nullptr;    // [n_heads]: what each query head attends
-  float* out = nullptr;              // [n_q][n_heads][head_dim]
 };
 
 // ---------------------------------------------------------------- reference
