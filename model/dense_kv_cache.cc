@@ -83,9 +83,14 @@ void DenseKvCache::Append(int layer, int64_t n, const float* k,
   appended_[layer] += n;
 }
 
-void DenseKvCache::Select(int layer, const LayerQuery& /*query*/,
-                          AttendSet* out) {
+void DenseKvCache::Select(int layer, const LayerQuery& query, AttendSet* out) {
   out->Clear();
+  const int64_t window = layer < static_cast<int>(opt_.layer_window.size())
+                             ? opt_.layer_window[layer]
+                             : 0;
+  const int64_t min_pos = window > 0 && query.n_q > 0
+                              ? WindowStart(query.q_pos, query.n_q, window)
+                              : 0;
   const int group = opt_.n_heads / opt_.n_kv_heads;
   for (int h = 0; h < opt_.n_kv_heads; ++h) {
     kernels::cpu::KvSpan s;
@@ -95,7 +100,7 @@ void DenseKvCache::Select(int layer, const LayerQuery& /*query*/,
     s.stride = opt_.head_dim;
     s.count = n_tokens_ + appended_[layer];
     s.first_pos = 0;
-    out->spans.push_back(s);
+    out->spans.push_back(SpanFrom(s, min_pos));
   }
   out->per_head.resize(opt_.n_heads);
   for (int h = 0; h < opt_.n_heads; ++h) {

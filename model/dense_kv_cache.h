@@ -1,5 +1,6 @@
-// A contiguous per-layer, per-KV-head cache attended in full: the `full`
-// policy and the reference the clustered store is compared against.
+// A contiguous per-layer, per-KV-head cache attended in full (sliding-window
+// layers: their window): the `full` policy and the reference the clustered
+// store is compared against.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,10 @@ struct DenseKvCacheOptions {
   int n_kv_heads = 0;
   int head_dim = 0;
   kernels::DType dtype = kernels::DType::kF16;  // kF32, kF16 or kBF16
-  int64_t max_tokens = 1 << 20;  // Reserve beyond this fails
+  int64_t max_tokens = 1 << 20;                 // Reserve beyond this fails
+  // Per layer (or empty): > 0 is a sliding window; Select then returns only
+  // the rows the queries' windows can reach.
+  std::vector<int32_t> layer_window;
 };
 
 class DenseKvCache : public KvCache {

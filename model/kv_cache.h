@@ -5,6 +5,7 @@
 // selected clusters and the tail.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +25,28 @@ struct AttendSet {
     per_head.clear();
   }
 };
+
+// The rows of `s` at positions >= min_pos. `s` must be a plain run (no
+// index list, no explicit positions): row i is at position first_pos + i.
+inline kernels::cpu::KvSpan SpanFrom(const kernels::cpu::KvSpan& s,
+                                     int64_t min_pos) {
+  const int64_t skip = std::clamp<int64_t>(min_pos - s.first_pos, 0, s.count);
+  if (skip == 0) return s;
+  kernels::cpu::KvSpan out = s;
+  const int64_t bytes = skip * kernels::RowBytes(s.dtype, s.stride);
+  out.k = static_cast<const uint8_t*>(s.k) + bytes;
+  out.v = static_cast<const uint8_t*>(s.v) + bytes;
+  out.count -= skip;
+  out.first_pos += skip;
+  return out;
+}
+
+// Oldest position a sliding window of `window` keys (> 0) lets any of the
+// n_q queries see.
+inline int64_t WindowStart(const int64_t* q_pos, int n_q, int64_t window) {
+  const int64_t first = *std::min_element(q_pos, q_pos + n_q);
+  return first - window + 1;
+}
 
 // Query of one layer: n_q tokens, all heads, post-RoPE.
 struct LayerQuery {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
+#include "model/arch/arch.h"
 #include "model/gguf/gguf.h"
 #include "model/gguf/gguf_writer.h"
 
@@ -88,19 +89,25 @@ absl::StatusOr<int64_t> CopyVocab(gguf::GgufWriter& w,
   return static_cast<int64_t>((*tokens)->size());
 }
 
+int HeadDim(const RandomModelSpec& s) {
+  return s.head_dim > 0 ? s.head_dim : s.dim / s.heads;
+}
+
 absl::Status ValidateSpec(const RandomModelSpec& s) {
   if (s.layers <= 0 || s.dim <= 0 || s.heads <= 0 || s.kv_heads <= 0 ||
-      s.ffn <= 0) {
+      s.ffn <= 0 || s.head_dim < 0 || s.sliding_window <= 0 ||
+      s.sliding_window_pattern <= 0) {
     return absl::InvalidArgumentError("all model dimensions must be > 0");
   }
-  if (s.dim % s.heads != 0 || s.heads % s.kv_heads != 0 ||
-      (s.dim / s.heads) % 2 != 0) {
+  if ((s.head_dim == 0 && s.dim % s.heads != 0) || s.heads % s.kv_heads != 0 ||
+      HeadDim(s) % 4 != 0) {
     return absl::InvalidArgumentError(
-        "dim must split into an even head_dim; heads must be a multiple of "
-        "kv-heads");
+        "dim must split into a head_dim that is a multiple of 4; heads must "
+        "be a multiple of kv-heads");
   }
-  if (s.arch != "llama" && s.arch != "qwen2") {
-    return absl::InvalidArgumentError("arch must be llama or qwen2");
+  if (FindArch(s.arch) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("arch must be one of: ", SupportedArchs()));
   }
   const int bs = kernels::BlockSize(s.dtype);
   if (bs == 0) return absl::InvalidArgumentError("unknown weight type");
@@ -121,9 +128,45 @@ void SetHyperParams(gguf::GgufWriter& w, const RandomModelSpec& s) {
   w.SetUint32(a + "feed_forward_length", s.ffn);
   w.SetUint32(a + "attention.head_count", s.heads);
   w.SetUint32(a + "attention.head_count_kv", s.kv_heads);
-  w.SetUint32(a + "rope.dimension_count", s.dim / s.heads);
+  w.SetUint32(a + "attention.key_length", HeadDim(s));
+  w.SetUint32(a + "attention.value_length", HeadDim(s));
+  // GLM rotates the first half of each head only.
+  const bool glm = s.arch == "chatglm" || s.arch == "glm4";
+  w.SetUint32(a + "rope.dimension_count", HeadDim(s) / (glm ? 2 : 1));
   w.SetFloat32(a + "rope.freq_base", s.rope_freq_base);
   w.SetFloat32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  if (s.arch == "gemma2" || s.arch == "gemma3") {
+    w.SetUint32(a + "attention.sliding_window", s.sliding_window);
+    w.SetUint32(a + "attention.sliding_window_pattern",
+                s.sliding_window_pattern);
+  }
+  if (s.arch == "gemma2") {
+    w.SetFloat32(a + "attn_logit_softcapping", 50.0f);
+    w.SetFloat32(a + "final_logit_softcapping", 30.0f);
+  }
+  if (s.arch == "gemma3") {
+    w.SetFloat32(a + "rope.freq_base_swa", 10000.0f);
+    w.SetString(a + "rope.scaling.type", "linear");
+    w.SetFloat32(a + "rope.scaling.factor", 8.0f);
+  }
+  if (s.arch == "phi3") {
+    w.SetString(a + "rope.scaling.type", "longrope");
+    w.SetFloat32(a + "rope.scaling.attn_factor", 1.19f);
+    w.SetUint32(a + "rope.scaling.original_context_length", 4096);
+  }
+}
+
+// Phi-3 LongRoPE factors: short near 1, long growing with the dimension.
+void AddLongRopeFactors(gguf::GgufWriter& w, int64_t half) {
+  std::vector<float> shrt(half), lng(half);
+  for (int64_t i = 0; i < half; ++i) {
+    shrt[i] = 1.0f + 0.05f * i / half;
+    lng[i] = 1.0f + 20.0f * i / half;
+  }
+  w.AddTensor("rope_factors_short.weight", {half}, DType::kF32,
+              Encode(shrt, DType::kF32));
+  w.AddTensor("rope_factors_long.weight", {half}, DType::kF32,
+              Encode(lng, DType::kF32));
 }
 
 void AddBias(gguf::GgufWriter& w, Rng& rng, const std::string& name,
@@ -131,6 +174,48 @@ void AddBias(gguf::GgufWriter& w, Rng& rng, const std::string& name,
   std::vector<float> x(n);
   for (float& v : x) v = rng.Uniform(0.5f);
   w.AddTensor(name, {n}, DType::kF32, Encode(x, DType::kF32));
+}
+
+// The tensors of block l, laid out as the arch table says.
+void AddLayer(gguf::GgufWriter& w, Rng& rng, const RandomModelSpec& s, int l) {
+  const ArchTraits& a = *FindArch(s.arch);
+  const std::string p = absl::StrCat("blk.", l, ".");
+  const int64_t d = s.dim, hd = HeadDim(s), q = s.heads * hd,
+                kv = s.kv_heads * hd, ff = s.ffn;
+  const float in_d = std::sqrt(3.0f / d), in_q = std::sqrt(3.0f / q),
+              in_ff = std::sqrt(3.0f / ff);
+  const bool bias =
+      s.arch == "qwen2" || s.arch == "chatglm" || s.arch == "glm4";
+  AddNorm(w, rng, p + "attn_norm.weight", d);
+  if (a.fused_qkv) {
+    AddRandomMatrix(w, rng, p + "attn_qkv.weight", q + 2 * kv, d, s.dtype,
+                    in_d);
+    if (bias) AddBias(w, rng, p + "attn_qkv.bias", q + 2 * kv);
+  } else {
+    AddRandomMatrix(w, rng, p + "attn_q.weight", q, d, s.dtype, in_d);
+    AddRandomMatrix(w, rng, p + "attn_k.weight", kv, d, s.dtype, in_d);
+    AddRandomMatrix(w, rng, p + "attn_v.weight", kv, d, s.dtype, in_d);
+    if (bias) {
+      AddBias(w, rng, p + "attn_q.bias", q);
+      AddBias(w, rng, p + "attn_k.bias", kv);
+      AddBias(w, rng, p + "attn_v.bias", kv);
+    }
+  }
+  if (a.qk_norm) {
+    AddNorm(w, rng, p + "attn_q_norm.weight", hd);
+    AddNorm(w, rng, p + "attn_k_norm.weight", hd);
+  }
+  AddRandomMatrix(w, rng, p + "attn_output.weight", d, q, s.dtype, in_q);
+  if (a.post_norms) AddNorm(w, rng, p + "post_attention_norm.weight", d);
+  AddNorm(w, rng, p + "ffn_norm.weight", d);
+  if (a.fused_gate_up) {
+    AddRandomMatrix(w, rng, p + "ffn_up.weight", 2 * ff, d, s.dtype, in_d);
+  } else {
+    AddRandomMatrix(w, rng, p + "ffn_gate.weight", ff, d, s.dtype, in_d);
+    AddRandomMatrix(w, rng, p + "ffn_up.weight", ff, d, s.dtype, in_d);
+  }
+  AddRandomMatrix(w, rng, p + "ffn_down.weight", d, ff, s.dtype, in_ff);
+  if (a.post_norms) AddNorm(w, rng, p + "post_ffw_norm.weight", d);
 }
 
 }  // namespace
@@ -149,30 +234,15 @@ absl::Status WriteRandomModel(const RandomModelSpec& s,
     vocab = *n;
   }
   Rng rng(s.seed);
-  const int64_t d = s.dim, hd = s.dim / s.heads, kv = s.kv_heads * hd;
-  const float in_d = std::sqrt(3.0f / d), in_ff = std::sqrt(3.0f / s.ffn);
+  const int64_t d = s.dim, hd = HeadDim(s);
+  const float in_d = std::sqrt(3.0f / d);
   AddRandomMatrix(w, rng, "token_embd.weight", vocab, d, s.dtype, 1.0f);
-  for (int l = 0; l < s.layers; ++l) {
-    const std::string p = absl::StrCat("blk.", l, ".");
-    AddNorm(w, rng, p + "attn_norm.weight", d);
-    AddRandomMatrix(w, rng, p + "attn_q.weight", d, d, s.dtype, in_d);
-    AddRandomMatrix(w, rng, p + "attn_k.weight", kv, d, s.dtype, in_d);
-    AddRandomMatrix(w, rng, p + "attn_v.weight", kv, d, s.dtype, in_d);
-    if (s.arch == "qwen2") {
-      AddBias(w, rng, p + "attn_q.bias", d);
-      AddBias(w, rng, p + "attn_k.bias", kv);
-      AddBias(w, rng, p + "attn_v.bias", kv);
-    }
-    AddRandomMatrix(w, rng, p + "attn_output.weight", d, d, s.dtype, in_d);
-    AddNorm(w, rng, p + "ffn_norm.weight", d);
-    AddRandomMatrix(w, rng, p + "ffn_gate.weight", s.ffn, d, s.dtype, in_d);
-    AddRandomMatrix(w, rng, p + "ffn_up.weight", s.ffn, d, s.dtype, in_d);
-    AddRandomMatrix(w, rng, p + "ffn_down.weight", d, s.ffn, s.dtype, in_ff);
-  }
+  for (int l = 0; l < s.layers; ++l) AddLayer(w, rng, s, l);
   AddNorm(w, rng, "output_norm.weight", d);
-  if (!s.tied_embeddings) {
+  if (!s.tied_embeddings && !FindArch(s.arch)->scale_embeddings) {
     AddRandomMatrix(w, rng, "output.weight", vocab, d, s.dtype, in_d * 4.0f);
   }
+  if (s.arch == "phi3") AddLongRopeFactors(w, hd / 2);
   if (s.rope_freqs) {
     std::vector<float> f(hd / 2);
     for (int i = 0; i < hd / 2; ++i) f[i] = 1.0f + 7.0f * i / (hd / 2);

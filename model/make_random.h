@@ -1,5 +1,6 @@
-// Writes a valid Llama GGUF with random weights: the demo model, and the
-// models of tests and benchmarks. Deterministic for a given spec.
+// Writes a valid GGUF with random weights for any architecture of the arch
+// table (model/arch/arch.h): the demo model, and the models of tests and
+// benchmarks. Deterministic for a given spec.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +25,17 @@ struct RandomModelSpec {
   int context_length = 131072;
   float rope_freq_base = 500000.0f;
   bool rope_freqs = false;  // add Llama-3 style rope_freqs.weight factors
-  std::string arch = "llama";    // or "qwen2" (QKV biases, NeoX RoPE)
-  bool tied_embeddings = false;  // omit output.weight
+  // A row of the arch table. Each architecture gets its own tensors and
+  // metadata: qwen2 QKV biases; qwen3 Q/K norms; phi3 fused QKV and
+  // gate/up with LongRoPE factors; gemma2/gemma3 post-norms, GELU, tied
+  // output, sliding windows (gemma2 also soft-caps, gemma3 Q/K norms and
+  // local RoPE); chatglm fused QKV + bias and half-rotary; glm4 biases,
+  // post-norms and half-rotary.
+  std::string arch = "llama";
+  bool tied_embeddings = false;  // omit output.weight (gemma: always)
+  int head_dim = 0;              // 0: dim / heads
+  int sliding_window = 32;       // gemma2/gemma3 local layers
+  int sliding_window_pattern = 2;
 };
 
 absl::Status WriteRandomModel(const RandomModelSpec& spec,

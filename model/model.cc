@@ -33,11 +33,19 @@ DenseKvCacheOptions DenseCacheOptions(const ModelConfig& c,
   o.head_dim = c.head_dim;
   o.dtype = dtype;
   o.max_tokens = max_tokens;
+  o.layer_window = LayerWindows(c);
   return o;
 }
 
+std::vector<int32_t> LayerWindows(const ModelConfig& c) {
+  std::vector<int32_t> w(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) w[l] = c.LayerWindow(l);
+  return w;
+}
+
 KvShape KvShapeOf(const ModelConfig& c) {
-  return KvShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim};
+  return KvShape{c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+                 LayerWindows(c)};
 }
 
 std::unique_ptr<KvCache> NewKvCache(const ModelConfig& config,

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/dense_kv_cache.h"
@@ -36,6 +37,9 @@ std::unique_ptr<KvCache> NewKvCache(const ModelConfig& config,
                                     const KvStoreConfig& kv,
                                     kernels::DType dense_type,
                                     ClusterWorker* worker);
+// The KV shape of `config`, with its sliding-window layers.
 KvShape KvShapeOf(const ModelConfig& config);
+// Per layer: the attention window (0 = unlimited).
+std::vector<int32_t> LayerWindows(const ModelConfig& config);
 
 }  // namespace ckv

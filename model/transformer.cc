@@ -162,9 +162,13 @@ void Transformer::Embed(const Step& step) {
     const auto& tokens = step.batch[p.seq].tokens;
     for (int64_t i = 0; i < p.n; ++i) {
       const int32_t t = tokens[p.src_offset + i];
+      float* x = &buf_->x[(p.row + i) * config_.d_model];
       cpu::DequantizeRow(e.type,
                          static_cast<const uint8_t*>(e.data) + t * row_bytes,
-                         e.cols, &buf_->x[(p.row + i) * config_.d_model]);
+                         e.cols, x);
+      if (config_.embed_scale != 1.0f) {
+        for (int j = 0; j < config_.d_model; ++j) x[j] *= config_.embed_scale;
+      }
     }
   }
 }
@@ -176,13 +180,11 @@ void MatMul(cpu::ThreadPool* pool, const Matrix& w, const float* x,
 }
 }  // namespace
 
-void Transformer::AttentionBlock(int layer, const Step& step) {
+// q, k, v of the step's rows: projections, biases and per-head Q/K norms.
+void Transformer::ProjectQkv(int layer, int64_t rows) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[layer];
   Buffers& b = *buf_;
-  const int64_t rows = step.rows;
-  cpu::RmsNorm(pool(), b.x.data(), w.attn_norm.data(), rows, c.d_model,
-               c.rms_eps, b.xn.data());
   MatMul(pool(), w.wq, b.xn.data(), rows, b.q.data());
   MatMul(pool(), w.wk, b.xn.data(), rows, b.k.data());
   MatMul(pool(), w.wv, b.xn.data(), rows, b.v.data());
@@ -191,14 +193,45 @@ void Transformer::AttentionBlock(int layer, const Step& step) {
     cpu::AddBias(b.k.data(), w.bk.data(), rows, c.kv_dim());
     cpu::AddBias(b.v.data(), w.bv.data(), rows, c.kv_dim());
   }
+  if (c.qk_norm) {  // in place, one row per head
+    cpu::RmsNorm(pool(), b.q.data(), w.q_norm.data(), rows * c.n_heads,
+                 c.head_dim, c.rms_eps, b.q.data());
+    cpu::RmsNorm(pool(), b.k.data(), w.k_norm.data(), rows * c.n_kv_heads,
+                 c.head_dim, c.rms_eps, b.k.data());
+  }
+}
+
+// Local (sliding-window) layers may use their own base and scaling.
+cpu::RopeParams Transformer::LayerRope(int layer) const {
+  const ModelConfig& c = config_;
+  const bool local = c.IsLocalLayer(layer);
   cpu::RopeParams rope;
   rope.mode = c.rope_style == RopeStyle::kNeox ? cpu::RopeMode::kNeox
                                                : cpu::RopeMode::kNormal;
   rope.rot_dims = c.rope_dims;
-  rope.freq_base = c.rope_freq_base;
-  rope.freq_scale = c.rope_freq_scale;
-  rope.freq_factors =
-      weights_.rope_freqs.empty() ? nullptr : weights_.rope_freqs.data();
+  rope.freq_base = local ? c.rope_freq_base_local : c.rope_freq_base;
+  rope.freq_scale = local ? c.rope_freq_scale_local : c.rope_freq_scale;
+  rope.attn_factor = c.rope_attn_factor;
+  const int64_t ctx = options_.context_per_sequence > 0
+                          ? options_.context_per_sequence
+                          : c.context_length;
+  const bool long_factors =
+      !weights_.rope_freqs_long.empty() && ctx > c.rope_orig_context;
+  const std::vector<float>& factors =
+      long_factors ? weights_.rope_freqs_long : weights_.rope_freqs;
+  rope.freq_factors = factors.empty() ? nullptr : factors.data();
+  return rope;
+}
+
+void Transformer::AttentionBlock(int layer, const Step& step) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[layer];
+  Buffers& b = *buf_;
+  const int64_t rows = step.rows;
+  cpu::RmsNorm(pool(), b.x.data(), w.attn_norm.data(), rows, c.d_model,
+               c.rms_eps, b.xn.data());
+  ProjectQkv(layer, rows);
+  const cpu::RopeParams rope = LayerRope(layer);
   cpu::Rope(pool(), b.q.data(), rows, c.n_heads, c.head_dim, b.pos.data(),
             rope);
   cpu::Rope(pool(), b.k.data(), rows, c.n_kv_heads, c.head_dim, b.pos.data(),
@@ -210,6 +243,10 @@ void Transformer::AttentionBlock(int layer, const Step& step) {
     if (options_.profile) profile_.attention_ns += NanosSince(t0);
   }
   MatMul(pool(), w.wo, b.attn.data(), rows, b.tmp.data());
+  if (c.post_norms) {
+    cpu::RmsNorm(pool(), b.tmp.data(), w.post_attn_norm.data(), rows, c.d_model,
+                 c.rms_eps, b.tmp.data());
+  }
   cpu::Add(b.x.data(), b.tmp.data(), rows * c.d_model);
 }
 
@@ -231,7 +268,11 @@ void Transformer::AttendPart(int layer, const StepPart& p) {
   args.n_q = query.n_q;
   args.n_heads = c.n_heads;
   args.head_dim = c.head_dim;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  args.scale = c.attn_scale > 0.0f
+                   ? c.attn_scale
+                   : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  args.softcap = c.attn_softcap;
+  args.window = c.LayerWindow(layer);
   args.kv = b.attend.per_head.data();
   args.out = &b.attn[p.row * c.q_dim()];
   cpu::Attention(pool(), args);
@@ -246,9 +287,18 @@ void Transformer::MlpBlock(int layer, const Step& step) {
                c.rms_eps, b.xn.data());
   MatMul(pool(), w.w_gate, b.xn.data(), rows, b.gate.data());
   MatMul(pool(), w.w_up, b.xn.data(), rows, b.up.data());
-  cpu::SwiGlu(pool(), b.gate.data(), b.up.data(), rows * c.ffn_dim,
-              b.gate.data());
+  if (c.ffn_act == FfnActivation::kGeluTanhGate) {
+    cpu::GeluTanhGate(pool(), b.gate.data(), b.up.data(), rows * c.ffn_dim,
+                      b.gate.data());
+  } else {
+    cpu::SwiGlu(pool(), b.gate.data(), b.up.data(), rows * c.ffn_dim,
+                b.gate.data());
+  }
   MatMul(pool(), w.w_down, b.gate.data(), rows, b.tmp.data());
+  if (c.post_norms) {
+    cpu::RmsNorm(pool(), b.tmp.data(), w.post_ffn_norm.data(), rows, c.d_model,
+                 c.rms_eps, b.tmp.data());
+  }
   cpu::Add(b.x.data(), b.tmp.data(), rows * c.d_model);
 }
 
@@ -276,6 +326,9 @@ void Transformer::OutputLogits(const Step& step) {
   }
   b.logits.resize(n * c.vocab_size);
   MatMul(pool(), weights_.output, b.xn.data(), n, b.logits.data());
+  if (c.final_softcap > 0.0f) {
+    cpu::SoftCap(pool(), b.logits.data(), n * c.vocab_size, c.final_softcap);
+  }
   // Scatter rows to each sequence's output.
   int64_t j = 0;
   for (const StepPart& p : step.parts) {

@@ -1,8 +1,10 @@
-// The Llama-family forward pass on the CPU. One call evaluates a batch of
-// sequences, each a run of new tokens appended to its own KvCache: weight
-// matmuls run once over all tokens of the batch, attention per sequence.
-// Long inputs are processed in chunks of `prefill_chunk` tokens so that
-// activation memory is bounded (attention is flash-style: no L x L matrix).
+// The decoder forward pass on the CPU, for every architecture of the arch
+// table (model/arch/arch.h): its flags select the optional steps. One call
+// evaluates a batch of sequences, each a run of new tokens appended to its own
+// KvCache: weight matmuls run once over all tokens of the batch, attention per
+// sequence. Long inputs are processed in chunks of `prefill_chunk` tokens so
+// that activation memory is bounded (attention is flash-style: no L x L
+// matrix).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,9 @@ struct TransformerOptions {
   int threads = 1;
   int prefill_chunk = 256;  // max tokens per forward step
   bool profile = false;     // accumulate ForwardProfile (benchmarks)
+  // Positions a sequence may reach (0: the model's context_length). With
+  // LongRoPE the long factors apply when this exceeds the original context.
+  int64_t context_per_sequence = 0;
 };
 
 // Cumulative wall time of Forward calls, when TransformerOptions::profile is
@@ -94,6 +99,8 @@ class Transformer {
   void MlpBlock(int layer, const Step& step);
   void OutputLogits(const Step& step);
   void AttendPart(int layer, const StepPart& p);
+  void ProjectQkv(int layer, int64_t rows);
+  kernels::cpu::RopeParams LayerRope(int layer) const;
 
   const ModelConfig config_;
   const ModelWeights& weights_;

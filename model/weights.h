@@ -21,19 +21,26 @@ struct Matrix {
   int64_t cols = 0;
 };
 
+// Fused file tensors (attn_qkv, ffn_up = [gate; up]) are bound as row
+// ranges: wq/wk/wv and w_gate/w_up then view parts of one file tensor.
 struct LayerWeights {
   std::vector<float> attn_norm;
   Matrix wq, wk, wv, wo;
-  std::vector<float> bq, bk, bv;  // empty unless config.qkv_bias
+  std::vector<float> bq, bk, bv;      // empty unless config.qkv_bias
+  std::vector<float> q_norm, k_norm;  // [head_dim], when config.qk_norm
+  std::vector<float> post_attn_norm;  // [d_model], when config.post_norms
   std::vector<float> ffn_norm;
   Matrix w_gate, w_up, w_down;
+  std::vector<float> post_ffn_norm;  // [d_model], when config.post_norms
 };
 
 struct ModelWeights {
   Matrix token_embd;  // [vocab][d_model]
   std::vector<float> output_norm;
-  Matrix output;      // [vocab][d_model]; == token_embd when tied
-  std::vector<float> rope_freqs;  // [rope_dims/2] or empty
+  Matrix output;  // [vocab][d_model]; == token_embd when tied
+  // [rope_dims/2] or empty: `rope_freqs` (Llama-3) or `rope_factors_short`.
+  std::vector<float> rope_freqs;
+  std::vector<float> rope_freqs_long;  // `rope_factors_long`, or empty
   std::vector<LayerWeights> layers;
 
   // Bytes of matrices read per decode token (for bandwidth reports).

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/model.h"
 #include "server/limits.h"
 
 namespace ckv::server {
@@ -14,7 +15,7 @@ namespace ckv::server {
 SessionManager::SessionManager(const ModelConfig& model,
                                const ServerLimits& limits,
                                ClusterWorker* worker)
-    : shape_{model.n_layers, model.n_heads, model.n_kv_heads, model.head_dim},
+    : shape_(KvShapeOf(model)),  // with the model's sliding-window layers
       limits_(limits),
       worker_(worker) {}
 

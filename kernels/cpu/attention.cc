@@ -139,14 +139,30 @@ int LoadQueries(const Plan& plan, const Item& it, Scratch& sc) {
   return rows;
 }
 
+// Bit j set when key j is visible to a query at qpos: causal, and within
+// the sliding window when window > 0.
 uint64_t ValidMask(const int64_t* kpos, int n, int64_t kmin, int64_t kmax,
-                   int64_t qpos) {
+                   int64_t qpos, int64_t window) {
   const uint64_t all = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
-  if (kmax <= qpos) return all;
-  if (kmin > qpos) return 0;
+  const bool windowed = window > 0;
+  if (kmax <= qpos && (!windowed || qpos - kmin < window)) return all;
+  if (kmin > qpos || (windowed && qpos - kmax >= window)) return 0;
   uint64_t m = 0;
-  for (int j = 0; j < n; ++j) m |= uint64_t{kpos[j] <= qpos} << j;
+  for (int j = 0; j < n; ++j) {
+    const bool visible =
+        kpos[j] <= qpos && (!windowed || qpos - kpos[j] < window);
+    m |= uint64_t{visible} << j;
+  }
   return m;
+}
+
+// s = cap * tanh(s / cap) on the first n scores of each of `rows` rows.
+void SoftCapTile(float* s, int rows, int n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int i = 0; i < rows; ++i) {
+    float* row = s + i * kTileK;
+    for (int j = 0; j < n; ++j) row[j] = cap * std::tanh(row[j] * inv);
+  }
 }
 
 // Prefetches rows [j0, j1) of the span's K and V (the next tile), so that
@@ -168,7 +184,7 @@ void PrefetchRows(const KvSpan& sp, int64_t j0, int64_t j1, int hd) {
 // One key tile (span rows [j0, j0 + n)) against the item's rows. With an
 // index list the loaders gather the stored rows sp.rows[j0 + j].
 void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
-                 int rows, int64_t max_qpos, Scratch& sc) {
+                 int rows, int64_t min_qpos, int64_t max_qpos, Scratch& sc) {
   const AttentionArgs& a = *plan.a;
   const KernelSet& ks = *plan.ks;
   int64_t kmin = INT64_MAX, kmax = INT64_MIN;
@@ -181,6 +197,7 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
     kmax = std::max(kmax, sc.kpos[j]);
   }
   if (kmin > max_qpos) return;  // entirely in every row's future
+  if (a.window > 0 && min_qpos - kmax >= a.window) return;  // behind windows
   PrefetchRows(sp, j0 + n, std::min(sp.count, j0 + 2 * n), a.head_dim);
   const int32_t* idx = sp.rows ? sp.rows + j0 : nullptr;
   const int64_t off = idx ? 0 : RowBytes(sp.dtype, sp.stride) * j0;
@@ -189,8 +206,10 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
   ks.load_v(sp.dtype, static_cast<const char*>(sp.v) + off, sp.stride, idx, n,
             a.head_dim, plan.ldv, sc.vt.data());
   ks.qk(sc.q.data(), a.head_dim, rows, sc.kt.data(), a.head_dim, sc.s.data());
+  if (a.softcap > 0.0f) SoftCapTile(sc.s.data(), rows, n, a.softcap);
   for (int i = 0; i < rows; ++i) {
-    const uint64_t valid = ValidMask(sc.kpos.data(), n, kmin, kmax, sc.qpos[i]);
+    const uint64_t valid =
+        ValidMask(sc.kpos.data(), n, kmin, kmax, sc.qpos[i], a.window);
     sc.alpha[i] =
         ks.softmax_row(sc.s.data() + i * kTileK, valid, &sc.m[i], &sc.l[i]);
   }
@@ -201,7 +220,9 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
 // Streams the item's key range [key_begin, key_end) tile by tile.
 void StreamKeys(const Plan& plan, const Item& it, int rows, Scratch& sc) {
   const KvSpanList& list = *plan.groups[it.group].kv;
-  const int64_t max_qpos = *std::max_element(sc.qpos.begin(), sc.qpos.end());
+  const auto [min_it, max_it] =
+      std::minmax_element(sc.qpos.begin(), sc.qpos.end());
+  const int64_t min_qpos = *min_it, max_qpos = *max_it;
   int64_t base = 0;
   for (int si = 0; si < list.count; ++si) {
     const KvSpan& sp = list.spans[si];
@@ -209,7 +230,7 @@ void StreamKeys(const Plan& plan, const Item& it, int rows, Scratch& sc) {
     const int64_t hi = std::min<int64_t>(it.key_end - base, sp.count);
     for (int64_t j0 = lo; j0 < hi; j0 += kTileK) {
       const int n = static_cast<int>(std::min<int64_t>(kTileK, hi - j0));
-      ProcessTile(plan, sp, j0, n, rows, max_qpos, sc);
+      ProcessTile(plan, sp, j0, n, rows, min_qpos, max_qpos, sc);
     }
     base += sp.count;
   }

@@ -74,8 +74,8 @@ void Rope(ThreadPool* pool, float* x, int64_t n_tokens, int n_heads,
     for (int64_t t = t0; t < t1; ++t) {
       for (int i = 0; i < half; ++i) {
         const double theta = static_cast<double>(positions[t]) * inv_freq[i];
-        cs[i] = static_cast<float>(std::cos(theta));
-        sn[i] = static_cast<float>(std::sin(theta));
+        cs[i] = static_cast<float>(std::cos(theta) * p.attn_factor);
+        sn[i] = static_cast<float>(std::sin(theta) * p.attn_factor);
       }
       for (int h = 0; h < n_heads; ++h) {
         RotateHead(x + (t * n_heads + h) * head_dim, half, p.mode, cs.data(),

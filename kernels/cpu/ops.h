@@ -23,10 +23,11 @@ enum class RopeMode { kNormal, kNeox };
 
 struct RopeParams {
   RopeMode mode = RopeMode::kNormal;
-  int rot_dims = 0;        // dims rotated per head (== head_dim here)
+  int rot_dims = 0;  // leading dims rotated per head (<= head_dim)
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;             // linear position scaling (1 = none)
   const float* freq_factors = nullptr;  // optional [rot_dims/2]: theta_i /= f_i
+  float attn_factor = 1.0f;  // multiplies cos and sin (Phi-3 LongRoPE)
 };
 
 // One run of cached keys/values a query may attend to. Row r (r < count) of
@@ -62,6 +63,12 @@ struct AttentionArgs {
   float scale = 0.0f;                // usually 1/sqrt(head_dim)
   const KvSpanList* kv = nullptr;    // [n_heads]: what each query head attends
   float* out = nullptr;              // [n_q][n_heads][head_dim]
+  // > 0: scores s = q.k * scale become softcap * tanh(s / softcap) before
+  // the softmax (Gemma-2 attention logit soft-capping).
+  float softcap = 0.0f;
+  // > 0: sliding window; a query at position p attends only keys at
+  // positions k with p - window < k <= p (`window` keys including itself).
+  int64_t window = 0;
 };
 
 // ---------------------------------------------------------------- reference
@@ -70,7 +77,7 @@ namespace ref {
 // y[t][o] = sum_i W[o][i] * x[t][i]; W is [n_out][n_in] of type wtype.
 void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
             const float* x, int64_t n_tokens, float* y);
-// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, rows of n.
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, rows of n (y may be x).
 void RmsNorm(const float* x, const float* weight, int64_t n_rows, int64_t n,
              float eps, float* y);
 // In place on x: [n_tokens][n_heads][head_dim]; positions [n_tokens].
@@ -78,6 +85,11 @@ void Rope(float* x, int64_t n_tokens, int n_heads, int head_dim,
           const int64_t* positions, const RopeParams& p);
 // out[i] = silu(gate[i]) * up[i].
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+// out[i] = gelu(gate[i]) * up[i] with the tanh form of GELU:
+// gelu(x) = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))).
+void GeluTanhGate(const float* gate, const float* up, int64_t n, float* out);
+// x[i] = cap * tanh(x[i] / cap) in place; cap > 0.
+void SoftCap(float* x, int64_t n, float cap);
 // Adds bias[n] to each of n_rows rows of x.
 void AddBias(float* x, const float* bias, int64_t n_rows, int64_t n);
 // x += y elementwise.
@@ -99,6 +111,9 @@ void Rope(ThreadPool* pool, float* x, int64_t n_tokens, int n_heads,
           int head_dim, const int64_t* positions, const RopeParams& p);
 void SwiGlu(ThreadPool* pool, const float* gate, const float* up, int64_t n,
             float* out);
+void GeluTanhGate(ThreadPool* pool, const float* gate, const float* up,
+                  int64_t n, float* out);
+void SoftCap(ThreadPool* pool, float* x, int64_t n, float cap);
 void AddBias(float* x, const float* bias, int64_t n_rows, int64_t n);
 void Add(float* x, const float* y, int64_t n);
 void DequantizeRow(DType t, const void* src, int64_t n, float* dst);

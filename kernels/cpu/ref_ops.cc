@@ -77,8 +77,10 @@ void Rope(float* x, int64_t n_tokens, int n_heads, int head_dim,
         const int i0 = p.mode == RopeMode::kNormal ? 2 * i : i;
         const int i1 = p.mode == RopeMode::kNormal ? 2 * i + 1 : i + half;
         const double x0 = v[i0], x1 = v[i1];
-        v[i0] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
-        v[i1] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+        const double c = std::cos(theta) * p.attn_factor;
+        const double s = std::sin(theta) * p.attn_factor;
+        v[i0] = static_cast<float>(x0 * c - x1 * s);
+        v[i1] = static_cast<float>(x0 * s + x1 * c);
       }
     }
   }
@@ -88,6 +90,22 @@ void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[i];
     out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
+void GeluTanhGate(const float* gate, const float* up, int64_t n, float* out) {
+  const double k = std::sqrt(2.0 / M_PI);
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double gelu =
+        0.5 * g * (1.0 + std::tanh(k * (g + 0.044715 * g * g * g)));
+    out[i] = static_cast<float>(gelu * up[i]);
+  }
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(cap * std::tanh(double{x[i]} / cap));
   }
 }
 
@@ -108,8 +126,9 @@ void DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
 namespace {
 
 // Attention of one query vector over one head's spans (two-pass softmax).
-void AttendOne(const float* q, int64_t q_pos, int head_dim, float scale,
+void AttendOne(const float* q, int64_t q_pos, const AttentionArgs& a,
                const KvSpanList& list, float* out) {
+  const int head_dim = a.head_dim;
   std::vector<double> scores;
   std::vector<const void*> vrows;
   std::vector<DType> vtypes;
@@ -118,13 +137,15 @@ void AttendOne(const float* q, int64_t q_pos, int head_dim, float scale,
     for (int64_t r = 0; r < sp.count; ++r) {
       const int64_t i = sp.rows ? sp.rows[r] : r;  // stored row
       const int64_t pos = sp.positions ? sp.positions[r] : sp.first_pos + i;
-      if (pos > q_pos) continue;
+      if (pos > q_pos || (a.window > 0 && q_pos - pos >= a.window)) continue;
       const void* k = RowAt(sp.k, sp.dtype, sp.stride, i);
       double dot = 0.0;
       for (int d = 0; d < head_dim; ++d) {
         dot += q[d] * ElementAt(sp.dtype, k, d);
       }
-      scores.push_back(dot * scale);
+      double score = dot * a.scale;
+      if (a.softcap > 0.0f) score = a.softcap * std::tanh(score / a.softcap);
+      scores.push_back(score);
       vrows.push_back(RowAt(sp.v, sp.dtype, sp.stride, i));
       vtypes.push_back(sp.dtype);
     }
@@ -150,8 +171,7 @@ void Attention(const AttentionArgs& a) {
   for (int t = 0; t < a.n_q; ++t) {
     for (int h = 0; h < a.n_heads; ++h) {
       const int64_t off = (int64_t{t} * a.n_heads + h) * a.head_dim;
-      AttendOne(a.q + off, a.q_pos[t], a.head_dim, a.scale, a.kv[h],
-                a.out + off);
+      AttendOne(a.q + off, a.q_pos[t], a, a.kv[h], a.out + off);
     }
   }
 }

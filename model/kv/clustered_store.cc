@@ -65,11 +65,12 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
 
 bool ClusteredKvStore::IsSparseLayer(int layer) const {
   return policy_ != nullptr && policy_->selects() &&
-         layer >= config_.dense_layers;
+         layer >= config_.dense_layers && shape_.window(layer) == 0;
 }
 
 bool ClusteredKvStore::NeedsIndex(int layer) const {
-  return layer >= config_.dense_layers && indexes_ != 0;
+  return layer >= config_.dense_layers && shape_.window(layer) == 0 &&
+         indexes_ != 0;
 }
 
 int64_t ClusteredKvStore::clustered_tokens() const {
@@ -302,6 +303,11 @@ void ClusteredKvStore::Select(int layer, const LayerQuery& query,
     SelectSparse(layer, query, out);
   } else {
     SelectDense(layer, out);
+  }
+  const int64_t window = shape_.window(layer);
+  if (window > 0 && query.n_q > 0) {  // sliding window: its rows only
+    const int64_t min_pos = WindowStart(query.q_pos, query.n_q, window);
+    for (cpu::KvSpan& s : out->spans) s = SpanFrom(s, min_pos);
   }
 }
 

@@ -5,7 +5,8 @@
 // multi-token appends attend densely; single-token decode steps in layers >=
 // dense_layers attend sinks + the policy's selection + tail. What is selected,
 // and which per-segment indexes are built, is its SelectionPolicy's
-// (model/kv/policies/policy.h).
+// (model/kv/policies/policy.h). Sliding-window layers (KvShape::layer_window)
+// are never indexed or selected: they attend the rows of their window densely.
 #pragma once
 
 #include <cstdint>

@@ -21,7 +21,15 @@ struct KvShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  // Per layer (or empty): > 0 makes the layer a sliding-window layer that
+  // attends only its last `window` positions. The store never clusters or
+  // selects in such a layer: it attends the window densely.
+  std::vector<int32_t> layer_window = {};
   int group() const { return n_heads / n_kv_heads; }
+  int64_t window(int layer) const {
+    return layer < static_cast<int>(layer_window.size()) ? layer_window[layer]
+                                                         : 0;
+  }
 };
 
 // The per-segment selection indexes, as a bit set of IndexKind.

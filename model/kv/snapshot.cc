@@ -495,6 +495,7 @@ absl::Status ReadConf(In& in, const SnapshotExpect& e,
     return Corrupt(absl::StrCat("KV config: ", st.message()));
   }
   const KvShape& w = e.shape;
+  s.layer_window = w.layer_window;  // the model's, not stored
   if (s.n_layers != w.n_layers || s.n_heads != w.n_heads ||
       s.n_kv_heads != w.n_kv_heads || s.head_dim != w.head_dim) {
     return Mismatch(absl::StrFormat(

@@ -110,7 +110,7 @@ absl::Status CheckSegment(const Segment& seg, int64_t first_pos,
     if (layer.k.size() != elems || layer.v.size() != elems) {
       return Bad("segment K/V size does not match its rows");
     }
-    const bool sparse = l >= c.dense_layers;
+    const bool sparse = l >= c.dense_layers && s.window(l) == 0;
     const bool needed = sparse && BuiltIndexes(c) != 0;
     if (layer.heads.empty() && !needed) continue;
     if (!sparse || layer.heads.size() != static_cast<size_t>(s.n_kv_heads)) {

@@ -36,7 +36,8 @@ ABSL_FLAG(std::string, dtype, "f16",
           "make-random: f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k|q3_k|q4_k|"
           "q5_k|q6_k|iq4_nl|iq4_xs");
 ABSL_FLAG(bool, rope_freqs, false, "make-random: add rope_freqs.weight");
-ABSL_FLAG(std::string, arch, "llama", "make-random: llama|qwen2");
+ABSL_FLAG(std::string, arch, "llama",
+          "make-random: llama|qwen2|qwen3|phi3|gemma2|gemma3|chatglm|glm4");
 ABSL_FLAG(bool, tied, false, "make-random: tie output to token_embd");
 // KV store (see model/kv/kv_config.h for the semantics and defaults).
 ABSL_FLAG(std::string, policy, "full", "full|clusterkv|quest|streaming");

@@ -97,18 +97,24 @@ class KvFixture {
   std::vector<int64_t> q_pos_;
 };
 
-void CheckAttention(const Shape& s, int threads, std::mt19937& rng) {
+// window / softcap: AttentionArgs::window and ::softcap (0 = off).
+void CheckAttention(const Shape& s, int threads, std::mt19937& rng,
+                    int64_t window = 0, float softcap = 0.0f) {
   KvFixture fx(s, rng);
   const size_t n = size_t{1} * s.n_q * s.n_heads * s.head_dim;
   std::vector<float> out(n, NAN), want(n);
   ThreadPool pool(threads);
-  Attention(threads > 0 ? &pool : nullptr, fx.Args(out.data()));
-  ref::Attention(fx.Args(want.data()));
+  AttentionArgs fast = fx.Args(out.data()), slow = fx.Args(want.data());
+  fast.window = slow.window = window;
+  fast.softcap = slow.softcap = softcap;
+  Attention(threads > 0 ? &pool : nullptr, fast);
+  ref::Attention(slow);
   for (size_t i = 0; i < n; ++i) {
     ASSERT_NEAR(out[i], want[i], 3e-5)
         << "i=" << i << " n_q=" << s.n_q << " n_ctx=" << s.n_ctx
         << " hd=" << s.head_dim << " dtype=" << DTypeName(s.dtype)
-        << " threads=" << threads;
+        << " threads=" << threads << " window=" << window
+        << " softcap=" << softcap;
   }
 }
 
@@ -133,6 +139,24 @@ TEST_P(FastAttentionTest, CausalPrefillOddSizes) {
     CheckAttention({17, 6, 3, 40, 130, DType::kF32, 113}, threads, rng);
     CheckAttention({70, 4, 4, 17, 200, DType::kBF16, 130}, threads, rng);
     CheckAttention({5, 2, 1, 80, 64, DType::kF16, 59}, threads, rng);
+  }
+}
+
+// Sliding windows cut inside tiles and spans (the fixture's middle span has
+// descending explicit positions); soft-capping with a small cap.
+TEST_P(FastAttentionTest, SlidingWindowAndSoftCap) {
+  std::mt19937 rng(21);
+  for (int threads : {0, 2}) {
+    for (int64_t window : {1, 7, 64, 100, 5000}) {
+      CheckAttention({1, 8, 2, 64, 1100, DType::kF16, 1099}, threads, rng,
+                     window);
+      CheckAttention({70, 4, 2, 40, 300, DType::kF32, 230}, threads, rng,
+                     window);
+    }
+    CheckAttention({1, 8, 2, 64, 1100, DType::kF32, 1099}, threads, rng, 0,
+                   0.5f);
+    CheckAttention({33, 4, 4, 17, 200, DType::kBF16, 167}, threads, rng, 48,
+                   2.0f);
   }
 }
 

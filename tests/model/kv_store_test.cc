@@ -340,5 +340,44 @@ TEST(KvStore, CapacityIsEnforced) {
             absl::StatusCode::kResourceExhausted);
 }
 
+// A sliding-window layer is never indexed and attends only its window:
+// the rows at positions p - window + 1 .. p, for decode and for prompts.
+TEST(KvStore, SlidingWindowLayerAttendsItsWindowDensely) {
+  KvShape shape = kShape;
+  shape.layer_window = {0, 24};  // layer 1 is local
+  KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+  c.dense_layers = 0;  // layer 0 clusters, layer 1 does not
+  ClusteredKvStore store(shape, c, nullptr);
+  Feeder feed(9);
+  feed.Add(store, 150, AppendKind::kPrompt);
+  for (int i = 0; i < 40; ++i) feed.Add(store, 1, AppendKind::kGenerated);
+  ASSERT_GE(store.segments().size(), 2u);
+  for (const auto& seg : store.segments()) {
+    EXPECT_FALSE(seg->layer(0).heads.empty());
+    EXPECT_TRUE(seg->layer(1).heads.empty());
+  }
+  const auto q = RandomQuery(3);
+  for (int n_q : {1, 5}) {
+    std::vector<int64_t> pos(n_q);
+    for (int i = 0; i < n_q; ++i) pos[i] = store.num_tokens() - n_q + i;
+    AttendSet set;
+    store.Select(1, LayerQuery{q.data(), pos.data(), n_q}, &set);
+    ASSERT_EQ(set.per_head.size(), static_cast<size_t>(kShape.n_heads));
+    for (const auto& list : set.per_head) {
+      int64_t rows = 0, lo = INT64_MAX, hi = -1;
+      for (int i = 0; i < list.count; ++i) {
+        const auto& sp = list.spans[i];
+        rows += sp.count;
+        if (sp.count == 0) continue;
+        lo = std::min(lo, sp.first_pos);
+        hi = std::max(hi, sp.first_pos + sp.count - 1);
+      }
+      EXPECT_EQ(rows, 24 + n_q - 1) << "n_q " << n_q;
+      EXPECT_EQ(lo, pos[0] - 23);
+      EXPECT_EQ(hi, store.num_tokens() - 1);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckv
