@@ -38,6 +38,10 @@ struct ServerConfig {
   int threads = 0;                 // 0: all cores
   int prefill_chunk = 256;         // tokens per prefill step
   int drain_grace_seconds = 10;    // SIGTERM: finish streams this long
+  // Live recall telemetry (server/recall_sampler.h): one decode step in N
+  // per session is measured against exact attention for one sparse layer;
+  // 0: off. Default: see kDefaultRecallSampleEvery in recall_sampler.h.
+  int recall_sample_every = 512;
   KvStoreConfig kv;                // default KV policy of new sessions
   SamplingParams sampling;         // default sampling of new sessions
   ServerLimits limits;
