@@ -285,7 +285,7 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   m.ObserveBatchSize(64);
   m.ObserveBatchSize(100);
   m.ObserveRecall("clusterkv", 0.97, 0.5);
-  m.ObserveRecall("clusterkv", 1.2, std::nan(""));  // clamped to 1; dropped
+  m.ObserveRecall("clusterkv", 1.2, std::nan(""));   // clamped to 1; dropped
   m.ObserveRecall("clusterkv", std::nan(""), -0.5);  // dropped; clamped to 0
   m.AddRecallSeries("quest");                        // at count 0
   m.SetActiveSessions(3);
