@@ -105,6 +105,11 @@ void EngineLoop::CancelAll() {
   cancel_all_ = true;
 }
 
+void EngineLoop::SetRecallSampler(std::unique_ptr<RecallSampler> sampler) {
+  std::unique_lock<std::mutex> lock(mu_);
+  recall_ = std::move(sampler);
+}
+
 EngineStats EngineLoop::stats() const {
   std::unique_lock<std::mutex> lock(mu_);
   return stats_;
@@ -225,6 +230,7 @@ bool EngineLoop::RunStep() {
                               &job->store(), LogitsMode::kLast, &job->logits,
                               AppendKind::kGenerated));
     owners.push_back(job.get());
+    if (recall_ != nullptr) recall_->BeforeDecode(job->store());
   }
   const size_t n_decode = batch.size();
   // Input (prefill chunks, questions): up to prefill_chunk tokens per step,
@@ -266,6 +272,7 @@ bool EngineLoop::RunStep() {
     return false;
   }
   const absl::Status status = transformer_.Forward(absl::MakeSpan(batch));
+  if (recall_ != nullptr) recall_->AfterStep(status.ok());
   {
     std::unique_lock<std::mutex> lock(mu_);
     ++stats_.steps;

@@ -22,6 +22,7 @@
 #include "model/generation.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "server/recall_sampler.h"
 #include "server/session.h"
 
 namespace ckv::server {
@@ -110,6 +111,9 @@ class EngineLoop {
 
   EngineStats stats() const;
   const Model& model() const { return model_; }
+  // Live recall telemetry (server/recall_sampler.h); set before the first
+  // Submit. Null: off.
+  void SetRecallSampler(std::unique_ptr<RecallSampler> sampler);
 
  private:
   struct Job;
@@ -144,6 +148,7 @@ class EngineLoop {
   int active_count_ = 0;
   EngineStats stats_;
   std::vector<std::unique_ptr<Job>> active_;  // engine thread only
+  std::unique_ptr<RecallSampler> recall_;     // set before the first Submit
   std::thread thread_;
 };
 

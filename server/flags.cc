@@ -24,6 +24,9 @@ ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
 ABSL_FLAG(int, drain_grace_seconds, kDefaults.drain_grace_seconds,
           "on SIGTERM: seconds running streams may take to finish");
+ABSL_FLAG(int, recall_sample_every, kDefaults.recall_sample_every,
+          "live recall telemetry: measure one decode step in N per session "
+          "against exact attention (0: off)");
 ABSL_FLAG(int, max_sessions, kLimits.max_sessions, "sessions at most");
 ABSL_FLAG(int64_t, max_host_kv_bytes, kLimits.max_host_kv_bytes,
           "host-tier KV bytes of all sessions at most");
@@ -152,6 +155,10 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   c.drain_grace_seconds = absl::GetFlag(FLAGS_drain_grace_seconds);
   if (c.drain_grace_seconds < 0) {
     return absl::InvalidArgumentError("--drain-grace-seconds must be >= 0");
+  }
+  c.recall_sample_every = absl::GetFlag(FLAGS_recall_sample_every);
+  if (c.recall_sample_every < 0) {
+    return absl::InvalidArgumentError("--recall-sample-every must be >= 0");
   }
   if (auto s = ReadLimitFlags(c.limits); !s.ok()) return s;
   if (auto s = ReadSecurityFlags(c); !s.ok()) return s;

@@ -31,14 +31,21 @@ class ServerMetrics {
   // clusterkv_inter_token_latency_seconds, clusterkv_prefill_duration_seconds,
   // clusterkv_clustering_duration_seconds,
   // clusterkv_selection_duration_seconds, clusterkv_batch_size,
-  // clusterkv_attention_recall (sampled top-k recall, 0..1).
+  // clusterkv_attention_recall{policy, measure="topk"|"mass"} (sampled
+  // recall of a decode step's selection, 0..1; server/recall_sampler.h).
   virtual void ObserveTimeToFirstToken(double seconds) = 0;
   virtual void ObserveInterTokenLatency(double seconds) = 0;
   virtual void ObservePrefill(double seconds) = 0;
   virtual void ObserveClustering(double seconds) = 0;
   virtual void ObserveSelection(double seconds) = 0;
   virtual void ObserveBatchSize(int n) = 0;
-  virtual void ObserveRecall(double recall) = 0;
+  // One sample of `policy` (a KvPolicyName): both measures are observed
+  // (clamped to [0, 1]; NaN dropped).
+  virtual void ObserveRecall(absl::string_view policy, double topk_recall,
+                             double mass_recall) = 0;
+  // Exports both recall series of `policy` at count 0, so that dashboards and
+  // alerts see them before the first sample.
+  virtual void AddRecallSeries(absl::string_view policy) = 0;
   // Gauges: clusterkv_sessions_active, clusterkv_queue_depth,
   // clusterkv_kv_bytes{tier="host"|"device"}.
   virtual void SetActiveSessions(int n) = 0;

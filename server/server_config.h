@@ -38,6 +38,16 @@ struct ServerConfig {
   int threads = 0;                 // 0: all cores
   int prefill_chunk = 256;         // tokens per prefill step
   int drain_grace_seconds = 10;    // SIGTERM: finish streams this long
+  // Live recall telemetry (server/recall_sampler.h): one decode step in N
+  // per session is measured against exact attention for one sparse layer;
+  // 0: off. A sample reads every stored token of one layer, so its cost
+  // grows with context while a sparse decode step's does not; measured by
+  // bench/recall_probe_bench (default bench model, 2 threads): one sample
+  // costs 0.9 decode steps at 8k tokens, 2.4 at 32k and 14.8 at 128k (the
+  // default max_session_tokens). 2048 keeps the cost <= 1% of decode time up
+  // to 128k (0.72%; 0.12% at 32k). A sample stalls its batch step for its
+  // duration (~15 steps at 128k).
+  int recall_sample_every = 2048;
   KvStoreConfig kv;                // default KV policy of new sessions
   SamplingParams sampling;         // default sampling of new sessions
   ServerLimits limits;

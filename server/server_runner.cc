@@ -122,6 +122,7 @@ absl::Status ClusterKvServer::LoadBackend() {
   t.prefill_chunk = config_.prefill_chunk;
   engine_ = std::make_unique<EngineLoop>(*model_, t,
                                          config_.limits.max_queued_requests);
+  StartRecallSampling();
   state_->SetBackend({model_.get(), sessions_.get(), engine_.get(),
                       admission_.get(), snapshots_.get()});
   SetHealth(true);
@@ -129,6 +130,18 @@ absl::Status ClusterKvServer::LoadBackend() {
                        model_->config.n_layers, " layers, vocab ",
                        model_->config.vocab_size, "; serving"));
   return absl::OkStatus();
+}
+
+// Live recall telemetry (server/recall_sampler.h) into ServerMetrics.
+void ClusterKvServer::StartRecallSampling() {
+  ServerMetrics* m = state_->metrics();
+  if (config_.recall_sample_every <= 0 || m == nullptr) return;
+  m->AddRecallSeries(KvPolicyName(config_.kv.policy));
+  engine_->SetRecallSampler(std::make_unique<RecallSampler>(
+      config_.recall_sample_every,
+      [m](absl::string_view policy, double topk, double mass) {
+        m->ObserveRecall(policy, topk, mass);
+      }));
 }
 
 absl::Status ClusterKvServer::OpenSnapshots() {

@@ -68,6 +68,7 @@ class ClusterKvServer {
   absl::Status StartGrpc(ServerMetrics* metrics);
   absl::Status LoadBackend();
   absl::Status OpenSnapshots();     // --snapshot-dir
+  void StartRecallSampling();       // --recall-sample-every
   void SnapshotSessions();          // on drain
   void SetHealth(bool serving);
   void JanitorLoop();

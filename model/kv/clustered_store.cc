@@ -296,7 +296,7 @@ void ClusteredKvStore::Select(int layer, const LayerQuery& query,
   out->Clear();
   const bool sparse =
       query.n_q == 1 && IsSparseLayer(layer) && !segments_.empty();
-  if (record_selection_ && query.n_q == 1 && layer >= config_.dense_layers) {
+  if (Records(layer) && query.n_q == 1 && layer >= config_.dense_layers) {
     RecordDecode(layer, query, !sparse);
   }
   if (sparse) {
@@ -320,6 +320,13 @@ void ClusteredKvStore::RecordDecode(int layer, const LayerQuery& query,
   r.clustered_begin = config_.sink_tokens;
   r.clustered_end = open_first_pos_;
   r.q.assign(query.q, query.q + size_t{1} * shape_.n_heads * shape_.head_dim);
+}
+
+void ClusteredKvStore::RecordNextDecode(int layer) {
+  record_layer_ = layer;
+  if (layer >= 0 && layer < shape_.n_layers) {
+    decode_records_[layer].valid = false;
+  }
 }
 
 std::vector<cpu::KvSpan> ClusteredKvStore::HostSpans(int layer,
@@ -401,7 +408,7 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
       out->spans.push_back(SinkSpan(layer, g));
       AddSelectedSpans(layer, g, src, cache, &out->spans);
       out->spans.push_back(OpenSpan(layer, g));
-      if (record_selection_) RecordSelected(layer, src, cache, h);
+      if (Records(layer)) RecordSelected(layer, src, cache, h);
     }
   }
   for (int h = 0; h < shape_.n_heads; ++h) {

@@ -127,6 +127,11 @@ class ClusteredKvStore : public KvCache {
 
   // When on, decode Selects record the selected positions per query head.
   void set_record_selection(bool on) { record_selection_ = on; }
+  // Records the decode Selects of `layer` only (as set_record_selection does
+  // for every layer) until called again; -1: none. Invalidates the layer's
+  // previous record, so a valid record read later is of a later step
+  // (model/kv/recall_probe.h).
+  void RecordNextDecode(int layer);
   const std::vector<int64_t>& selected_positions(int layer, int head) const {
     return recorded_[layer][head];
   }
@@ -201,7 +206,11 @@ class ClusteredKvStore : public KvCache {
   std::vector<const float*> plan_qs_;
   absl::flat_hash_map<std::tuple<int32_t, BlockKind, int32_t>, int64_t>
       step_blocks_;  // block -> arena row, for the KV head being selected
+  bool Records(int layer) const {
+    return record_selection_ || layer == record_layer_;
+  }
   bool record_selection_ = false;
+  int record_layer_ = -1;  // RecordNextDecode
   std::vector<std::vector<std::vector<int64_t>>> recorded_;
   std::vector<DecodeRecord> decode_records_;  // per layer
   SelectTimings timings_;

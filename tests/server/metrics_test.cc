@@ -239,7 +239,7 @@ void TouchAll(ServerMetrics& m) {
   m.ObserveClustering(0.05);
   m.ObserveSelection(0.0003);
   m.ObserveBatchSize(4);
-  m.ObserveRecall(0.9);
+  m.ObserveRecall("clusterkv", 0.9, 0.95);
   m.SetActiveSessions(1);
   m.SetQueueDepth(0);
   m.SetKvBytes("host", 1024);
@@ -284,9 +284,10 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   m.ObserveBatchSize(1);
   m.ObserveBatchSize(64);
   m.ObserveBatchSize(100);
-  m.ObserveRecall(0.97);
-  m.ObserveRecall(1.2);           // clamped to 1
-  m.ObserveRecall(std::nan(""));  // dropped
+  m.ObserveRecall("clusterkv", 0.97, 0.5);
+  m.ObserveRecall("clusterkv", 1.2, std::nan(""));   // clamped to 1; dropped
+  m.ObserveRecall("clusterkv", std::nan(""), -0.5);  // dropped; clamped to 0
+  m.AddRecallSeries("quest");                        // at count 0
   m.SetActiveSessions(3);
   m.SetQueueDepth(5);
   m.SetKvBytes("device", int64_t{3} << 30);
@@ -334,10 +335,21 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   EXPECT_EQ(Value(e, R"(clusterkv_batch_size_bucket{le="+Inf"})"), 3);
   EXPECT_EQ(Value(e, "clusterkv_batch_size_sum"), 165);
 
-  EXPECT_EQ(Value(e, "clusterkv_attention_recall_count"), 2);
-  EXPECT_EQ(Value(e, R"(clusterkv_attention_recall_bucket{le="0.95"})"), 0);
-  EXPECT_EQ(Value(e, R"(clusterkv_attention_recall_bucket{le="0.99"})"), 1);
-  EXPECT_EQ(Value(e, R"(clusterkv_attention_recall_bucket{le="1"})"), 2);
+  // Labels in name order; a histogram's `le` last.
+  const auto recall = [](const char* part, const std::string& labels) {
+    return absl::StrCat("clusterkv_attention_recall_", part, "{", labels, "}");
+  };
+  const std::string topk = R"(measure="topk",policy="clusterkv")";
+  const std::string mass = R"(measure="mass",policy="clusterkv")";
+  EXPECT_EQ(Value(e, recall("count", topk)), 2);
+  EXPECT_EQ(Value(e, recall("bucket", topk + R"(,le="0.95")")), 0);
+  EXPECT_EQ(Value(e, recall("bucket", topk + R"(,le="0.99")")), 1);
+  EXPECT_EQ(Value(e, recall("bucket", topk + R"(,le="1")")), 2);
+  EXPECT_EQ(Value(e, recall("count", mass)), 2);
+  EXPECT_EQ(Value(e, recall("sum", mass)), 0.5);
+  EXPECT_EQ(Value(e, recall("bucket", mass + R"(,le="0.1")")), 1);
+  EXPECT_EQ(Value(e, recall("count", R"(measure="topk",policy="quest")")), 0);
+  EXPECT_EQ(Value(e, recall("count", R"(measure="mass",policy="quest")")), 0);
 
   EXPECT_EQ(Value(e, "clusterkv_sessions_active"), 3);
   EXPECT_EQ(Value(e, "clusterkv_queue_depth"), 5);
