@@ -37,10 +37,12 @@ void Session::PublishStats() {
   s.segments = static_cast<int>(store_->segments().size());
   s.memory = store_->memory();
   s.cache = store_->cache_stats();
+  // Index bytes only once built: the ClusterWorker writes them until then.
+  const bool indexed = store_->IndexReady();
   for (const auto& seg : store_->segments()) {
     if (seg.use_count() > 1) {
-      s.shared_segments.emplace_back(seg->uid(),
-                                     seg->kv_bytes() + seg->index_bytes());
+      s.shared_segments.emplace_back(
+          seg->uid(), seg->kv_bytes() + (indexed ? seg->index_bytes() : 0));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -520,8 +520,11 @@ KvMemoryStats ClusteredKvStore::memory() const {
                             shape_.n_kv_heads;  // K+V, all KV heads
   const int64_t edge_rows = sink_count() + tail_tokens();
   m.host_bytes = row_bytes * edge_rows * shape_.n_layers;
+  // Indexes are counted once the ClusterWorker has built them all (it
+  // writes them concurrently until then).
+  const bool indexed = IndexReady();
   for (const auto& s : segments_) {
-    const int64_t b = s->kv_bytes() + s->index_bytes();
+    const int64_t b = s->kv_bytes() + (indexed ? s->index_bytes() : 0);
     m.host_bytes += b;
     if (s.use_count() > 1) m.host_shared_bytes += b;
   }
@@ -532,6 +535,7 @@ KvMemoryStats ClusteredKvStore::memory() const {
     }
     m.device_bytes += row_bytes * edge_rows;
     for (const auto& s : segments_) {
+      if (!indexed) break;
       for (const auto& h : s->layer(l).heads) m.device_bytes += h.bytes();
     }
     for (const auto& c : caches_[l]) m.device_bytes += c.device_bytes();
