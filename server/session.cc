@@ -81,7 +81,7 @@ bool Session::CancelRunning() {
 
 bool Session::busy() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return busy_;
+  return busy_ || forks_in_flight_ > 0;
 }
 
 int64_t Session::last_used_unix_ms() const {

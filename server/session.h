@@ -89,6 +89,7 @@ class Session {
   mutable std::mutex mu_;
   SessionStats stats_;       // guarded by mu_
   bool busy_ = false;        // guarded by mu_
+  int forks_in_flight_ = 0;  // guarded by mu_; shared holds of ForkSession
   bool closed_ = false;      // guarded by mu_
   std::function<void()> canceller_;  // guarded by mu_
   bool cancel_requested_ = false;    // guarded by mu_

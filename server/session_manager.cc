@@ -104,6 +104,11 @@ namespace {
 absl::Status UnknownSession(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
 }
+
+absl::Status Busy(const std::string& id) {
+  return absl::AbortedError(
+      absl::StrCat("session '", id, "' is busy with another call"));
+}
 }  // namespace
 
 std::shared_ptr<Session> SessionManager::Find(const std::string& id) const {
@@ -157,19 +162,47 @@ absl::StatusOr<SessionLease> SessionManager::Acquire(const std::string& id,
   Session& s = **session;
   std::lock_guard<std::mutex> lock(s.mu_);
   if (s.closed_) return UnknownSession(id);
-  if (s.busy_) {
-    return absl::AbortedError(
-        absl::StrCat("session '", id, "' is busy with another call"));
-  }
+  if (s.busy_ || s.forks_in_flight_ > 0) return Busy(id);
   s.busy_ = true;
   return SessionLease(*session);
 }
 
+// A shared, read-only hold on a session while it is forked: any number of
+// ForkSession calls share it (the store's Fork is const); exclusive calls
+// get ABORTED until the last one ends.
+class SessionManager::ForkHold {
+ public:
+  explicit ForkHold(std::shared_ptr<Session> s) : session_(std::move(s)) {}
+  ForkHold(const ForkHold&) = delete;
+  ForkHold& operator=(const ForkHold&) = delete;
+  ~ForkHold() {
+    std::lock_guard<std::mutex> lock(session_->mu_);
+    --session_->forks_in_flight_;
+    session_->last_used_unix_ms_ = NowUnixMs();
+  }
+  Session& session() const { return *session_; }
+
+ private:
+  std::shared_ptr<Session> session_;
+};
+
+absl::StatusOr<std::unique_ptr<SessionManager::ForkHold>>
+SessionManager::HoldForFork(const std::string& id, absl::string_view tenant) {
+  auto session = Get(id, tenant);
+  if (!session.ok()) return session.status();
+  Session& s = **session;
+  std::lock_guard<std::mutex> lock(s.mu_);
+  if (s.closed_) return UnknownSession(id);
+  if (s.busy_) return Busy(id);
+  ++s.forks_in_flight_;
+  return std::make_unique<ForkHold>(*session);
+}
+
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(
     const std::string& id, absl::string_view tenant) {
-  auto lease = Acquire(id, tenant);
-  if (!lease.ok()) return lease.status();
-  Session& parent = *lease->get();
+  auto hold = HoldForFork(id, tenant);
+  if (!hold.ok()) return hold.status();
+  Session& parent = (*hold)->session();
   auto store = parent.store().Fork();
   if (!store.ok()) return store.status();
   std::lock_guard<std::mutex> lock(mu_);

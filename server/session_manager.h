@@ -82,7 +82,8 @@ class SessionManager {
       const std::string& id, absl::string_view tenant = kAnonymousTenant);
   // A child of the same tenant sharing the parent's segments (and routing
   // key: its id is "<RoutingKeyOf(parent)>.<random>"); ABORTED while the
-  // parent is busy.
+  // parent is busy with an exclusive call. Concurrent forks of one parent
+  // all succeed (they share a read-only hold on it).
   absl::StatusOr<std::shared_ptr<Session>> Fork(
       const std::string& id, absl::string_view tenant = kAnonymousTenant);
   // ABORTED while busy; returns the host bytes freed (not shared ones).
@@ -111,6 +112,9 @@ class SessionManager {
   const ServerLimits& limits() const { return limits_; }
 
  private:
+  class ForkHold;
+  absl::StatusOr<std::unique_ptr<ForkHold>> HoldForFork(
+      const std::string& id, absl::string_view tenant);
   std::string NewId();
   // max_sessions, then tenant_max_sessions for `tenant`. Needs mu_.
   absl::Status CheckSessionLimitsLocked(absl::string_view tenant) const;

@@ -7,6 +7,8 @@
 #include <mutex>
 
 #include <future>
+#include <thread>
+#include <vector>
 #include "model/generation.h"
 #include "model/model.h"
 #include "server/engine_loop.h"
@@ -309,6 +311,40 @@ TEST_F(EngineLoopTest, OneTokenCallsEqualOneLongCall) {
     EXPECT_EQ((*split)->stats().tokens, expected);
   }
   EXPECT_EQ(tokens, whole.tokens);
+}
+
+// "Prefill once, fork, ask concurrently": forks of one parent share a
+// read-only hold on it, so racing ForkSession calls all succeed, and the
+// parent is free again (exclusive calls work) once they end.
+TEST_F(EngineLoopTest, ConcurrentForksOfOneSessionAllSucceed) {
+  const std::string root = NewSession();
+  Collector pre;
+  Run(root, Tokens(80, 5), AppendKind::kPrompt, false, 0, &pre);
+  constexpr int kThreads = 8, kRounds = 10;
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<int> ready{0};
+    std::vector<absl::Status> results(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();
+        auto child = sessions_.Fork(root);
+        results[t] = child.status();
+        if (!child.ok()) return;
+        EXPECT_EQ((*child)->stats().tokens, 80);
+        EXPECT_TRUE(sessions_.Close((*child)->id()).ok());
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) {
+      EXPECT_TRUE(results[t].ok()) << "round " << round << ": " << results[t];
+    }
+  }
+  auto session = sessions_.Get(root);
+  ASSERT_TRUE(session.ok());
+  EXPECT_FALSE((*session)->busy());
+  EXPECT_TRUE(sessions_.Acquire(root).ok());
 }
 
 TEST_F(EngineLoopTest, BadInputFailsOnlyItsJob) {
