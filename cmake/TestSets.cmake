@@ -1,0 +1,84 @@
+# The test suite in two halves, so that CI (scripts/test.sh) compiles and
+# runs each test once in the build where it says most:
+#   release   numeric tests against llama.cpp goldens (heavy arithmetic on
+#             fixture files: slow under sanitizers, and what users run is
+#             -O3), and the end-to-end tests that drive the shipped Release
+#             binaries (CLI, Python package, deployment, benchmark smokes,
+#             fuzzers, GPU tests);
+#   sanitize  every other test: parsers, KV store, engine, server, client,
+#             kernels — run under ASan+UBSan (and the `concurrency` ones
+#             under TSan).
+# A test is in `sanitize` unless listed below; soak_30s is in both.
+# Targets: ckv_release_set builds everything but the sanitize-only test
+# binaries; ckv_sanitize_set builds the sanitize tests and the binaries
+# they spawn. The regexes for `ctest -R` are written to
+# <build>/test_sets/{release,sanitize}.regex. A plain build
+# (`cmake --build build`, `ctest`) still builds and runs everything.
+set(CKV_RELEASE_TESTS
+  golden_test arch_golden_test arch_forward_test quant_golden_test
+  quant_model_test long_context_test
+  cli_test python_client_test deploy_config_test deploy_affinity_test
+  engine_bench_smoke cluster_bench_smoke service_bench_smoke fuzz_smoke
+  cuda_device_test cuda_ops_test)
+set(CKV_BOTH_SETS_TESTS soak_30s)
+
+# Tests and targets of `dir` and its subdirectories.
+function(ckv_collect_tests dir tests_var targets_var)
+  get_property(tests DIRECTORY ${dir} PROPERTY TESTS)
+  get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+  get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+  foreach(sub ${subdirs})
+    ckv_collect_tests(${sub} sub_tests sub_targets)
+    list(APPEND tests ${sub_tests})
+    list(APPEND targets ${sub_targets})
+  endforeach()
+  set(${tests_var} ${tests} PARENT_SCOPE)
+  set(${targets_var} ${targets} PARENT_SCOPE)
+endfunction()
+
+ckv_collect_tests(${CMAKE_SOURCE_DIR} ckv_all_tests ckv_all_targets)
+set(ckv_sanitize_only_targets)
+set(ckv_release_names)
+set(ckv_sanitize_names)
+foreach(t ${ckv_all_tests})
+  if(t IN_LIST CKV_BOTH_SETS_TESTS)
+    list(APPEND ckv_release_names ${t})
+    list(APPEND ckv_sanitize_names ${t})
+  elseif(t IN_LIST CKV_RELEASE_TESTS)
+    list(APPEND ckv_release_names ${t})
+  else()
+    list(APPEND ckv_sanitize_names ${t})
+    # A gtest test is its own executable target of the same name.
+    if(TARGET ${t})
+      list(APPEND ckv_sanitize_only_targets ${t})
+    endif()
+  endif()
+endforeach()
+foreach(set release sanitize)
+  list(JOIN ckv_${set}_names "|" names)
+  file(WRITE ${CMAKE_BINARY_DIR}/test_sets/${set}.regex "^(${names})$")
+endforeach()
+
+set(ckv_release_targets)
+foreach(t ${ckv_all_targets})
+  get_target_property(type ${t} TYPE)
+  if(NOT type MATCHES "UTILITY|INTERFACE_LIBRARY" AND
+     NOT t IN_LIST ckv_sanitize_only_targets)
+    list(APPEND ckv_release_targets ${t})
+  endif()
+endforeach()
+if(TARGET clusterkv_fuzzers)
+  list(APPEND ckv_release_targets clusterkv_fuzzers)
+endif()
+add_custom_target(ckv_release_set)
+add_dependencies(ckv_release_set ${ckv_release_targets})
+
+# The sanitize tests plus the programs they start (servers, CLIs, soak).
+set(ckv_spawned clusterkv-server clusterkv clusterkv-model clusterkv_soak)
+foreach(t ${ckv_spawned})
+  if(TARGET ${t})
+    list(APPEND ckv_sanitize_only_targets ${t})
+  endif()
+endforeach()
+add_custom_target(ckv_sanitize_set)
+add_dependencies(ckv_sanitize_set ${ckv_sanitize_only_targets})
