@@ -36,6 +36,6 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 echo "== ThreadSanitizer (scheduler and store concurrency tests)"
 cmake -S . -B build-tsan "${SAN_ARGS[@]}" -DCLUSTERKV_SANITIZE=thread
 cmake --build build-tsan --target kernels_thread_pool_test kv_store_test \
-  kv_policy_test engine_loop_test
+  kv_policy_test engine_loop_test blocking_pool_test
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -L concurrency -j "$JOBS"

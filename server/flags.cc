@@ -24,6 +24,9 @@ ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
 ABSL_FLAG(int, drain_grace_seconds, kDefaults.drain_grace_seconds,
           "on SIGTERM: seconds running streams may take to finish");
+ABSL_FLAG(int, blocking_threads, kDefaults.blocking_threads,
+          "threads for unary RPC work that may block (snapshot files, "
+          "session restore, tokenizing)");
 ABSL_FLAG(int, recall_sample_every, kDefaults.recall_sample_every,
           "live recall telemetry: measure one decode step in N per session "
           "against exact attention (0: off)");
@@ -155,6 +158,10 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   c.drain_grace_seconds = absl::GetFlag(FLAGS_drain_grace_seconds);
   if (c.drain_grace_seconds < 0) {
     return absl::InvalidArgumentError("--drain-grace-seconds must be >= 0");
+  }
+  c.blocking_threads = absl::GetFlag(FLAGS_blocking_threads);
+  if (auto s = Positive("blocking-threads", c.blocking_threads); !s.ok()) {
+    return s;
   }
   c.recall_sample_every = absl::GetFlag(FLAGS_recall_sample_every);
   if (c.recall_sample_every < 0) {

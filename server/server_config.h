@@ -38,6 +38,9 @@ struct ServerConfig {
   int threads = 0;                 // 0: all cores
   int prefill_chunk = 256;         // tokens per prefill step
   int drain_grace_seconds = 10;    // SIGTERM: finish streams this long
+  // Threads that run unary RPCs (server/blocking_pool.h): snapshot files,
+  // session restore and tokenizing never block a gRPC callback thread.
+  int blocking_threads = 4;
   // Live recall telemetry (server/recall_sampler.h): one decode step in N
   // per session is measured against exact attention for one sparse layer;
   // 0: off. A sample reads every stored token of one layer, so its cost

@@ -13,15 +13,17 @@ namespace ckv::server {
 namespace {
 
 // Runs `body(backend, record)` for a unary RPC of an authenticated caller
-// (record.tenant), logs it and finishes.
+// (record.tenant) on the state's blocking pool, logs it and finishes. The
+// body may block (disk, restore, tokenizing): it captures by value, as it
+// runs after this returns; the request and response objects live until
+// Finish.
 template <class Body>
-grpc::ServerUnaryReactor* Unary(ServiceState& state,
-                                grpc::CallbackServerContext* ctx,
-                                const char* rpc, std::string session_id,
-                                Body body) {
+void RunUnary(ServiceState& state, grpc::CallbackServerContext* ctx,
+              grpc::ServerUnaryReactor* reactor, const char* rpc,
+              const std::string& session_id, Body& body) {
   RequestRecord rec;
   rec.rpc = rpc;
-  rec.session_id = std::move(session_id);
+  rec.session_id = session_id;
   grpc::Status status;
   auto tenant = CallerTenant(state, *ctx);
   if (tenant.ok()) rec.tenant = *tenant;
@@ -34,8 +36,22 @@ grpc::ServerUnaryReactor* Unary(ServiceState& state,
     status = ToGrpcStatus(body(*backend, rec));
   }
   LogRequest(state.metrics(), rec, status);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(status);
+}
+
+template <class Body>
+grpc::ServerUnaryReactor* Unary(ServiceState& state,
+                                grpc::CallbackServerContext* ctx,
+                                const char* rpc, std::string session_id,
+                                Body body) {
+  // DefaultReactor() constructs the reactor: call it exactly once.
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto task = [&state, ctx, reactor, rpc, id = std::move(session_id),
+               body = std::move(body)]() mutable {
+    RunUnary(state, ctx, reactor, rpc, id, body);
+  };
+  // Only while the server shuts down is the pool closed: run here then.
+  if (!state.blocking_pool().Post(task)) task();
   return reactor;
 }
 
@@ -58,31 +74,30 @@ absl::Status RequireId(const std::string& id) {
 grpc::ServerUnaryReactor* ClusterKvService::CreateSession(
     grpc::CallbackServerContext* ctx, const v1::CreateSessionRequest* req,
     v1::SessionInfo* resp) {
-  return Unary(state_, ctx, "CreateSession", "",
-               [&](const ServiceBackend& b, RequestRecord& rec) {
-                 SessionOptions o;
-                 auto kv = MergeKvConfig(state_.config().kv, req->kv(),
-                                         b.model->config.n_layers);
-                 if (!kv.ok()) return kv.status();
-                 auto sampling =
-                     MergeSampling(state_.config().sampling, req->sampling(),
-                                   b.model->config.vocab_size);
-                 if (!sampling.ok()) return sampling.status();
-                 o.kv = *kv;
-                 o.sampling = *sampling;
-                 o.idle_ttl_seconds = req->idle_ttl_seconds();
-                 o.routing_key =
-                     std::string(RoutingKeyOf(SessionIdMetadata(ctx)));
-                 o.tenant = rec.tenant;
-                 auto s = b.sessions->Create(o);
-                 if (!s.ok()) {
-                   CountLimitRejection(state_.metrics(), s.status());
-                   return s.status();
-                 }
-                 rec.session_id = (*s)->id();
-                 FillSessionInfo(**s, resp);
-                 return absl::OkStatus();
-               });
+  return Unary(
+      state_, ctx, "CreateSession", "",
+      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+        SessionOptions o;
+        auto kv = MergeKvConfig(state_.config().kv, req->kv(),
+                                b.model->config.n_layers);
+        if (!kv.ok()) return kv.status();
+        auto sampling = MergeSampling(state_.config().sampling, req->sampling(),
+                                      b.model->config.vocab_size);
+        if (!sampling.ok()) return sampling.status();
+        o.kv = *kv;
+        o.sampling = *sampling;
+        o.idle_ttl_seconds = req->idle_ttl_seconds();
+        o.routing_key = std::string(RoutingKeyOf(SessionIdMetadata(ctx)));
+        o.tenant = rec.tenant;
+        auto s = b.sessions->Create(o);
+        if (!s.ok()) {
+          CountLimitRejection(state_.metrics(), s.status());
+          return s.status();
+        }
+        rec.session_id = (*s)->id();
+        FillSessionInfo(**s, resp);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerBidiReactor<v1::PrefillRequest, v1::PrefillResponse>*
@@ -103,37 +118,39 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* ClusterKvService::Generate(
 grpc::ServerUnaryReactor* ClusterKvService::ForkSession(
     grpc::CallbackServerContext* ctx, const v1::ForkSessionRequest* req,
     v1::SessionInfo* resp) {
-  return Unary(state_, ctx, "ForkSession", req->session_id(),
-               [&](const ServiceBackend& b, RequestRecord& rec) {
-                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-                 auto child = b.sessions->Fork(req->session_id(), rec.tenant);
-                 if (!child.ok()) {
-                   CountLimitRejection(state_.metrics(), child.status());
-                   return child.status();
-                 }
-                 FillSessionInfo(**child, resp);
-                 return absl::OkStatus();
-               });
+  return Unary(
+      state_, ctx, "ForkSession", req->session_id(),
+      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+        auto child = b.sessions->Fork(req->session_id(), rec.tenant);
+        if (!child.ok()) {
+          CountLimitRejection(state_.metrics(), child.status());
+          return child.status();
+        }
+        FillSessionInfo(**child, resp);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* ClusterKvService::GetSession(
     grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
     v1::SessionInfo* resp) {
-  return Unary(state_, ctx, "GetSession", req->session_id(),
-               [&](const ServiceBackend& b, RequestRecord& rec) {
-                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-                 auto session = b.sessions->Get(req->session_id(), rec.tenant);
-                 if (!session.ok()) return session.status();
-                 FillSessionInfo(**session, resp);
-                 return absl::OkStatus();
-               });
+  return Unary(
+      state_, ctx, "GetSession", req->session_id(),
+      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+        auto session = b.sessions->Get(req->session_id(), rec.tenant);
+        if (!session.ok()) return session.status();
+        FillSessionInfo(**session, resp);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* ClusterKvService::ListSessions(
     grpc::CallbackServerContext* ctx, const v1::ListSessionsRequest*,
     v1::ListSessionsResponse* resp) {
   return Unary(state_, ctx, "ListSessions", "",
-               [&](const ServiceBackend& b, RequestRecord& rec) {
+               [resp](const ServiceBackend& b, RequestRecord& rec) {
                  for (const auto& s : b.sessions->ListTenant(rec.tenant)) {
                    FillSessionInfo(*s, resp->add_sessions());
                  }
@@ -144,37 +161,38 @@ grpc::ServerUnaryReactor* ClusterKvService::ListSessions(
 grpc::ServerUnaryReactor* ClusterKvService::CloseSession(
     grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest* req,
     v1::CloseSessionResponse* resp) {
-  return Unary(state_, ctx, "CloseSession", req->session_id(),
-               [&](const ServiceBackend& b, RequestRecord& rec) {
-                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-                 auto freed = b.sessions->Close(req->session_id(), rec.tenant);
-                 if (!freed.ok()) return freed.status();
-                 resp->set_freed_host_bytes(*freed);
-                 return absl::OkStatus();
-               });
+  return Unary(
+      state_, ctx, "CloseSession", req->session_id(),
+      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+        auto freed = b.sessions->Close(req->session_id(), rec.tenant);
+        if (!freed.ok()) return freed.status();
+        resp->set_freed_host_bytes(*freed);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* ClusterKvService::SnapshotSession(
     grpc::CallbackServerContext* ctx, const v1::SnapshotSessionRequest* req,
     v1::SnapshotSessionResponse* resp) {
-  return Unary(state_, ctx, "SnapshotSession", req->session_id(),
-               [&](const ServiceBackend& b, RequestRecord& rec) {
-                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-                 if (b.snapshots == nullptr) {
-                   return absl::FailedPreconditionError(
-                       "snapshots are off: start the server with "
-                       "--snapshot-dir");
-                 }
-                 auto lease =
-                     b.sessions->Acquire(req->session_id(), rec.tenant);
-                 if (!lease.ok()) return lease.status();
-                 auto r = b.snapshots->Save(*lease->get());
-                 if (!r.ok()) return r.status();
-                 resp->set_path(r->path);
-                 resp->set_bytes(r->bytes);
-                 resp->set_seconds(r->seconds);
-                 return absl::OkStatus();
-               });
+  return Unary(
+      state_, ctx, "SnapshotSession", req->session_id(),
+      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+        if (b.snapshots == nullptr) {
+          return absl::FailedPreconditionError(
+              "snapshots are off: start the server with "
+              "--snapshot-dir");
+        }
+        auto lease = b.sessions->Acquire(req->session_id(), rec.tenant);
+        if (!lease.ok()) return lease.status();
+        auto r = b.snapshots->Save(*lease->get());
+        if (!r.ok()) return r.status();
+        resp->set_path(r->path);
+        resp->set_bytes(r->bytes);
+        resp->set_seconds(r->seconds);
+        return absl::OkStatus();
+      });
 }
 
 // Answers while draining too (ServerInfo.draining says so).
@@ -205,7 +223,7 @@ grpc::ServerUnaryReactor* ClusterKvService::Tokenize(
     grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* req,
     v1::TokenizeResponse* resp) {
   return Unary(state_, ctx, "Tokenize", "",
-               [&](const ServiceBackend& b, RequestRecord&) {
+               [req, resp](const ServiceBackend& b, RequestRecord&) {
                  return TokenizeText(*b.model->tokenizer, *req, resp);
                });
 }
@@ -214,7 +232,7 @@ grpc::ServerUnaryReactor* ClusterKvService::Detokenize(
     grpc::CallbackServerContext* ctx, const v1::DetokenizeRequest* req,
     v1::DetokenizeResponse* resp) {
   return Unary(state_, ctx, "Detokenize", "",
-               [&](const ServiceBackend& b, RequestRecord&) {
+               [req, resp](const ServiceBackend& b, RequestRecord&) {
                  return DetokenizeIds(*b.model, *req, resp);
                });
 }
@@ -224,14 +242,15 @@ grpc::ServerUnaryReactor* ClusterKvService::Detokenize(
 grpc::ServerUnaryReactor* ClusterKvService::CancelSession(
     grpc::CallbackServerContext* ctx, const v1::CancelSessionRequest* req,
     v1::CancelSessionResponse* resp) {
-  return Unary(state_, ctx, "CancelSession", req->session_id(),
-               [&](const ServiceBackend& b, RequestRecord& rec) {
-                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-                 auto session = b.sessions->Get(req->session_id(), rec.tenant);
-                 if (!session.ok()) return session.status();
-                 resp->set_cancelled((*session)->CancelRunning());
-                 return absl::OkStatus();
-               });
+  return Unary(
+      state_, ctx, "CancelSession", req->session_id(),
+      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+        auto session = b.sessions->Get(req->session_id(), rec.tenant);
+        if (!session.ok()) return session.status();
+        resp->set_cancelled((*session)->CancelRunning());
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace ckv::server

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "server/admission.h"
 #include "server/auth.h"
+#include "server/blocking_pool.h"
 #include "server/engine_loop.h"
 #include "server/metrics.h"
 #include "server/server_config.h"
@@ -33,7 +34,10 @@ class ServiceState {
   // (one anonymous tenant). Both must outlive this object.
   ServiceState(const ServerConfig& config, ServerMetrics* metrics,
                const TokenStore* tokens = nullptr)
-      : config_(config), metrics_(metrics), tokens_(tokens) {}
+      : config_(config),
+        metrics_(metrics),
+        tokens_(tokens),
+        blocking_pool_(config.blocking_threads) {}
 
   const ServerConfig& config() const { return config_; }
   ServerMetrics* metrics() const { return metrics_; }
@@ -51,6 +55,9 @@ class ServiceState {
   void StartDraining() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
 
+  // Where unary RPCs run (never on the gRPC callback thread).
+  BlockingPool& blocking_pool() { return blocking_pool_; }
+
   // Live streaming calls (reactors not yet destroyed).
   void StreamStarted();
   void StreamEnded();
@@ -67,6 +74,9 @@ class ServiceState {
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   ServiceBackend backend_ ABSL_GUARDED_BY(mu_);
   int streams_ ABSL_GUARDED_BY(mu_) = 0;
+  // Last member: its destructor finishes queued calls while the rest of the
+  // state is still alive.
+  BlockingPool blocking_pool_;
 };
 
 }  // namespace ckv::server
