@@ -276,8 +276,7 @@ absl::Status ReadSecurityFlags(ClientOptions& o) {
         "--tls-cert and --tls-key must be given together");
   }
   if (!o.token.empty() && !o.token_file.empty()) {
-    return absl::InvalidArgumentError(
-        "give --token or --token-file, not both");
+    return absl::InvalidArgumentError("give --token or --token-file, not both");
   }
   return absl::OkStatus();
 }

@@ -18,9 +18,9 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "model/generation.h"
+#include "model/kv/policies/registry.h"
 #include "model/make_random.h"
 #include "model/model.h"
-#include "model/kv/policies/registry.h"
 #include "model/tools/cli_options.h"
 #include "model/tools/recall_command.h"
 #include "model/tools/render_template_command.h"
@@ -100,9 +100,9 @@ absl::Status Logits(const std::string& path, const CliOptions& o) {
   const int64_t n = ids->size();
   for (int64_t r = 0; r < (all ? n : 1); ++r) {
     j["positions"].push_back(all ? r : n - 1);
-    j["logits"].push_back(std::vector<float>(
-        logits.begin() + r * c.vocab_size,
-        logits.begin() + (r + 1) * c.vocab_size));
+    j["logits"].push_back(
+        std::vector<float>(logits.begin() + r * c.vocab_size,
+                           logits.begin() + (r + 1) * c.vocab_size));
   }
   std::cout << j.dump() << "\n";
   return absl::OkStatus();
@@ -140,8 +140,7 @@ absl::Status RunGenerate(const std::string& path, const CliOptions& o) {
                result->prompt_tokens / std::max(1e-9, result->prefill_seconds),
                n_gen, (n_gen - 1) / std::max(1e-9, result->decode_seconds),
                FinishReasonName(result->finish), KvPolicyName(o.kv.policy),
-               o.transformer.threads,
-               kernels::cpu::KernelSetName());
+               o.transformer.threads, kernels::cpu::KernelSetName());
   return absl::OkStatus();
 }
 
@@ -229,8 +228,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const absl::Status s = ckv::Dispatch(
-      std::vector<std::string>(positional.begin(), positional.end()),
-      *options);
+      std::vector<std::string>(positional.begin(), positional.end()), *options);
   if (!s.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -270,7 +270,8 @@ TEST(FlagSpellingTest, RewritesNamesOnly) {
     FlagNameToAbslSpelling(arg);
     EXPECT_EQ(arg, want) << in;
   }
-  std::string a0 = "prog", a1 = "--dense-layers", a2 = "--", a3 = "--not-a-flag";
+  std::string a0 = "prog", a1 = "--dense-layers", a2 = "--",
+              a3 = "--not-a-flag";
   char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data()};
   DashesToUnderscores(4, argv);
   EXPECT_EQ(a1, "--dense_layers");
@@ -309,8 +310,8 @@ TEST(OptionsTest, ParsesDashedAndRepeatedFlags) {
 }
 
 TEST(OptionsTest, NegativeNumbersAreValuesNotFlagNames) {
-  auto cl = Parse({"--frequency-penalty", "-1e-3", "--presence-penalty=-2e-1",
-                   "info"});
+  auto cl = Parse(
+      {"--frequency-penalty", "-1e-3", "--presence-penalty=-2e-1", "info"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_FLOAT_EQ(*cl->options.sampling.frequency_penalty, -1e-3f);
   EXPECT_FLOAT_EQ(*cl->options.sampling.presence_penalty, -0.2f);
