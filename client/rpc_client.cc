@@ -314,16 +314,15 @@ absl::StatusOr<pb::CancelSessionResponse> RpcClient::CancelSession(
 ServingStatus FromHealthProto(
     grpc::health::v1::HealthCheckResponse::ServingStatus status) {
   using Proto = grpc::health::v1::HealthCheckResponse;
-  switch (status) {
-    case Proto::SERVING:
-      return ServingStatus::kServing;
-    case Proto::NOT_SERVING:
-      return ServingStatus::kNotServing;
-    case Proto::SERVICE_UNKNOWN:
-      return ServingStatus::kServiceUnknown;
-    default:  // UNKNOWN, and values added after this client was built
-      return ServingStatus::kUnknown;
-  }
+  static_assert(static_cast<int>(ServingStatus::kServing) == Proto::SERVING &&
+                static_cast<int>(ServingStatus::kNotServing) ==
+                    Proto::NOT_SERVING &&
+                static_cast<int>(ServingStatus::kServiceUnknown) ==
+                    Proto::SERVICE_UNKNOWN);
+  // Values added to the protocol after this client was built: kUnknown.
+  return Proto::ServingStatus_IsValid(status)
+             ? static_cast<ServingStatus>(status)
+             : ServingStatus::kUnknown;
 }
 
 absl::StatusOr<ServingStatus> RpcClient::HealthCheck(
