@@ -185,7 +185,7 @@ constexpr char kUsageKvFlags[] =
 // The policy names come from the registry (oracle: evaluation only).
 const std::string& Usage() {
   static const std::string* usage = new std::string(absl::StrCat(
-      kUsageCommands, "KV store flags (generate, logits, recall): --policy ",
+      kUsageCommands, "KV store flags (generate, logits, recall):\n  --policy ",
       JoinPolicyNames("|", /*with_evaluation_only=*/true), "\n",
       kUsageKvFlags));
   return *usage;
