@@ -3,8 +3,6 @@
 // model, timestamps.
 #pragma once
 
-#include "common/flag_spelling.h"
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/flag_spelling.h"
 #include "model/make_random.h"
 
 namespace ckv::bench {

@@ -2,9 +2,8 @@
 // from the ServerConfig / ServerLimits / KvStoreConfig structs.
 #pragma once
 
-#include "common/flag_spelling.h"
-
 #include "absl/status/statusor.h"
+#include "common/flag_spelling.h"
 #include "server/server_config.h"
 
 namespace ckv::server {
