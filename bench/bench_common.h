@@ -3,8 +3,6 @@
 // model, timestamps.
 #pragma once
 
-#include "model/tools/flag_spelling.h"
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,18 +13,19 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/flag_spelling.h"
 #include "model/make_random.h"
 
 namespace ckv::bench {
 
 // The default benchmark model: 4 layers, d 512, 8 query / 2 KV heads, ffn
-// 1536, F16 matrices, the Llama-3 vocabulary (128k tokens) of the shared
-// tokenizer fixtures.
+// 1536, F16 matrices, the Llama-3 vocabulary (128k tokens) of the tokenizer
+// fixtures (tests/fixtures/tokenizer/).
 RandomModelSpec DefaultModelSpec();
 // The --quick model: 2 layers, d 64, byte vocabulary.
 RandomModelSpec QuickModelSpec();
 
-using ::ckv::DashesToUnderscores;  // model/tools/flag_spelling.h
+using ::ckv::DashesToUnderscores;  // common/flag_spelling.h
 
 // File name that identifies a random model's spec, so that a cached file of
 // another shape is never reused.

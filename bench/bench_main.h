@@ -9,7 +9,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/tools/flag_spelling.h"
+#include "common/flag_spelling.h"
 
 namespace ckv::bench {
 

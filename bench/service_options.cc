@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/kv/policies/registry.h"
 
 namespace ckv::bench {
 namespace {
@@ -50,7 +51,8 @@ ABSL_FLAG(int, threads, Defaults().threads, "engine threads (0: all cores)");
 ABSL_FLAG(int, prefill_chunk, Defaults().prefill_chunk,
           "max input tokens per engine step");
 ABSL_FLAG(std::string, policy, ckv::KvPolicyName(Defaults().policy),
-          "KV policy of the sessions: full|clusterkv|quest|streaming");
+          absl::StrCat("KV policy of the sessions: ",
+                       ckv::JoinPolicyNames("|", false)));
 ABSL_FLAG(int, budget, Defaults().budget,
           "selected tokens per head of the sparse policies");
 ABSL_FLAG(bool, metrics, Defaults().metrics,

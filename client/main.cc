@@ -1,5 +1,5 @@
 // clusterkv: command-line client of the ClusterKV gRPC service (talks gRPC
-// only). Usage in client/options.cc (kUsage) and README.md.
+// only). Usage in client/options.cc (Usage()) and README.md.
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,11 +21,11 @@ int ReportError(const absl::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(ckv::client::kUsage);
+  absl::SetProgramUsageMessage(ckv::client::Usage());
   auto cl = ckv::client::ParseCommandLine(argc, argv);
   if (!cl.ok()) return ReportError(cl.status());
   if (cl->help || (!cl->args.empty() && cl->args[0] == "help")) {
-    std::cout << ckv::client::kUsage;
+    std::cout << ckv::client::Usage();
     return 0;
   }
   const ckv::client::Io io{std::cout, std::cerr, isatty(STDERR_FILENO) == 1};

@@ -7,7 +7,9 @@
 #include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/flag_spelling.h"
 
 namespace {
 const ckv::client::ClientOptions kDefaults;
@@ -70,7 +72,8 @@ ABSL_FLAG(bool, render_special, kDefaults.render_special,
           "detokenize: render control tokens as text");
 // KV store.
 ABSL_FLAG(std::string, policy, kDefaults.kv.policy,
-          "full|clusterkv|quest|streaming");
+          absl::StrCat("KV policy (server default when empty): ",
+                       ckv::client::PolicyNamesHelp()));
 ABSL_FLAG(std::optional<int>, budget, std::nullopt, "selected tokens B");
 ABSL_FLAG(std::optional<int>, sink_tokens, std::nullopt, "sink tokens");
 ABSL_FLAG(std::optional<int>, tokens_per_cluster, std::nullopt,
@@ -90,7 +93,11 @@ ABSL_FLAG(std::string, service, kDefaults.service, "health: service name");
 
 namespace ckv::client {
 
-const char kUsage[] =
+std::string PolicyNamesHelp() { return absl::StrJoin(kPolicyNames, "|"); }
+
+namespace {
+
+constexpr char kUsageCommands[] =
     "usage: clusterkv [--server ADDR] [--json] [--timeout SECONDS]\n"
     "  [--tls] [--tls-ca PEM] [--tls-cert PEM --tls-key PEM]\n"
     "  [--tls-server-name NAME] [--token TOKEN | --token-file F] COMMAND\n"
@@ -108,8 +115,9 @@ const char kUsage[] =
     "  --stop S (repeatable) --min-p P --repetition-penalty R\n"
     "  --frequency-penalty F --presence-penalty P --penalty-last-n N\n"
     "  --logit-bias ID=BIAS (repeatable) --logprobs N (per-token\n"
-    "  log-probabilities and the top N alternatives, on stderr or in --json)\n"
-    "kv: --policy full|clusterkv|quest|streaming --budget B --sink-tokens N\n"
+    "  log-probabilities and the top N alternatives, on stderr or in --json)\n";
+constexpr char kUsageKvAndOther[] =
+    " --budget B --sink-tokens N\n"
     "  --tokens-per-cluster N --window N --recent-tokens N --cache-steps R\n"
     "  --dense-layers N --gqa-selection per_query_head|per_kv_head\n"
     "other: --question-format F ({question} is replaced; default\n"
@@ -117,17 +125,6 @@ const char kUsage[] =
     "  --chunk-kib N (Prefill request size, 64) --progress auto|bar|lines|off\n"
     "errors: 'error: CODE: message' on stderr; exit 2 for INVALID_ARGUMENT,\n"
     "  1 otherwise\n";
-
-namespace {
-
-// --foo-bar=x-y -> --foo_bar=x-y (only the name part).
-void DashesToUnderscores(std::string& arg) {
-  if (arg.size() < 2 || arg[0] != '-') return;
-  const size_t start = arg[1] == '-' ? 2 : 1;
-  for (size_t i = start; i < arg.size() && arg[i] != '='; ++i) {
-    if (arg[i] == '-') arg[i] = '_';
-  }
-}
 
 // Splits "--name=value" / "-name" into its parts; false if not a flag.
 bool SplitFlag(const std::string& arg, std::string* name, std::string* value,
@@ -151,14 +148,6 @@ bool IsAbslBuiltin(const std::string& name) {
     if (name == b) return true;
   }
   return false;
-}
-
-// The documented spelling: --max-tokens.
-std::string Display(std::string name) {
-  for (char& c : name) {
-    if (c == '_') c = '-';
-  }
-  return absl::StrCat("--", name);
 }
 
 bool IsRepeatable(const std::string& name) {
@@ -190,7 +179,7 @@ absl::Status ExtractSpecial(std::vector<std::string>& args, CommandLine& cl) {
     if (!has_value) {
       if (i + 1 >= args.size()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("flag ", Display(name), " needs a value"));
+            absl::StrCat("flag ", DocumentedFlagName(name), " needs a value"));
       }
       value = args[++i];
     }
@@ -224,20 +213,20 @@ absl::Status CheckFlag(const std::vector<std::string>& args, size_t* i) {
   }
   if (flag == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown flag ", Display(name)));
+        absl::StrCat("unknown flag ", DocumentedFlagName(name)));
   }
   if (flag->IsOfType<bool>() && !has_value) return absl::OkStatus();
   if (!has_value) {
     if (*i + 1 >= args.size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag ", Display(name), " needs a value"));
+          absl::StrCat("flag ", DocumentedFlagName(name), " needs a value"));
     }
     value = args[++*i];
   }
   std::string error;
   if (!flag->ParseFrom(value, &error)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "bad value '", value, "' for ", Display(name), ": ", error));
+        "bad value '", value, "' for ", DocumentedFlagName(name), ": ", error));
   }
   return absl::OkStatus();
 }
@@ -287,8 +276,7 @@ absl::Status ReadSecurityFlags(ClientOptions& o) {
         "--tls-cert and --tls-key must be given together");
   }
   if (!o.token.empty() && !o.token_file.empty()) {
-    return absl::InvalidArgumentError(
-        "give --token or --token-file, not both");
+    return absl::InvalidArgumentError("give --token or --token-file, not both");
   }
   return absl::OkStatus();
 }
@@ -306,6 +294,11 @@ void ReadKvFlags(KvOptions& kv) {
 }
 
 }  // namespace
+
+std::string Usage() {
+  return absl::StrCat(kUsageCommands, "kv: --policy ", PolicyNamesHelp(),
+                      kUsageKvAndOther);
+}
 
 absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
   ClientOptions o;
@@ -344,7 +337,7 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
 absl::StatusOr<CommandLine> ParseCommandLine(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
-    DashesToUnderscores(args[i]);
+    FlagNameToAbslSpelling(args[i]);
   }
   CommandLine cl;
   if (auto s = ExtractSpecial(args, cl); !s.ok()) return s;

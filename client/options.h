@@ -31,9 +31,19 @@ struct SamplingOptions {
   std::optional<int> logprobs;  // per-token log-probabilities (top N)
 };
 
+// The selection policies a server serves, by ascending registry id: the
+// client talks only over the wire and cannot include the server's policy
+// registry (model/kv/policies/registry.h), so its help texts take the names
+// from this one list; client_unit_test checks that it equals the registry's
+// policies that are not evaluation-only.
+inline constexpr const char* kPolicyNames[] = {"full", "clusterkv", "quest",
+                                               "streaming"};
+// kPolicyNames joined by '|'.
+std::string PolicyNamesHelp();
+
 // KV store settings; unset ones take the server's defaults.
 struct KvOptions {
-  std::string policy;  // full|clusterkv|quest|streaming ("" = default)
+  std::string policy;  // one of kPolicyNames ("" = default)
   std::optional<int> budget;
   std::optional<int> sink_tokens;
   std::optional<int> tokens_per_cluster;
@@ -106,7 +116,8 @@ absl::StatusOr<std::pair<int32_t, float>> ParseLogitBias(
 std::string FormatQuestion(const std::string& format,
                            const std::string& question);
 
-extern const char kUsage[];
+// The usage text (--help).
+std::string Usage();
 
 }  // namespace ckv::client
 

@@ -1,29 +1,21 @@
 #include "client/rpc_client.h"
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/wire_format_lite.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
-#include "grpcpp/support/byte_buffer.h"
 
 namespace ckv::client {
 namespace {
 
-using google::protobuf::internal::WireFormatLite;
-
-constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
 // Where FromGrpc keeps the serialized google.rpc.Status.
 constexpr char kStatusDetailsUrl[] = "type.googleapis.com/google.rpc.Status";
 
@@ -319,75 +311,30 @@ absl::StatusOr<pb::CancelSessionResponse> RpcClient::CancelSession(
   return response;
 }
 
-std::string EncodeHealthCheckRequest(const std::string& service) {
-  if (service.empty()) return "";  // proto3: default values are not sent
-  std::string out;
-  out.push_back(static_cast<char>(
-      WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)));
-  uint64_t n = service.size();
-  while (n >= 0x80) {
-    out.push_back(static_cast<char>((n & 0x7F) | 0x80));
-    n >>= 7;
-  }
-  out.push_back(static_cast<char>(n));
-  return out + service;
-}
-
-absl::StatusOr<ServingStatus> DecodeHealthCheckResponse(
-    const std::string& bytes) {
-  google::protobuf::io::CodedInputStream in(
-      reinterpret_cast<const uint8_t*>(bytes.data()),
-      static_cast<int>(bytes.size()));
-  uint32_t status = 0;
-  while (const uint32_t tag = in.ReadTag()) {
-    if (tag == WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_VARINT)) {
-      if (!in.ReadVarint32(&status)) break;
-      continue;
-    }
-    if (!WireFormatLite::SkipField(&in, tag)) {
-      return absl::InternalError("malformed HealthCheckResponse");
-    }
-  }
-  if (in.CurrentPosition() != static_cast<int>(bytes.size())) {
-    return absl::InternalError("malformed HealthCheckResponse");
-  }
-  if (status > 3) return ServingStatus::kUnknown;
-  return static_cast<ServingStatus>(status);
+ServingStatus FromHealthProto(
+    grpc::health::v1::HealthCheckResponse::ServingStatus status) {
+  using Proto = grpc::health::v1::HealthCheckResponse;
+  static_assert(static_cast<int>(ServingStatus::kServing) == Proto::SERVING &&
+                static_cast<int>(ServingStatus::kNotServing) ==
+                    Proto::NOT_SERVING &&
+                static_cast<int>(ServingStatus::kServiceUnknown) ==
+                    Proto::SERVICE_UNKNOWN);
+  // Values added to the protocol after this client was built: kUnknown.
+  return Proto::ServingStatus_IsValid(status)
+             ? static_cast<ServingStatus>(status)
+             : ServingStatus::kUnknown;
 }
 
 absl::StatusOr<ServingStatus> RpcClient::HealthCheck(
     const std::string& service) {
   auto context = NewContext("");
-  const std::string request_bytes = EncodeHealthCheckRequest(service);
-  grpc::Slice slice(request_bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status status;
-  grpc::GenericStub stub(channel_);
-  stub.UnaryCall(context.get(), kHealthCheckMethod, grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = std::move(s);
-                   done = true;
-                   cv.notify_one();
-                 });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-  }
-  if (auto s = FromGrpc(status); !s.ok()) return s;
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) {
-    return absl::InternalError("unreadable HealthCheckResponse");
-  }
-  std::string bytes;
-  for (const grpc::Slice& s : slices) {
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return DecodeHealthCheckResponse(bytes);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  auto s = FromGrpc(stub->Check(context.get(), request, &response));
+  if (!s.ok()) return s;
+  return FromHealthProto(response.status());
 }
 
 }  // namespace ckv::client

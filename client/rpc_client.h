@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "client/text_stream.h"
 #include "clusterkv/v1/clusterkv.grpc.pb.h"
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 
@@ -97,9 +98,7 @@ class RpcClient {
       const pb::DetokenizeRequest& request);
   absl::StatusOr<pb::CancelSessionResponse> CancelSession(
       const std::string& session_id);
-  // grpc.health.v1.Health/Check, called generically with hand-encoded
-  // messages (HealthCheckRequest{string service = 1},
-  // HealthCheckResponse{ServingStatus status = 1}).
+  // grpc.health.v1.Health/Check (proto/grpc/health/v1/health.proto).
   absl::StatusOr<ServingStatus> HealthCheck(const std::string& service);
 
  private:
@@ -117,10 +116,10 @@ class RpcClient {
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& address,
                                           const ChannelSecurity& security);
 
-// Health wire format helpers (exposed for tests).
-std::string EncodeHealthCheckRequest(const std::string& service);
-absl::StatusOr<ServingStatus> DecodeHealthCheckResponse(
-    const std::string& bytes);
+// The client's view of a grpc.health.v1 status; kUnknown for UNKNOWN and
+// for values newer than this client.
+ServingStatus FromHealthProto(
+    grpc::health::v1::HealthCheckResponse::ServingStatus status);
 
 }  // namespace ckv::client
 

@@ -1,5 +1,5 @@
 // Admission control: a request is refused before any work starts when it
-// would exceed a limit (ARCHITECTURE.md "KV store and memory tiers"). The
+// would exceed a limit (docs/design.md "Memory and limits"). The
 // footprint of a request is known from its length, so memory is reserved up
 // front and released when the job ends; concurrent requests cannot together
 // overshoot a limit that each alone would respect.

@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "model/kv/policies/registry.h"
 #include "server/service_convert.h"
 #include "server/transport_security.h"
 
@@ -62,7 +63,8 @@ ABSL_FLAG(std::string, snapshot_dir, kDefaults.snapshot_dir,
           "folder of durable session snapshots (written on drain, idle "
           "expiry and SnapshotSession; restored on first use); empty: off");
 ABSL_FLAG(std::string, policy, ckv::KvPolicyName(kKv.policy),
-          "default KV policy: full|clusterkv|quest|streaming");
+          absl::StrCat("default KV policy: ",
+                       ckv::JoinPolicyNames("|", false)));
 ABSL_FLAG(int, budget, kKv.budget, "default selected tokens B");
 ABSL_FLAG(int, sink_tokens, kKv.sink_tokens, "default sink tokens");
 ABSL_FLAG(int, tokens_per_cluster, kKv.tokens_per_cluster,

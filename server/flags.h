@@ -2,14 +2,13 @@
 // from the ServerConfig / ServerLimits / KvStoreConfig structs.
 #pragma once
 
-#include "model/tools/flag_spelling.h"
-
 #include "absl/status/statusor.h"
+#include "common/flag_spelling.h"
 #include "server/server_config.h"
 
 namespace ckv::server {
 
-using ::ckv::DashesToUnderscores;  // model/tools/flag_spelling.h
+using ::ckv::DashesToUnderscores;  // common/flag_spelling.h
 
 // Reads every flag (after absl::ParseCommandLine). INVALID_ARGUMENT naming
 // the flag on a bad value; --model is required; a non-loopback --listen

@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "model/kv/policies/registry.h"
 #include "server/flags.h"
 #include "server/metrics.h"
 #include "server/server_runner.h"
@@ -20,10 +21,7 @@
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: clusterkv-server --model MODEL.gguf [--listen HOST:PORT]\n"
-    "  [--metrics-address HOST:PORT] [--threads N] [--prefill-chunk N]\n"
-    "  [--policy full|clusterkv|quest|streaming] [--budget B] [KV flags]\n"
+constexpr char kUsageLimits[] =
     "  [--max-sessions N] [--max-host-kv-bytes N] [--max-device-kv-bytes N]\n"
     "  [--max-prompt-tokens N] [--max-session-tokens N]\n"
     "  [--max-queued-requests N] [--session-idle-ttl-seconds N]\n"
@@ -33,6 +31,16 @@ constexpr char kUsage[] =
     "  [--tenant-max-host-kv-bytes N]\n"
     "KV flags: --sink-tokens --tokens-per-cluster --window --recent-tokens\n"
     "  --cache-steps --dense-layers --gqa-selection per_query_head|per_kv_head";
+
+// The policy names come from the registry (the ones a server serves).
+std::string Usage() {
+  return absl::StrCat(
+      "usage: clusterkv-server --model MODEL.gguf [--listen HOST:PORT]\n"
+      "  [--metrics-address HOST:PORT] [--threads N] [--prefill-chunk N]\n"
+      "  [--policy ",
+      ckv::JoinPolicyNames("|", /*with_evaluation_only=*/false),
+      "] [--budget B] [KV flags]\n", kUsageLimits);
+}
 
 // Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread started
 // later, so that only WaitForSignal receives them.
@@ -56,13 +64,14 @@ int WaitForSignal(const sigset_t& set) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  absl::SetProgramUsageMessage(Usage());
   ckv::server::DashesToUnderscores(argc, argv);
   absl::ParseCommandLine(argc, argv);
   auto config = ckv::server::ServerConfigFromFlags();
   if (!config.ok()) {
     std::fprintf(stderr, "error: %s\n%s\n",
-                 std::string(config.status().message()).c_str(), kUsage);
+                 std::string(config.status().message()).c_str(),
+                 Usage().c_str());
     return 2;
   }
   const sigset_t signals = BlockTerminationSignals();

@@ -1,4 +1,4 @@
-// Prometheus metrics of the server (ARCHITECTURE.md "Metrics"): `clusterkv_`
+// Prometheus metrics of the server (docs/metrics.md): `clusterkv_`
 // prefix, base units (seconds, bytes), `_total` counters, histograms for
 // latencies. Exposed over HTTP /metrics. Thread-safe.
 #pragma once

@@ -1,5 +1,5 @@
 // One log line and the request metrics per finished RPC. spdlog stays in the
-// .cc (TOOLCHAIN.md: it is the most expensive header).
+// .cc (docs/building.md, pitfall 6: it is the most expensive header).
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,6 @@
-// The one place where absl::Status becomes grpc::Status (ARCHITECTURE.md
-// "Wire contract": the model layer never includes gRPC).
+// The one place where absl::Status becomes grpc::Status (docs/design.md
+// "Layers": the model layer never includes gRPC; the codes:
+// docs/wire-contract.md "Status codes").
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // Typed configuration of the clustered KV store and its selection policies,
-// with the defaults of ARCHITECTURE.md ("ClusterKV semantics") in one place.
+// with their defaults in one place (semantics: docs/clusterkv.md).
 #pragma once
 
 #include <cstdint>

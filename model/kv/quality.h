@@ -1,6 +1,6 @@
-// Quality of sparse attention (ARCHITECTURE.md, "ClusterKV semantics" /
-// "Quality measures"): how much of what dense attention would use a decode
-// step's selection actually attends.
+// Quality of sparse attention (docs/clusterkv.md, "Quality measures"): how
+// much of what dense attention would use a decode step's selection actually
+// attends.
 //
 // For one decode step at a layer >= dense_layers, with the step's query q per
 // query head (recorded by the store) and the host-tier keys/values converted

@@ -1,7 +1,7 @@
 // Selection plans: which clustered tokens a decode query attends, as a plan
 // of blocks (whole k-means clusters or position-ordered pages, or row ranges
 // of them), and helpers the policies (model/kv/policies/) share. Semantics:
-// ARCHITECTURE.md, "ClusterKV semantics".
+// docs/clusterkv.md, "Selection".
 #pragma once
 
 #include <cstdint>

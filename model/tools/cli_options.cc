@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "model/kv/policies/registry.h"
 
 ABSL_FLAG(std::string, text_file, "", "tokenize: file with the text");
 ABSL_FLAG(bool, bos, false, "tokenize: add BOS/EOS as the vocabulary says");
@@ -40,7 +41,8 @@ ABSL_FLAG(std::string, arch, "llama",
           "make-random: llama|qwen2|qwen3|phi3|gemma2|gemma3|chatglm|glm4");
 ABSL_FLAG(bool, tied, false, "make-random: tie output to token_embd");
 // KV store (see model/kv/kv_config.h for the semantics and defaults).
-ABSL_FLAG(std::string, policy, "full", "full|clusterkv|quest|streaming");
+ABSL_FLAG(std::string, policy, "full",
+          ckv::JoinPolicyNames("|", /*with_evaluation_only=*/true));
 ABSL_FLAG(int, budget, ckv::KvStoreConfig{}.budget, "selected tokens B");
 ABSL_FLAG(int, sink_tokens, ckv::KvStoreConfig{}.sink_tokens, "sink tokens");
 ABSL_FLAG(int, tokens_per_cluster, ckv::KvStoreConfig{}.tokens_per_cluster,

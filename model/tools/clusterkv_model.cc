@@ -14,13 +14,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/flag_spelling.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "model/generation.h"
+#include "model/kv/policies/registry.h"
 #include "model/make_random.h"
 #include "model/model.h"
 #include "model/tools/cli_options.h"
-#include "model/tools/flag_spelling.h"
 #include "model/tools/recall_command.h"
 #include "model/tools/render_template_command.h"
 #include "nlohmann/json.hpp"
@@ -99,9 +100,9 @@ absl::Status Logits(const std::string& path, const CliOptions& o) {
   const int64_t n = ids->size();
   for (int64_t r = 0; r < (all ? n : 1); ++r) {
     j["positions"].push_back(all ? r : n - 1);
-    j["logits"].push_back(std::vector<float>(
-        logits.begin() + r * c.vocab_size,
-        logits.begin() + (r + 1) * c.vocab_size));
+    j["logits"].push_back(
+        std::vector<float>(logits.begin() + r * c.vocab_size,
+                           logits.begin() + (r + 1) * c.vocab_size));
   }
   std::cout << j.dump() << "\n";
   return absl::OkStatus();
@@ -139,8 +140,7 @@ absl::Status RunGenerate(const std::string& path, const CliOptions& o) {
                result->prompt_tokens / std::max(1e-9, result->prefill_seconds),
                n_gen, (n_gen - 1) / std::max(1e-9, result->decode_seconds),
                FinishReasonName(result->finish), KvPolicyName(o.kv.policy),
-               o.transformer.threads,
-               kernels::cpu::KernelSetName());
+               o.transformer.threads, kernels::cpu::KernelSetName());
   return absl::OkStatus();
 }
 
@@ -158,7 +158,7 @@ absl::Status MakeRandom(const CliOptions& o) {
   return WriteRandomModel(o.random, o.out);
 }
 
-constexpr char kUsage[] =
+constexpr char kUsageCommands[] =
     "usage: clusterkv-model COMMAND [MODEL] [flags]\n"
     "  info MODEL\n"
     "  tokenize MODEL --text-file F [--bos]\n"
@@ -175,13 +175,21 @@ constexpr char kUsage[] =
     "      --messages F.json [--add-generation-prompt] [--bos-token S]\n"
     "      [--eos-token S] [--date YYYY-MM-DD]: the chat template's text\n"
     "Every command: --kernels auto|scalar|avx2|avx512 (scalar: reference "
-    "path)\n"
-    "KV store flags (generate, logits, recall): --policy "
-    "full|clusterkv|quest|\n"
-    "  streaming --budget B --sink-tokens N --tokens-per-cluster N --window N\n"
+    "path)\n";
+constexpr char kUsageKvFlags[] =
+    "  --budget B --sink-tokens N --tokens-per-cluster N --window N\n"
     "  --kmeans-max-iters N --cache-steps R --gqa-selection per_query_head|\n"
     "  per_kv_head --recent-tokens N --cluster-seed S --dense-layers N\n"
     "  --cluster-metric cosine|l2|ip --async-clustering=true|false\n";
+
+// The policy names come from the registry (oracle: evaluation only).
+const std::string& Usage() {
+  static const std::string* usage = new std::string(absl::StrCat(
+      kUsageCommands, "KV store flags (generate, logits, recall):\n  --policy ",
+      JoinPolicyNames("|", /*with_evaluation_only=*/true), "\n",
+      kUsageKvFlags));
+  return *usage;
+}
 
 absl::Status Dispatch(const std::vector<std::string>& args,
                       const CliOptions& o) {
@@ -192,21 +200,21 @@ absl::Status Dispatch(const std::vector<std::string>& args,
     const absl::Status s = RunRenderTemplate();
     return s.ok() ? s : absl::Status(absl::StatusCode::kUnknown, s.message());
   }
-  if (args.size() != 3) return absl::InvalidArgumentError(kUsage);
+  if (args.size() != 3) return absl::InvalidArgumentError(Usage());
   const std::string& model = args[2];
   if (cmd == "info") return Info(model);
   if (cmd == "tokenize") return Tokenize(model, o);
   if (cmd == "logits") return Logits(model, o);
   if (cmd == "generate") return RunGenerate(model, o);
   if (cmd == "recall") return Recall(model, o);
-  return absl::InvalidArgumentError(kUsage);
+  return absl::InvalidArgumentError(Usage());
 }
 
 }  // namespace
 }  // namespace ckv
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(ckv::kUsage);
+  absl::SetProgramUsageMessage(ckv::Usage());
   ckv::DashesToUnderscores(argc, argv);
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   auto options = ckv::CliOptionsFromFlags();
@@ -220,8 +228,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const absl::Status s = ckv::Dispatch(
-      std::vector<std::string>(positional.begin(), positional.end()),
-      *options);
+      std::vector<std::string>(positional.begin(), positional.end()), *options);
   if (!s.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -3,6 +3,7 @@
 used by external checks, so the formats asserted here are the contract)."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,22 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         p = run("nonsense", self.model, check=False)
         self.assertEqual(p.returncode, 2)
+
+    def test_help_lists_every_registered_policy(self):
+        # The registry names every policy in the error for an unknown one.
+        p = run("info", self.model, "--policy", "no-such-policy", check=False)
+        self.assertEqual(p.returncode, 2)
+        m = re.search(rb"unknown policy 'no-such-policy' \(([^)]*)\)", p.stderr)
+        self.assertIsNotNone(m, p.stderr)
+        names = m.group(1).decode().split(", ")
+        self.assertIn("oracle", names)
+        listed = "|".join(names)
+        usage = run("nonsense", self.model, check=False).stderr.decode()
+        self.assertIn("--policy " + listed + "\n", usage)
+        # absl wraps help texts at any space.
+        helpfull = " ".join(run("--helpfull", check=False).stdout.decode()
+                            .split())
+        self.assertIn("--policy (" + listed + ");", helpfull)
 
     def test_recall_reports_quality(self):
         ids = [(i * 37 + 11) % 259 for i in range(400)]

@@ -13,8 +13,10 @@
 #include "client/progress.h"
 #include "client/rpc_client.h"
 #include "client/text_stream.h"
+#include "common/flag_spelling.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 
 namespace ckv::client {
@@ -198,20 +200,37 @@ TEST(ProgressTest, BarModeRedrawsInPlace) {
   EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 1);
 }
 
-TEST(HealthWireTest, EncodesAndDecodes) {
-  EXPECT_EQ(EncodeHealthCheckRequest(""), "");
-  EXPECT_EQ(EncodeHealthCheckRequest("ab"), std::string("\x0A\x02"
-                                                        "ab"));
-  const std::string long_name(200, 'x');
-  EXPECT_EQ(EncodeHealthCheckRequest(long_name).substr(0, 3),
-            std::string("\x0A\xC8\x01"));
-  EXPECT_EQ(*DecodeHealthCheckResponse(std::string("\x08\x01")),
-            ServingStatus::kServing);
-  EXPECT_EQ(*DecodeHealthCheckResponse(""), ServingStatus::kUnknown);
+// proto/grpc/health/v1/health.proto against the public wire format:
+// HealthCheckRequest{string service = 1}, HealthCheckResponse{enum status =
+// 1}. (client_fake_server_test checks it against gRPC's own health service.)
+TEST(HealthProtoTest, WireFormatIsTheStandardOne) {
+  grpc::health::v1::HealthCheckRequest request;
+  EXPECT_EQ(request.SerializeAsString(), "");
+  request.set_service("ab");
+  EXPECT_EQ(request.SerializeAsString(), std::string("\x0A\x02"
+                                                     "ab"));
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(response.ParseFromString(std::string("\x08\x01")));
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   // Unknown fields are skipped.
-  EXPECT_EQ(*DecodeHealthCheckResponse(std::string("\x12\x01z\x08\x02")),
-            ServingStatus::kNotServing);
-  EXPECT_FALSE(DecodeHealthCheckResponse(std::string("\x12\x05z")).ok());
+  ASSERT_TRUE(response.ParseFromString(std::string("\x12\x01z\x08\x02")));
+  EXPECT_EQ(response.status(),
+            grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(response.ParseFromString(std::string("\x12\x05z")));
+  EXPECT_EQ(grpc::health::v1::Health::service_full_name(),
+            std::string("grpc.health.v1.Health"));
+}
+
+TEST(HealthProtoTest, MapsEveryServingStatus) {
+  using Proto = grpc::health::v1::HealthCheckResponse;
+  EXPECT_EQ(FromHealthProto(Proto::UNKNOWN), ServingStatus::kUnknown);
+  EXPECT_EQ(FromHealthProto(Proto::SERVING), ServingStatus::kServing);
+  EXPECT_EQ(FromHealthProto(Proto::NOT_SERVING), ServingStatus::kNotServing);
+  EXPECT_EQ(FromHealthProto(Proto::SERVICE_UNKNOWN),
+            ServingStatus::kServiceUnknown);
+  // A status added to the protocol after this client was built.
+  EXPECT_EQ(FromHealthProto(static_cast<Proto::ServingStatus>(7)),
+            ServingStatus::kUnknown);
 }
 
 TEST(JsonOutputTest, RendersPresenceNumbersAndEnums) {
@@ -231,6 +250,33 @@ TEST(JsonOutputTest, RendersPresenceNumbersAndEnums) {
   EXPECT_EQ(jp["stop"], nlohmann::json::array({"END"}));
   pb::SessionInfo info;
   EXPECT_TRUE(ProtoToJson(info)["memory"].is_object());
+}
+
+// common/flag_spelling.h, shared by every program.
+TEST(FlagSpellingTest, RewritesNamesOnly) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--max-tokens=a-b", "--max_tokens=a-b"},
+      {"-top-k", "-top_k"},
+      {"--json", "--json"},
+      {"--", "--"},
+      {"-", "-"},
+      {"", ""},
+      {"-1e-5", "-1e-5"},
+      {"--2-x", "--2-x"},
+      {"text-with-dashes", "text-with-dashes"},
+      {"--a-b=--c-d", "--a_b=--c-d"}};
+  for (const auto& [in, want] : cases) {
+    std::string arg = in;
+    FlagNameToAbslSpelling(arg);
+    EXPECT_EQ(arg, want) << in;
+  }
+  std::string a0 = "prog", a1 = "--dense-layers", a2 = "--",
+              a3 = "--not-a-flag";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data()};
+  DashesToUnderscores(4, argv);
+  EXPECT_EQ(a1, "--dense_layers");
+  EXPECT_EQ(a3, "--not-a-flag");  // positional after "--"
+  EXPECT_EQ(DocumentedFlagName("max_host_kv_bytes"), "--max-host-kv-bytes");
 }
 
 // Parses like main() does; flag values are restored afterwards.
@@ -261,6 +307,18 @@ TEST(OptionsTest, ParsesDashedAndRepeatedFlags) {
   EXPECT_FALSE(o.kv.budget.has_value());
   EXPECT_EQ(o.chunk_bytes, 8u * 1024);
   EXPECT_EQ(o.server, "h:1");
+}
+
+TEST(OptionsTest, NegativeNumbersAreValuesNotFlagNames) {
+  auto cl = Parse(
+      {"--frequency-penalty", "-1e-3", "--presence-penalty=-2e-1", "info"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_FLOAT_EQ(*cl->options.sampling.frequency_penalty, -1e-3f);
+  EXPECT_FLOAT_EQ(*cl->options.sampling.presence_penalty, -0.2f);
+  // Single-dash flags have both spellings too.
+  auto single = Parse({"-max-tokens=5", "info"});
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(single->options.sampling.max_tokens, 5);
 }
 
 TEST(OptionsTest, DefaultsComeFromTheStruct) {

@@ -7,7 +7,9 @@
 #include <random>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_split.h"
 #include "kernels/cpu/ops.h"
 #include "model/kv/clustered_store.h"
 #include "model/kv/policies/registry.h"
@@ -142,6 +144,24 @@ TEST(PolicyRegistry, UnknownPoliciesAreRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_STREQ(KvPolicyName(c.policy), "?");
   EXPECT_EQ(MakePolicy(c), nullptr);
+}
+
+// Help texts of the programs list the policies from here: the served ones
+// (not evaluation-only), or all, by ascending id.
+TEST(PolicyRegistry, JoinedNamesListServedAndEvaluationPolicies) {
+  std::vector<std::string> served, all;
+  for (const PolicyInfo& p : RegisteredPolicies()) {
+    all.push_back(p.name);
+    if (!p.evaluation_only) served.push_back(p.name);
+  }
+  ASSERT_LT(served.size(), all.size());  // oracle is evaluation-only
+  EXPECT_EQ(std::vector<std::string>(
+                absl::StrSplit(JoinPolicyNames("|", false), '|')),
+            served);
+  EXPECT_EQ(std::vector<std::string>(
+                absl::StrSplit(JoinPolicyNames(", ", true), ", ")),
+            all);
+  EXPECT_EQ(all.front(), "full");
 }
 
 TEST(PolicyRegistry, ForksNeedTheIndexesOfTheirPolicy) {

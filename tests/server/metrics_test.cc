@@ -3,7 +3,7 @@
 // real socket, port errors, restart, `promtool check metrics` (when
 // installed). Built with CUDA, the binary links the CUDA runtime and
 // cuBLASLt, whose static TLS broke prometheus-cpp's civetweb threads
-// (TOOLCHAIN.md pitfall 1): the scrapes here run with that TLS present.
+// (docs/building.md, pitfall 1): the scrapes here run with that TLS present.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -200,7 +200,7 @@ std::map<std::string, std::string> ExpectedFamilies() {
   };
 }
 
-// ---- Shared HTTP instance (one per binary; see TOOLCHAIN.md pitfall 5) -----------
+// ---- Shared HTTP instance (one per binary; docs/building.md, pitfall 5) ----
 
 struct Shared {
   std::unique_ptr<ServerMetrics> metrics;

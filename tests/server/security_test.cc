@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -20,9 +21,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/options.h"
 #include "client/rpc_client.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "model/kv/policies/registry.h"
 #include "server/auth.h"
 #include "server/server_runner.h"
 #include "server/transport_security.h"
@@ -222,6 +226,51 @@ TEST(TransportConfigTest, BinaryExitsTwoWithAClearMessage) {
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   EXPECT_NE(ReadText(log).find("refusing plain TCP"), std::string::npos)
       << ReadText(log);
+}
+
+// Runs `command` with stdout and stderr into a file; returns that text with
+// every run of white space as one space (help texts wrap at any space).
+std::string OutputOf(const std::string& command, const char* log_name) {
+  const std::string log = ckv::testing::TempPath(log_name);
+  const int rc = std::system(absl::StrCat(command, " >", log, " 2>&1").c_str());
+  EXPECT_TRUE(WIFEXITED(rc)) << command;
+  std::string text;
+  for (const char c : ReadText(log)) {
+    const bool space = std::isspace(static_cast<unsigned char>(c)) != 0;
+    if (!space) text.push_back(c);
+    if (space && !text.empty() && text.back() != ' ') text.push_back(' ');
+  }
+  return text;
+}
+
+// Both programs' help texts list exactly the served policies (not the
+// evaluation-only ones): the server's from the registry, the client's from
+// its own list (it cannot include the registry), which must match it.
+TEST(BinaryHelpTest, ServerAndClientListEveryServedPolicy) {
+  std::vector<std::string> served;
+  for (const PolicyInfo& p : RegisteredPolicies()) {
+    if (!p.evaluation_only) served.push_back(p.name);
+  }
+  EXPECT_EQ(std::vector<std::string>(std::begin(client::kPolicyNames),
+                                     std::end(client::kPolicyNames)),
+            served);
+  const std::string listed = absl::StrJoin(served, "|");
+  const std::string server_help =
+      OutputOf(absl::StrCat(CLUSTERKV_SERVER_BIN, " --helpfull"), "sh.log");
+  EXPECT_NE(server_help.find("--policy (default KV policy: " + listed + ");"),
+            std::string::npos)
+      << server_help;
+  const std::string server_usage =
+      OutputOf(CLUSTERKV_SERVER_BIN, "su.log");  // no --model: usage
+  EXPECT_NE(server_usage.find("[--policy " + listed + "]"), std::string::npos)
+      << server_usage;
+  const std::string client_help =
+      OutputOf(absl::StrCat(CLUSTERKV_CLIENT_BIN, " --helpfull"), "ch.log");
+  EXPECT_NE(client_help.find(listed + ");"), std::string::npos) << client_help;
+  const std::string client_usage =
+      OutputOf(absl::StrCat(CLUSTERKV_CLIENT_BIN, " --help"), "cu.log");
+  EXPECT_NE(client_usage.find("--policy " + listed + " "), std::string::npos)
+      << client_usage;
 }
 
 TEST(TokenFileTest, ParsesLinesAndRejectsBadOnesWithoutEchoingThem) {

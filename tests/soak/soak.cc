@@ -26,7 +26,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "model/tools/flag_spelling.h"
+#include "common/flag_spelling.h"
 #include "tests/soak/soak_report.h"
 #include "tests/soak/soak_util.h"
 #include "tests/soak/soak_workload.h"

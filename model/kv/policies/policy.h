@@ -1,5 +1,5 @@
-// Selection policies (ARCHITECTURE.md, "Extension points" and "ClusterKV
-// semantics"): which clustered tokens a decode query attends. A policy is one
+// Selection policies (docs/clusterkv.md "Selection", docs/design.md "Where a
+// change goes"): which clustered tokens a decode query attends. A policy is one
 // class behind this interface, in one file of model/kv/policies/, plus one
 // line in registry.cc; ClusteredKvStore keeps sinks, segments, tail, cache
 // and the quality record, and asks its policy for everything else.

@@ -94,6 +94,15 @@ IndexSet BuiltIndexes(const KvStoreConfig& config) {
   return built;
 }
 
+std::string JoinPolicyNames(absl::string_view separator,
+                            bool with_evaluation_only) {
+  std::vector<absl::string_view> names;
+  for (const PolicyInfo& p : RegisteredPolicies()) {
+    if (with_evaluation_only || !p.evaluation_only) names.push_back(p.name);
+  }
+  return absl::StrJoin(names, separator);
+}
+
 // ------------------------------------------- kv_config.h, answered here
 
 bool IsRegisteredPolicy(KvPolicy p) { return FindEntry(p) != nullptr; }
@@ -104,13 +113,12 @@ const char* KvPolicyName(KvPolicy p) {
 }
 
 absl::StatusOr<KvPolicy> ParseKvPolicy(const std::string& name) {
-  std::vector<std::string> names;
   for (const PolicyInfo& p : RegisteredPolicies()) {
     if (name == p.name) return p.id;
-    names.push_back(p.name);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown policy '", name, "' (", absl::StrJoin(names, ", "), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown policy '", name, "' (",
+                   JoinPolicyNames(", ", /*with_evaluation_only=*/true), ")"));
 }
 
 }  // namespace ckv

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "model/kv/policies/policy.h"
 
 namespace ckv {
@@ -24,6 +25,11 @@ struct PolicyInfo {
 const std::vector<PolicyInfo>& RegisteredPolicies();
 // Null when `id` is not registered.
 const PolicyInfo* FindPolicy(KvPolicy id);
+// The registered names by ascending id, joined by `separator`, for help texts
+// and messages: the policies a server may serve, and with
+// `with_evaluation_only` also those for evaluation only (oracle).
+std::string JoinPolicyNames(absl::string_view separator,
+                            bool with_evaluation_only);
 
 // The policy of config.policy, configured by `config` (budget, page size,
 // recent_tokens, ...). Callers validate the config first
