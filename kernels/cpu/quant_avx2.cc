@@ -1,4 +1,4 @@
-// AVX2 quantised GEMV: FusedDot (quant_dot_avx2.cc) for the types it
+// AVX2 quantised GEMV: FusedGemv (quant_dot_avx2.cc) for the types it
 // handles; for the others, weight chunks unpacked to int8 (quant_unpack.inc)
 // times 8-bit activations with vpmaddubsw on |w| and sign(w) * x (|w| <= 128,
 // |x| <= 127: the pair sums stay below 2^15, no saturation).
@@ -85,12 +85,7 @@ void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy) {
   if (HasFusedDot(t, n_in)) {
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const void* row = static_cast<const char*>(w) + r * row_bytes;
-      for (int k = 0; k < n_tok; ++k) {
-        y[k * ldy + r] = FusedDot(t, row, n_in, acts[k]);
-      }
-    }
+    FusedGemv(t, w, row_bytes, n_rows, n_in, acts, n_tok, y, ldy);
     return;
   }
   for (int64_t r = 0; r < n_rows; ++r) {

@@ -55,26 +55,30 @@ inline __m256i Nibbles32(const uint8_t* qs) {
                           _mm_and_si128(q, m));
 }
 
-float DotQ8_0(const BlockQ8_0* w, int64_t nb, const QuantizedActs& a) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i p = DotSigned32(Load32(w[b].qs), Load32(a.q.data() + 32 * b));
-    const __m256 s = _mm256_set1_ps(Half(w[b].d) * a.d[b]);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
+// Blocks of 32 (Q8_0, Q4_0): acc += dw * dx * (int dot of block b); two
+// accumulators so that consecutive blocks do not wait on one FMA chain.
+template <typename Block, __m256i (*Weights)(const Block&)>
+float DotBlocks32(const Block* w, int64_t nb, const QuantizedActs& a) {
+  const int8_t* xq = a.q.data();
+  const float* xd = a.d.data();
+  const auto term = [&](int64_t b, __m256 acc) {
+    const __m256i p = DotSigned32(Weights(w[b]), Load32(xq + 32 * b));
+    const __m256 s = _mm256_set1_ps(Half(w[b].d) * xd[b]);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
+  };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    acc0 = term(b, acc0);
+    acc1 = term(b + 1, acc1);
   }
-  return Sum8(acc);
+  if (b < nb) acc0 = term(b, acc0);
+  return Sum8(_mm256_add_ps(acc0, acc1));
 }
 
-float DotQ4_0(const BlockQ4_0* w, int64_t nb, const QuantizedActs& a) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i eight = _mm256_set1_epi8(8);
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i q = _mm256_sub_epi8(Nibbles32(w[b].qs), eight);
-    const __m256i p = DotSigned32(q, Load32(a.q.data() + 32 * b));
-    const __m256 s = _mm256_set1_ps(Half(w[b].d) * a.d[b]);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
-  }
-  return Sum8(acc);
+inline __m256i WeightsQ8_0(const BlockQ8_0& k) { return Load32(k.qs); }
+inline __m256i WeightsQ4_0(const BlockQ4_0& k) {
+  return _mm256_sub_epi8(Nibbles32(k.qs), _mm256_set1_epi8(8));
 }
 
 // The 8 scales and 8 mins (6 bits each) of a Q4_K/Q5_K block as bytes:
@@ -287,6 +291,29 @@ float DotQ3K(const BlockQ3_K* w, int64_t nb, const QuantizedActs& a) {
   return Sum8(acc);
 }
 
+struct GemvArgs {
+  const void* w;
+  int64_t row_bytes, n_rows, n_in;
+  const QuantizedActs* acts;
+  int n_tok;
+  float* y;
+  int64_t ldy;
+};
+
+// y[k * ldy + r] = Dot(row r, acts[k]) for r < n_rows, k < n_tok.
+template <typename Block, int kElems,
+          float (*Dot)(const Block*, int64_t, const QuantizedActs&)>
+void Rows(const GemvArgs& g) {
+  const int64_t nb = g.n_in / kElems;
+  for (int64_t r = 0; r < g.n_rows; ++r) {
+    const auto* row = reinterpret_cast<const Block*>(
+        static_cast<const char*>(g.w) + r * g.row_bytes);
+    for (int k = 0; k < g.n_tok; ++k) {
+      g.y[k * g.ldy + r] = Dot(row, nb, g.acts[k]);
+    }
+  }
+}
+
 }  // namespace
 
 bool HasFusedDot(DType t, int64_t n_in) {
@@ -305,26 +332,27 @@ bool HasFusedDot(DType t, int64_t n_in) {
   }
 }
 
-float FusedDot(DType t, const void* row, int64_t n_in, const QuantizedActs& a) {
+void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
+               int64_t ldy) {
+  const GemvArgs g{w, row_bytes, n_rows, n_in, acts, n_tok, y, ldy};
   switch (t) {
     case DType::kQ8_0:
-      return DotQ8_0(static_cast<const BlockQ8_0*>(row), n_in / 32, a);
+      return Rows<BlockQ8_0, 32, DotBlocks32<BlockQ8_0, WeightsQ8_0>>(g);
     case DType::kQ4_0:
-      return DotQ4_0(static_cast<const BlockQ4_0*>(row), n_in / 32, a);
-    case DType::kQ4_K:
-      return DotQ45K<BlockQ4_K>(static_cast<const BlockQ4_K*>(row),
-                                n_in / kQK_K, a);
-    case DType::kQ5_K:
-      return DotQ45K<BlockQ5_K>(static_cast<const BlockQ5_K*>(row),
-                                n_in / kQK_K, a);
-    case DType::kQ6_K:
-      return DotQ6K(static_cast<const BlockQ6_K*>(row), n_in / kQK_K, a);
+      return Rows<BlockQ4_0, 32, DotBlocks32<BlockQ4_0, WeightsQ4_0>>(g);
     case DType::kQ2_K:
-      return DotQ2K(static_cast<const BlockQ2_K*>(row), n_in / kQK_K, a);
+      return Rows<BlockQ2_K, kQK_K, DotQ2K>(g);
     case DType::kQ3_K:
-      return DotQ3K(static_cast<const BlockQ3_K*>(row), n_in / kQK_K, a);
+      return Rows<BlockQ3_K, kQK_K, DotQ3K>(g);
+    case DType::kQ4_K:
+      return Rows<BlockQ4_K, kQK_K, DotQ45K<BlockQ4_K>>(g);
+    case DType::kQ5_K:
+      return Rows<BlockQ5_K, kQK_K, DotQ45K<BlockQ5_K>>(g);
+    case DType::kQ6_K:
+      return Rows<BlockQ6_K, kQK_K, DotQ6K>(g);
     default:
-      return 0.0f;
+      return;
   }
 }
 

@@ -18,10 +18,12 @@ void QuantToF32(DType t, const void* src, int64_t n, float* dst);
 // Whether FusedDot handles rows of n_in elements of type t (Q8_0, Q4_0,
 // Q2_K..Q6_K; quant_dot_avx2.cc).
 bool HasFusedDot(DType t, int64_t n_in);
-// sum_i W[i] * x'[i] of one row W (n_in elements of type t, HasFusedDot)
-// with x' the dequantised activations `a` (a.n == n_in): the block form for
-// Q8_0/Q4_0, the super-block form for the K-quants.
-float FusedDot(DType t, const void* row, int64_t n_in, const QuantizedActs& a);
+// quant_gemv's contract (kernel_set.h) for the types of HasFusedDot, with
+// the block form of the activations for Q8_0/Q4_0 and the super-block form
+// for the K-quants.
+void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
+               int64_t ldy);
 }  // namespace avx2q
 
 // Needs AVX-512 F/BW/VL and VNNI.
