@@ -81,6 +81,12 @@ inline __m256i WeightsQ4_0(const BlockQ4_0& k) {
   return _mm256_sub_epi8(Nibbles32(k.qs), _mm256_set1_epi8(8));
 }
 
+// All 16 int16 lanes = word j (< 8) of both 128-bit lanes of v.
+inline __m256i WordBroadcast(__m256i v, int j) {
+  return _mm256_shuffle_epi8(
+      v, _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | 2 * j)));
+}
+
 // The 8 scales and 8 mins (6 bits each) of a Q4_K/Q5_K block as bytes:
 // sub-blocks 0-3 hold theirs in the low 6 bits of bytes 0-3 (scales) and
 // 4-7 (mins); sub-blocks 4-7 take 4 bits from bytes 8-11 (low nibble scale,
@@ -133,6 +139,10 @@ float DotQ45K(const Block* w, int64_t nb, const QuantizedActs& a) {
     acc_min += Half(k.dmin) * dx * MinsDotSums(mn, xs + 16 * b);
     __m256i hv = _mm256_setzero_si256();
     if constexpr (kHighBit) hv = Load32(k.qh);
+    uint64_t sc8;
+    std::memcpy(&sc8, sc, 8);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q = Load32(k.qs + 32 * c);
@@ -149,9 +159,9 @@ float DotQ45K(const Block* w, int64_t nb, const QuantizedActs& a) {
       const __m256i p_lo = _mm256_maddubs_epi16(lo, Load32(x + 64 * c));
       const __m256i p_hi = _mm256_maddubs_epi16(hi, Load32(x + 64 * c + 32));
       sumi = _mm256_add_epi32(
-          sumi, _mm256_madd_epi16(p_lo, _mm256_set1_epi16(sc[2 * c])));
+          sumi, _mm256_madd_epi16(p_lo, WordBroadcast(sc16, 2 * c)));
       sumi = _mm256_add_epi32(
-          sumi, _mm256_madd_epi16(p_hi, _mm256_set1_epi16(sc[2 * c + 1])));
+          sumi, _mm256_madd_epi16(p_hi, WordBroadcast(sc16, 2 * c + 1)));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * dx),
                           _mm256_cvtepi32_ps(sumi), acc);
@@ -159,11 +169,29 @@ float DotQ45K(const Block* w, int64_t nb, const QuantizedActs& a) {
   return Sum8(acc) - acc_min;
 }
 
-// Scales of sub-blocks g (lanes 0-7) and g + 1 (lanes 8-15) as int16: the
-// factors of vpmaddwd on the products of a 32-element run whose halves
+// The 16 int8 scales of a block's 16-element sub-blocks as int16, with the
+// 8 of half h (sub-blocks 8h..8h+7) in both 128-bit lanes.
+struct HalfScales {
+  __m256i half[2];
+};
+inline HalfScales LoadHalfScales(__m128i s8) {
+  const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+  return {{_mm256_permute4x64_epi64(s16, 0x44),
+           _mm256_permute4x64_epi64(s16, 0xEE)}};
+}
+inline HalfScales LoadHalfScales(const int8_t s[16]) {
+  return LoadHalfScales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+}
+
+// Scales of sub-blocks 8h + 2j (lanes 0-7) and 8h + 2j + 1 (lanes 8-15):
+// the factors of vpmaddwd on the products of a 32-element run whose halves
 // belong to consecutive 16-element sub-blocks.
-inline __m256i ScalePair(int g, const int8_t* s) {
-  return _mm256_set_m128i(_mm_set1_epi16(s[g + 1]), _mm_set1_epi16(s[g]));
+inline __m256i ScalePair(const HalfScales& hs, int h, int j) {
+  const auto word = [](int i) {
+    return _mm_set1_epi16(static_cast<int16_t>(((2 * i + 1) << 8) | 2 * i));
+  };
+  return _mm256_shuffle_epi8(hs.half[h],
+                             _mm256_set_m128i(word(2 * j + 1), word(2 * j)));
 }
 
 // sum over the 16 sub-blocks of s[g] * (sum of the activations of g).
@@ -183,6 +211,7 @@ float DotQ6K(const BlockQ6_K* w, int64_t nb, const QuantizedActs& a) {
     const int8_t* x = a.qk.data() + kQK_K * b;
     // 32 * sum_g sc[g] * sums[g], removed from the total below.
     const __m256i offs = ScalesDotSums(k.scales, a.sumk16.data() + 16 * b);
+    const HalfScales scales = LoadHalfScales(k.scales);
     __m256i sumi =
         _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offs, 5));
     for (int h = 0; h < 2; ++h) {
@@ -203,12 +232,12 @@ float DotQ6K(const BlockQ6_K* w, int64_t nb, const QuantizedActs& a) {
                           high(3)),
       };
       for (int s = 0; s < 4; ++s) {
-        // Lanes 0-7 (elements 0-15 of the 32) use scale g, lanes 8-15 g + 1.
-        const int g = 8 * h + 2 * s;
+        // Lanes 0-7 (elements 0-15 of the 32) use sub-block 8h + 2s, lanes
+        // 8-15 the next.
         const __m256i p =
             _mm256_maddubs_epi16(q[s], Load32(x + 128 * h + 32 * s));
         sumi = _mm256_add_epi32(sumi,
-                                _mm256_madd_epi16(p, ScalePair(g, k.scales)));
+                                _mm256_madd_epi16(p, ScalePair(scales, h, s)));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * a.dk[b]),
@@ -233,6 +262,7 @@ float DotQ2K(const BlockQ2_K* w, int64_t nb, const QuantizedActs& a) {
       sc[g] = static_cast<int8_t>(k.scales[g] & 0xF);
       mn[g] = static_cast<int8_t>(k.scales[g] >> 4);
     }
+    const HalfScales scales = LoadHalfScales(sc);
     const float dx = a.dk[b];
     acc_min +=
         Half(k.dmin) * dx * SumI8(ScalesDotSums(mn, a.sumk16.data() + 16 * b));
@@ -242,14 +272,33 @@ float DotQ2K(const BlockQ2_K* w, int64_t nb, const QuantizedActs& a) {
       for (int j = 0; j < 4; ++j) {
         const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), three);
         const __m256i p = _mm256_maddubs_epi16(q, Load32(x + 128 * h + 32 * j));
-        sumi = _mm256_add_epi32(
-            sumi, _mm256_madd_epi16(p, ScalePair(8 * h + 2 * j, sc)));
+        sumi = _mm256_add_epi32(sumi,
+                                _mm256_madd_epi16(p, ScalePair(scales, h, j)));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * dx),
                           _mm256_cvtepi32_ps(sumi), acc);
   }
   return Sum8(acc) - acc_min;
+}
+
+// The 16 signed scales (6 bits minus 32) of a Q3_K block (the layout of
+// UnpackScalesQ3K): scale i has the low nibble (i < 8) or high nibble of
+// byte i % 8 and, as bits 4-5, bits 2 * (i / 4) of byte 8 + i % 4.
+inline __m128i ScalesQ3K(const uint8_t* p) {
+  uint64_t lo;
+  uint32_t hi;
+  std::memcpy(&lo, p, 8);
+  std::memcpy(&hi, p + 8, 4);
+  const uint64_t nib = 0x0F0F0F0F0F0F0F0Full;
+  const auto top = [hi](int shift) {
+    return static_cast<uint64_t>((hi >> shift) & 0x03030303u);
+  };
+  const uint64_t s0 = (lo & nib) | ((top(0) | top(2) << 32) << 4);
+  const uint64_t s1 = ((lo >> 4) & nib) | ((top(4) | top(6) << 32) << 4);
+  const __m128i v =
+      _mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0));
+  return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
 // Q3_K: x = d * (sc - 32) * v, v = low 2 bits - 4 * (high bit clear), taken
@@ -263,12 +312,11 @@ float DotQ3K(const BlockQ3_K* w, int64_t nb, const QuantizedActs& a) {
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ3_K& k = w[b];
     const int8_t* x = a.qk.data() + kQK_K * b;
-    uint8_t packed[16];
-    UnpackScalesQ3K(k.scales, packed);
-    int8_t sc[16];
-    for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(packed[g] - 32);
+    const __m128i sc8 = ScalesQ3K(k.scales);
+    const HalfScales scales = LoadHalfScales(sc8);
     // 4 * sum_g sc[g] * sums[g], removed from the total.
-    const __m256i offs = ScalesDotSums(sc, a.sumk16.data() + 16 * b);
+    const __m256i offs = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                           Load32(a.sumk16.data() + 16 * b));
     __m256i sumi =
         _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offs, 2));
     const __m256i hm = Load32(k.hmask);
@@ -281,8 +329,8 @@ float DotQ3K(const BlockQ3_K* w, int64_t nb, const QuantizedActs& a) {
             _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
         const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
         const __m256i p = _mm256_maddubs_epi16(u, Load32(x + 128 * h + 32 * j));
-        sumi = _mm256_add_epi32(
-            sumi, _mm256_madd_epi16(p, ScalePair(8 * h + 2 * j, sc)));
+        sumi = _mm256_add_epi32(sumi,
+                                _mm256_madd_epi16(p, ScalePair(scales, h, j)));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * a.dk[b]),
