@@ -3,6 +3,8 @@
 // beside the measured single-thread memory read bandwidth. Reports per type
 // the best time, weight GB/s, the fraction of the bandwidth floor and the
 // speed-up over F16 weights (the baseline) at the same shape and threads.
+// The types of one shape are timed round-robin (best of --reps rounds), so
+// that other load on the machine affects each alike.
 //
 // usage: matvec_bench [--shapes 4096x4096,11008x4096] [--threads 1]
 //   [--types f32,f16,q8_0,...] [--reps 10] [--kernels auto] [--out-json F]
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -106,14 +109,20 @@ std::vector<uint8_t> RandomWeights(DType t, const Shape& sh) {
   return w;
 }
 
-double BestSeconds(int reps, const std::function<void()>& fn) {
-  fn();  // warm-up
-  double best = 1e30;
+// Best time of each fn over `reps` rounds; every round runs each fn once,
+// in turn, so that load from other processes falls on all of them alike.
+std::vector<double> BestSecondsInterleaved(
+    int reps, const std::vector<std::function<void()>>& fns) {
+  for (const auto& fn : fns) fn();  // warm-up
+  std::vector<double> best(fns.size(), 1e30);
   for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    const auto t1 = std::chrono::steady_clock::now();
-    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fns[f]();
+      const auto t1 = std::chrono::steady_clock::now();
+      best[f] =
+          std::min(best[f], std::chrono::duration<double>(t1 - t0).count());
+    }
   }
   return best;
 }
@@ -134,17 +143,24 @@ absl::Status Run(const Options& o) {
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (float& v : x) v = dist(rng);
+    std::vector<std::vector<uint8_t>> weights;
+    for (DType t : o.types) weights.push_back(RandomWeights(t, sh));
     for (int threads : o.threads) {
       kernels::cpu::ThreadPool pool(threads);
-      double f16_seconds = 0.0;
-      for (DType t : o.types) {
-        const std::vector<uint8_t> w = RandomWeights(t, sh);
-        const double s = BestSeconds(o.reps, [&] {
-          kernels::cpu::MatMul(&pool, t, w.data(), sh.n_in, sh.n_out, x.data(),
-                               1, y.data());
+      std::vector<std::function<void()>> fns;
+      for (size_t i = 0; i < o.types.size(); ++i) {
+        fns.push_back([&, t = o.types[i], w = weights[i].data()] {
+          kernels::cpu::MatMul(&pool, t, w, sh.n_in, sh.n_out, x.data(), 1,
+                               y.data());
         });
-        if (t == DType::kF16) f16_seconds = s;
-        const double gbs = static_cast<double>(w.size()) / s / 1e9;
+      }
+      const std::vector<double> best = BestSecondsInterleaved(o.reps, fns);
+      const double f16_seconds = best[0];  // o.types[0] is F16
+      for (size_t i = 0; i < o.types.size(); ++i) {
+        const DType t = o.types[i];
+        const double s = best[i];
+        const double bytes = static_cast<double>(weights[i].size());
+        const double gbs = bytes / s / 1e9;
         const double floor = gbs * 1e9 / bw.bytes_per_second;
         std::printf(
             "%5lldx%-5lld %-5s threads=%d %8.3f ms %6.2f GB/s "
@@ -156,7 +172,7 @@ absl::Status Run(const Options& o) {
                              {"n_in", sh.n_in},
                              {"type", kernels::DTypeName(t)},
                              {"threads", threads},
-                             {"weight_bytes", w.size()},
+                             {"weight_bytes", weights[i].size()},
                              {"best_seconds", s},
                              {"gb_per_s", gbs},
                              {"bandwidth_fraction", floor},

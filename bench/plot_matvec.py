@@ -42,7 +42,7 @@ def main():
         ax.set_title(f"GEMV {key}")
         ax.set_ylabel("weight GB/s (label: speed-up vs F16)")
         ax.tick_params(axis="x", rotation=45)
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(f'matvec_bench, kernels {doc["kernel_set"]}')
     fig.tight_layout()
     out = args.out or os.path.splitext(args.json)[0] + ".png"
