@@ -88,6 +88,35 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantModelTest, ::testing::ValuesIn(kTypes),
                            return std::string(DTypeName(info.param));
                          });
 
+// The Q4_K_M preset: Q6_K for output.weight and for attn_v/ffn_down of the
+// layers given more bits (4 layers: 2 by (i - n/8) % 3 == 2, 3 as >= 7n/8).
+TEST(QuantModel, MakeRandomQ4KMMixesQ6K) {
+  RandomModelSpec spec;
+  spec.layers = 4;
+  spec.dim = 256;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 512;
+  ASSERT_TRUE(ParseRandomDType("Q4_K_M", &spec));
+  EXPECT_EQ(spec.dtype, DType::kQ4_K);
+  auto model = LoadModel(testing::RandomModelPath("quant_q4_k_m", spec));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelWeights& w = (*model)->weights;
+  EXPECT_EQ(w.output.type, DType::kQ6_K);
+  EXPECT_EQ(w.token_embd.type, DType::kQ4_K);
+  for (int l = 0; l < 4; ++l) {
+    const DType more = l >= 2 ? DType::kQ6_K : DType::kQ4_K;
+    EXPECT_EQ(w.layers[l].wv.type, more) << l;
+    EXPECT_EQ(w.layers[l].w_down.type, more) << l;
+    EXPECT_EQ(w.layers[l].wq.type, DType::kQ4_K) << l;
+    EXPECT_EQ(w.layers[l].w_up.type, DType::kQ4_K) << l;
+  }
+  RandomModelSpec other;
+  EXPECT_FALSE(ParseRandomDType("q3_k_xl", &other));
+  EXPECT_TRUE(ParseRandomDType("q8_0", &spec));
+  EXPECT_FALSE(spec.k_m_mix);
+}
+
 TEST(QuantModel, MakeRandomRejectsRowsThatAreNotWholeBlocks) {
   RandomModelSpec spec;
   spec.dim = 256;
