@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "kernels/cpu/kernel_set.h"
 #include "model/dense_kv_cache.h"
@@ -66,6 +67,7 @@ TEST_P(QuantModelTest, MakeRandomLoadsAndFastPathTracksReference) {
   ASSERT_EQ(ref.size(), fast.size());
   const int vocab = m.config.vocab_size;
   const int rows = static_cast<int>(ref.size()) / vocab;
+  double worst_decode = 0.0;
   for (int r = 0; r < rows; ++r) {
     const auto row = ref.begin() + r * vocab;
     const auto [lo, hi] = std::minmax_element(row, row + vocab);
@@ -75,12 +77,17 @@ TEST_P(QuantModelTest, MakeRandomLoadsAndFastPathTracksReference) {
           worst, std::fabs(fast[r * vocab + v] - ref[r * vocab + v]));
     }
     worst /= *hi - *lo;
+    if (r >= 12) worst_decode = std::max(worst_decode, worst);
     // Prefill rows (F32 activations) differ by F32 rounding only; decode
     // rows (last 4) carry the 8-bit activation rounding of every matmul:
-    // measured <= 0.0102 of the spread on these models (AVX2); bound 0.04.
+    // measured <= 0.0113 of the spread on these models (AVX2, K-quants with
+    // one activation scale per 256; printed below); bound 0.04.
     EXPECT_LE(worst, r < 12 ? 1e-3 : 0.04)
         << DTypeName(GetParam()) << " row " << r;
   }
+  std::printf("%s decode (%s) vs reference: worst %.2e of the spread\n",
+              DTypeName(GetParam()), kernels::cpu::ActiveKernels().name,
+              worst_decode);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantModelTest, ::testing::ValuesIn(kTypes),
