@@ -47,8 +47,8 @@ std::string RandomModelName(const RandomModelSpec& s) {
       s.vocab == "byte" ? "byte" : fs::path(s.vocab).stem().string();
   return absl::StrCat("random-", s.layers, "x", s.dim, "-h", s.heads, "kv",
                       s.kv_heads, "-ffn", s.ffn, "-",
-                      kernels::DTypeName(s.dtype), "-", vocab, "-s", s.seed,
-                      ".gguf");
+                      kernels::DTypeName(s.dtype), s.k_m_mix ? "_M" : "", "-",
+                      vocab, "-s", s.seed, ".gguf");
 }
 
 absl::StatusOr<std::string> EnsureRandomModel(const RandomModelSpec& spec,

@@ -52,7 +52,7 @@ ABSL_FLAG(int64_t, bandwidth_mb, Defaults().bandwidth_bytes >> 20,
 ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed of the random token ids");
 ABSL_FLAG(std::string, dtype, "f16",
           "weight type of the random model: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|"
-          "... (every GGUF block type the engine reads)");
+          "... (every GGUF block type the engine reads) or q4_k_m|q5_k_m");
 ABSL_FLAG(std::string, kernels, Defaults().kernels,
           "CPU kernels: auto|scalar|avx2|avx512 (scalar: the reference path)");
 
@@ -120,8 +120,7 @@ absl::Status ReadScalars(EngineBenchOptions& o) {
 
 // The random model's weight type; applied after the --quick preset.
 absl::Status ReadWeightType(EngineBenchOptions& o) {
-  if (!kernels::ParseDTypeName(absl::GetFlag(FLAGS_dtype).c_str(),
-                               &o.random.dtype)) {
+  if (!ParseRandomDType(absl::GetFlag(FLAGS_dtype), &o.random)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--dtype: unknown type '", absl::GetFlag(FLAGS_dtype), "'"));
   }

@@ -68,9 +68,12 @@ void PrintHeader(const BenchReport& r, std::FILE* out) {
                c.head_dim, c.ffn_dim, c.vocab_size,
                kernels::DTypeName(WeightType(*r.model)),
                r.model->weights.MatrixBytes() / 1e6);
-  std::fprintf(out, "cpu: %s | kernels: %s | hardware threads: %u\n",
+  std::fprintf(out,
+               "cpu: %s | kernels: %s (decode matmul: %s) | hardware "
+               "threads: %u\n",
                kernels::cpu::DescribeCpuFeatures().c_str(),
                kernels::cpu::KernelSetName(),
+               kernels::cpu::QuantDotPath(WeightType(*r.model)),
                std::thread::hardware_concurrency());
   std::fprintf(out,
                "threads: %s | kv: %s | prefill chunk %d | decode tokens %d\n",
@@ -201,6 +204,8 @@ Json SystemJson(const BenchReport& r) {
   const BandwidthResult& b = r.bandwidth;
   return Json{{"cpu_features", kernels::cpu::DescribeCpuFeatures()},
               {"kernel_set", kernels::cpu::KernelSetName()},
+              {"decode_matmul",
+               kernels::cpu::QuantDotPath(WeightType(*r.model))},
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"bandwidth",
                Json{{"threads", 1},

@@ -1,5 +1,6 @@
 #include "model/make_random.h"
 
+#include <cctype>
 #include <cmath>
 #include <vector>
 
@@ -93,6 +94,17 @@ int HeadDim(const RandomModelSpec& s) {
   return s.head_dim > 0 ? s.head_dim : s.dim / s.heads;
 }
 
+// The type of attn_v/ffn_down of layer `layer` (>= 0) or of output.weight
+// (-1); every other matrix has s.dtype.
+DType MatrixType(const RandomModelSpec& s, int layer) {
+  if (!s.k_m_mix) return s.dtype;
+  if (layer < 0) return DType::kQ6_K;
+  const int n = s.layers;
+  const bool more_bits =
+      layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+  return more_bits ? DType::kQ6_K : s.dtype;
+}
+
 absl::Status ValidateSpec(const RandomModelSpec& s) {
   if (s.layers <= 0 || s.dim <= 0 || s.heads <= 0 || s.kv_heads <= 0 ||
       s.ffn <= 0 || s.head_dim < 0 || s.sliding_window <= 0 ||
@@ -108,6 +120,9 @@ absl::Status ValidateSpec(const RandomModelSpec& s) {
   if (FindArch(s.arch) == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("arch must be one of: ", SupportedArchs()));
+  }
+  if (s.k_m_mix && s.dtype != DType::kQ4_K && s.dtype != DType::kQ5_K) {
+    return absl::InvalidArgumentError("the _K_M mix needs Q4_K or Q5_K");
   }
   const int bs = kernels::BlockSize(s.dtype);
   if (bs == 0) return absl::InvalidArgumentError("unknown weight type");
@@ -194,7 +209,7 @@ void AddLayer(gguf::GgufWriter& w, Rng& rng, const RandomModelSpec& s, int l) {
   } else {
     AddRandomMatrix(w, rng, p + "attn_q.weight", q, d, s.dtype, in_d);
     AddRandomMatrix(w, rng, p + "attn_k.weight", kv, d, s.dtype, in_d);
-    AddRandomMatrix(w, rng, p + "attn_v.weight", kv, d, s.dtype, in_d);
+    AddRandomMatrix(w, rng, p + "attn_v.weight", kv, d, MatrixType(s, l), in_d);
     if (bias) {
       AddBias(w, rng, p + "attn_q.bias", q);
       AddBias(w, rng, p + "attn_k.bias", kv);
@@ -214,11 +229,27 @@ void AddLayer(gguf::GgufWriter& w, Rng& rng, const RandomModelSpec& s, int l) {
     AddRandomMatrix(w, rng, p + "ffn_gate.weight", ff, d, s.dtype, in_d);
     AddRandomMatrix(w, rng, p + "ffn_up.weight", ff, d, s.dtype, in_d);
   }
-  AddRandomMatrix(w, rng, p + "ffn_down.weight", d, ff, s.dtype, in_ff);
+  AddRandomMatrix(w, rng, p + "ffn_down.weight", d, ff, MatrixType(s, l),
+                  in_ff);
   if (a.post_norms) AddNorm(w, rng, p + "post_ffw_norm.weight", d);
 }
 
 }  // namespace
+
+bool ParseRandomDType(const std::string& name, RandomModelSpec* spec) {
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(c));
+  if (lower == "q4_k_m" || lower == "q5_k_m") {
+    spec->dtype = lower == "q4_k_m" ? DType::kQ4_K : DType::kQ5_K;
+    spec->k_m_mix = true;
+    return true;
+  }
+  DType t;
+  if (!kernels::ParseDTypeName(name.c_str(), &t)) return false;
+  spec->dtype = t;
+  spec->k_m_mix = false;
+  return true;
+}
 
 absl::Status WriteRandomModel(const RandomModelSpec& s,
                               const std::string& out_path) {
@@ -240,7 +271,8 @@ absl::Status WriteRandomModel(const RandomModelSpec& s,
   for (int l = 0; l < s.layers; ++l) AddLayer(w, rng, s, l);
   AddNorm(w, rng, "output_norm.weight", d);
   if (!s.tied_embeddings && !FindArch(s.arch)->scale_embeddings) {
-    AddRandomMatrix(w, rng, "output.weight", vocab, d, s.dtype, in_d * 4.0f);
+    AddRandomMatrix(w, rng, "output.weight", vocab, d, MatrixType(s, -1),
+                    in_d * 4.0f);
   }
   if (s.arch == "phi3") AddLongRopeFactors(w, hd / 2);
   if (s.rope_freqs) {

@@ -21,6 +21,10 @@ struct RandomModelSpec {
   // otherwise the path of a GGUF whose tokenizer.* metadata is copied.
   std::string vocab = "byte";
   kernels::DType dtype = kernels::DType::kF16;  // matrices; norms stay F32
+  // llama.cpp's "_K_M" mix on top of dtype (Q4_K_M, Q5_K_M): output.weight
+  // and attn_v/ffn_down of the layers given more bits (i < n/8, i >= 7n/8,
+  // or (i - n/8) % 3 == 2, n = layers) in Q6_K.
+  bool k_m_mix = false;
   uint64_t seed = 1;
   int context_length = 131072;
   float rope_freq_base = 500000.0f;
@@ -37,6 +41,11 @@ struct RandomModelSpec {
   int sliding_window = 32;       // gemma2/gemma3 local layers
   int sliding_window_pattern = 2;
 };
+
+// Parses a --dtype of make-random: any DType name (case-insensitive) or the
+// presets q4_k_m / q5_k_m (dtype Q4_K / Q5_K with k_m_mix). False when
+// unknown; spec is then unchanged.
+bool ParseRandomDType(const std::string& name, RandomModelSpec* spec);
 
 absl::Status WriteRandomModel(const RandomModelSpec& spec,
                               const std::string& out_path);

@@ -11,14 +11,16 @@
 # Env: BUILD_DIR (default build), PYTHON (an interpreter with matplotlib),
 #      CLUSTER_BENCH_FLAGS (extra cluster_bench flags, e.g. --quick),
 #      SERVICE_BENCH_FLAGS (extra service_bench flags, e.g. --rounds 9),
-#      SKIP_ENGINE_BENCH=1 / SKIP_CLUSTER_BENCH=1 / SKIP_SERVICE_BENCH=1.
+#      SKIP_ENGINE_BENCH=1 / SKIP_CLUSTER_BENCH=1 / SKIP_SERVICE_BENCH=1 /
+#      SKIP_MATVEC_BENCH=1 (matvec_bench: decode GEMV per weight type vs F16
+#      -> bench/results/matvec.json + matvec.png, about a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 OUT_DIR=bench/results
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" --target engine_bench cluster_bench \
-  service_bench
+  service_bench matvec_bench
 mkdir -p "$OUT_DIR"
 PY=
 for py in "${PYTHON:-}" python3 /usr/bin/python3; do
@@ -33,6 +35,13 @@ if [ "${SKIP_ENGINE_BENCH:-0}" != 1 ]; then
   if [ -n "$PY" ]; then
     "$PY" bench/plot_engine.py "$OUT_DIR/engine.json" \
       --out "$OUT_DIR/engine.png"
+  fi
+fi
+if [ "${SKIP_MATVEC_BENCH:-0}" != 1 ]; then
+  "$BUILD_DIR/bench/matvec_bench" --threads 1,2 \
+    --out-json "$OUT_DIR/matvec.json" | tee "$OUT_DIR/matvec.txt"
+  if [ -n "$PY" ]; then
+    "$PY" bench/plot_matvec.py "$OUT_DIR/matvec.json"
   fi
 fi
 if [ "${SKIP_CLUSTER_BENCH:-0}" != 1 ]; then

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/kernel_set.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ckv::kernels::cpu {
@@ -142,6 +143,16 @@ void GemmPath(ThreadPool* pool, const KernelSet& ks, DType wtype, const char* w,
 }
 
 }  // namespace
+
+const char* QuantDotPath(DType t) {
+  const KernelSet& ks = ActiveKernels();
+  if (!IsQuantized(t) || ks.quant_gemv == nullptr) return "f32 dot";
+  // A row length that is a multiple of 256 suits every block type.
+  if (&ks == Avx2Kernels() && avx2q::HasFusedDot(t, kChunk)) {
+    return "int8 dot, fused blocks";
+  }
+  return "int8 dot, unpacked blocks";
+}
 
 void MatMul(ThreadPool* pool, DType wtype, const void* w, int64_t n_in,
             int64_t n_out, const float* x, int64_t n_tokens, float* y) {

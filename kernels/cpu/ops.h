@@ -123,6 +123,12 @@ void Attention(ThreadPool* pool, const AttentionArgs& a);
 // Name of the kernel set chosen at run time (e.g. "avx512", "avx2", "scalar").
 const char* KernelSetName();
 
+// How the active kernel set multiplies weights of type t by a few tokens
+// (decode): "f32 dot" (float weights, or the scalar table's dequantise-then-
+// dot reference on block types), "int8 dot, unpacked blocks" or "int8 dot,
+// fused blocks" (AVX2 Q8_0/Q4_0/Q2_K..Q6_K). For the benchmarks' reports.
+const char* QuantDotPath(DType t);
+
 // Forces the kernel set of every fast op for the whole process: "auto" (the
 // best for this CPU), "scalar" (the reference path: F32 activations, exact
 // dequantisation), "avx2" or "avx512". False (nothing changed) when the name

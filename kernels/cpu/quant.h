@@ -20,19 +20,30 @@ void DequantizeRowRef(DType t, const void* src, int64_t n, float* dst);
 // dequantises (DequantizeRowRef) to within the type's step size.
 void QuantizeRow(DType t, const float* src, int64_t n, void* dst);
 
-// Activations quantised for the integer dot products: per block of 32,
-// x[i] ~= d[i / 32] * q[i]; sum16[g] = sum of q over elements 16g..16g+15.
-// The arrays are padded with zeros to a multiple of kChunk elements.
+// Activations quantised for the integer dot products, in two forms.
+// Block form (legacy 32-element weight types, and the unpacking kernels):
+// per block of 32, x[i] ~= d[i / 32] * q[i]; sum16[g] = sum of q over
+// elements 16g..16g+15; padded with zeros to a multiple of kChunk elements.
+// Super-block form (K-quant weights, filled only when n % kSuperAct == 0):
+// per 256 elements one scale, x[i] ~= dk[i / 256] * qk[i]; sumk16[g] = sum
+// of qk over elements 16g..16g+15 (|sum| <= 16 * 127 fits int16). One scale
+// per super-block lets a K-quant dot product accumulate in int32 across its
+// sub-blocks and convert to float once per 256 weights.
 inline constexpr int kActBlock = 32;
+inline constexpr int kSuperAct = 256;
 struct QuantizedActs {
   int64_t n = 0;
-  std::vector<int8_t> q;       // [n]
-  std::vector<float> d;        // [n / 32]
-  std::vector<int32_t> sum16;  // [n / 16]
+  std::vector<int8_t> q;        // [n]
+  std::vector<float> d;         // [n / 32]
+  std::vector<int32_t> sum16;   // [n / 16]
+  std::vector<int8_t> qk;       // [n] or empty
+  std::vector<float> dk;        // [n / 256] or empty
+  std::vector<int16_t> sumk16;  // [n / 16] or empty
 };
 
-// Quantises x[0..n) (n a multiple of 32): d = max|x| / 127 per block,
-// q = round(x / d) (so |x - d * q| <= d / 2).
+// Quantises x[0..n) (n a multiple of 32) into both forms: d = max|x| / 127
+// per block (of 32, resp. 256), q = round(x / d), so |x - d * q| <= d / 2.
+// The super-block form is left empty when n % 256 != 0.
 void QuantizeActs(const float* x, int64_t n, QuantizedActs* out);
 
 // Elements unpacked per call of UnpackChunk (a K-quant super-block).

@@ -1,4 +1,5 @@
-// AVX2 quantised GEMV: weight chunks unpacked to int8 (quant_unpack.inc)
+// AVX2 quantised GEMV: FusedGemv (quant_dot_avx2.cc) for the types it
+// handles; for the others, weight chunks unpacked to int8 (quant_unpack.inc)
 // times 8-bit activations with vpmaddubsw on |w| and sign(w) * x (|w| <= 128,
 // |x| <= 127: the pair sums stay below 2^15, no saturation).
 #include <immintrin.h>
@@ -36,8 +37,8 @@ inline __m256 ChunkDot(const UnpackedChunk& u, const int8_t* xq,
   const __m256 sc[2] = {_mm256_mul_ps(_mm256_load_ps(u.scale), dx_lo),
                         _mm256_mul_ps(_mm256_load_ps(u.scale + 8), dx_hi)};
   const auto sums = [&](int h) {
-    return _mm256_cvtepi32_ps(_mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(xs + 8 * h)));
+    return _mm256_cvtepi32_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + 8 * h)));
   };
   acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(u.bias), dx_lo), sums(0),
                         acc);
@@ -83,6 +84,10 @@ void RowTokens(DType t, const void* row, int64_t n_in, const QuantizedActs* a,
 void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy) {
+  if (HasFusedDot(t, n_in)) {
+    FusedGemv(t, w, row_bytes, n_rows, n_in, acts, n_tok, y, ldy);
+    return;
+  }
   for (int64_t r = 0; r < n_rows; ++r) {
     const void* row = static_cast<const char*>(w) + r * row_bytes;
     for (int t0 = 0; t0 < n_tok; t0 += kTokTile) {

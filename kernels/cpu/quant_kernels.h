@@ -15,6 +15,15 @@ void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy);
 void QuantToF32(DType t, const void* src, int64_t n, float* dst);
+// Whether FusedDot handles rows of n_in elements of type t (Q8_0, Q4_0,
+// Q2_K..Q6_K; quant_dot_avx2.cc).
+bool HasFusedDot(DType t, int64_t n_in);
+// quant_gemv's contract (kernel_set.h) for the types of HasFusedDot, with
+// the block form of the activations for Q8_0/Q4_0 and the super-block form
+// for the K-quants.
+void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
+               int64_t ldy);
 }  // namespace avx2q
 
 // Needs AVX-512 F/BW/VL and VNNI.

@@ -342,23 +342,53 @@ void QuantizeRow(DType t, const float* src, int64_t n, void* dst) {
   }
 }
 
+namespace {
+
+// One block of `len` activations: q = round(x / d), d = max|x| / 127.
+float QuantizeActBlock(const float* v, int len, int8_t* q) {
+  float amax = 0.0f;
+  for (int j = 0; j < len; ++j) amax = std::max(amax, std::fabs(v[j]));
+  const float d = amax / 127.0f;
+  const float id = Inv(d);
+  for (int j = 0; j < len; ++j) {
+    q[j] = static_cast<int8_t>(Clamp(Round(v[j] * id), -127, 127));
+  }
+  return d;
+}
+
+void QuantizeActsSuper(const float* x, int64_t n, QuantizedActs* out) {
+  if (n % kSuperAct != 0) {
+    out->qk.clear();
+    out->dk.clear();
+    out->sumk16.clear();
+    return;
+  }
+  out->qk.resize(n);
+  out->dk.resize(n / kSuperAct);
+  out->sumk16.resize(n / 16);
+  for (int64_t b = 0; b < n / kSuperAct; ++b) {
+    int8_t* q = out->qk.data() + b * kSuperAct;
+    out->dk[b] = QuantizeActBlock(x + b * kSuperAct, kSuperAct, q);
+    for (int g = 0; g < kSuperAct / 16; ++g) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += q[16 * g + j];
+      out->sumk16[b * (kSuperAct / 16) + g] = static_cast<int16_t>(s);
+    }
+  }
+}
+
+}  // namespace
+
 void QuantizeActs(const float* x, int64_t n, QuantizedActs* out) {
+  QuantizeActsSuper(x, n, out);
   const int64_t padded = (n + kChunk - 1) / kChunk * kChunk;
   out->n = n;
   out->q.assign(padded, 0);
   out->d.assign(padded / kActBlock, 0.0f);
   out->sum16.assign(padded / 16, 0);
   for (int64_t b = 0; b < n / kActBlock; ++b) {
-    const float* v = x + b * kActBlock;
-    float amax = 0.0f;
-    for (int j = 0; j < kActBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-    const float d = amax / 127.0f;
-    const float id = Inv(d);
-    out->d[b] = d;
     int8_t* q = out->q.data() + b * kActBlock;
-    for (int j = 0; j < kActBlock; ++j) {
-      q[j] = static_cast<int8_t>(Clamp(Round(v[j] * id), -127, 127));
-    }
+    out->d[b] = QuantizeActBlock(x + b * kActBlock, kActBlock, q);
     for (int g = 0; g < 2; ++g) {
       int32_t s = 0;
       for (int j = 0; j < 16; ++j) s += q[16 * g + j];

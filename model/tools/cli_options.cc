@@ -35,7 +35,7 @@ ABSL_FLAG(int, ffn, 704, "make-random: feed-forward dimension");
 ABSL_FLAG(std::string, vocab, "byte", "make-random: byte | VOCAB.gguf");
 ABSL_FLAG(std::string, dtype, "f16",
           "make-random: f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k|q3_k|q4_k|"
-          "q5_k|q6_k|iq4_nl|iq4_xs");
+          "q5_k|q6_k|iq4_nl|iq4_xs, or the mixes q4_k_m|q5_k_m");
 ABSL_FLAG(bool, rope_freqs, false, "make-random: add rope_freqs.weight");
 ABSL_FLAG(std::string, arch, "llama",
           "make-random: llama|qwen2|qwen3|phi3|gemma2|gemma3|chatglm|glm4");
@@ -151,9 +151,10 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
   o.random.arch = absl::GetFlag(FLAGS_arch);
   o.random.tied_embeddings = absl::GetFlag(FLAGS_tied);
   if (auto s = ReadKvFlags(o); !s.ok()) return s;
-  auto dt = ParseDType(absl::GetFlag(FLAGS_dtype), true);
-  if (!dt.ok()) return dt.status();
-  o.random.dtype = *dt;
+  if (!ParseRandomDType(absl::GetFlag(FLAGS_dtype), &o.random)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown type '", absl::GetFlag(FLAGS_dtype), "'"));
+  }
   o.kernels = absl::GetFlag(FLAGS_kernels);
   if (o.kernels != "auto" && o.kernels != "scalar" && o.kernels != "avx2" &&
       o.kernels != "avx512") {

@@ -4,13 +4,17 @@
 // bound of the reference MatMul on odd sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/quant_blocks.h"
 #include "tests/kernels/test_util.h"
 
 namespace ckv::kernels::cpu {
@@ -129,9 +133,12 @@ TEST_P(QuantTypeTest, FastMatMulMatchesReferenceOnOddSizes) {
                 double mag = 0.0;
                 for (int64_t i = 0; i < n_in; ++i)
                   mag += std::fabs(row[i] * xk[i]);
+                // Activation blocks as large as the weight blocks (AVX2
+                // K-quant dots use one activation scale per 256).
                 const double act =
                     ks->quant_gemv != nullptr
-                        ? 1.001 * ActQuantBound(row.data(), xk, n_in)
+                        ? 1.001 *
+                              ActQuantBound(row.data(), xk, n_in, BlockSize(t))
                         : 0.0;
                 ASSERT_NEAR(y[k * n_out + o], yr[k * n_out + o],
                             act + 2e-6 * mag + 1e-6)
@@ -148,6 +155,115 @@ TEST_P(QuantTypeTest, FastMatMulMatchesReferenceOnOddSizes) {
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantTypeTest, ::testing::ValuesIn(kTypes),
                          TypeName);
+
+// Rows of raw random bytes (every bit pattern of quants and packed scales:
+// Q6_K scales of -128, 6-bit q of 63, ...) with the F16 scale fields set to
+// finite values in +-[0.001, 0.1].
+std::vector<uint8_t> RandomBlockRows(DType t, int64_t n_rows, int64_t n_in,
+                                     std::mt19937& rng) {
+  std::vector<uint8_t> w(RowBytes(t, n_in) * n_rows);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+  std::vector<size_t> scale_offsets;
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      scale_offsets = {0};
+      break;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      scale_offsets = {0, 2};
+      break;
+    case DType::kQ6_K:
+      scale_offsets = {offsetof(BlockQ6_K, d)};
+      break;
+    case DType::kQ3_K:
+      scale_offsets = {offsetof(BlockQ3_K, d)};
+      break;
+    case DType::kQ2_K:
+      scale_offsets = {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+      break;
+    default:
+      ADD_FAILURE() << "no scale layout for " << DTypeName(t);
+  }
+  std::uniform_real_distribution<float> mag(0.001f, 0.1f);
+  const int64_t bb = BlockBytes(t);
+  for (size_t b = 0; b < w.size() / bb; ++b) {
+    for (size_t off : scale_offsets) {
+      const uint16_t h = F32ToF16(rng() % 2 ? mag(rng) : -mag(rng));
+      std::memcpy(w.data() + b * bb + off, &h, 2);
+    }
+  }
+  return w;
+}
+
+// The fused AVX2 dots (Q8_0, Q4_0, Q2_K-Q6_K) on the extremes of
+// their integer ranges: raw random blocks against activations of +-1 (every
+// 8-bit activation is +-127 and exact, so the only error is F32 rounding:
+// an int16/int32 overflow would be off by far more) and against random
+// activations (bound: the 8-bit rounding of a 256-element block).
+TEST(FusedDotTest, RawRandomBlocksMatchReference) {
+  std::mt19937 rng(15);
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    ScopedKernels scoped(ks);
+    for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ2_K, DType::kQ3_K,
+                    DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+      const int64_t n_in = BlockSize(t) == 32 ? 800 : 1280, n_out = 7;
+      const std::vector<uint8_t> w = RandomBlockRows(t, n_out, n_in, rng);
+      std::vector<float> x(n_in * 2);
+      for (int64_t i = 0; i < n_in; ++i) x[i] = rng() % 2 ? 1.0f : -1.0f;
+      const std::vector<float> xr = RandomFloats(rng, n_in, -4.0f, 3.0f);
+      std::copy(xr.begin(), xr.end(), x.begin() + n_in);
+      std::vector<float> y(n_out * 2), yr(n_out * 2), row(n_in);
+      MatMul(nullptr, t, w.data(), n_in, n_out, x.data(), 2, y.data());
+      ref::MatMul(t, w.data(), n_in, n_out, x.data(), 2, yr.data());
+      for (int64_t o = 0; o < n_out; ++o) {
+        DequantizeRowRef(t, w.data() + o * RowBytes(t, n_in), n_in, row.data());
+        for (int k = 0; k < 2; ++k) {
+          const float* xk = x.data() + k * n_in;
+          double mag = 0.0;
+          for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(row[i] * xk[i]);
+          const double act =
+              ks->quant_gemv != nullptr && k == 1
+                  ? 1.001 * ActQuantBound(row.data(), xk, n_in, BlockSize(t))
+                  : 0.0;
+          ASSERT_NEAR(y[k * n_out + o], yr[k * n_out + o],
+                      act + 4e-6 * mag + 1e-6)
+              << ks->name << " " << DTypeName(t) << " o=" << o << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizeActsTest, SuperBlockFormBoundsTheRoundingError) {
+  std::mt19937 rng(16);
+  const std::vector<float> x = RandomFloats(rng, 512, -5.0f, 5.0f);
+  QuantizedActs a;
+  QuantizeActs(x.data(), 512, &a);
+  ASSERT_EQ(a.qk.size(), 512u);
+  ASSERT_EQ(a.dk.size(), 2u);
+  ASSERT_EQ(a.sumk16.size(), 32u);
+  for (int b = 0; b < 2; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 256; ++i)
+      amax = std::max(amax, std::fabs(x[256 * b + i]));
+    EXPECT_FLOAT_EQ(a.dk[b], amax / 127.0f);
+  }
+  for (int i = 0; i < 512; ++i) {
+    EXPECT_LE(std::fabs(a.dk[i / 256] * a.qk[i] - x[i]),
+              a.dk[i / 256] / 2 * 1.0001);
+  }
+  for (int g = 0; g < 32; ++g) {
+    int s = 0;
+    for (int j = 0; j < 16; ++j) s += a.qk[16 * g + j];
+    EXPECT_EQ(a.sumk16[g], s);
+  }
+  // Not a multiple of 256: no super-block form (and no stale one).
+  QuantizeActs(x.data(), 96, &a);
+  EXPECT_TRUE(a.qk.empty());
+  EXPECT_TRUE(a.dk.empty());
+  EXPECT_TRUE(a.sumk16.empty());
+}
 
 TEST(QuantizeActsTest, PadsAndBoundsTheRoundingError) {
   std::mt19937 rng(14);

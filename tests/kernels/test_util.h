@@ -60,15 +60,19 @@ inline std::vector<uint8_t> Encode(DType t, const std::vector<float>& src,
 }
 
 // Upper bound of |sum_i w_i x_i - sum_i w_i x'_i| when x' is x quantised to
-// 8 bits per block of 32 (QuantizeActs: |x - x'| <= max|x_block| / 254).
-inline double ActQuantBound(const float* w, const float* x, int64_t n) {
+// 8 bits per block of `block` elements (QuantizeActs: |x - x'| <= max|x_block|
+// / 254; block 32 for the block form, 256 for the super-block form). The
+// bound for 256 also holds for the block form (a block's max is at most its
+// super-block's).
+inline double ActQuantBound(const float* w, const float* x, int64_t n,
+                            int64_t block = 32) {
   double bound = 0.0;
-  for (int64_t b = 0; b < n / 32; ++b) {
+  for (int64_t b = 0; b < n / block; ++b) {
     float amax = 0.0f;
-    for (int j = 0; j < 32; ++j)
-      amax = std::max(amax, std::fabs(x[32 * b + j]));
-    for (int j = 0; j < 32; ++j)
-      bound += std::fabs(w[32 * b + j]) * amax / 254.0;
+    for (int64_t j = 0; j < block; ++j)
+      amax = std::max(amax, std::fabs(x[block * b + j]));
+    for (int64_t j = 0; j < block; ++j)
+      bound += std::fabs(w[block * b + j]) * amax / 254.0;
   }
   return bound;
 }

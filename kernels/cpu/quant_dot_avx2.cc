@@ -1,0 +1,407 @@
+// AVX2 fused dot products of one quantised weight row with 8-bit activations
+// (quant.h), straight from the packed blocks: no unpacked copy of the row.
+// Q8_0/Q4_0 use the block form of the activations (one scale per 32, the
+// weights' block), K-quants the super-block form (one scale per 256), so a
+// K-quant block is summed in int32 over all its sub-blocks and converted to
+// float once. Products are formed with vpmaddubsw (unsigned x signed bytes,
+// pairs summed to int16) and widened with vpmaddwd; the bounds that keep
+// every int16 pair sum below 2^15 are stated at each use.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/quant_kernels.h"
+#include "kernels/quant_blocks.h"
+
+namespace ckv::kernels::cpu::avx2q {
+namespace {
+
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i Load32(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+inline float Sum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int32_t SumI8(__m256i v) {
+  __m128i s =
+      _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Eight int32 sums of w[i] * x[i] over 32 signed bytes, |w| <= 128 and
+// |x| <= 127: |w| times x with w's sign moved onto x, so each int16 pair sum
+// is at most 2 * 128 * 127 < 2^15.
+inline __m256i DotSigned32(__m256i w, __m256i x) {
+  const __m256i p16 =
+      _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// 16 bytes of nibbles as 32 bytes: low nibbles (elements 0-15), then high.
+inline __m256i Nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m),
+                          _mm_and_si128(q, m));
+}
+
+// Blocks of 32 (Q8_0, Q4_0): acc += dw * dx * (int dot of block b); two
+// accumulators so that consecutive blocks do not wait on one FMA chain.
+template <typename Block, __m256i (*Weights)(const Block&)>
+float DotBlocks32(const Block* w, int64_t nb, const QuantizedActs& a) {
+  const int8_t* xq = a.q.data();
+  const float* xd = a.d.data();
+  const auto term = [&](int64_t b, __m256 acc) {
+    const __m256i p = DotSigned32(Weights(w[b]), Load32(xq + 32 * b));
+    const __m256 s = _mm256_set1_ps(Half(w[b].d) * xd[b]);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
+  };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    acc0 = term(b, acc0);
+    acc1 = term(b + 1, acc1);
+  }
+  if (b < nb) acc0 = term(b, acc0);
+  return Sum8(_mm256_add_ps(acc0, acc1));
+}
+
+inline __m256i WeightsQ8_0(const BlockQ8_0& k) { return Load32(k.qs); }
+inline __m256i WeightsQ4_0(const BlockQ4_0& k) {
+  return _mm256_sub_epi8(Nibbles32(k.qs), _mm256_set1_epi8(8));
+}
+
+// All 16 int16 lanes = word j (< 8) of both 128-bit lanes of v.
+inline __m256i WordBroadcast(__m256i v, int j) {
+  return _mm256_shuffle_epi8(
+      v, _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | 2 * j)));
+}
+
+// The 8 scales and 8 mins (6 bits each) of a Q4_K/Q5_K block as bytes:
+// sub-blocks 0-3 hold theirs in the low 6 bits of bytes 0-3 (scales) and
+// 4-7 (mins); sub-blocks 4-7 take 4 bits from bytes 8-11 (low nibble scale,
+// high nibble min) and their top 2 bits from the top of bytes 0-3 / 4-7.
+inline void ScalesMinsK4(const uint8_t* p, uint8_t sc[8], uint8_t mn[8]) {
+  uint32_t a, b, c;
+  std::memcpy(&a, p, 4);
+  std::memcpy(&b, p + 4, 4);
+  std::memcpy(&c, p + 8, 4);
+  const uint32_t s_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+  const uint32_t s_hi = (c & 0x0F0F0F0Fu) | (((a >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi =
+      ((c >> 4) & 0x0F0F0F0Fu) | (((b >> 6) & 0x03030303u) << 4);
+  std::memcpy(sc, &s_lo, 4);
+  std::memcpy(sc + 4, &s_hi, 4);
+  std::memcpy(mn, &m_lo, 4);
+  std::memcpy(mn + 4, &m_hi, 4);
+}
+
+// sum over sub-blocks j < 8 of mn[j] * (sum of the activations of
+// sub-block j), from the 16 per-16 activation sums.
+inline int32_t MinsDotSums(const uint8_t mn[8], const int16_t* sums16) {
+  uint64_t m8;
+  std::memcpy(&m8, mn, 8);
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(m8));
+  // Each min twice: lanes 2j, 2j + 1 pair with sums 2j, 2j + 1.
+  const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16),
+                                        _mm_unpacklo_epi16(m16, m16));
+  return SumI8(_mm256_madd_epi16(mins, Load32(sums16)));
+}
+
+// Q4_K/Q5_K: x = d * sc * q - dmin * mn with q < 16 (Q4_K) or < 32 (Q5_K):
+// q times activations pairs to at most 2 * 31 * 127 < 2^15; the int32 sum of
+// a block stays below 8 * 32 * 63 * 31 * 127 < 2^31.
+template <typename Block>
+float DotQ45K(const Block* w, int64_t nb, const QuantizedActs& a) {
+  constexpr bool kHighBit = std::is_same_v<Block, BlockQ5_K>;
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
+  const int8_t* xq = a.qk.data();
+  const int16_t* xs = a.sumk16.data();
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& k = w[b];
+    const int8_t* x = xq + kQK_K * b;
+    uint8_t sc[8], mn[8];
+    ScalesMinsK4(k.scales, sc, mn);
+    const float dx = a.dk[b];
+    acc_min += Half(k.dmin) * dx * MinsDotSums(mn, xs + 16 * b);
+    __m256i hv = _mm256_setzero_si256();
+    if constexpr (kHighBit) hv = Load32(k.qh);
+    uint64_t sc8;
+    std::memcpy(&sc8, sc, 8);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = Load32(k.qs + 32 * c);
+      __m256i lo = _mm256_and_si256(q, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      if constexpr (kHighBit) {
+        // Bits 2c (low nibbles) and 2c + 1 (high) of qh[l] become bit 4.
+        const __m256i hs = _mm256_srli_epi16(hv, 2 * c);
+        lo = _mm256_or_si256(lo,
+                             _mm256_slli_epi16(_mm256_and_si256(hs, one), 4));
+        hi = _mm256_or_si256(hi,
+                             _mm256_slli_epi16(_mm256_and_si256(hs, two), 3));
+      }
+      const __m256i p_lo = _mm256_maddubs_epi16(lo, Load32(x + 64 * c));
+      const __m256i p_hi = _mm256_maddubs_epi16(hi, Load32(x + 64 * c + 32));
+      sumi = _mm256_add_epi32(
+          sumi, _mm256_madd_epi16(p_lo, WordBroadcast(sc16, 2 * c)));
+      sumi = _mm256_add_epi32(
+          sumi, _mm256_madd_epi16(p_hi, WordBroadcast(sc16, 2 * c + 1)));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * dx),
+                          _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return Sum8(acc) - acc_min;
+}
+
+// The 16 int8 scales of a block's 16-element sub-blocks as int16, with the
+// 8 of half h (sub-blocks 8h..8h+7) in both 128-bit lanes.
+struct HalfScales {
+  __m256i half[2];
+};
+inline HalfScales LoadHalfScales(__m128i s8) {
+  const __m256i s16 = _mm256_cvtepi8_epi16(s8);
+  return {{_mm256_permute4x64_epi64(s16, 0x44),
+           _mm256_permute4x64_epi64(s16, 0xEE)}};
+}
+inline HalfScales LoadHalfScales(const int8_t s[16]) {
+  return LoadHalfScales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+}
+
+// Scales of sub-blocks 8h + 2j (lanes 0-7) and 8h + 2j + 1 (lanes 8-15):
+// the factors of vpmaddwd on the products of a 32-element run whose halves
+// belong to consecutive 16-element sub-blocks.
+inline __m256i ScalePair(const HalfScales& hs, int h, int j) {
+  const auto word = [](int i) {
+    return _mm_set1_epi16(static_cast<int16_t>(((2 * i + 1) << 8) | 2 * i));
+  };
+  return _mm256_shuffle_epi8(hs.half[h],
+                             _mm256_set_m128i(word(2 * j + 1), word(2 * j)));
+}
+
+// sum over the 16 sub-blocks of s[g] * (sum of the activations of g).
+inline __m256i ScalesDotSums(const int8_t s[16], const int16_t* sums16) {
+  const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  return _mm256_madd_epi16(_mm256_cvtepi8_epi16(s8), Load32(sums16));
+}
+
+// Q6_K: x = d * sc * (q - 32), q < 64 (pairs: 2 * 63 * 127 < 2^15),
+// computed as sum_g sc[g] * (sum q * x - 32 * sum x) over groups of 16.
+float DotQ6K(const BlockQ6_K* w, int64_t nb, const QuantizedActs& a) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i three = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_K& k = w[b];
+    const int8_t* x = a.qk.data() + kQK_K * b;
+    // 32 * sum_g sc[g] * sums[g], removed from the total below.
+    const __m256i offs = ScalesDotSums(k.scales, a.sumk16.data() + 16 * b);
+    const HalfScales scales = LoadHalfScales(k.scales);
+    __m256i sumi =
+        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offs, 5));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = Load32(k.ql + 64 * h);
+      const __m256i ql1 = Load32(k.ql + 64 * h + 32);
+      const __m256i qh = Load32(k.qh + 32 * h);
+      // Bits 2s, 2s + 1 of qh as bits 4-5.
+      const auto high = [&](int s) {
+        return _mm256_slli_epi16(
+            _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), three), 4);
+      };
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4), high(0)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4), high(1)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                          high(2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          high(3)),
+      };
+      for (int s = 0; s < 4; ++s) {
+        // Lanes 0-7 (elements 0-15 of the 32) use sub-block 8h + 2s, lanes
+        // 8-15 the next.
+        const __m256i p =
+            _mm256_maddubs_epi16(q[s], Load32(x + 128 * h + 32 * s));
+        sumi = _mm256_add_epi32(sumi,
+                                _mm256_madd_epi16(p, ScalePair(scales, h, s)));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * a.dk[b]),
+                          _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return Sum8(acc);
+}
+
+// Q2_K: x = d * sc * q - dmin * mn, q < 4 (pairs: 2 * 3 * 127 < 2^15);
+// sc, mn < 16 are the nibbles of scales[g]. Element order as in
+// quant_blocks.h: for half h and shift 2j, the 32 values of qs[32h + l]
+// cover sub-blocks 8h + 2j and 8h + 2j + 1.
+float DotQ2K(const BlockQ2_K* w, int64_t nb, const QuantizedActs& a) {
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  const __m256i three = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ2_K& k = w[b];
+    const int8_t* x = a.qk.data() + kQK_K * b;
+    int8_t sc[16], mn[16];
+    for (int g = 0; g < 16; ++g) {
+      sc[g] = static_cast<int8_t>(k.scales[g] & 0xF);
+      mn[g] = static_cast<int8_t>(k.scales[g] >> 4);
+    }
+    const HalfScales scales = LoadHalfScales(sc);
+    const float dx = a.dk[b];
+    acc_min +=
+        Half(k.dmin) * dx * SumI8(ScalesDotSums(mn, a.sumk16.data() + 16 * b));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qv = Load32(k.qs + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), three);
+        const __m256i p = _mm256_maddubs_epi16(q, Load32(x + 128 * h + 32 * j));
+        sumi = _mm256_add_epi32(sumi,
+                                _mm256_madd_epi16(p, ScalePair(scales, h, j)));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * dx),
+                          _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return Sum8(acc) - acc_min;
+}
+
+// The 16 signed scales (6 bits minus 32) of a Q3_K block (the layout of
+// UnpackScalesQ3K): scale i has the low nibble (i < 8) or high nibble of
+// byte i % 8 and, as bits 4-5, bits 2 * (i / 4) of byte 8 + i % 4.
+inline __m128i ScalesQ3K(const uint8_t* p) {
+  uint64_t lo;
+  uint32_t hi;
+  std::memcpy(&lo, p, 8);
+  std::memcpy(&hi, p + 8, 4);
+  const uint64_t nib = 0x0F0F0F0F0F0F0F0Full;
+  const auto top = [hi](int shift) {
+    return static_cast<uint64_t>((hi >> shift) & 0x03030303u);
+  };
+  const uint64_t s0 = (lo & nib) | ((top(0) | top(2) << 32) << 4);
+  const uint64_t s1 = ((lo >> 4) & nib) | ((top(4) | top(6) << 32) << 4);
+  const __m128i v =
+      _mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0));
+  return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+
+// Q3_K: x = d * (sc - 32) * v, v = low 2 bits - 4 * (high bit clear), taken
+// as u = v + 4 in [0, 8) (pairs: 2 * 7 * 127 < 2^15) minus 4 * sum x per
+// sub-block. Element order as Q2_K; the high bit of element l < 32 of the
+// run (h, j) is bit 4h + j of hmask[l].
+float DotQ3K(const BlockQ3_K* w, int64_t nb, const QuantizedActs& a) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i one = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ3_K& k = w[b];
+    const int8_t* x = a.qk.data() + kQK_K * b;
+    const __m128i sc8 = ScalesQ3K(k.scales);
+    const HalfScales scales = LoadHalfScales(sc8);
+    // 4 * sum_g sc[g] * sums[g], removed from the total.
+    const __m256i offs = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8),
+                                           Load32(a.sumk16.data() + 16 * b));
+    __m256i sumi =
+        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(offs, 2));
+    const __m256i hm = Load32(k.hmask);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i qv = Load32(k.qs + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i lo =
+            _mm256_and_si256(_mm256_srli_epi16(qv, 2 * j), three);
+        const __m256i hb =
+            _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one);
+        const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+        const __m256i p = _mm256_maddubs_epi16(u, Load32(x + 128 * h + 32 * j));
+        sumi = _mm256_add_epi32(sumi,
+                                _mm256_madd_epi16(p, ScalePair(scales, h, j)));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * a.dk[b]),
+                          _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return Sum8(acc);
+}
+
+struct GemvArgs {
+  const void* w;
+  int64_t row_bytes, n_rows, n_in;
+  const QuantizedActs* acts;
+  int n_tok;
+  float* y;
+  int64_t ldy;
+};
+
+// y[k * ldy + r] = Dot(row r, acts[k]) for r < n_rows, k < n_tok.
+template <typename Block, int kElems,
+          float (*Dot)(const Block*, int64_t, const QuantizedActs&)>
+void Rows(const GemvArgs& g) {
+  const int64_t nb = g.n_in / kElems;
+  for (int64_t r = 0; r < g.n_rows; ++r) {
+    const auto* row = reinterpret_cast<const Block*>(
+        static_cast<const char*>(g.w) + r * g.row_bytes);
+    for (int k = 0; k < g.n_tok; ++k) {
+      g.y[k * g.ldy + r] = Dot(row, nb, g.acts[k]);
+    }
+  }
+}
+
+}  // namespace
+
+bool HasFusedDot(DType t, int64_t n_in) {
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      return n_in % 32 == 0;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return n_in % kQK_K == 0;
+    default:
+      return false;
+  }
+}
+
+void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
+               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
+               int64_t ldy) {
+  const GemvArgs g{w, row_bytes, n_rows, n_in, acts, n_tok, y, ldy};
+  switch (t) {
+    case DType::kQ8_0:
+      return Rows<BlockQ8_0, 32, DotBlocks32<BlockQ8_0, WeightsQ8_0>>(g);
+    case DType::kQ4_0:
+      return Rows<BlockQ4_0, 32, DotBlocks32<BlockQ4_0, WeightsQ4_0>>(g);
+    case DType::kQ2_K:
+      return Rows<BlockQ2_K, kQK_K, DotQ2K>(g);
+    case DType::kQ3_K:
+      return Rows<BlockQ3_K, kQK_K, DotQ3K>(g);
+    case DType::kQ4_K:
+      return Rows<BlockQ4_K, kQK_K, DotQ45K<BlockQ4_K>>(g);
+    case DType::kQ5_K:
+      return Rows<BlockQ5_K, kQK_K, DotQ45K<BlockQ5_K>>(g);
+    case DType::kQ6_K:
+      return Rows<BlockQ6_K, kQK_K, DotQ6K>(g);
+    default:
+      return;
+  }
+}
+
+}  // namespace ckv::kernels::cpu::avx2q
