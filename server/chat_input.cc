@@ -144,7 +144,9 @@ void ApplyConversationUpdate(const ConversationUpdate& update,
                              const Tokenizer& tokenizer, Session& session) {
   Conversation& conv = session.conversation();
   const int64_t generated = static_cast<int64_t>(update.generated.size());
-  if (result.session_tokens == update.tokens_before) return;  // rolled back
+  if (!result.status.ok() && result.session_tokens == update.tokens_before) {
+    return;  // rolled back
+  }
   if (update.input == ConversationUpdate::Input::kRaw ||
       result.session_tokens !=
           update.tokens_before + update.input_tokens + generated) {
@@ -154,7 +156,7 @@ void ApplyConversationUpdate(const ConversationUpdate& update,
   if (update.input == ConversationUpdate::Input::kMessages) {
     conv = update.pending;
   }
-  if (!conv.active || generated == 0) return;
+  if (!conv.active || !update.generate) return;
   const std::string reply =
       tokenizer.Decode(update.generated, /*render_special=*/true);
   conv.text += reply;
@@ -162,7 +164,7 @@ void ApplyConversationUpdate(const ConversationUpdate& update,
       !conv.messages.empty()) {
     conv.messages.back().content += reply;
   } else {
-    conv.messages.push_back({"assistant", reply});
+    conv.messages.push_back({"assistant", reply});  // even when empty
     conv.reply_open = true;
   }
 }

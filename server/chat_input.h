@@ -73,15 +73,16 @@ struct ConversationUpdate {
   Conversation pending;         // kMessages: ChatTurn::after
   int64_t tokens_before = 0;    // session tokens when the call started
   int64_t input_tokens = 0;     // tokens the call appends before generating
+  bool generate = false;        // Decode: the call generates a reply
   std::vector<int32_t> generated;  // streamed token ids (engine thread)
 };
 
 // Records the call on the session: nothing when the session was rolled back;
-// the pending conversation plus the generated reply (an assistant message
-// whose content is the text of the generated tokens, control tokens
-// spelled out, a final end-of-generation token not included: exactly what
-// the session holds); a Decode without input extends an open reply; raw
-// input ends the conversation.
+// the pending conversation plus, for a generating call, the reply: an
+// assistant message (even empty) whose content is the text of the generated
+// tokens, control tokens spelled out, a final end-of-generation token not
+// included (exactly what the session holds); a Decode without input
+// extends an open reply; raw input ends the conversation.
 void ApplyConversationUpdate(const ConversationUpdate& update,
                              const JobResult& result,
                              const Tokenizer& tokenizer, Session& session);

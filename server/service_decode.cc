@@ -175,6 +175,7 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
 absl::StatusOr<std::vector<int32_t>> DecodeReactor::LeasedInput(
     const v1::DecodeRequest& req, const SessionLease& lease) {
   update_.tokens_before = lease->stats().tokens;
+  update_.generate = true;
   absl::StatusOr<std::vector<int32_t>> input;
   if (req.has_messages()) {
     update_.input = ConversationUpdate::Input::kMessages;
