@@ -127,7 +127,8 @@ absl::StatusOr<ChatTurn> ChatRenderer::Prepare(
   options.date = Today();
   auto full = tmpl_->Render(turn.after.messages, options);
   if (!full.ok()) return full.status();
-  const std::string& held = continues ? conv.text : std::string();
+  const absl::string_view held =
+      continues ? absl::string_view(conv.text) : absl::string_view();
   if (!absl::StartsWith(*full, held)) {
     return absl::FailedPreconditionError(
         "the model's chat template does not render the conversation as an "
