@@ -48,9 +48,8 @@ absl::StatusOr<std::vector<chat::ChatMessage>> ReadChatMessages(
   if (wire.messages_size() > limits.max_chat_messages) {
     return LimitExceeded(
         Limit::kMaxChatMessages, limits.max_chat_messages,
-        absl::StrCat("max_chat_messages limit exceeded: ",
-                     wire.messages_size(), " messages, the limit is ",
-                     limits.max_chat_messages));
+        absl::StrCat("max_chat_messages limit exceeded: ", wire.messages_size(),
+                     " messages, the limit is ", limits.max_chat_messages));
   }
   const int64_t max_bytes = limits.max_prompt_tokens * kMaxBytesPerToken;
   int64_t bytes = 0;
@@ -98,8 +97,7 @@ ChatRenderer::ChatRenderer(const Model& model) {
 
 absl::StatusOr<ChatTurn> ChatRenderer::Prepare(
     const Conversation& conv, int64_t session_tokens,
-    std::vector<chat::ChatMessage> messages,
-    bool add_generation_prompt) const {
+    std::vector<chat::ChatMessage> messages, bool add_generation_prompt) const {
   if (!tmpl_.has_value()) {
     return absl::FailedPreconditionError(
         parse_error_.empty()

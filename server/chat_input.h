@@ -70,10 +70,10 @@ class ChatRenderer {
 struct ConversationUpdate {
   enum class Input { kNone, kRaw, kMessages };
   Input input = Input::kNone;
-  Conversation pending;         // kMessages: ChatTurn::after
-  int64_t tokens_before = 0;    // session tokens when the call started
-  int64_t input_tokens = 0;     // tokens the call appends before generating
-  bool generate = false;        // Decode: the call generates a reply
+  Conversation pending;            // kMessages: ChatTurn::after
+  int64_t tokens_before = 0;       // session tokens when the call started
+  int64_t input_tokens = 0;        // tokens the call appends before generating
+  bool generate = false;           // Decode: the call generates a reply
   std::vector<int32_t> generated;  // streamed token ids (engine thread)
 };
 

@@ -42,8 +42,8 @@ class DecodeReactor final : public DecodeBase {
   grpc::Status TryGenerate(const v1::GenerateRequest& req);
   // Decode's input: sets update_.input and, for messages, the pending
   // conversation (the session is leased).
-  absl::StatusOr<std::vector<int32_t>> LeasedInput(
-      const v1::DecodeRequest& req, const SessionLease& lease);
+  absl::StatusOr<std::vector<int32_t>> LeasedInput(const v1::DecodeRequest& req,
+                                                   const SessionLease& lease);
   grpc::Status Submit(SessionLease lease, std::vector<int32_t> input,
                       AppendKind kind, const SamplingParams& sampling,
                       bool keep_partial_on_cancel = false);
@@ -53,7 +53,7 @@ class DecodeReactor final : public DecodeBase {
   void CloseEphemeral();
 
   ServiceBackend backend_;
-  std::string ephemeral_id_;  // Generate's session, closed at the end
+  std::string ephemeral_id_;   // Generate's session, closed at the end
   ConversationUpdate update_;  // Decode: the session's conversation
   Clock::time_point last_token_;
   bool any_token_ = false;  // engine thread only
@@ -70,10 +70,12 @@ absl::StatusOr<std::vector<int32_t>> DecodeInput(const Model& model,
 
 // Messages rendered onto `conv` (of a session holding `session_tokens`),
 // tokenized as the template wrote them (no BOS added).
-absl::StatusOr<std::vector<int32_t>> ChatInput(
-    const ServiceBackend& b, const ServerLimits& limits,
-    const v1::ChatMessages& wire, const Conversation& conv,
-    int64_t session_tokens, Conversation* after) {
+absl::StatusOr<std::vector<int32_t>> ChatInput(const ServiceBackend& b,
+                                               const ServerLimits& limits,
+                                               const v1::ChatMessages& wire,
+                                               const Conversation& conv,
+                                               int64_t session_tokens,
+                                               Conversation* after) {
   auto messages = ReadChatMessages(wire, limits);
   if (!messages.ok()) return messages.status();
   if (b.chat == nullptr) {

@@ -178,10 +178,9 @@ absl::StatusOr<std::vector<int32_t>> PrefillReactor::MessageTokens() {
     return absl::FailedPreconditionError(
         "model has no chat template; send text");
   }
-  auto turn = backend_.chat->Prepare(lease_->conversation(),
-                                     update_.tokens_before,
-                                     std::move(messages_),
-                                     add_generation_prompt_);
+  auto turn =
+      backend_.chat->Prepare(lease_->conversation(), update_.tokens_before,
+                             std::move(messages_), add_generation_prompt_);
   if (!turn.ok()) return turn.status();
   update_.pending = std::move(turn->after);
   return EncodeText(*backend_.model->tokenizer, turn->text, /*add_bos=*/false);
@@ -216,8 +215,7 @@ grpc::Status PrefillReactor::StartJob() {
   spec.input = *std::move(tokens);
   spec.kind = AppendKind::kPrompt;
   spec.generate = false;
-  spec.callbacks.before_release = [this](const JobResult& r,
-                                         Session& session) {
+  spec.callbacks.before_release = [this](const JobResult& r, Session& session) {
     ApplyConversationUpdate(update_, r, *backend_.model->tokenizer, session);
   };
   spec.callbacks.on_progress = [this](int64_t done, int64_t total) {
