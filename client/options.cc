@@ -42,6 +42,11 @@ ABSL_FLAG(std::string, file, kDefaults.file, "session prefill: text file");
 ABSL_FLAG(std::string, text, kDefaults.text, "session prefill: text");
 ABSL_FLAG(std::string, question_format, kDefaults.question_format,
           "text appended per question; {question} is replaced");
+ABSL_FLAG(bool, raw, kDefaults.raw,
+          "qa: send raw text even when the model has a chat template");
+ABSL_FLAG(std::string, doc_role, kDefaults.doc_role,
+          "qa with a chat template: role of the document's turn "
+          "(user|system)");
 ABSL_FLAG(std::optional<bool>, add_bos, kDefaults.add_bos,
           "prepend BOS to an empty session (server default: true)");
 ABSL_FLAG(int, chunk_kib, static_cast<int>(kDefaults.chunk_bytes / 1024),
@@ -103,6 +108,8 @@ constexpr char kUsageCommands[] =
     "  [--tls-server-name NAME] [--token TOKEN | --token-file F] COMMAND\n"
     "  generate (--prompt TEXT | --prompt-file F) [sampling] [kv]\n"
     "  qa --doc FILE --question Q [--question Q ...] [sampling] [kv]\n"
+    "      [--raw] [--doc-role user|system]: chat template when the model\n"
+    "      has one (the document a first turn), else or with --raw text\n"
     "  session create [kv] [sampling] [--idle-ttl S]\n"
     "  session prefill ID (--file F | --text T)\n"
     "  session ask ID --question Q [sampling]\n"
@@ -318,6 +325,11 @@ absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {
   o.file = absl::GetFlag(FLAGS_file);
   o.text = absl::GetFlag(FLAGS_text);
   o.question_format = absl::GetFlag(FLAGS_question_format);
+  o.raw = absl::GetFlag(FLAGS_raw);
+  o.doc_role = absl::GetFlag(FLAGS_doc_role);
+  if (o.doc_role != "user" && o.doc_role != "system") {
+    return absl::InvalidArgumentError("--doc-role must be user or system");
+  }
   o.add_bos = absl::GetFlag(FLAGS_add_bos);
   const int kib = absl::GetFlag(FLAGS_chunk_kib);
   if (kib < 1 || kib > 3072) {

@@ -79,6 +79,11 @@ struct ClientOptions {
   std::string text;                    // session prefill --text
   // How a question is appended to the session; {question} is replaced.
   std::string question_format = "\n\nQuestion: {question}\nAnswer:";
+  // qa: send text as is (document + question_format) even when the model
+  // has a chat template; otherwise the document is a first turn of role
+  // doc_role ("user" or "system") and each question a user turn.
+  bool raw = false;
+  std::string doc_role = "user";
   std::optional<bool> add_bos;     // unset: server default (true)
   size_t chunk_bytes = 64 * 1024;  // Prefill request size (--chunk-kib)
   // Session settings.

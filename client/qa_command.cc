@@ -1,6 +1,9 @@
 // `clusterkv qa`: prefill a document once into a session, fork it once per
 // question and decode all questions concurrently, labelling the streamed
-// answers "[qN] ".
+// answers "[qN] ". When the server's model has a chat template (and no
+// --raw), the document is the conversation's first turn (--doc-role) and
+// each question a user turn, rendered by the server.
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -48,8 +51,9 @@ class SessionCloser {
   std::vector<std::string> ids_;
 };
 
+// Each question as a user turn (chat) or formatted text (raw).
 void DecodeAll(RpcClient& client, const ClientOptions& o, const Io& io,
-               std::vector<Answer>& answers) {
+               bool chat, std::vector<Answer>& answers) {
   LabelledPrinter printer(io.out);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < answers.size(); ++i) {
@@ -57,7 +61,13 @@ void DecodeAll(RpcClient& client, const ClientOptions& o, const Io& io,
       Answer& a = answers[i];
       pb::DecodeRequest request;
       request.set_session_id(a.session_id);
-      request.set_text(FormatQuestion(o.question_format, a.question));
+      if (chat) {
+        pb::ChatMessage* m = request.mutable_messages()->add_messages();
+        m->set_role("user");
+        m->set_content(a.question);
+      } else {
+        request.set_text(FormatQuestion(o.question_format, a.question));
+      }
       *request.mutable_sampling() = BuildSampling(o.sampling);
       const int stream = static_cast<int>(i);
       a.summary = client.Decode(request, [&](const pb::TokenEvent& t) {
@@ -122,6 +132,37 @@ absl::Status ForkAll(RpcClient& client, const std::string& parent,
   return absl::OkStatus();
 }
 
+// Whether to send messages: the model has a chat template and no --raw.
+absl::StatusOr<bool> UseChat(RpcClient& client, const ClientOptions& o) {
+  if (o.raw) return false;
+  auto info = client.GetServerInfo();
+  if (!info.ok()) return info.status();
+  return info->has_chat_template();
+}
+
+// The document as the conversation's first turn, without the assistant's
+// opening (the questions add it).
+absl::StatusOr<pb::PrefillSummary> PrefillChat(RpcClient& client,
+                                               const std::string& session_id,
+                                               std::istream& doc,
+                                               const ClientOptions& o,
+                                               const Io& io) {
+  std::stringstream text;
+  text << doc.rdbuf();
+  pb::ChatMessages messages;
+  pb::ChatMessage* m = messages.add_messages();
+  m->set_role(o.doc_role);
+  m->set_content(text.str());
+  messages.set_add_generation_prompt(false);
+  ProgressReporter progress(io.err, ProgressStyleFor(o, io));
+  auto summary = client.PrefillMessages(
+      session_id, messages, [&](const pb::PrefillProgress& p) {
+        progress.Update(p.tokens_done(), p.tokens_total());
+      });
+  progress.Finish();
+  return summary;
+}
+
 }  // namespace
 
 absl::StatusOr<int> RunQa(RpcClient& client, const ClientOptions& o,
@@ -132,12 +173,15 @@ absl::StatusOr<int> RunQa(RpcClient& client, const ClientOptions& o,
   }
   auto doc = OpenFile(o.doc);
   if (!doc.ok()) return doc.status();
+  auto chat = UseChat(client, o);
+  if (!chat.ok()) return chat.status();
   auto session = client.CreateSession(BuildCreateSession(o));
   if (!session.ok()) return session.status();
   const std::string parent = session->session_id();
   SessionCloser closer(client, io);
   closer.Add(parent);
-  auto prefill = PrefillWithProgress(client, parent, **doc, o, io);
+  auto prefill = *chat ? PrefillChat(client, parent, **doc, o, io)
+                       : PrefillWithProgress(client, parent, **doc, o, io);
   if (!prefill.ok()) return prefill.status();
   if (!o.json) io.err << PrefillSummaryLine(*prefill) << std::endl;
   std::vector<Answer> answers(o.questions.size());
@@ -145,11 +189,12 @@ absl::StatusOr<int> RunQa(RpcClient& client, const ClientOptions& o,
     answers[i].question = o.questions[i];
   }
   if (auto s = ForkAll(client, parent, closer, answers); !s.ok()) return s;
-  DecodeAll(client, o, io, answers);
+  DecodeAll(client, o, io, *chat, answers);
   const int close_failures = closer.CloseAll();
   if (o.json) {
     PrintJson(io, {{"session_id", parent},
                    {"document", o.doc},
+                   {"chat_template", *chat},
                    {"prefill", ProtoToJson(*prefill)},
                    {"answers", AnswersJson(answers)},
                    {"sessions_closed", close_failures == 0}});

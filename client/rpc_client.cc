@@ -219,6 +219,24 @@ absl::StatusOr<pb::PrefillSummary> RpcClient::Prefill(
   return *summary;
 }
 
+absl::StatusOr<pb::PrefillSummary> RpcClient::PrefillMessages(
+    const std::string& session_id, const pb::ChatMessages& messages,
+    const ProgressCallback& on_progress) {
+  auto context = NewContext(session_id);
+  auto stream = stub_->Prefill(context.get());
+  pb::PrefillRequest request;
+  request.set_session_id(session_id);
+  *request.mutable_messages() = messages;
+  stream->Write(request);
+  stream->WritesDone();
+  std::optional<pb::PrefillSummary> summary;
+  ReadPrefillStream(*stream, on_progress, &summary).IgnoreError();
+  const absl::Status rpc_status = FromGrpc(stream->Finish());
+  if (!rpc_status.ok()) return rpc_status;
+  if (!summary) return absl::InternalError("stream ended without a summary");
+  return *summary;
+}
+
 absl::StatusOr<pb::DecodeSummary> RpcClient::Decode(
     const pb::DecodeRequest& request, const TokenCallback& on_token) {
   auto context = NewContext(request.session_id());

@@ -82,6 +82,10 @@ class RpcClient {
   absl::StatusOr<pb::PrefillSummary> Prefill(
       const std::string& session_id, Utf8ChunkReader& reader,
       std::optional<bool> add_bos, const ProgressCallback& on_progress);
+  // One Prefill message carrying chat messages (rendered by the server).
+  absl::StatusOr<pb::PrefillSummary> PrefillMessages(
+      const std::string& session_id, const pb::ChatMessages& messages,
+      const ProgressCallback& on_progress);
   absl::StatusOr<pb::DecodeSummary> Decode(const pb::DecodeRequest& request,
                                            const TokenCallback& on_token);
   absl::StatusOr<pb::DecodeSummary> Generate(const pb::GenerateRequest& request,

@@ -58,7 +58,8 @@ void AddNorm(gguf::GgufWriter& w, Rng& rng, const std::string& name,
   w.AddTensor(name, {n}, DType::kF32, Encode(x, DType::kF32));
 }
 
-void SetByteVocab(gguf::GgufWriter& w) {
+// Returns the vocabulary size.
+int64_t SetByteVocab(gguf::GgufWriter& w, bool chatml) {
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<int64_t> types = {2, 3, 3};  // unknown, control, control
   for (int b = 0; b < 256; ++b) {
@@ -67,6 +68,14 @@ void SetByteVocab(gguf::GgufWriter& w) {
     tokens.push_back(buf);
     types.push_back(6);  // byte
   }
+  if (chatml) {
+    for (const char* t : {"<|im_start|>", "<|im_end|>"}) {
+      tokens.push_back(t);
+      types.push_back(3);  // control
+    }
+    w.SetBool("tokenizer.ggml.add_space_prefix", false);
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
   w.SetString("tokenizer.ggml.model", "llama");
   w.SetFloat32Array("tokenizer.ggml.scores",
                     std::vector<double>(tokens.size(), 0.0));
@@ -75,6 +84,7 @@ void SetByteVocab(gguf::GgufWriter& w) {
   w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
   w.SetUint32("tokenizer.ggml.bos_token_id", 1);
   w.SetUint32("tokenizer.ggml.eos_token_id", 2);
+  return n;
 }
 
 // Copies every tokenizer.* key of a vocab GGUF; returns the vocab size.
@@ -256,13 +266,16 @@ absl::Status WriteRandomModel(const RandomModelSpec& s,
   if (auto st = ValidateSpec(s); !st.ok()) return st;
   gguf::GgufWriter w;
   SetHyperParams(w, s);
-  int64_t vocab = 259;
-  if (s.vocab == "byte") {
-    SetByteVocab(w);
+  int64_t vocab = 0;
+  if (s.vocab == "byte" || s.vocab == "byte-chatml") {
+    vocab = SetByteVocab(w, s.vocab == "byte-chatml");
   } else {
     auto n = CopyVocab(w, s.vocab);
     if (!n.ok()) return n.status();
     vocab = *n;
+  }
+  if (!s.chat_template.empty()) {
+    w.SetString("tokenizer.chat_template", s.chat_template);
   }
   Rng rng(s.seed);
   const int64_t d = s.dim, hd = HeadDim(s);

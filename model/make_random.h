@@ -11,6 +11,17 @@
 
 namespace ckv {
 
+// A ChatML template (Qwen-style turns) that starts with bos_token, for
+// random models made with vocab "byte-chatml".
+inline constexpr char kChatMlTemplate[] =
+    "{{- bos_token -}}"
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}";
+
 struct RandomModelSpec {
   int layers = 2;
   int dim = 256;
@@ -18,8 +29,13 @@ struct RandomModelSpec {
   int kv_heads = 2;
   int ffn = 704;
   // "byte": a 259-token byte vocabulary (<unk>, <s>, </s>, <0x00>..<0xFF>);
-  // otherwise the path of a GGUF whose tokenizer.* metadata is copied.
+  // "byte-chatml": the same plus control tokens <|im_start|> (259) and
+  // <|im_end|> (260, end of generation by its text), without SentencePiece's
+  // space prefix; otherwise the path of a GGUF whose tokenizer.* metadata is
+  // copied.
   std::string vocab = "byte";
+  // Written as tokenizer.chat_template when non-empty (Jinja source).
+  std::string chat_template;
   kernels::DType dtype = kernels::DType::kF16;  // matrices; norms stay F32
   // llama.cpp's "_K_M" mix on top of dtype (Q4_K_M, Q5_K_M): output.weight
   // and attn_v/ffn_down of the layers given more bits (i < n/8, i >= 7n/8,

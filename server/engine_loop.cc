@@ -419,6 +419,7 @@ void EngineLoop::Finish(Job& job, absl::Status status) {
   job.result.session_tokens = session->store().num_tokens();
   session->PublishStats();
   JobCallbacks callbacks = std::move(job.spec.callbacks);
+  if (callbacks.before_release) callbacks.before_release(job.result, *session);
   job.spec.lease = SessionLease();  // release before reporting
   if (callbacks.on_done) callbacks.on_done(job.result);
 }

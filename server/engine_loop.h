@@ -55,6 +55,9 @@ struct JobCallbacks {
                      const TokenLogprobs* logprobs)>
       on_token;
   std::function<void(const JobResult&)> on_done;
+  // Optional: runs just before the session is released, with the result
+  // on_done will get (e.g. to record the conversation on the session).
+  std::function<void(const JobResult&, Session&)> before_release;
 };
 
 struct JobSpec {

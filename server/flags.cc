@@ -40,6 +40,8 @@ ABSL_FLAG(int64_t, max_prompt_tokens, kLimits.max_prompt_tokens,
           "input tokens of one request at most");
 ABSL_FLAG(int64_t, max_session_tokens, kLimits.max_session_tokens,
           "tokens one session may hold at most");
+ABSL_FLAG(int, max_chat_messages, kLimits.max_chat_messages,
+          "chat messages of one request at most");
 ABSL_FLAG(int, max_queued_requests, kLimits.max_queued_requests,
           "jobs waiting for the engine at most");
 ABSL_FLAG(uint32_t, session_idle_ttl_seconds, kLimits.session_idle_ttl_seconds,
@@ -112,6 +114,7 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
   l.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   l.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
   l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  l.max_chat_messages = absl::GetFlag(FLAGS_max_chat_messages);
   l.session_idle_ttl_seconds = absl::GetFlag(FLAGS_session_idle_ttl_seconds);
   for (auto [flag, v] :
        {std::pair<const char*, int64_t>{"max-sessions", l.max_sessions},
@@ -120,6 +123,7 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
         {"max-prompt-tokens", l.max_prompt_tokens},
         {"max-session-tokens", l.max_session_tokens},
         {"max-queued-requests", l.max_queued_requests},
+        {"max-chat-messages", l.max_chat_messages},
         {"session-idle-ttl-seconds", l.session_idle_ttl_seconds}}) {
     if (auto s = Positive(flag, v); !s.ok()) return s;
   }

@@ -11,7 +11,7 @@ namespace {
 
 // The payload: "<Limit as int>:<max>".
 constexpr char kLimitPayloadUrl[] = "type.clusterkv.v1/ckv.server.Limit";
-constexpr int kLimitCount = static_cast<int>(Limit::kMaxDeviceKvBytes) + 1;
+constexpr int kLimitCount = static_cast<int>(Limit::kMaxChatMessages) + 1;
 
 }  // namespace
 
@@ -33,6 +33,8 @@ const char* LimitName(Limit limit) {
       return "tenant_max_host_kv_bytes";
     case Limit::kMaxDeviceKvBytes:
       return "max_device_kv_bytes";
+    case Limit::kMaxChatMessages:
+      return "max_chat_messages";
   }
   return "unknown_limit";
 }
@@ -54,6 +56,7 @@ absl::Duration LimitRetryDelay(Limit limit) {
       return absl::Seconds(5);
     case Limit::kMaxPromptTokens:
     case Limit::kMaxSessionTokens:
+    case Limit::kMaxChatMessages:
       break;
   }
   return absl::ZeroDuration();

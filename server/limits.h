@@ -23,6 +23,7 @@ enum class Limit {
   kMaxHostKvBytes,
   kTenantMaxHostKvBytes,
   kMaxDeviceKvBytes,
+  kMaxChatMessages,  // keep last (limits.cc counts the kinds)
 };
 
 // "max_sessions", ...: the flag's name, the metric label and the first word

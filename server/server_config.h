@@ -16,6 +16,7 @@ struct ServerLimits {
   int64_t max_device_kv_bytes = int64_t{8} << 30;  // all sessions, device tier
   int64_t max_prompt_tokens = 131072;   // one Prefill/Decode/Generate input
   int64_t max_session_tokens = 131072;  // tokens a session may hold
+  int max_chat_messages = 1024;         // messages of one request
   int max_queued_requests = 256;        // jobs waiting for the engine
   uint32_t session_idle_ttl_seconds = 3600;
   // Per tenant (server/auth.h); 0: only the server-wide limits apply.

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "server/admission.h"
 #include "server/auth.h"
+#include "server/chat_input.h"
 #include "server/engine_loop.h"
 #include "server/request_log.h"
 #include "server/service.h"
@@ -123,8 +124,13 @@ absl::Status ClusterKvServer::LoadBackend() {
   engine_ = std::make_unique<EngineLoop>(*model_, t,
                                          config_.limits.max_queued_requests);
   StartRecallSampling();
+  chat_ = std::make_unique<ChatRenderer>(*model_);
+  if (!chat_->parse_error().empty()) {
+    LogError(absl::StrCat("the model's chat template is not supported (",
+                          chat_->parse_error(), "); chat messages refused"));
+  }
   state_->SetBackend({model_.get(), sessions_.get(), engine_.get(),
-                      admission_.get(), snapshots_.get()});
+                      admission_.get(), snapshots_.get(), chat_.get()});
   SetHealth(true);
   LogInfo(absl::StrCat("model loaded: ", model_->config.arch, ", ",
                        model_->config.n_layers, " layers, vocab ",

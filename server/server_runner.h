@@ -26,6 +26,7 @@ class ClusterWorker;
 namespace ckv::server {
 
 class Admission;
+class ChatRenderer;
 class ClusterKvService;
 class TokenStore;
 class EngineLoop;
@@ -88,6 +89,7 @@ class ClusterKvServer {
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<EngineLoop> engine_;
+  std::unique_ptr<ChatRenderer> chat_;  // the model's chat template
   std::unique_ptr<grpc::Server> server_;
   absl::Notification stop_janitor_;
   std::thread janitor_;

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "server/chat_input.h"
 #include "server/request_log.h"
 #include "server/service_auth.h"
 #include "server/service_convert.h"
@@ -212,6 +213,7 @@ grpc::ServerUnaryReactor* ClusterKvService::GetServerInfo(
   } else {
     FillServerInfo(state_.config(), *b.model, *b.sessions, b.engine->stats(),
                    state_.draining(), resp);
+    resp->set_has_chat_template(b.chat != nullptr && b.chat->has_template());
   }
   LogRequest(state_.metrics(), rec, status);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

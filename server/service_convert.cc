@@ -292,6 +292,7 @@ void FillLimits(const ServerLimits& l, v1::Limits* out) {
   out->set_max_queued_requests(l.max_queued_requests);
   out->set_session_idle_ttl_seconds(l.session_idle_ttl_seconds);
   out->set_max_session_tokens(l.max_session_tokens);
+  out->set_max_chat_messages(l.max_chat_messages);
 }
 
 }  // namespace

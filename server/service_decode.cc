@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "server/chat_input.h"
 #include "server/service_auth.h"
 #include "server/service_convert.h"
 #include "server/service_reactors.h"
@@ -39,6 +40,10 @@ class DecodeReactor final : public DecodeBase {
  private:
   grpc::Status TryDecode(const v1::DecodeRequest& req);
   grpc::Status TryGenerate(const v1::GenerateRequest& req);
+  // Decode's input: sets update_.input and, for messages, the pending
+  // conversation (the session is leased).
+  absl::StatusOr<std::vector<int32_t>> LeasedInput(const v1::DecodeRequest& req,
+                                                   const SessionLease& lease);
   grpc::Status Submit(SessionLease lease, std::vector<int32_t> input,
                       AppendKind kind, const SamplingParams& sampling,
                       bool keep_partial_on_cancel = false);
@@ -48,7 +53,8 @@ class DecodeReactor final : public DecodeBase {
   void CloseEphemeral();
 
   ServiceBackend backend_;
-  std::string ephemeral_id_;  // Generate's session, closed at the end
+  std::string ephemeral_id_;   // Generate's session, closed at the end
+  ConversationUpdate update_;  // Decode: the session's conversation
   Clock::time_point last_token_;
   bool any_token_ = false;  // engine thread only
 };
@@ -62,10 +68,39 @@ absl::StatusOr<std::vector<int32_t>> DecodeInput(const Model& model,
   return EncodeText(*model.tokenizer, req.text(), /*add_bos=*/false);
 }
 
+// Messages rendered onto `conv` (of a session holding `session_tokens`),
+// tokenized as the template wrote them (no BOS added).
+absl::StatusOr<std::vector<int32_t>> ChatInput(const ServiceBackend& b,
+                                               const ServerLimits& limits,
+                                               const v1::ChatMessages& wire,
+                                               const Conversation& conv,
+                                               int64_t session_tokens,
+                                               Conversation* after) {
+  auto messages = ReadChatMessages(wire, limits);
+  if (!messages.ok()) return messages.status();
+  if (b.chat == nullptr) {
+    return absl::FailedPreconditionError(
+        "model has no chat template; send text");
+  }
+  const bool prompt =
+      !wire.has_add_generation_prompt() || wire.add_generation_prompt();
+  auto turn =
+      b.chat->Prepare(conv, session_tokens, *std::move(messages), prompt);
+  if (!turn.ok()) return turn.status();
+  *after = std::move(turn->after);
+  return EncodeText(*b.model->tokenizer, turn->text, /*add_bos=*/false);
+}
+
 absl::StatusOr<std::vector<int32_t>> GenerateInput(
-    const Model& model, const v1::GenerateRequest& req) {
+    const ServiceBackend& b, const ServerLimits& limits,
+    const v1::GenerateRequest& req) {
+  const Model& model = *b.model;
   if (req.has_tokens()) {
     return CheckTokenIds(req.tokens().ids(), model.config.vocab_size);
+  }
+  if (req.has_messages()) {
+    Conversation unused;
+    return ChatInput(b, limits, req.messages(), Conversation(), 0, &unused);
   }
   if (req.prompt().empty()) return std::vector<int32_t>();
   const bool add_bos = !req.has_add_bos() || req.add_bos();
@@ -86,10 +121,13 @@ grpc::Status DecodeReactor::TryDecode(const v1::DecodeRequest& req) {
   if (auto s = ValidateSessionId(req.session_id()); !s.ok()) {
     return ToGrpcStatus(s);  // before tokenizing the input
   }
-  auto input = DecodeInput(*backend_.model, req);
-  if (!input.ok()) return ToGrpcStatus(input.status());
   auto lease = backend_.sessions->Acquire(req.session_id(), rec_.tenant);
   if (!lease.ok()) return ToGrpcStatus(lease.status());
+  auto input = LeasedInput(req, *lease);
+  if (!input.ok()) {
+    CountLimitRejection(state_.metrics(), input.status());
+    return ToGrpcStatus(input.status());
+  }
   auto sampling = MergeSampling((*lease)->sampling(), req.sampling(),
                                 backend_.model->config.vocab_size);
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());
@@ -109,7 +147,7 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
   if (!backend.ok()) return ToGrpcStatus(backend.status());
   backend_ = *backend;
   const ServerConfig& config = state_.config();
-  auto input = GenerateInput(*backend_.model, req);
+  auto input = GenerateInput(backend_, config.limits, req);
   if (!input.ok()) return ToGrpcStatus(input.status());
   if (input->empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("empty prompt"));
@@ -136,6 +174,26 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
                 *sampling);
 }
 
+absl::StatusOr<std::vector<int32_t>> DecodeReactor::LeasedInput(
+    const v1::DecodeRequest& req, const SessionLease& lease) {
+  update_.tokens_before = lease->stats().tokens;
+  update_.generate = true;
+  absl::StatusOr<std::vector<int32_t>> input;
+  if (req.has_messages()) {
+    update_.input = ConversationUpdate::Input::kMessages;
+    input = ChatInput(backend_, state_.config().limits, req.messages(),
+                      lease->conversation(), update_.tokens_before,
+                      &update_.pending);
+  } else {
+    input = DecodeInput(*backend_.model, req);
+    if (input.ok() && !input->empty()) {
+      update_.input = ConversationUpdate::Input::kRaw;
+    }
+  }
+  if (input.ok()) update_.input_tokens = static_cast<int64_t>(input->size());
+  return input;
+}
+
 grpc::Status DecodeReactor::Submit(SessionLease lease,
                                    std::vector<int32_t> input, AppendKind kind,
                                    const SamplingParams& sampling,
@@ -158,6 +216,13 @@ grpc::Status DecodeReactor::Submit(SessionLease lease,
                                    const TokenLogprobs* logprobs) {
     OnToken(id, text, logprobs);
   };
+  if (ephemeral_id_.empty()) {  // Decode: record the conversation
+    const Tokenizer* tokenizer = backend_.model->tokenizer.get();
+    spec.callbacks.before_release = [this, tokenizer](const JobResult& r,
+                                                      Session& session) {
+      ApplyConversationUpdate(update_, r, *tokenizer, session);
+    };
+  }
   return SubmitJob(backend_, std::move(spec), a);
 }
 
@@ -166,6 +231,7 @@ grpc::Status DecodeReactor::Submit(SessionLease lease,
 void DecodeReactor::OnToken(int32_t id, absl::string_view text,
                             const TokenLogprobs* logprobs) {
   const Clock::time_point now = Clock::now();
+  if (id >= 0) update_.generated.push_back(id);
   if (id >= 0) {
     if (any_token_ && state_.metrics() != nullptr) {
       state_.metrics()->ObserveInterTokenLatency(

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/chat_input.h"
 #include "server/service_auth.h"
 #include "server/service_convert.h"
 #include "server/service_reactors.h"
@@ -62,16 +63,21 @@ class PrefillReactor final : public PrefillBase {
   }
 
  private:
-  enum class Input { kNone, kText, kTokens };
+  enum class Input { kNone, kText, kTokens, kMessages };
 
   grpc::Status Accept(const v1::PrefillRequest& m);
   grpc::Status AcceptFirst(const v1::PrefillRequest& m);
   grpc::Status TooLong(int64_t need);
   absl::StatusOr<std::vector<int32_t>> Tokens();
+  absl::StatusOr<std::vector<int32_t>> MessageTokens();
   grpc::Status StartJob();
   void OnJobDone(const JobResult& r) override;
 
   ServiceBackend backend_;
+  // kMessages: validated, from the first message.
+  std::vector<chat::ChatMessage> messages_;
+  bool add_generation_prompt_ = true;
+  ConversationUpdate update_;  // the session's conversation
   v1::PrefillRequest req_;
   bool first_ = true;
   bool add_bos_ = true;
@@ -106,6 +112,7 @@ grpc::Status PrefillReactor::TooLong(int64_t need) {
 }
 
 grpc::Status PrefillReactor::Accept(const v1::PrefillRequest& m) {
+  const bool first = first_;
   if (first_) {
     if (grpc::Status s = AcceptFirst(m); !s.ok()) return s;
   } else if (!m.session_id().empty() && m.session_id() != rec_.session_id) {
@@ -113,6 +120,23 @@ grpc::Status PrefillReactor::Accept(const v1::PrefillRequest& m) {
         "session_id differs from the first Prefill message"));
   }
   if (m.input_case() == v1::PrefillRequest::INPUT_NOT_SET) {
+    return grpc::Status::OK;
+  }
+  if (m.has_messages() || input_ == Input::kMessages) {
+    if (!first) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          "a Prefill call with messages carries them, and no other input, "
+          "in its first message only"));
+    }
+    auto checked = ReadChatMessages(m.messages(), state_.config().limits);
+    if (!checked.ok()) {
+      CountLimitRejection(state_.metrics(), checked.status());
+      return ToGrpcStatus(checked.status());
+    }
+    input_ = Input::kMessages;
+    messages_ = *std::move(checked);
+    add_generation_prompt_ = !m.messages().has_add_generation_prompt() ||
+                             m.messages().add_generation_prompt();
     return grpc::Status::OK;
   }
   const Input kind = m.has_tokens() ? Input::kTokens : Input::kText;
@@ -140,9 +164,26 @@ absl::StatusOr<std::vector<int32_t>> PrefillReactor::Tokens() {
   if (input_ == Input::kTokens) {
     return CheckTokenIds(ids_, backend_.model->config.vocab_size);
   }
+  if (input_ == Input::kMessages) return MessageTokens();
   if (text_.empty()) return std::vector<int32_t>();
   const bool bos = add_bos_ && lease_->stats().tokens == 0;
   return EncodeText(*backend_.model->tokenizer, text_, bos);
+}
+
+// The messages rendered onto the session's conversation; the template
+// writes BOS itself, so add_bos is ignored.
+absl::StatusOr<std::vector<int32_t>> PrefillReactor::MessageTokens() {
+  update_.input = ConversationUpdate::Input::kMessages;
+  if (backend_.chat == nullptr) {
+    return absl::FailedPreconditionError(
+        "model has no chat template; send text");
+  }
+  auto turn =
+      backend_.chat->Prepare(lease_->conversation(), update_.tokens_before,
+                             std::move(messages_), add_generation_prompt_);
+  if (!turn.ok()) return turn.status();
+  update_.pending = std::move(turn->after);
+  return EncodeText(*backend_.model->tokenizer, turn->text, /*add_bos=*/false);
 }
 
 grpc::Status PrefillReactor::StartJob() {
@@ -150,8 +191,13 @@ grpc::Status PrefillReactor::StartJob() {
     return ToGrpcStatus(
         absl::InvalidArgumentError("no Prefill message before half-close"));
   }
+  update_.tokens_before = lease_->stats().tokens;
+  if (input_ == Input::kText || input_ == Input::kTokens) {
+    update_.input = ConversationUpdate::Input::kRaw;
+  }
   auto tokens = Tokens();
   if (!tokens.ok()) return ToGrpcStatus(tokens.status());
+  update_.input_tokens = static_cast<int64_t>(tokens->size());
   if (tokens->empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("empty input"));
   }
@@ -169,6 +215,9 @@ grpc::Status PrefillReactor::StartJob() {
   spec.input = *std::move(tokens);
   spec.kind = AppendKind::kPrompt;
   spec.generate = false;
+  spec.callbacks.before_release = [this](const JobResult& r, Session& session) {
+    ApplyConversationUpdate(update_, r, *backend_.model->tokenizer, session);
+  };
   spec.callbacks.on_progress = [this](int64_t done, int64_t total) {
     v1::PrefillResponse r;
     r.mutable_progress()->set_tokens_done(done);

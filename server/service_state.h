@@ -19,13 +19,17 @@
 
 namespace ckv::server {
 
-// The loaded engine; every pointer but `snapshots` is non-null once set.
+class ChatRenderer;  // server/chat_input.h
+
+// The loaded engine; every pointer but `snapshots` and `chat` is non-null
+// once set.
 struct ServiceBackend {
   const Model* model = nullptr;
   SessionManager* sessions = nullptr;
   EngineLoop* engine = nullptr;
   Admission* admission = nullptr;
   SessionSnapshots* snapshots = nullptr;  // null: no --snapshot-dir
+  const ChatRenderer* chat = nullptr;     // null: no chat messages
 };
 
 class ServiceState {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "model/chat/chat_template.h"
 #include "model/kv/clustered_store.h"
 #include "model/sampler.h"
 
@@ -28,6 +29,19 @@ struct SessionStats {
   // (uid, host bytes) of segments shared with other sessions, so totals can
   // count each shared segment once.
   std::vector<std::pair<int64_t, int64_t>> shared_segments;
+};
+
+// The conversation of a session fed with chat messages
+// (docs/wire-contract.md "Chat messages"; server/chat_input.h).
+struct Conversation {
+  // True while every token of the session came from rendered messages and
+  // the replies the server generated; false after text or token-id input,
+  // and for a session restored from a snapshot (not persisted).
+  bool active = false;
+  std::vector<chat::ChatMessage> messages;  // replies as assistant messages
+  std::string text;         // exactly the text of the session's tokens
+  bool reply_open = false;  // the last message is a generated reply that a
+                            // Decode without input extends
 };
 
 class Session {
@@ -58,6 +72,9 @@ class Session {
   // penalty window; not in snapshots: a restored session starts empty).
   const std::vector<int32_t>& recent_tokens() const { return recent_tokens_; }
   void AppendRecentTokens(absl::Span<const int32_t> ids);
+  // Engine side or the lease holder, like store().
+  Conversation& conversation() { return conversation_; }
+  const Conversation& conversation() const { return conversation_; }
 
   // Cancellation of the call holding the session (CancelSession), any
   // thread. The engine sets the canceller of the job it runs; releasing the
@@ -84,6 +101,7 @@ class Session {
   std::unique_ptr<ClusteredKvStore> store_;
   std::vector<float> last_logits_;
   std::vector<int32_t> recent_tokens_;
+  Conversation conversation_;
 
   // std::mutex (not absl::Mutex): ThreadSanitizer sees its ordering.
   mutable std::mutex mu_;

@@ -213,6 +213,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Fork(
       parent.idle_ttl_seconds(), *std::move(store), parent.tenant());
   child->set_last_logits(parent.last_logits());
   child->AppendRecentTokens(parent.recent_tokens());
+  child->conversation() = parent.conversation();
   sessions_[child->id()] = child;
   parent.PublishStats();  // its segments are shared now
   return child;

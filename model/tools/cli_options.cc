@@ -1,5 +1,7 @@
 #include "model/tools/cli_options.h"
 
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -32,7 +34,11 @@ ABSL_FLAG(int, dim, 256, "make-random: model dimension");
 ABSL_FLAG(int, heads, 8, "make-random: query heads");
 ABSL_FLAG(int, kv_heads, 2, "make-random: KV heads");
 ABSL_FLAG(int, ffn, 704, "make-random: feed-forward dimension");
-ABSL_FLAG(std::string, vocab, "byte", "make-random: byte | VOCAB.gguf");
+ABSL_FLAG(std::string, vocab, "byte",
+          "make-random: byte | byte-chatml | VOCAB.gguf");
+ABSL_FLAG(std::string, chat_template, "",
+          "make-random: tokenizer.chat_template to embed: chatml (the "
+          "built-in one for --vocab byte-chatml) or a Jinja file");
 ABSL_FLAG(std::string, dtype, "f16",
           "make-random: f32|f16|bf16|q4_0|q4_1|q5_0|q5_1|q8_0|q2_k|q3_k|q4_k|"
           "q5_k|q6_k|iq4_nl|iq4_xs, or the mixes q4_k_m|q5_k_m");
@@ -109,6 +115,25 @@ absl::Status ReadKvFlags(CliOptions& o) {
   return ValidateKvStoreConfig(c);
 }
 
+// --chat-template: "chatml" or the path of a Jinja file.
+absl::Status ReadChatTemplateFlag(RandomModelSpec& spec) {
+  const std::string value = absl::GetFlag(FLAGS_chat_template);
+  if (value.empty()) return absl::OkStatus();
+  if (value == "chatml") {
+    spec.chat_template = kChatMlTemplate;
+    return absl::OkStatus();
+  }
+  std::ifstream in(value, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("--chat-template: cannot read '", value, "'"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  spec.chat_template = ss.str();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CliOptions> CliOptionsFromFlags() {
@@ -146,6 +171,7 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
   o.random.kv_heads = absl::GetFlag(FLAGS_kv_heads);
   o.random.ffn = absl::GetFlag(FLAGS_ffn);
   o.random.vocab = absl::GetFlag(FLAGS_vocab);
+  if (auto s = ReadChatTemplateFlag(o.random); !s.ok()) return s;
   o.random.seed = o.sampling.seed;
   o.random.rope_freqs = absl::GetFlag(FLAGS_rope_freqs);
   o.random.arch = absl::GetFlag(FLAGS_arch);

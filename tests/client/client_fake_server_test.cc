@@ -59,9 +59,18 @@ class FakeService final : public pb::ClusterKv::Service {
       override {
     pb::PrefillRequest request;
     std::string text, id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      prefill_messages_.Clear();
+    }
     while (stream->Read(&request)) {
       if (id.empty()) id = request.session_id();
       text += request.text();
+      if (request.has_messages()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        prefill_messages_ = request.messages();
+        text += request.messages().messages(0).content();
+      }
     }
     Record("Prefill", ctx, id);
     {
@@ -87,7 +96,10 @@ class FakeService final : public pb::ClusterKv::Service {
                 grpc::ServerWriter<pb::DecodeResponse>* writer) override {
     Record("Decode", ctx, request->session_id());
     // The question follows "Question: " in the formatted input.
-    const std::string& in = request->text();
+    // A chat question is the content of its user turn.
+    const std::string& in = request->has_messages()
+                                ? request->messages().messages(0).content()
+                                : request->text();
     const size_t at = in.find("Question: ");
     std::string q = at == std::string::npos ? in : in.substr(at + 10);
     q = q.substr(0, q.find('\n'));
@@ -150,6 +162,7 @@ class FakeService final : public pb::ClusterKv::Service {
     info->mutable_model()->set_name("fake-model");
     info->set_backend("cpu");
     info->mutable_limits()->set_max_host_kv_bytes(int64_t{1} << 34);
+    info->set_has_chat_template(chat_template_.load());
     return Status::OK;
   }
 
@@ -169,6 +182,11 @@ class FakeService final : public pb::ClusterKv::Service {
     std::lock_guard<std::mutex> lock(mu_);
     return prefill_text_;
   }
+  pb::ChatMessages prefill_messages() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return prefill_messages_;
+  }
+  std::atomic<bool> chat_template_{false};  // ServerInfo.has_chat_template
 
  private:
   std::string NewId() { return absl::StrCat("s", next_id_++); }
@@ -189,6 +207,7 @@ class FakeService final : public pb::ClusterKv::Service {
   std::vector<Call> calls_;
   std::set<std::string> closed_;
   std::string prefill_text_;
+  pb::ChatMessages prefill_messages_;
 };
 
 struct RunResult {
@@ -292,6 +311,35 @@ TEST_F(ClientFakeServerTest, QaJsonParses) {
   EXPECT_EQ(j["answers"][1]["text"], Joined(AnswerPieces("B")));
   EXPECT_EQ(j["answers"][2]["summary"]["finish_reason"], "FINISH_REASON_EOS");
   EXPECT_TRUE(j["sessions_closed"].get<bool>());
+}
+
+// With a chat template: the document is the first turn (no assistant
+// opening), each question a user turn; --raw sends text as before.
+TEST_F(ClientFakeServerTest, QaSendsMessagesWhenTheModelHasATemplate) {
+  service_.chat_template_ = true;
+  const std::string doc = WriteDoc();
+  RunResult r = Run(absl::StrCat("--json qa --doc ", doc,
+                                 " --doc-role system --question Who?"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const pb::ChatMessages m = service_.prefill_messages();
+  ASSERT_EQ(m.messages_size(), 1);
+  EXPECT_EQ(m.messages(0).role(), "system");
+  EXPECT_EQ(m.messages(0).content(), doc_);
+  ASSERT_TRUE(m.has_add_generation_prompt());
+  EXPECT_FALSE(m.add_generation_prompt());
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["chat_template"].get<bool>());
+  EXPECT_EQ(j["answers"][0]["text"], Joined(AnswerPieces("Who?")));
+
+  RunResult raw =
+      Run(absl::StrCat("--json qa --raw --doc ", doc, " --question Who?"));
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  EXPECT_FALSE(nlohmann::json::parse(raw.out)["chat_template"].get<bool>());
+  EXPECT_EQ(service_.prefill_text(), doc_);
+  EXPECT_EQ(service_.prefill_messages().messages_size(), 0);
+  EXPECT_EQ(Run(absl::StrCat("qa --doc-role tool --doc ", doc, " --question Q"))
+                .exit_code,
+            2);
 }
 
 TEST_F(ClientFakeServerTest, GenerateAndInfoJson) {

@@ -199,12 +199,15 @@ def generate_request(prompt: Union[str, bytes], kv: Optional[Mapping[str, Any]],
 
 
 def decode_request(session_id: str, question: Optional[Union[str, bytes]],
-                   sampling: Mapping[str, Any]):
+                   sampling: Mapping[str, Any], chat: bool = False):
     request = pb.DecodeRequest(session_id=session_id,
                                sampling=sampling_params(sampling))
     if question:
         data = question.encode("utf-8") if isinstance(question, str) else bytes(question)
-        set_text(request, "text", data)
+        if chat:  # a user turn, rendered by the server's chat template
+            request.messages.messages.add(role=b"user", content=data)
+        else:
+            set_text(request, "text", data)
     return request
 
 

@@ -107,9 +107,9 @@ class AsyncSession:
         return await self._client._prefill(self.id, text_or_file, on_progress,
                                            add_bos, chunk_bytes)
 
-    def ask(self, question: Optional[Union[str, bytes]] = None,
-            **sampling: Any) -> AsyncAnswer:
-        request = c.decode_request(self.id, question, sampling)
+    def ask(self, question: Optional[Union[str, bytes]] = None, *,
+            chat: bool = False, **sampling: Any) -> AsyncAnswer:
+        request = c.decode_request(self.id, question, sampling, chat)
         return self._client._stream(self._client._stub.Decode, request, self.id)
 
     async def fork(self) -> "AsyncSession":

@@ -107,12 +107,14 @@ class Session:
         return self._client._prefill(self.id, text_or_file, on_progress,
                                      add_bos, chunk_bytes)
 
-    def ask(self, question: Optional[Union[str, bytes]] = None,
-            **sampling: Any) -> Answer:
+    def ask(self, question: Optional[Union[str, bytes]] = None, *,
+            chat: bool = False, **sampling: Any) -> Answer:
         """Appends `question` (none: just continue) and streams the answer.
-        sampling: temperature, top_k, top_p, seed, max_tokens, stop,
+        chat=True: the question is a user turn rendered with the model's chat
+        template (ServerInfo.has_chat_template; the session's earlier input
+        must have been chat messages too). sampling: temperature, top_k, top_p, seed, max_tokens, stop,
         ignore_eos (unset: the session's defaults)."""
-        request = c.decode_request(self.id, question, sampling)
+        request = c.decode_request(self.id, question, sampling, chat)
         return self._client._stream(self._client._stub.Decode, request, self.id)
 
     def fork(self) -> "Session":

@@ -129,6 +129,7 @@ class ServerInfo:
     version: str
     draining: bool
     raw: Any = dataclasses.field(repr=False, compare=False)
+    has_chat_template: bool = False  # Session.ask(..., chat=True) works
 
     @classmethod
     def from_proto(cls, m) -> "ServerInfo":
