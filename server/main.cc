@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "server/flags.h"
+#include "server/http/http_server.h"
 #include "server/metrics.h"
 #include "server/server_runner.h"
 #include "spdlog/spdlog.h"
@@ -22,7 +23,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: clusterkv-server --model MODEL.gguf [--listen HOST:PORT]\n"
-    "  [--metrics-address HOST:PORT] [--threads N] [--prefill-chunk N]\n"
+    "  [--metrics-address HOST:PORT] [--http-listen HOST:PORT]\n"
+    "  [--threads N] [--prefill-chunk N]\n"
     "  [--policy full|clusterkv|quest|streaming] [--budget B] [KV flags]\n"
     "  [--max-sessions N] [--max-host-kv-bytes N] [--max-device-kv-bytes N]\n"
     "  [--max-prompt-tokens N] [--max-session-tokens N]\n"
@@ -77,6 +79,11 @@ int main(int argc, char** argv) {
   auto server = ckv::server::ClusterKvServer::Start(*config, metrics->get());
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  if (auto http = ckv::server::http::StartHttpApi(**server); !http.ok()) {
+    spdlog::error("{}", std::string(http.status().message()));
+    (*server)->Drain(absl::ZeroDuration());
     return 1;
   }
   int sig = WaitForSignal(signals);
