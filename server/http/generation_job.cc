@@ -130,9 +130,7 @@ void GenerationJob::CloseCreated() {
 
 bool GenerationJob::Next(std::string* out, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() {
-    return done_ || !pending_.empty();
-  };
+  auto ready = [this]() { return done_ || !pending_.empty(); };
   mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   out->append(pending_);
   pending_.clear();

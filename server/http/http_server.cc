@@ -37,8 +37,8 @@ absl::StatusOr<HostPort> ParseHostPort(const std::string& address) {
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(address.substr(colon + 1), &hp.port) || hp.port < 0 ||
       hp.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--http-listen must be HOST:PORT, got '", address, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-listen must be HOST:PORT, got '", address, "'"));
   }
   hp.host = address.substr(0, colon);
   if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') {
@@ -124,10 +124,10 @@ absl::StatusOr<int> HttpApi::Listen(const ServerConfig& config) {
   // Idle keep-alive connections hold a pool thread; Stop waits this long.
   server_->set_keep_alive_timeout(2);
   Route();
-  const int port = hp->port == 0 ? server_->bind_to_any_port(hp->host)
-                                 : (server_->bind_to_port(hp->host, hp->port)
-                                        ? hp->port
-                                        : -1);
+  const int port =
+      hp->port == 0
+          ? server_->bind_to_any_port(hp->host)
+          : (server_->bind_to_port(hp->host, hp->port) ? hp->port : -1);
   if (port <= 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", config.http_listen_address, "' (--http-listen)"));
@@ -146,36 +146,35 @@ void HttpApi::Stop() {
 }
 
 void HttpApi::Route() {
-  server_->Get("/v1/models", [this](const httplib::Request& req,
-                                    httplib::Response& res) {
-    HandleModels(req, res);
-  });
-  server_->Post("/v1/completions", [this](const httplib::Request& req,
-                                          httplib::Response& res) {
-    HandleGeneration(Endpoint::kCompletions, req, res);
-  });
-  server_->Post("/v1/chat/completions", [this](const httplib::Request& req,
-                                               httplib::Response& res) {
-    HandleGeneration(Endpoint::kChat, req, res);
-  });
+  server_->Get("/v1/models",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 HandleModels(req, res);
+               });
+  server_->Post("/v1/completions",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  HandleGeneration(Endpoint::kCompletions, req, res);
+                });
+  server_->Post("/v1/chat/completions",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  HandleGeneration(Endpoint::kChat, req, res);
+                });
   // Unknown paths, 413 (body too large), ...: an OpenAI error body.
-  server_->set_error_handler([](const httplib::Request& req,
-                                httplib::Response& res) {
-    if (!res.body.empty()) return;
-    absl::Status s = res.status == 404
-                         ? absl::NotFoundError(absl::StrCat(
-                               "no route for ", req.method, " ", req.path))
-                         : absl::InvalidArgumentError(absl::StrCat(
-                               "HTTP ", res.status, " on ", req.path));
-    const int status = res.status;
-    res.set_content(ErrorBody(s), kJson);
-    res.status = status;
-  });
-  server_->set_exception_handler([](const httplib::Request&,
-                                    httplib::Response& res,
-                                    std::exception_ptr) {
-    SendError(res, absl::InternalError("internal error"));
-  });
+  server_->set_error_handler(
+      [](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        absl::Status s = res.status == 404
+                             ? absl::NotFoundError(absl::StrCat(
+                                   "no route for ", req.method, " ", req.path))
+                             : absl::InvalidArgumentError(absl::StrCat(
+                                   "HTTP ", res.status, " on ", req.path));
+        const int status = res.status;
+        res.set_content(ErrorBody(s), kJson);
+        res.status = status;
+      });
+  server_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        SendError(res, absl::InternalError("internal error"));
+      });
 }
 
 bool HttpApi::Authenticate(const httplib::Request& req, httplib::Response& res,
@@ -185,11 +184,13 @@ bool HttpApi::Authenticate(const httplib::Request& req, httplib::Response& res,
     return true;
   }
   absl::Status error;
+  // BearerToken returns a view into `header`, which must outlive it.
+  const std::string header = req.get_header_value("Authorization");
+  const auto token = BearerToken(header);
   if (!req.has_header("Authorization")) {
     error = absl::UnauthenticatedError(
         "missing credentials: send 'Authorization: Bearer TOKEN'");
-  } else if (auto token = BearerToken(req.get_header_value("Authorization"));
-             !token.has_value()) {
+  } else if (!token.has_value()) {
     error = absl::UnauthenticatedError(
         "malformed Authorization header: expected 'Bearer TOKEN'");
   } else if (auto t = tokens_->TenantOf(*token); !t.has_value()) {
@@ -274,13 +275,12 @@ void HttpApi::Stream(std::shared_ptr<GenerationJob> job,
     if (!r.status.ok()) {
       if (!send(SseEvent(ErrorBody(r.status)))) return false;
     } else {
-      if (!send(SseEvent(ChunkBody(head, "", first,
-                                   FinishReasonText(r.finish))))) {
+      if (!send(SseEvent(
+              ChunkBody(head, "", first, FinishReasonText(r.finish))))) {
         return false;
       }
-      if (include_usage &&
-          !send(SseEvent(UsageChunkBody(
-              head, {r.input_tokens, r.generated_tokens})))) {
+      if (include_usage && !send(SseEvent(UsageChunkBody(
+                               head, {r.input_tokens, r.generated_tokens})))) {
         return false;
       }
     }

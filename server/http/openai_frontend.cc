@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/request_log.h"
 #include "server/service_convert.h"
+#include "server/status_util.h"
 
 namespace ckv::server::http {
 namespace {
@@ -50,8 +51,9 @@ OpenAiFrontend::OpenAiFrontend(ServiceState& state)
   render_options_.eos_token = SpecialText(tok, tok.eos_id());
   auto source = b.model->file->GetString("tokenizer.chat_template");
   if (!source.ok()) {
-    LogInfo("http: the model has no tokenizer.chat_template; chat messages "
-            "are rendered as 'role: content' lines");
+    LogInfo(
+        "http: the model has no tokenizer.chat_template; chat messages "
+        "are rendered as 'role: content' lines");
     return;
   }
   auto parsed = chat::ChatTemplate::Parse(*source);
@@ -175,8 +177,7 @@ absl::StatusOr<StartedJob> OpenAiFrontend::Start(
     return close_created(absl::InvalidArgumentError(
         "empty prompt: the session holds no tokens to continue from"));
   }
-  SamplingParams sampling =
-      ApplySampling(target->lease->sampling(), request);
+  SamplingParams sampling = ApplySampling(target->lease->sampling(), request);
   if (auto s = ValidateSampling(sampling, b.model->config.vocab_size);
       !s.ok()) {
     return close_created(s);
@@ -189,11 +190,11 @@ absl::StatusOr<StartedJob> OpenAiFrontend::Start(
   a.tenant = target->lease->tenant();
   StartedJob started;
   if (!target->one_shot) started.session_id = target->lease->id();
-  const char* rpc = request.endpoint == Endpoint::kChat
-                        ? "http.ChatCompletions"
-                        : "http.Completions";
+  const char* rpc = request.endpoint == Endpoint::kChat ? "http.ChatCompletions"
+                                                        : "http.Completions";
   started.job = std::make_shared<GenerationJob>(state_, b, rpc, tenant);
-  if (!created.empty()) started.job->SetCreatedSession(created, target->one_shot);
+  if (!created.empty())
+    started.job->SetCreatedSession(created, target->one_shot);
   JobSpec spec;
   spec.lease = std::move(target->lease);
   spec.input = *std::move(input);

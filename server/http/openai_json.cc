@@ -57,8 +57,8 @@ bool IsNull(const Json& body, const char* key) {
   return it == body.end() || it->is_null();
 }
 
-absl::Status ReadNumber(const Json& body, const char* key, double lo,
-                        double hi, std::optional<float>* out) {
+absl::Status ReadNumber(const Json& body, const char* key, double lo, double hi,
+                        std::optional<float>* out) {
   if (IsNull(body, key)) return absl::OkStatus();
   const Json& v = body.at(key);
   if (!v.is_number()) return FieldError(key, "must be a number");
@@ -150,7 +150,8 @@ absl::Status ReadCommonFields(const Json& body, OpenAiRequest& r) {
   }
   if (!IsNull(body, "stream_options")) {
     const Json& o = body.at("stream_options");
-    if (!o.is_object()) return FieldError("stream_options", "must be an object");
+    if (!o.is_object())
+      return FieldError("stream_options", "must be an object");
     if (!IsNull(o, "include_usage")) {
       if (!o.at("include_usage").is_boolean()) {
         return FieldError("stream_options.include_usage", "must be a boolean");
@@ -189,7 +190,8 @@ absl::Status ReadPrompt(const Json& body, OpenAiRequest& r) {
     return absl::OkStatus();
   }
   if (!p.empty() && (p[0].is_string() || p[0].is_array())) {
-    return FieldError("prompt", "must hold one prompt (batches: one request each)");
+    return FieldError("prompt",
+                      "must hold one prompt (batches: one request each)");
   }
   return ReadPromptIds(p, r);
 }
@@ -290,8 +292,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body,
   OpenAiRequest r;
   r.endpoint = endpoint;
   if (auto s = ReadCommonFields(j, r); !s.ok()) return s;
-  absl::Status s = endpoint == Endpoint::kChat ? ReadMessages(j, r)
-                                               : ReadPrompt(j, r);
+  absl::Status s =
+      endpoint == Endpoint::kChat ? ReadMessages(j, r) : ReadPrompt(j, r);
   if (!s.ok()) return s;
   return r;
 }
@@ -347,7 +349,8 @@ std::string ErrorBody(const absl::Status& status, absl::string_view param) {
   if (field.empty()) {
     if (auto p = status.GetPayload(kParamPayload)) field = std::string(*p);
   }
-  std::string code = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+  std::string code =
+      absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
   if (auto limit = LimitOf(status)) code = LimitName(limit->limit);
   Json e{{"message", std::string(status.message())},
          {"type", ErrorType(HttpStatusOf(status.code()))},
@@ -370,7 +373,8 @@ std::string CompletionBody(const ResponseHead& head, absl::string_view text,
   const bool chat = head.endpoint == Endpoint::kChat;
   Json choice{{"index", 0}, {"finish_reason", std::string(finish_reason)}};
   if (chat) {
-    choice["message"] = Json{{"role", "assistant"}, {"content", std::string(text)}};
+    choice["message"] =
+        Json{{"role", "assistant"}, {"content", std::string(text)}};
   } else {
     choice["text"] = std::string(text);
     choice["logprobs"] = nullptr;

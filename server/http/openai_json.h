@@ -74,8 +74,7 @@ int HttpStatusOf(absl::StatusCode code);
 // "rate_limit_error", ...), code the lower-case status code name or, for a
 // limit rejection, the limit's name (e.g. "max_sessions"). `param`: the
 // offending field or null.
-std::string ErrorBody(const absl::Status& status,
-                      absl::string_view param = "");
+std::string ErrorBody(const absl::Status& status, absl::string_view param = "");
 
 // ---- responses --------------------------------------------------------------
 

@@ -52,8 +52,9 @@ TEST(OpenAiJsonTest, RefusesMalformedBodies) {
   EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"top_p\": 1.5}"), kBad);
   EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"stop\": 3}"), kBad);
   EXPECT_EQ(ParseCode("{\"messages\": []}", Endpoint::kChat), kBad);
-  EXPECT_EQ(ParseCode("{\"messages\": [{\"content\": \"x\"}]}", Endpoint::kChat),
-            kBad);
+  EXPECT_EQ(
+      ParseCode("{\"messages\": [{\"content\": \"x\"}]}", Endpoint::kChat),
+      kBad);
 }
 
 TEST(OpenAiJsonTest, ErrorBodyHasOpenAiShapeAndNamesTheField) {
@@ -147,7 +148,8 @@ TEST(OpenAiFrontendTest, RendersTheModelChatTemplate) {
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
-// ---- a served API --------------------------------------------------------------
+// ---- a served API
+// --------------------------------------------------------------
 
 RandomModelSpec Spec() {
   RandomModelSpec s;
@@ -210,10 +212,10 @@ TEST_F(HttpApiTest, ErrorsHaveOpenAiShapeAndStatus) {
   auto no_token = client_->Get("/v1/models");
   EXPECT_EQ(ErrorOf(no_token, 401)["type"], "authentication_error");
   httplib::Headers bad{{"Authorization", "Bearer wrong"}};
-  EXPECT_EQ(ErrorOf(client_->Post("/v1/completions", bad, "{}",
-                                  "application/json"),
-                    401)["message"],
-            "unknown bearer token");
+  EXPECT_EQ(
+      ErrorOf(client_->Post("/v1/completions", bad, "{}", "application/json"),
+              401)["message"],
+      "unknown bearer token");
   EXPECT_EQ(ErrorOf(Post("/v1/completions", "{not json"), 400)["type"],
             "invalid_request_error");
   EXPECT_EQ(ErrorOf(Post("/v1/completions", "{\"prompt\": \"\xc3\x28\"}"),
@@ -234,15 +236,14 @@ TEST_F(HttpApiTest, ErrorsHaveOpenAiShapeAndStatus) {
             "not_found_error");
   EXPECT_EQ(ErrorOf(Post("/v1/nothing", "{}"), 404)["type"], "not_found_error");
   const std::string big(2000, 'a');  // > max_prompt_tokens (byte vocab)
-  EXPECT_EQ(ErrorOf(Post("/v1/completions",
-                         Json{{"prompt", big}}.dump()),
+  EXPECT_EQ(ErrorOf(Post("/v1/completions", Json{{"prompt", big}}.dump()),
                     429)["code"],
             "max_prompt_tokens");
 }
 
 TEST_F(HttpApiTest, ListsTheModel) {
-  auto res = client_->Get(
-      "/v1/models", {{"Authorization", std::string("Bearer ") + kToken}});
+  auto res = client_->Get("/v1/models",
+                          {{"Authorization", std::string("Bearer ") + kToken}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   const Json j = Json::parse(res->body);
@@ -275,13 +276,12 @@ TEST_F(HttpApiTest, CompletionCountsUsageAndStreamsTheSameText) {
     EXPECT_EQ(finish, "stop");
     EXPECT_LT(completion, 6);
   }
-  EXPECT_EQ(usage["total_tokens"], usage["prompt_tokens"].get<int64_t>() +
-                                       completion);
+  EXPECT_EQ(usage["total_tokens"],
+            usage["prompt_tokens"].get<int64_t>() + completion);
 
-  auto stream = Post("/v1/completions", Json{{"prompt", prompt},
-                                             {"max_tokens", 6},
-                                             {"stream", true}}
-                                            .dump());
+  auto stream = Post(
+      "/v1/completions",
+      Json{{"prompt", prompt}, {"max_tokens", 6}, {"stream", true}}.dump());
   ASSERT_TRUE(stream);
   ASSERT_EQ(stream->status, 200) << stream->body;
   EXPECT_TRUE(absl::StartsWith(stream->get_header_value("Content-Type"),
@@ -302,25 +302,25 @@ TEST_F(HttpApiTest, CompletionCountsUsageAndStreamsTheSameText) {
 // x-session-id: new keeps the session; a second request appends to it; a
 // fork leaves the parent as it was.
 TEST_F(HttpApiTest, SessionsContinueAndFork) {
-  auto first = Post("/v1/completions",
-                    Json{{"prompt", "Once upon a time"}, {"max_tokens", 3}}
-                        .dump(),
-                    {{"x-session-id", "room1.new"}});
+  auto first =
+      Post("/v1/completions",
+           Json{{"prompt", "Once upon a time"}, {"max_tokens", 3}}.dump(),
+           {{"x-session-id", "room1.new"}});
   ASSERT_TRUE(first);
   ASSERT_EQ(first->status, 200) << first->body;
   const std::string id = first->get_header_value("x-session-id");
   EXPECT_TRUE(absl::StartsWith(id, "room1.")) << id;
   int64_t tokens1 = 0, tokens2 = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(first->get_header_value("x-session-tokens"),
-                               &tokens1));
+  ASSERT_TRUE(
+      absl::SimpleAtoi(first->get_header_value("x-session-tokens"), &tokens1));
   auto second = Post("/v1/completions",
                      Json{{"prompt", " there was"}, {"max_tokens", 3}}.dump(),
                      {{"x-session-id", id}});
   ASSERT_TRUE(second);
   ASSERT_EQ(second->status, 200) << second->body;
   EXPECT_EQ(second->get_header_value("x-session-id"), id);
-  ASSERT_TRUE(absl::SimpleAtoi(second->get_header_value("x-session-tokens"),
-                               &tokens2));
+  ASSERT_TRUE(
+      absl::SimpleAtoi(second->get_header_value("x-session-tokens"), &tokens2));
   const Json usage = Json::parse(second->body)["usage"];
   EXPECT_EQ(tokens2, tokens1 + usage["prompt_tokens"].get<int64_t>() +
                          usage["completion_tokens"].get<int64_t>());
@@ -335,14 +335,14 @@ TEST_F(HttpApiTest, SessionsContinueAndFork) {
   EXPECT_NE(child, id);
   EXPECT_TRUE(absl::StartsWith(child, "room1.")) << child;
   // The parent still holds tokens2: continuing it adds to that count.
-  auto third = Post("/v1/completions",
-                    Json{{"prompt", "."}, {"max_tokens", 1}}.dump(),
-                    {{"x-session-id", id}});
+  auto third =
+      Post("/v1/completions", Json{{"prompt", "."}, {"max_tokens", 1}}.dump(),
+           {{"x-session-id", id}});
   ASSERT_TRUE(third);
   ASSERT_EQ(third->status, 200) << third->body;
   int64_t tokens3 = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(third->get_header_value("x-session-tokens"),
-                               &tokens3));
+  ASSERT_TRUE(
+      absl::SimpleAtoi(third->get_header_value("x-session-tokens"), &tokens3));
   const Json usage3 = Json::parse(third->body)["usage"];
   EXPECT_EQ(tokens3, tokens2 + usage3["prompt_tokens"].get<int64_t>() +
                          usage3["completion_tokens"].get<int64_t>());
@@ -350,9 +350,9 @@ TEST_F(HttpApiTest, SessionsContinueAndFork) {
 
 TEST_F(HttpApiTest, DrainingAnswers503) {
   server_->BeginDrain();
-  EXPECT_EQ(ErrorOf(Post("/v1/completions", R"({"prompt": "hello"})"), 503)
-                ["type"],
-            "service_unavailable_error");
+  EXPECT_EQ(
+      ErrorOf(Post("/v1/completions", R"({"prompt": "hello"})"), 503)["type"],
+      "service_unavailable_error");
 }
 
 }  // namespace
