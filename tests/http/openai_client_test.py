@@ -103,7 +103,8 @@ def curl_sse(port, path, body):
         capture_output=True, text=True, timeout=90)
     if r.returncode != 0:
         fail("curl %s: %s" % (path, r.stderr))
-    head, _, payload = r.stdout.partition("\r\n\r\n")
+    # Text mode turned the header lines' CRLF into LF.
+    head, _, payload = r.stdout.partition("\n\n")
     return head, payload
 
 
