@@ -40,7 +40,6 @@ absl::Status GenerationJob::Submit(JobSpec spec,
   auto fail = [&](const absl::Status& s) {
     spec.lease = SessionLease();  // released before the session is closed
     CloseCreated();
-    LogRequest(state_.metrics(), rec_, ToGrpcStatus(s));
     EndStream();
     return s;
   };
@@ -61,7 +60,6 @@ absl::Status GenerationJob::Submit(JobSpec spec,
     CountLimitRejection(state_.metrics(), handle.status());
     // The spec (and its lease) was consumed by Submit and released.
     CloseCreated();
-    LogRequest(state_.metrics(), rec_, ToGrpcStatus(handle.status()));
     EndStream();
     return handle.status();
   }

@@ -32,7 +32,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // when Submit fails (a one-shot, a new persistent one or a fork child).
   void SetCreatedSession(const std::string& id, bool close_at_end);
   // Admits and submits `spec` (its callbacks are set here). On error nothing
-  // runs, a created session is closed and the job is finished.
+  // runs, a created session is closed and the job is finished (the caller
+  // logs the request). Once submitted, the job logs it when it ends.
   absl::Status Submit(JobSpec spec, const AdmissionRequest& admission);
 
   // Waits up to `timeout` for text or the end. Moves the text produced since

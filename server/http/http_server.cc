@@ -16,6 +16,7 @@
 #include "server/http/openai_json.h"
 #include "server/request_log.h"
 #include "server/session_manager.h"
+#include "server/status_util.h"
 #include "server/transport_security.h"
 
 namespace ckv::server::http {
@@ -217,21 +218,30 @@ void HttpApi::HandleModels(const httplib::Request& req,
 
 void HttpApi::HandleGeneration(Endpoint endpoint, const httplib::Request& req,
                                httplib::Response& res) {
+  RequestRecord rec;  // requests refused before a job runs
+  rec.rpc =
+      endpoint == Endpoint::kChat ? "http.ChatCompletions" : "http.Completions";
+  auto refuse = [&](const absl::Status& s) {
+    LogRequest(frontend_.state().metrics(), rec, ToGrpcStatus(s));
+    SendError(res, s);
+  };
   std::string tenant;
-  if (!Authenticate(req, res, &tenant)) return;
-  auto request = ParseOpenAiRequest(req.body, endpoint);
-  if (!request.ok()) {
-    SendError(res, request.status());
+  if (!Authenticate(req, res, &tenant)) {
+    LogRequest(frontend_.state().metrics(), rec,
+               grpc::Status(grpc::StatusCode::UNAUTHENTICATED, ""));
     return;
   }
+  rec.tenant = tenant;
+  auto request = ParseOpenAiRequest(req.body, endpoint);
+  if (!request.ok()) return refuse(request.status());
   SessionChoice choice;
   choice.session_id = req.get_header_value("x-session-id");
   choice.fork = req.get_header_value("x-session-fork") == "1";
-  auto started = frontend_.Start(tenant, choice, *request);
-  if (!started.ok()) {
-    SendError(res, started.status());
-    return;
+  if (ValidateSessionId(choice.session_id).ok()) {
+    rec.session_id = choice.session_id;  // never unvalidated text in logs
   }
+  auto started = frontend_.Start(tenant, choice, *request);
+  if (!started.ok()) return refuse(started.status());
   if (!started->session_id.empty()) {
     res.set_header("x-session-id", started->session_id);
   }
