@@ -2,6 +2,7 @@
 // bodies on strings, chat rendering with a real model's template, and a
 // server started in this process (random model, bearer tokens) called with
 // cpp-httplib's client over loopback.
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -353,6 +354,40 @@ TEST_F(HttpApiTest, DrainingAnswers503) {
   EXPECT_EQ(
       ErrorOf(Post("/v1/completions", R"({"prompt": "hello"})"), 503)["type"],
       "service_unavailable_error");
+}
+
+// End to end with a template: the rendered ChatML is tokenized with its
+// special tokens parsed (<|im_start|> is one token) and no BOS added.
+TEST(HttpApiTemplateTest, ChatPromptIsTheTemplatesTokens) {
+  RandomModelSpec spec = Spec();
+  spec.vocab = ckv::testing::FixturesDir() + "/tokenizer/ggml-vocab-qwen2.gguf";
+  const std::string path = ckv::testing::RandomModelPath("http_qwen2", spec);
+  ServerConfig c = testing::SmallServerConfig(path);
+  c.http_listen_address = "127.0.0.1:0";
+  auto server = ClusterKvServer::Start(c, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto port = StartHttpApi(**server);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client client("127.0.0.1", *port);
+  client.set_read_timeout(60);
+  auto res = client.Post(
+      "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})",
+      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto model = LoadModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Tokenizer& tok = *(*model)->tokenizer;
+  auto ids = tok.Encode(
+      "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+      "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+      /*add_special=*/false, /*parse_special=*/true);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(std::count(ids->begin(), ids->end(), ids->front()), 3)
+      << "<|im_start|> is one token, three times";
+  EXPECT_EQ(Json::parse(res->body)["usage"]["prompt_tokens"],
+            static_cast<int64_t>(ids->size()));
 }
 
 }  // namespace
