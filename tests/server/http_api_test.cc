@@ -300,6 +300,32 @@ TEST_F(HttpApiTest, CompletionCountsUsageAndStreamsTheSameText) {
   EXPECT_EQ(text, j["choices"][0]["text"]);  // greedy: the same answer
 }
 
+// A stop string taken from the greedy answer cuts the same answer there.
+TEST_F(HttpApiTest, StopStringEndsTheAnswer) {
+  const std::string body = R"({"prompt": "Stop here", "max_tokens": 12)";
+  auto full = Post("/v1/completions", body + "}");
+  ASSERT_TRUE(full);
+  ASSERT_EQ(full->status, 200) << full->body;
+  const std::string text = Json::parse(full->body)["choices"][0]["text"];
+  // A one-character stop string from the middle of the answer.
+  size_t p = text.size() / 2;
+  while (p > 0 && (static_cast<unsigned char>(text[p]) & 0xC0) == 0x80) --p;
+  size_t end = p + 1;
+  while (end < text.size() &&
+         (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    ++end;
+  }
+  ASSERT_GT(text.size(), 1u) << "the answer is too short to cut";
+  const std::string stop = text.substr(p, end - p);
+  auto cut =
+      Post("/v1/completions", body + ", \"stop\": " + Json(stop).dump() + "}");
+  ASSERT_TRUE(cut);
+  ASSERT_EQ(cut->status, 200) << cut->body;
+  const Json j = Json::parse(cut->body);
+  EXPECT_EQ(j["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+}
+
 // x-session-id: new keeps the session; a second request appends to it; a
 // fork leaves the parent as it was.
 TEST_F(HttpApiTest, SessionsContinueAndFork) {
