@@ -20,6 +20,9 @@ ABSL_FLAG(std::string, listen, kDefaults.listen_address,
           "gRPC listen address host:port (port 0: ephemeral)");
 ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
           "Prometheus /metrics address host:port (empty: off)");
+ABSL_FLAG(std::string, http_listen, kDefaults.http_listen_address,
+          "OpenAI-compatible HTTP API address host:port, e.g. "
+          "127.0.0.1:8080 (empty: off)");
 ABSL_FLAG(int, threads, kDefaults.threads, "compute threads (0: all cores)");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
@@ -155,6 +158,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   }
   c.listen_address = absl::GetFlag(FLAGS_listen);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  c.http_listen_address = absl::GetFlag(FLAGS_http_listen);
   c.threads = absl::GetFlag(FLAGS_threads);
   if (c.threads < 0)
     return absl::InvalidArgumentError("--threads must be >= 0");

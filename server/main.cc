@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/kv/policies/registry.h"
 #include "server/flags.h"
+#include "server/http/http_server.h"
 #include "server/metrics.h"
 #include "server/server_runner.h"
 #include "spdlog/spdlog.h"
@@ -36,7 +37,8 @@ constexpr char kUsageLimits[] =
 std::string Usage() {
   return absl::StrCat(
       "usage: clusterkv-server --model MODEL.gguf [--listen HOST:PORT]\n"
-      "  [--metrics-address HOST:PORT] [--threads N] [--prefill-chunk N]\n"
+      "  [--metrics-address HOST:PORT] [--http-listen HOST:PORT]\n"
+      "  [--threads N] [--prefill-chunk N]\n"
       "  [--policy ",
       ckv::JoinPolicyNames("|", /*with_evaluation_only=*/false),
       "] [--budget B] [KV flags]\n", kUsageLimits);
@@ -86,6 +88,11 @@ int main(int argc, char** argv) {
   auto server = ckv::server::ClusterKvServer::Start(*config, metrics->get());
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  if (auto http = ckv::server::http::StartHttpApi(**server); !http.ok()) {
+    spdlog::error("{}", std::string(http.status().message()));
+    (*server)->Drain(absl::ZeroDuration());
     return 1;
   }
   int sig = WaitForSignal(signals);

@@ -65,6 +65,10 @@ struct ServerConfig {
   // "TOKEN TENANT" lines (server/auth.h); empty: no authentication, one
   // anonymous tenant. Reloaded on SIGHUP.
   std::string auth_tokens_file;
+  // OpenAI-compatible HTTP API (docs/http-api.md), host:port (port 0:
+  // ephemeral); empty: off. Same TLS files, tokens and loopback rule as
+  // the gRPC port.
+  std::string http_listen_address;
 };
 
 }  // namespace ckv::server

@@ -165,6 +165,10 @@ absl::Status ClusterKvServer::OpenSnapshots() {
   return absl::OkStatus();
 }
 
+void ClusterKvServer::AddFrontDoor(std::unique_ptr<FrontDoor> door) {
+  front_doors_.push_back(std::move(door));
+}
+
 void ClusterKvServer::SetHealth(bool serving) {
   grpc::HealthCheckServiceInterface* health =
       server_ == nullptr ? nullptr : server_->GetHealthCheckService();
@@ -191,6 +195,7 @@ void ClusterKvServer::FinishDrain(absl::Duration grace) {
     if (engine_ != nullptr) engine_->CancelAll();
     state_->WaitStreamsDone(kCancelWait);
   }
+  for (auto& door : front_doors_) door->Stop();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();

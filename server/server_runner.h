@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -33,6 +34,14 @@ class EngineLoop;
 class ServiceState;
 class SessionManager;
 class SessionSnapshots;
+
+// A front door besides gRPC that drives this server's state (the HTTP API,
+// server/http/). Stop() returns once no request of it runs any more.
+class FrontDoor {
+ public:
+  virtual ~FrontDoor() = default;
+  virtual void Stop() = 0;
+};
 
 class ClusterKvServer {
  public:
@@ -64,6 +73,12 @@ class ClusterKvServer {
     FinishDrain(grace);
   }
 
+  // What the calls share (backend set once Start returned).
+  ServiceState& state() { return *state_; }
+  // Owns `door`: stopped in FinishDrain once running streams ended or were
+  // cancelled, and destroyed before the engine and sessions.
+  void AddFrontDoor(std::unique_ptr<FrontDoor> door);
+
  private:
   explicit ClusterKvServer(const ServerConfig& config);
   absl::Status StartGrpc(ServerMetrics* metrics);
@@ -91,6 +106,7 @@ class ClusterKvServer {
   std::unique_ptr<EngineLoop> engine_;
   std::unique_ptr<ChatRenderer> chat_;  // the model's chat template
   std::unique_ptr<grpc::Server> server_;
+  std::vector<std::unique_ptr<FrontDoor>> front_doors_;
   absl::Notification stop_janitor_;
   std::thread janitor_;
   int64_t last_steps_ = 0, last_batched_ = 0;  // janitor thread only

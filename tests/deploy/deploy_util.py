@@ -45,9 +45,10 @@ def wait_for(predicate, timeout, what):
 
 
 class Server:
-    """One clusterkv-server on an ephemeral gRPC port; its log in a file."""
+    """One clusterkv-server on an ephemeral gRPC port (and, with http, an
+    ephemeral --http-listen port); its log in a file."""
 
-    def __init__(self, binary, model, workdir, name, extra=()):
+    def __init__(self, binary, model, workdir, name, extra=(), http=False):
         self.name = name
         self.log_path = os.path.join(workdir, name + ".log")
         self.metrics_port = free_port()
@@ -55,11 +56,17 @@ class Server:
         self.proc = subprocess.Popen(
             [binary, "--model", model, "--listen", "127.0.0.1:0",
              "--metrics-address", "127.0.0.1:%d" % self.metrics_port,
-             "--threads", "1", "--drain-grace-seconds", "0", *extra],
+             "--threads", "1", "--drain-grace-seconds", "0",
+             *(["--http-listen", "127.0.0.1:0"] if http else []), *extra],
             stdout=self._log, stderr=subprocess.STDOUT)
         self.port = wait_for(self._listening_port, 30, name + " to listen")
         wait_for(lambda: "serving" in self.log(), 30, name + " to load")
         self.address = "127.0.0.1:%d" % self.port
+        self.http_address = None
+        if http:
+            m = wait_for(lambda: re.search(r"http listening on [0-9.]+:(\d+)",
+                                           self.log()), 30, name + " http")
+            self.http_address = "127.0.0.1:%s" % m.group(1)
 
     def _listening_port(self):
         if self.proc.poll() is not None:
@@ -87,18 +94,35 @@ class Server:
         self._log.close()
 
 
-def nginx_config(upstreams, listen_port, workdir):
-    """deploy/nginx/clusterkv.conf with its example ports replaced."""
+def nginx_config(upstreams, listen_port, workdir, http_upstreams=(),
+                 http_port=None):
+    """deploy/nginx/clusterkv.conf with its example ports replaced: the gRPC
+    upstream and listen port, and the HTTP API's (docs/http-api.md)."""
     with open(os.path.join(DEPLOY, "nginx", "clusterkv.conf")) as f:
         conf = f.read()
-    servers = re.findall(r"^ *server 127\.0\.0\.1:\d+ (.*);$", conf, re.M)
-    if len(servers) != 2 or "listen 127.0.0.1:8080 http2;" not in conf:
+    if ("listen 127.0.0.1:8080 http2;" not in conf or
+            "listen 127.0.0.1:8090;" not in conf):
         raise AssertionError("unexpected deploy/nginx/clusterkv.conf layout")
-    lines = "".join("    server %s %s;\n" % (u, servers[0]) for u in upstreams)
-    conf = re.sub(r"(^ *server 127\.0\.0\.1:\d+ .*;\n)+", lines, conf,
-                  flags=re.M)
+
+    def replace_servers(conf, name, addresses):
+        block = re.search(r"upstream %s \{\n(.*?)\n  \}" % name, conf, re.S)
+        servers = re.findall(r"^ *server 127\.0\.0\.1:\d+ (.*);$",
+                             block.group(1), re.M)
+        if len(servers) != 2:
+            raise AssertionError("unexpected upstream %s layout" % name)
+        lines = "".join("    server %s %s;\n" % (u, servers[0])
+                        for u in addresses)
+        body = re.sub(r"(^ *server 127\.0\.0\.1:\d+ .*;\n)+", lines,
+                      block.group(1) + "\n", flags=re.M)
+        return conf[:block.start(1)] + body.rstrip("\n") + conf[block.end(1):]
+
+    conf = replace_servers(conf, "clusterkv", upstreams)
+    conf = replace_servers(conf, "clusterkv_http",
+                           http_upstreams or upstreams)
     conf = conf.replace("listen 127.0.0.1:8080", "listen 127.0.0.1:%d" %
                         listen_port)
+    conf = conf.replace("listen 127.0.0.1:8090;", "listen 127.0.0.1:%d;" %
+                        (http_port or free_port()))
     path = os.path.join(workdir, "nginx.conf")
     with open(path, "w") as f:
         f.write(conf)
@@ -106,9 +130,11 @@ def nginx_config(upstreams, listen_port, workdir):
 
 
 class Nginx:
-    def __init__(self, upstreams, workdir):
+    def __init__(self, upstreams, workdir, http_upstreams=()):
         self.port = free_port()
-        conf = nginx_config(upstreams, self.port, workdir)
+        self.http_port = free_port()
+        conf = nginx_config(upstreams, self.port, workdir, http_upstreams,
+                            self.http_port)
         self.log_path = os.path.join(workdir, "nginx.log")
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
@@ -116,6 +142,7 @@ class Nginx:
             stdout=self._log, stderr=subprocess.STDOUT)
         wait_for(self._accepting, 20, "nginx to listen")
         self.address = "127.0.0.1:%d" % self.port
+        self.http_address = "127.0.0.1:%d" % self.http_port
 
     def _accepting(self):
         if self.proc.poll() is not None:

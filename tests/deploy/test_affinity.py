@@ -9,6 +9,7 @@ Usage: test_affinity.py CLUSTERKV_SERVER CLUSTERKV_MODEL [CLUSTERKV]
 Exit 77 (ctest: skipped) when nginx, protoc or python3-grpcio is missing.
 """
 
+import json
 import os
 import re
 import secrets
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploy_util as du  # noqa: E402
@@ -47,9 +50,10 @@ class AffinityTest(unittest.TestCase):
         cls.replicas = []
         cls.nginx = None
         try:
-            cls.replicas = [du.Server(SERVER_BIN, model, work, "replica%d" % i)
-                            for i in range(2)]
-            cls.nginx = du.Nginx([r.address for r in cls.replicas], work)
+            cls.replicas = [du.Server(SERVER_BIN, model, work, "replica%d" % i,
+                                      http=True) for i in range(2)]
+            cls.nginx = du.Nginx([r.address for r in cls.replicas], work,
+                                 [r.http_address for r in cls.replicas])
         except Exception:
             cls.tearDownClass()
             raise
@@ -98,6 +102,53 @@ class AffinityTest(unittest.TestCase):
         self.assertEqual(self.proxy.decode(child, " Why?").session_tokens,
                          self.proxy.get(child).tokens)
         return child
+
+    def http_post(self, path, body, headers):
+        """(status, headers, JSON body) of an HTTP API call via the proxy."""
+        req = urllib.request.Request(
+            "http://%s%s" % (self.nginx.http_address, path),
+            data=json.dumps(body).encode(), method="POST",
+            headers=dict(headers, **{"Content-Type": "application/json"}))
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.headers, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, json.loads(e.read())
+
+    def test_http_api_sessions_stay_on_one_replica(self):
+        """OpenAI-style HTTP requests (docs/http-api.md) through the proxy:
+        x-session-id "KEY.new" creates a session; later HTTP requests naming
+        it (continued or forked) reach the replica that holds it (a wrong
+        replica would answer 404), for keys on both replicas."""
+        owners = set()
+        for _ in range(12):
+            key = secrets.token_hex(8)
+            status, headers, body = self.http_post(
+                "/v1/completions", {"prompt": "A document.", "max_tokens": 2},
+                {"x-session-id": key + ".new"})
+            self.assertEqual(status, 200, body)
+            sid = headers["x-session-id"]
+            self.assertTrue(sid.startswith(key + "."), sid)
+            replica = self.owner(sid)
+            owners.add(replica)
+            before = self.direct[replica].get(sid).tokens
+            for _ in range(2):
+                status, headers, body = self.http_post(
+                    "/v1/chat/completions",
+                    {"messages": [{"role": "user", "content": "Why?"}],
+                     "max_tokens": 2}, {"x-session-id": sid})
+                self.assertEqual(status, 200, body)
+                after = int(headers["x-session-tokens"])
+                self.assertEqual(after, before + body["usage"]["total_tokens"])
+                before = after
+            status, headers, body = self.http_post(
+                "/v1/completions", {"prompt": " And?", "max_tokens": 1},
+                {"x-session-id": sid, "x-session-fork": "1"})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(self.owner(headers["x-session-id"]), replica)
+            if len(owners) == 2:
+                return
+        self.fail("12 random routing keys all hashed to one replica")
 
     def test_sessions_stay_on_one_replica_and_fail_only_with_it(self):
         sessions = self.create_until_both_replicas_hold_two()

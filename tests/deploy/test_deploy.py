@@ -259,6 +259,10 @@ class RoutingKeyTest(unittest.TestCase):
                       r'"~(.*?)" \$key;\s*default\s+\$http_x_session_id;', conf)
         self.assertIsNotNone(m)
         self.assertIn("hash $clusterkv_route consistent;", conf)
+        # The HTTP API's upstream (docs/http-api.md) hashes on the same key.
+        http = re.search(r"upstream clusterkv_http \{(.*?)\}", conf, re.S)
+        self.assertIsNotNone(http)
+        self.assertIn("hash $clusterkv_route consistent;", http.group(1))
         self.assertIn("grpc_next_upstream off;", conf)
         pattern = re.compile(m.group(1).replace("(?<key>", "(?P<key>"))
         for sid, key in self.IDS.items():

@@ -1,0 +1,73 @@
+// One generation started by the HTTP API on the shared engine: the engine's
+// callbacks (engine thread, never blocking) append text and report the end;
+// the HTTP thread that serves the request waits on it. Owned by a
+// shared_ptr held by both, so either side may finish first.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/admission.h"
+#include "server/engine_loop.h"
+#include "server/request_log.h"
+#include "server/service_state.h"
+#include "server/session.h"
+
+namespace ckv::server::http {
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  // Counts as a live stream of `state` (drain waits for it) until the job
+  // ends or Abandon() is called.
+  GenerationJob(ServiceState& state, ServiceBackend backend, std::string rpc,
+                std::string tenant);
+  ~GenerationJob();
+  GenerationJob(const GenerationJob&) = delete;
+  GenerationJob& operator=(const GenerationJob&) = delete;
+
+  // A session this request created: closed when the job ends (one-shot) or
+  // when Submit fails (a one-shot, a new persistent one or a fork child).
+  void SetCreatedSession(const std::string& id, bool close_at_end);
+  // Admits and submits `spec` (its callbacks are set here). On error nothing
+  // runs, a created session is closed and the job is finished (the caller
+  // logs the request). Once submitted, the job logs it when it ends.
+  absl::Status Submit(JobSpec spec, const AdmissionRequest& admission);
+
+  // Waits up to `timeout` for text or the end. Moves the text produced since
+  // the last call into `out`; returns true once the job has ended (all text
+  // then taken).
+  bool Next(std::string* out, absl::Duration timeout);
+  // Blocks until the job ends.
+  const JobResult& Wait();
+  // Cancels the job (client gone); it still ends through on_done.
+  void Cancel();
+
+ private:
+  void OnToken(absl::string_view text);
+  void OnDone(const JobResult& r);
+  void RecordMetrics(const JobResult& r);
+  void CloseCreated();
+  void EndStream();
+
+  ServiceState& state_;
+  const ServiceBackend backend_;
+  RequestRecord rec_;
+  std::string created_id_;
+  bool close_at_end_ = false;
+  std::unique_ptr<AdmissionTicket> ticket_;  // engine thread after Submit
+  std::shared_ptr<Session> session_;
+  SessionStats before_;
+  bool stream_counted_ = true;  // guarded by mu_
+
+  absl::Mutex mu_;
+  std::string pending_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  JobResult result_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<JobHandle> handle_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace ckv::server::http

@@ -1,0 +1,75 @@
+// The OpenAI-compatible API's link to the engine: turns a parsed request
+// and its session headers into a running GenerationJob on the same
+// sessions, admission, limits, engine and metrics as the gRPC service
+// (docs/http-api.md). No HTTP library here.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/chat/chat_template.h"
+#include "server/http/generation_job.h"
+#include "server/http/openai_json.h"
+#include "server/service_state.h"
+
+namespace ckv::server::http {
+
+// The x-session-id value that asks for a new persistent session:
+// "new", or "<routing key>.new" (the session id then starts with the key,
+// so a proxy hashing on the key routes both calls alike).
+inline constexpr char kNewSession[] = "new";
+
+// How a request uses sessions (its headers).
+struct SessionChoice {
+  std::string session_id;  // x-session-id; empty: one-shot
+  bool fork = false;       // x-session-fork: 1
+};
+
+struct StartedJob {
+  std::shared_ptr<GenerationJob> job;
+  // The persistent session the request ran in (the fork child when
+  // forked); empty for a one-shot request.
+  std::string session_id;
+};
+
+class OpenAiFrontend {
+ public:
+  // `state` must have its backend set (the model is loaded) and outlive
+  // this object. Reads the model's tokenizer.chat_template; one that does
+  // not parse is logged and the raw rendering used.
+  explicit OpenAiFrontend(ServiceState& state);
+
+  // The id /v1/models lists: the model file's name without ".gguf".
+  const std::string& model_id() const { return model_id_; }
+  bool has_chat_template() const { return chat_template_.has_value(); }
+  ServiceState& state() const { return state_; }
+
+  // Validates, tokenizes, resolves the session (one-shot, new, existing or
+  // forked) and submits. Errors: NOT_FOUND for another model or an unknown
+  // session, INVALID_ARGUMENT for bad input, RESOURCE_EXHAUSTED for limits,
+  // ABORTED for a busy session, UNAVAILABLE while loading or draining.
+  absl::StatusOr<StartedJob> Start(const std::string& tenant,
+                                   const SessionChoice& choice,
+                                   const OpenAiRequest& request) const;
+
+  // The prompt text of a chat request (template or raw rendering).
+  absl::StatusOr<std::string> RenderChat(const OpenAiRequest& request) const;
+
+ private:
+  struct Target;  // the resolved session
+  absl::StatusOr<Target> ResolveSession(const ServiceBackend& b,
+                                        const std::string& tenant,
+                                        const SessionChoice& choice) const;
+  absl::StatusOr<std::vector<int32_t>> PromptTokens(
+      const ServiceBackend& b, const OpenAiRequest& request,
+      bool session_empty) const;
+
+  ServiceState& state_;
+  std::string model_id_;
+  std::optional<chat::ChatTemplate> chat_template_;
+  chat::ChatRenderOptions render_options_;
+};
+
+}  // namespace ckv::server::http

@@ -1,0 +1,109 @@
+// The JSON of the OpenAI-compatible HTTP API (docs/http-api.md): request
+// bodies of /v1/completions and /v1/chat/completions parsed into a typed
+// struct, and the response, chunk, model-list and error bodies. No HTTP
+// library and no engine here, so every rule is testable on strings.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/sampler.h"
+
+namespace ckv::server::http {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ChatTurn {
+  std::string role;
+  std::string content;
+};
+
+// One request body. Fields OpenAI defines that this server does not
+// implement are ignored when absent or at their neutral value (see
+// ParseOpenAiRequest); unknown fields are ignored.
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // required by OpenAI; checked against /v1/models
+  // /v1/completions: a string, or token ids (has_prompt_ids).
+  std::string prompt;
+  std::vector<int32_t> prompt_ids;
+  bool has_prompt_ids = false;
+  std::vector<ChatTurn> messages;  // /v1/chat/completions
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::optional<int> max_tokens;
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<uint64_t> seed;
+  std::optional<std::vector<std::string>> stop;
+};
+
+// Nesting deeper than this (objects and arrays) is refused before parsing.
+inline constexpr int kMaxJsonDepth = 32;
+
+// INVALID_ARGUMENT naming the field for: a body that is not JSON (or holds
+// invalid UTF-8), deeper than kMaxJsonDepth or not an object; a field of
+// the wrong type or out of range; `n` other than 1; more than one prompt;
+// a chat request without messages.
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body,
+                                                 Endpoint endpoint);
+
+// `base` with the request's max_tokens, temperature, top_p, seed and stop
+// applied (not validated: ValidateSampling does that).
+SamplingParams ApplySampling(const SamplingParams& base,
+                             const OpenAiRequest& r);
+
+// Raw rendering of a conversation for a model without a chat template:
+// "role: content\n" per message, then "assistant:" (the generation prompt).
+std::string RenderRawConversation(const std::vector<ChatTurn>& messages);
+
+// ---- errors ---------------------------------------------------------------
+
+// The HTTP status of a status code: INVALID_ARGUMENT, OUT_OF_RANGE and
+// FAILED_PRECONDITION 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403,
+// NOT_FOUND 404, ABORTED (session busy) 409, RESOURCE_EXHAUSTED 429,
+// UNAVAILABLE 503, CANCELLED 499, anything else 500.
+int HttpStatusOf(absl::StatusCode code);
+// {"error": {"message", "type", "param", "code"}}: type from the HTTP status
+// ("invalid_request_error", "authentication_error", "not_found_error",
+// "rate_limit_error", ...), code the lower-case status code name or, for a
+// limit rejection, the limit's name (e.g. "max_sessions"). `param`: the
+// offending field or null.
+std::string ErrorBody(const absl::Status& status, absl::string_view param = "");
+
+// ---- responses --------------------------------------------------------------
+
+std::string ModelsBody(absl::string_view model_id, int64_t created);
+
+// The shared fields of a response and its chunks.
+struct ResponseHead {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// A whole (non-streaming) response: one choice with `text`.
+std::string CompletionBody(const ResponseHead& head, absl::string_view text,
+                           absl::string_view finish_reason, const Usage& usage);
+// One streamed chunk: delta `text` (chat: with role "assistant" when
+// `first`), finish_reason null unless given.
+std::string ChunkBody(const ResponseHead& head, absl::string_view text,
+                      bool first, absl::string_view finish_reason = "");
+// The usage chunk of stream_options.include_usage (choices empty).
+std::string UsageChunkBody(const ResponseHead& head, const Usage& usage);
+// "data: <json>\n\n"
+std::string SseEvent(absl::string_view json);
+inline constexpr char kSseDone[] = "data: [DONE]\n\n";
+
+}  // namespace ckv::server::http

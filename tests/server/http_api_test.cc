@@ -1,0 +1,420 @@
+// The OpenAI-compatible HTTP API (server/http/): request parsing and error
+// bodies on strings, chat rendering with a real model's template, and a
+// server started in this process (random model, bearer tokens) called with
+// cpp-httplib's client over loopback.
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "model/model.h"
+#include "nlohmann/json.hpp"
+#include "server/http/http_server.h"
+#include "server/http/openai_frontend.h"
+#include "server/http/openai_json.h"
+#include "server/server_runner.h"
+#include "server/service_convert.h"
+#include "server/service_state.h"
+#include "tests/model/test_util.h"
+#include "tests/server/small_server_config.h"
+
+namespace ckv::server::http {
+namespace {
+
+using Json = nlohmann::json;
+constexpr char kToken[] = "http-test-token";
+
+// ---- request parsing and bodies ---------------------------------------------
+
+absl::StatusCode ParseCode(const std::string& body,
+                           Endpoint e = Endpoint::kCompletions) {
+  return ParseOpenAiRequest(body, e).status().code();
+}
+
+TEST(OpenAiJsonTest, RefusesMalformedBodies) {
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(ParseCode("{"), kBad);
+  EXPECT_EQ(ParseCode(""), kBad);
+  EXPECT_EQ(ParseCode("[1]"), kBad);
+  EXPECT_EQ(ParseCode("{\"prompt\": \"\xff\xfe\"}"), kBad);  // bad UTF-8
+  EXPECT_EQ(ParseCode(std::string(100000, '[') + std::string(100000, ']')),
+            kBad);
+  EXPECT_EQ(ParseCode("{}"), kBad);  // no prompt
+  EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"n\": 2}"), kBad);
+  EXPECT_EQ(ParseCode("{\"prompt\": [\"a\", \"b\"]}"), kBad);
+  EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"max_tokens\": 0}"), kBad);
+  EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"temperature\": \"hot\"}"), kBad);
+  EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"top_p\": 1.5}"), kBad);
+  EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"stop\": 3}"), kBad);
+  EXPECT_EQ(ParseCode("{\"messages\": []}", Endpoint::kChat), kBad);
+  EXPECT_EQ(
+      ParseCode("{\"messages\": [{\"content\": \"x\"}]}", Endpoint::kChat),
+      kBad);
+}
+
+TEST(OpenAiJsonTest, ErrorBodyHasOpenAiShapeAndNamesTheField) {
+  auto r = ParseOpenAiRequest("{\"prompt\": \"a\", \"n\": 3}",
+                              Endpoint::kCompletions);
+  ASSERT_FALSE(r.ok());
+  const Json e = Json::parse(ErrorBody(r.status()))["error"];
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  EXPECT_EQ(e["param"], "n");
+  EXPECT_EQ(e["code"], "invalid_argument");
+  EXPECT_TRUE(absl::StrContains(e["message"].get<std::string>(), "'n'"));
+  EXPECT_TRUE(Json::parse(ErrorBody(absl::NotFoundError("x")))["error"]["param"]
+                  .is_null());
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnauthenticated), 401);
+}
+
+TEST(OpenAiJsonTest, ReadsPromptFormsAndSampling) {
+  auto r = ParseOpenAiRequest(
+      R"({"prompt": ["hello"], "stop": "x", "max_tokens": 7, "seed": 5,
+          "temperature": 0.5, "top_p": 0.9, "n": 1, "logprobs": null,
+          "stream": true, "stream_options": {"include_usage": true}})",
+      Endpoint::kCompletions);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt, "hello");
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  const SamplingParams s = ApplySampling(SamplingParams(), *r);
+  EXPECT_EQ(s.max_tokens, 7);
+  EXPECT_EQ(s.seed, 5u);
+  EXPECT_FLOAT_EQ(s.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(s.top_p, 0.9f);
+  EXPECT_EQ(s.stop, std::vector<std::string>{"x"});
+  auto ids = ParseOpenAiRequest(R"({"prompt": [1, 2, 3], "stop": ["a", "b"]})",
+                                Endpoint::kCompletions);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_TRUE(ids->has_prompt_ids);
+  EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(ids->stop->size(), 2u);
+}
+
+TEST(OpenAiJsonTest, ChatContentPartsAndRawRendering) {
+  auto r = ParseOpenAiRequest(
+      R"({"messages": [{"role": "system", "content": "be brief"},
+          {"role": "user", "content": [{"type": "text", "text": "hi "},
+                                       {"type": "text", "text": "there"}]}]})",
+      Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(RenderRawConversation(r->messages),
+            "system: be brief\nuser: hi there\nassistant:");
+}
+
+TEST(OpenAiJsonTest, ChunksHaveOpenAiObjects) {
+  ResponseHead head{Endpoint::kChat, "chatcmpl-1", 42, "m"};
+  const Json first = Json::parse(ChunkBody(head, "Hi", /*first=*/true));
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(first["choices"][0]["delta"]["content"], "Hi");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  const Json last = Json::parse(ChunkBody(head, "", false, "length"));
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(last["choices"][0]["delta"].contains("content"));
+  const Json usage = Json::parse(UsageChunkBody(head, {3, 4}));
+  EXPECT_EQ(usage["usage"]["total_tokens"], 7);
+  EXPECT_TRUE(usage["choices"].empty());
+}
+
+// The model's own tokenizer.chat_template (Qwen2's ChatML) renders the
+// conversation with the generation prompt.
+TEST(OpenAiFrontendTest, RendersTheModelChatTemplate) {
+  const std::string vocab =
+      ckv::testing::FixturesDir() + "/tokenizer/ggml-vocab-qwen2.gguf";
+  auto file = gguf::GgufFile::Open(vocab);
+  ASSERT_TRUE(file.ok()) << file.status();
+  Model model;
+  model.tokenizer = *Tokenizer::FromGguf(**file);
+  model.file = *std::move(file);
+  ServerConfig config;
+  ServiceState state(config, nullptr);
+  state.SetBackend({&model, nullptr, nullptr, nullptr, nullptr});
+  OpenAiFrontend frontend(state);
+  ASSERT_TRUE(frontend.has_chat_template());
+  OpenAiRequest r;
+  r.endpoint = Endpoint::kChat;
+  r.messages = {{"user", "hi"}};
+  auto text = frontend.RenderChat(r);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+// ---- a served API
+// --------------------------------------------------------------
+
+RandomModelSpec Spec() {
+  RandomModelSpec s;
+  s.layers = 2;
+  s.dim = 64;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.ffn = 128;
+  s.seed = 11;
+  return s;
+}
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_path_ = ckv::testing::RandomModelPath("http", Spec());
+    const std::string tokens = ckv::testing::TempPath("http_tokens");
+    std::ofstream(tokens) << kToken << " alice\n";
+    ServerConfig c = testing::SmallServerConfig(model_path_);
+    c.http_listen_address = "127.0.0.1:0";
+    c.auth_tokens_file = tokens;
+    c.limits.max_prompt_tokens = 256;
+    auto server = ClusterKvServer::Start(c, nullptr);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto port = StartHttpApi(*server_);
+    ASSERT_TRUE(port.ok()) << port.status();
+    ASSERT_GT(*port, 0);
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
+    client_->set_read_timeout(60);
+  }
+
+  httplib::Result Post(const std::string& path, const std::string& body,
+                       httplib::Headers headers = {}) {
+    headers.emplace("Authorization", std::string("Bearer ") + kToken);
+    return client_->Post(path.c_str(), headers, body, "application/json");
+  }
+
+  // The error object of a failed response, after checking its status.
+  static Json ErrorOf(const httplib::Result& res, int status) {
+    EXPECT_TRUE(res);
+    if (!res) return Json();
+    EXPECT_EQ(res->status, status) << res->body;
+    const Json j = Json::parse(res->body, nullptr, false);
+    EXPECT_TRUE(j.contains("error")) << res->body;
+    if (!j.contains("error")) return Json();
+    const Json& e = j["error"];
+    for (const char* key : {"message", "type", "param", "code"}) {
+      EXPECT_TRUE(e.contains(key)) << key << " in " << res->body;
+    }
+    return e;
+  }
+
+  std::string model_path_;
+  std::unique_ptr<ClusterKvServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(HttpApiTest, ErrorsHaveOpenAiShapeAndStatus) {
+  auto no_token = client_->Get("/v1/models");
+  EXPECT_EQ(ErrorOf(no_token, 401)["type"], "authentication_error");
+  httplib::Headers bad{{"Authorization", "Bearer wrong"}};
+  EXPECT_EQ(
+      ErrorOf(client_->Post("/v1/completions", bad, "{}", "application/json"),
+              401)["message"],
+      "unknown bearer token");
+  EXPECT_EQ(ErrorOf(Post("/v1/completions", "{not json"), 400)["type"],
+            "invalid_request_error");
+  EXPECT_EQ(ErrorOf(Post("/v1/completions", "{\"prompt\": \"\xc3\x28\"}"),
+                    400)["type"],
+            "invalid_request_error");
+  EXPECT_EQ(ErrorOf(Post("/v1/chat/completions",
+                         R"({"messages": [{"role": "user", "content": "x"}],
+                             "n": 2})"),
+                    400)["param"],
+            "n");
+  EXPECT_EQ(ErrorOf(Post("/v1/completions", R"({"prompt": "hello"})",
+                         {{"x-session-id", "s-0123456789abcdef"}}),
+                    404)["type"],
+            "not_found_error");
+  EXPECT_EQ(ErrorOf(Post("/v1/completions",
+                         R"({"prompt": "hello", "model": "other"})"),
+                    404)["type"],
+            "not_found_error");
+  EXPECT_EQ(ErrorOf(Post("/v1/nothing", "{}"), 404)["type"], "not_found_error");
+  const std::string big(2000, 'a');  // > max_prompt_tokens (byte vocab)
+  EXPECT_EQ(ErrorOf(Post("/v1/completions", Json{{"prompt", big}}.dump()),
+                    429)["code"],
+            "max_prompt_tokens");
+}
+
+TEST_F(HttpApiTest, ListsTheModel) {
+  auto res = client_->Get("/v1/models",
+                          {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const Json j = Json::parse(res->body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0]["object"], "model");
+  EXPECT_FALSE(j["data"][0]["id"].get<std::string>().empty());
+}
+
+TEST_F(HttpApiTest, CompletionCountsUsageAndStreamsTheSameText) {
+  const std::string prompt = "The quick brown fox";
+  auto res = Post("/v1/completions",
+                  Json{{"prompt", prompt}, {"max_tokens", 6}}.dump());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_FALSE(res->has_header("x-session-id"));  // one-shot
+  const Json j = Json::parse(res->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  auto model = LoadModel(model_path_);
+  ASSERT_TRUE(model.ok());
+  auto ids = EncodeText(*(*model)->tokenizer, prompt, /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  const Json& usage = j["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], static_cast<int64_t>(ids->size()));
+  const int64_t completion = usage["completion_tokens"];
+  const std::string finish = j["choices"][0]["finish_reason"];
+  if (finish == "length") {
+    EXPECT_EQ(completion, 6);
+  } else {
+    EXPECT_EQ(finish, "stop");
+    EXPECT_LT(completion, 6);
+  }
+  EXPECT_EQ(usage["total_tokens"],
+            usage["prompt_tokens"].get<int64_t>() + completion);
+
+  auto stream = Post(
+      "/v1/completions",
+      Json{{"prompt", prompt}, {"max_tokens", 6}, {"stream", true}}.dump());
+  ASSERT_TRUE(stream);
+  ASSERT_EQ(stream->status, 200) << stream->body;
+  EXPECT_TRUE(absl::StartsWith(stream->get_header_value("Content-Type"),
+                               "text/event-stream"));
+  std::string text;
+  std::vector<std::string> events =
+      absl::StrSplit(stream->body, "\n\n", absl::SkipEmpty());
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "data: [DONE]");
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_TRUE(absl::StartsWith(events[i], "data: ")) << events[i];
+    const Json chunk = Json::parse(events[i].substr(6));
+    text += chunk["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, j["choices"][0]["text"]);  // greedy: the same answer
+}
+
+// A stop string taken from the greedy answer cuts the same answer there.
+TEST_F(HttpApiTest, StopStringEndsTheAnswer) {
+  const std::string body = R"({"prompt": "Stop here", "max_tokens": 12)";
+  auto full = Post("/v1/completions", body + "}");
+  ASSERT_TRUE(full);
+  ASSERT_EQ(full->status, 200) << full->body;
+  const std::string text = Json::parse(full->body)["choices"][0]["text"];
+  // A one-character stop string from the middle of the answer.
+  size_t p = text.size() / 2;
+  while (p > 0 && (static_cast<unsigned char>(text[p]) & 0xC0) == 0x80) --p;
+  size_t end = p + 1;
+  while (end < text.size() &&
+         (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    ++end;
+  }
+  ASSERT_GT(text.size(), 1u) << "the answer is too short to cut";
+  const std::string stop = text.substr(p, end - p);
+  auto cut =
+      Post("/v1/completions", body + ", \"stop\": " + Json(stop).dump() + "}");
+  ASSERT_TRUE(cut);
+  ASSERT_EQ(cut->status, 200) << cut->body;
+  const Json j = Json::parse(cut->body);
+  EXPECT_EQ(j["choices"][0]["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+}
+
+// x-session-id: new keeps the session; a second request appends to it; a
+// fork leaves the parent as it was.
+TEST_F(HttpApiTest, SessionsContinueAndFork) {
+  auto first =
+      Post("/v1/completions",
+           Json{{"prompt", "Once upon a time"}, {"max_tokens", 3}}.dump(),
+           {{"x-session-id", "room1.new"}});
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  const std::string id = first->get_header_value("x-session-id");
+  EXPECT_TRUE(absl::StartsWith(id, "room1.")) << id;
+  int64_t tokens1 = 0, tokens2 = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(first->get_header_value("x-session-tokens"), &tokens1));
+  auto second = Post("/v1/completions",
+                     Json{{"prompt", " there was"}, {"max_tokens", 3}}.dump(),
+                     {{"x-session-id", id}});
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(second->get_header_value("x-session-id"), id);
+  ASSERT_TRUE(
+      absl::SimpleAtoi(second->get_header_value("x-session-tokens"), &tokens2));
+  const Json usage = Json::parse(second->body)["usage"];
+  EXPECT_EQ(tokens2, tokens1 + usage["prompt_tokens"].get<int64_t>() +
+                         usage["completion_tokens"].get<int64_t>());
+
+  auto fork = Post("/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "and?"}],
+                       "max_tokens": 2})",
+                   {{"x-session-id", id}, {"x-session-fork", "1"}});
+  ASSERT_TRUE(fork);
+  ASSERT_EQ(fork->status, 200) << fork->body;
+  const std::string child = fork->get_header_value("x-session-id");
+  EXPECT_NE(child, id);
+  EXPECT_TRUE(absl::StartsWith(child, "room1.")) << child;
+  // The parent still holds tokens2: continuing it adds to that count.
+  auto third =
+      Post("/v1/completions", Json{{"prompt", "."}, {"max_tokens", 1}}.dump(),
+           {{"x-session-id", id}});
+  ASSERT_TRUE(third);
+  ASSERT_EQ(third->status, 200) << third->body;
+  int64_t tokens3 = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(third->get_header_value("x-session-tokens"), &tokens3));
+  const Json usage3 = Json::parse(third->body)["usage"];
+  EXPECT_EQ(tokens3, tokens2 + usage3["prompt_tokens"].get<int64_t>() +
+                         usage3["completion_tokens"].get<int64_t>());
+}
+
+TEST_F(HttpApiTest, DrainingAnswers503) {
+  server_->BeginDrain();
+  EXPECT_EQ(
+      ErrorOf(Post("/v1/completions", R"({"prompt": "hello"})"), 503)["type"],
+      "service_unavailable_error");
+}
+
+// End to end with a template: the rendered ChatML is tokenized with its
+// special tokens parsed (<|im_start|> is one token) and no BOS added.
+TEST(HttpApiTemplateTest, ChatPromptIsTheTemplatesTokens) {
+  RandomModelSpec spec = Spec();
+  spec.vocab = ckv::testing::FixturesDir() + "/tokenizer/ggml-vocab-qwen2.gguf";
+  const std::string path = ckv::testing::RandomModelPath("http_qwen2", spec);
+  ServerConfig c = testing::SmallServerConfig(path);
+  c.http_listen_address = "127.0.0.1:0";
+  auto server = ClusterKvServer::Start(c, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto port = StartHttpApi(**server);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client client("127.0.0.1", *port);
+  client.set_read_timeout(60);
+  auto res = client.Post(
+      "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})",
+      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto model = LoadModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Tokenizer& tok = *(*model)->tokenizer;
+  auto ids = tok.Encode(
+      "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+      "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+      /*add_special=*/false, /*parse_special=*/true);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(std::count(ids->begin(), ids->end(), ids->front()), 3)
+      << "<|im_start|> is one token, three times";
+  EXPECT_EQ(Json::parse(res->body)["usage"]["prompt_tokens"],
+            static_cast<int64_t>(ids->size()));
+}
+
+}  // namespace
+}  // namespace ckv::server::http
