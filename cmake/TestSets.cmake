@@ -17,7 +17,8 @@
 set(CKV_RELEASE_TESTS
   golden_test arch_golden_test arch_forward_test quant_golden_test
   quant_model_test long_context_test
-  cli_test python_client_test deploy_config_test deploy_affinity_test
+  cli_test python_client_test openai_client_test deploy_config_test
+  deploy_affinity_test
   engine_bench_smoke cluster_bench_smoke service_bench_smoke fuzz_smoke
   cuda_device_test cuda_ops_test)
 set(CKV_BOTH_SETS_TESTS soak_30s)
