@@ -63,7 +63,21 @@ absl::StatusOr<int> RunGenerate(RpcClient& client, const ClientOptions& o,
   auto prompt = ReadPrompt(o);
   if (!prompt.ok()) return prompt.status();
   pb::GenerateRequest request;
-  request.set_prompt(*prompt);
+  // The prompt as one user turn when the model has a chat template (the
+  // server adds the assistant's opening); --raw sends the text as is.
+  bool chat = false;
+  if (!o.raw) {
+    auto info = client.GetServerInfo();
+    if (!info.ok()) return info.status();
+    chat = info->has_chat_template();
+  }
+  if (chat) {
+    pb::ChatMessage* m = request.mutable_messages()->add_messages();
+    m->set_role("user");
+    m->set_content(*prompt);
+  } else {
+    request.set_prompt(*prompt);
+  }
   *request.mutable_kv() = BuildKv(o.kv);
   *request.mutable_sampling() = BuildSampling(o.sampling);
   if (o.add_bos) request.set_add_bos(*o.add_bos);

@@ -43,7 +43,8 @@ ABSL_FLAG(std::string, text, kDefaults.text, "session prefill: text");
 ABSL_FLAG(std::string, question_format, kDefaults.question_format,
           "text appended per question; {question} is replaced");
 ABSL_FLAG(bool, raw, kDefaults.raw,
-          "qa: send raw text even when the model has a chat template");
+          "qa, generate: send raw text even when the model has a chat "
+          "template");
 ABSL_FLAG(std::string, doc_role, kDefaults.doc_role,
           "qa with a chat template: role of the document's turn "
           "(user|system)");
@@ -106,7 +107,8 @@ constexpr char kUsageCommands[] =
     "usage: clusterkv [--server ADDR] [--json] [--timeout SECONDS]\n"
     "  [--tls] [--tls-ca PEM] [--tls-cert PEM --tls-key PEM]\n"
     "  [--tls-server-name NAME] [--token TOKEN | --token-file F] COMMAND\n"
-    "  generate (--prompt TEXT | --prompt-file F) [sampling] [kv]\n"
+    "  generate (--prompt TEXT | --prompt-file F) [--raw] [sampling] [kv]\n"
+    "      the prompt a user turn when the model has a chat template\n"
     "  qa --doc FILE --question Q [--question Q ...] [sampling] [kv]\n"
     "      [--raw] [--doc-role user|system]: chat template when the model\n"
     "      has one (the document a first turn), else or with --raw text\n"

@@ -119,7 +119,11 @@ class FakeService final : public pb::ClusterKv::Service {
 
   Status Generate(ServerContext*, const pb::GenerateRequest* request,
                   grpc::ServerWriter<pb::DecodeResponse>* writer) override {
-    if (request->prompt().empty()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      generate_request_ = *request;
+    }
+    if (request->prompt().empty() && !request->has_messages()) {
       return Status(grpc::StatusCode::INVALID_ARGUMENT, "empty prompt");
     }
     pb::DecodeResponse r;
@@ -186,6 +190,10 @@ class FakeService final : public pb::ClusterKv::Service {
     std::lock_guard<std::mutex> lock(mu_);
     return prefill_messages_;
   }
+  pb::GenerateRequest generate_request() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return generate_request_;
+  }
   std::atomic<bool> chat_template_{false};  // ServerInfo.has_chat_template
 
  private:
@@ -208,6 +216,7 @@ class FakeService final : public pb::ClusterKv::Service {
   std::set<std::string> closed_;
   std::string prefill_text_;
   pb::ChatMessages prefill_messages_;
+  pb::GenerateRequest generate_request_;
 };
 
 struct RunResult {
@@ -340,6 +349,25 @@ TEST_F(ClientFakeServerTest, QaSendsMessagesWhenTheModelHasATemplate) {
   EXPECT_EQ(Run(absl::StrCat("qa --doc-role tool --doc ", doc, " --question Q"))
                 .exit_code,
             2);
+}
+
+// generate, like qa: the prompt as one user turn (with the assistant's
+// opening) when the model has a template; --raw sends the text as is.
+TEST_F(ClientFakeServerTest, GenerateSendsAUserTurnWhenTheModelHasATemplate) {
+  service_.chat_template_ = true;
+  ASSERT_EQ(Run("generate --prompt 'Who are you?'").exit_code, 0);
+  const pb::GenerateRequest chat = service_.generate_request();
+  ASSERT_TRUE(chat.has_messages());
+  ASSERT_EQ(chat.messages().messages_size(), 1);
+  EXPECT_EQ(chat.messages().messages(0).role(), "user");
+  EXPECT_EQ(chat.messages().messages(0).content(), "Who are you?");
+  EXPECT_FALSE(chat.messages().has_add_generation_prompt());  // default true
+  ASSERT_EQ(Run("generate --raw --prompt 'Who are you?'").exit_code, 0);
+  EXPECT_FALSE(service_.generate_request().has_messages());
+  EXPECT_EQ(service_.generate_request().prompt(), "Who are you?");
+  service_.chat_template_ = false;
+  ASSERT_EQ(Run("generate --prompt hi").exit_code, 0);
+  EXPECT_EQ(service_.generate_request().prompt(), "hi");
 }
 
 TEST_F(ClientFakeServerTest, GenerateAndInfoJson) {

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "model/kv/clustered_store.h"
 #include "model/kv/policies/registry.h"
@@ -82,7 +84,10 @@ TEST(KvPolicy, BudgetCoveringEverythingEqualsDense) {
       c.cache_mode = (static_cast<int>(p) + static_cast<int>(g)) % 2
                          ? CacheMode::kCopy
                          : CacheMode::kZeroCopy;
-      c.budget = 4096;
+      // Covers everything; the largest budget a config may hold, so that
+      // arithmetic on it must not overflow (quest's page count did: UBSan,
+      // found by snapshot_fuzzer).
+      c.budget = std::numeric_limits<int32_t>::max();
       c.dense_layers = 0;
       c.window = 32;  // several window segments close during decode
       c.async_clustering = false;

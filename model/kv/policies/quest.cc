@@ -50,7 +50,7 @@ void QuestPolicy::Plan(const PlanContext& ctx, const float* const* qs, int n_q,
   }
   const int page_size = config_.quest_page_size;
   const size_t n_pages = std::min<size_t>(
-      order_.size(), (config_.budget + page_size - 1) / page_size);
+      order_.size(), (int64_t{config_.budget} + page_size - 1) / page_size);
   std::partial_sort(order_.begin(), order_.begin() + n_pages, order_.end(),
                     ScoreBefore);
   for (size_t i = 0; i < n_pages; ++i) {
