@@ -1,13 +1,15 @@
 # The test suite in two halves, so that CI (scripts/test.sh) compiles and
 # runs each test once in the build where it says most:
-#   release   numeric tests against llama.cpp goldens (heavy arithmetic on
-#             fixture files: slow under sanitizers, and what users run is
-#             -O3), and the end-to-end tests that drive the shipped Release
+#   release   numeric tests against llama.cpp goldens and against the
+#             simple references (heavy arithmetic: slow under sanitizers,
+#             and what users run is -O3), the tokenizer and chat-template
+#             fixture tests (their parsers run under ASan+UBSan in the
+#             fuzzers of fuzz_smoke), and the end-to-end tests that drive the shipped Release
 #             binaries (CLI, Python package, deployment, benchmark smokes,
 #             fuzzers, GPU tests);
 #   sanitize  every other test: parsers, KV store, engine, server, client,
-#             kernels — run under ASan+UBSan (and the `concurrency` ones
-#             under TSan).
+#             kernel odd-size/bounds tests — run under ASan+UBSan (the
+#             `concurrency` ones also under TSan: scripts/test-tsan.sh).
 # A test is in `sanitize` unless listed below; soak_30s is in both.
 # Targets: ckv_release_set builds everything but the sanitize-only test
 # binaries; ckv_sanitize_set builds the sanitize tests and the binaries
@@ -17,6 +19,9 @@
 set(CKV_RELEASE_TESTS
   golden_test arch_golden_test arch_forward_test quant_golden_test
   quant_model_test long_context_test
+  kernels_cluster_test forward_test generation_test quality_test
+  kv_oracle_test sampler_test
+  tokenizer_test chat_template_test
   cli_test python_client_test openai_client_test deploy_config_test
   deploy_affinity_test
   engine_bench_smoke cluster_bench_smoke service_bench_smoke fuzz_smoke
@@ -75,7 +80,7 @@ add_custom_target(ckv_release_set)
 add_dependencies(ckv_release_set ${ckv_release_targets})
 
 # The sanitize tests plus the programs they start (servers, CLIs, soak).
-set(ckv_spawned clusterkv-server clusterkv clusterkv-model clusterkv_soak)
+set(ckv_spawned clusterkv-server clusterkv clusterkv_soak)
 foreach(t ${ckv_spawned})
   if(TARGET ${t})
     list(APPEND ckv_sanitize_only_targets ${t})
