@@ -28,28 +28,27 @@ using ::grpc::StatusCode;
 constexpr int32_t kImStart = 259;  // vocab "byte-chatml"
 constexpr int32_t kImEnd = 260;
 
-std::string ChatModelPath() {
+// The two test models differ only in vocabulary, template and seed.
+RandomModelSpec SmallSpec(int seed) {
   RandomModelSpec s;
   s.layers = 2;
   s.dim = 64;
   s.heads = 4;
   s.kv_heads = 2;
   s.ffn = 128;
-  s.seed = 23;
+  s.seed = seed;
+  return s;
+}
+
+std::string ChatModelPath() {
+  RandomModelSpec s = SmallSpec(23);
   s.vocab = "byte-chatml";
   s.chat_template = kChatMlTemplate;
   return ckv::testing::RandomModelPath("chatml", s);
 }
 
 std::string PlainModelPath() {
-  RandomModelSpec s;
-  s.layers = 2;
-  s.dim = 64;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 128;
-  s.seed = 24;
-  return ckv::testing::RandomModelPath("nochat", s);
+  return ckv::testing::RandomModelPath("nochat", SmallSpec(24));
 }
 
 using Turns = std::vector<chat::ChatMessage>;
