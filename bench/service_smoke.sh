@@ -1,19 +1,20 @@
 #!/bin/sh
-# Smoke test of service_bench (ctest service_bench_smoke):
-#   service_smoke.sh SERVICE_BENCH PLOT_SERVICE_PY BUILD_DIR
-# Runs `service_bench --quick` (its server's request log goes to
-# BUILD_DIR/service_smoke.log, shown on failure), plots the JSON, checks that
-# both files exist.
+# Smoke test of a gRPC benchmark (ctest service_bench_smoke, stall_bench_smoke):
+#   service_smoke.sh BENCH PLOT_PY BUILD_DIR [NAME]
+# Runs `BENCH --quick` (its server's request log goes to BUILD_DIR/NAME.log,
+# shown on failure), plots the JSON, checks that both files exist. NAME
+# defaults to service_smoke.
 # Exits 77 (ctest: skipped) when no python3 with matplotlib is found.
 set -eu
 bench=$1
 plot=$2
 dir=$3
-json="$dir/service_smoke.json"
-png="$dir/service_smoke.png"
-log="$dir/service_smoke.log"
+name=${4:-service_smoke}
+json="$dir/$name.json"
+png="$dir/$name.png"
+log="$dir/$name.log"
 rm -f "$json" "$png"
-"$bench" --quick --work-dir "$dir/service_smoke_work" --out-json "$json" \
+"$bench" --quick --work-dir "$dir/${name}_work" --out-json "$json" \
   >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
 test -s "$json" || { echo "missing $json" >&2; exit 1; }
 for py in "${PYTHON:-}" python3 /usr/bin/python3; do

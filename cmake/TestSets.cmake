@@ -24,7 +24,8 @@ set(CKV_RELEASE_TESTS
   tokenizer_test chat_template_test
   cli_test python_client_test openai_client_test deploy_config_test
   deploy_affinity_test
-  engine_bench_smoke cluster_bench_smoke service_bench_smoke fuzz_smoke
+  engine_bench_smoke cluster_bench_smoke service_bench_smoke
+  stall_bench_smoke fuzz_smoke
   cuda_device_test cuda_ops_test)
 set(CKV_BOTH_SETS_TESTS soak_30s)
 # Benchmarks that no smoke test runs: built by a plain build and

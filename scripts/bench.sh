@@ -13,14 +13,17 @@
 #      SERVICE_BENCH_FLAGS (extra service_bench flags, e.g. --rounds 9),
 #      SKIP_ENGINE_BENCH=1 / SKIP_CLUSTER_BENCH=1 / SKIP_SERVICE_BENCH=1 /
 #      SKIP_MATVEC_BENCH=1 (matvec_bench: decode GEMV per weight type vs F16
-#      -> bench/results/matvec.json + matvec.png, about a minute).
+#      -> bench/results/matvec.json + matvec.png, about a minute) /
+#      SKIP_STALL_BENCH=1 (stall_bench: a decoding session's longest gap
+#      while a 32k-token session is snapshotted and a 32k-token text is
+#      prefilled -> bench/results/stall.json + stall.png, a few minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 OUT_DIR=bench/results
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" --target engine_bench cluster_bench \
-  service_bench matvec_bench
+  service_bench matvec_bench stall_bench
 mkdir -p "$OUT_DIR"
 PY=
 for py in "${PYTHON:-}" python3 /usr/bin/python3; do
@@ -63,6 +66,17 @@ if [ "${SKIP_SERVICE_BENCH:-0}" != 1 ]; then
   fi
   if [ -n "$PY" ]; then
     "$PY" bench/plot_service.py "$OUT_DIR/service.json"
+  fi
+fi
+if [ "${SKIP_STALL_BENCH:-0}" != 1 ]; then
+  if ! "$BUILD_DIR/bench/stall_bench" --work-dir "$OUT_DIR" \
+    --out-json "$OUT_DIR/stall.json" 2>"$OUT_DIR/stall.log" |
+    tee "$OUT_DIR/stall.txt"; then
+    tail -n 20 "$OUT_DIR/stall.log" >&2
+    exit 1
+  fi
+  if [ -n "$PY" ]; then
+    "$PY" bench/plot_stall.py "$OUT_DIR/stall.json"
   fi
 fi
 if [ -z "$PY" ]; then

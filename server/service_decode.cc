@@ -24,17 +24,23 @@ class DecodeReactor final : public DecodeBase {
                 const char* rpc)
       : DecodeBase(state, ctx, rpc) {}
 
-  // Starts the call; on error the stream is finished with the error.
+  // Starts the call on the blocking pool (leasing may restore a session
+  // from disk; the input is tokenized or rendered there); on error the
+  // stream is finished with the error. `req` lives until the call finishes.
   void StartDecode(const v1::DecodeRequest& req) {
-    const grpc::Status s = TryDecode(req);
-    if (!s.ok()) EndStream(s);
+    RunBlocking([this, &req] {
+      const grpc::Status s = TryDecode(req);
+      if (!s.ok()) EndStream(s);
+    });
   }
   void StartGenerate(const v1::GenerateRequest& req) {
-    const grpc::Status s = TryGenerate(req);
-    if (!s.ok()) {
-      CloseEphemeral();
-      EndStream(s);
-    }
+    RunBlocking([this, &req] {
+      const grpc::Status s = TryGenerate(req);
+      if (!s.ok()) {
+        CloseEphemeral();
+        EndStream(s);
+      }
+    });
   }
 
  private:

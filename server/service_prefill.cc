@@ -1,7 +1,8 @@
 // Prefill: a bidirectional reactor that reads every request message until
 // the client half-closes (the first names the session, which is leased at
-// once), tokenizes the concatenated text once, admits the request and
-// submits one prompt job, streaming coalesced progress events and a summary.
+// once), tokenizes the concatenated text once (on the blocking pool, not a
+// gRPC callback thread), admits the request and submits one prompt job,
+// streaming coalesced progress events and a summary.
 #include <string>
 #include <vector>
 
@@ -44,27 +45,37 @@ class PrefillReactor final : public PrefillBase {
     StartRead(&req_);
   }
 
+  // The first message (it leases the session, which may be restored from
+  // disk) and the half-close (tokenizing, rendering, admission) are handled
+  // on the blocking pool; later messages only append their input.
   void OnReadDone(bool ok) override {
-    grpc::Status s;
     if (!ok && ctx_->IsCancelled()) {
-      s = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-    } else if (!ok) {
-      s = StartJob();  // the client half-closed
-      if (s.ok()) return;
+      Fail(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    } else if (!ok) {  // the client half-closed
+      RunBlocking([this] {
+        if (grpc::Status s = StartJob(); !s.ok()) Fail(s);
+      });
+    } else if (first_) {
+      RunBlocking([this] { ReadNextOrFail(Accept(req_)); });
     } else {
-      s = Accept(req_);
-      if (s.ok()) {
-        StartRead(&req_);
-        return;
-      }
+      ReadNextOrFail(Accept(req_));
     }
-    lease_ = SessionLease();
-    EndStream(s);
   }
 
  private:
   enum class Input { kNone, kText, kTokens, kMessages };
 
+  void ReadNextOrFail(const grpc::Status& s) {
+    if (s.ok()) {
+      StartRead(&req_);
+    } else {
+      Fail(s);
+    }
+  }
+  void Fail(const grpc::Status& s) {
+    lease_ = SessionLease();
+    EndStream(s);
+  }
   grpc::Status Accept(const v1::PrefillRequest& m);
   grpc::Status AcceptFirst(const v1::PrefillRequest& m);
   grpc::Status TooLong(int64_t need);

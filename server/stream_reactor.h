@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,12 @@ class StreamReactor : public Base {
   grpc::Status SubmitJob(const ServiceBackend& b, JobSpec spec,
                          const AdmissionRequest& admission);
   virtual void OnJobDone(const JobResult& r) = 0;
+  // Runs `work` on the state's blocking pool, never on the calling gRPC
+  // callback thread: work that may block or take long (leasing a session
+  // that is restored from disk, tokenizing a long text, rendering a chat
+  // template). The reactor stays alive until `work` has returned. While the
+  // server shuts down (the pool is closed) `work` runs here.
+  void RunBlocking(std::function<void()> work);
 
   ServiceState& state_;
   grpc::CallbackServerContext* const ctx_;
@@ -168,6 +175,16 @@ grpc::Status StreamReactor<Base, Response>::SubmitJob(
   }
   if (cancel) (*handle)->Cancel();
   return grpc::Status::OK;
+}
+
+template <class Base, class Response>
+void StreamReactor<Base, Response>::RunBlocking(std::function<void()> work) {
+  refs_.fetch_add(1);
+  auto task = [this, work = std::move(work)] {
+    work();
+    Unref();
+  };
+  if (!state_.blocking_pool().Post(task)) task();
 }
 
 template <class Base, class Response>
