@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 class Config:
@@ -40,6 +41,35 @@ def rope(x, positions, base):
     return out.flatten(-2)
 
 
+def causal_attention_block(q, k, v, first):
+    """Causal attention of queries at positions first.. over keys 0..;
+    q: (b, h, tq, d), k/v: (b, h, first + tq, d)."""
+    tq, tk = q.shape[2], k.shape[2]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    mask = torch.ones(tq, tk, dtype=torch.bool).triu(first + 1)
+    return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+
+
+# Above this many tokens attention runs in query blocks that are recomputed
+# in the backward pass, so an 8192-token sequence needs no 8192^2 score
+# matrices kept for autograd (memory, not arithmetic, is the limit).
+DIRECT_ATTENTION_MAX = 2048
+QUERY_BLOCK = 1024
+
+
+def causal_attention(q, k, v):
+    t = q.shape[2]
+    if t <= DIRECT_ATTENTION_MAX or not torch.is_grad_enabled():
+        return causal_attention_block(q, k, v, 0)
+    out = []
+    for first in range(0, t, QUERY_BLOCK):
+        last = min(t, first + QUERY_BLOCK)
+        out.append(checkpoint(causal_attention_block, q[:, :, first:last],
+                              k[:, :, :last], v[:, :, :last], first,
+                              use_reentrant=False))
+    return torch.cat(out, dim=2)
+
+
 class Block(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -66,9 +96,7 @@ class Block(nn.Module):
         group = c.heads // c.kv_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(c.head_dim)
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        a = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        a = causal_attention(q, k, v)
         x = x + self.o(a.transpose(1, 2).reshape(b, t, -1))
         h = self.ffn_norm(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
