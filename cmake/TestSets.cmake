@@ -31,7 +31,7 @@ set(CKV_BOTH_SETS_TESTS soak_30s)
 # Benchmarks that no smoke test runs: built by a plain build and
 # scripts/bench.sh, left out of ckv_release_set to keep CI in its budget.
 set(CKV_NOT_IN_RELEASE_SET kernels_bench matvec_bench recall_probe_bench
-  snapshot_bench cuda_ops_bench)
+  snapshot_bench cuda_ops_bench hwy_eval_bench)
 
 # Tests and targets of `dir` and its subdirectories.
 function(ckv_collect_tests dir tests_var targets_var)
