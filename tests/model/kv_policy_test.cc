@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <limits>
 
+#include "model/dense_kv_cache.h"
 #include "model/kv/clustered_store.h"
 #include "model/kv/policies/registry.h"
 #include "model/model.h"
+#include "model/text_eval.h"
 #include "model/transformer.h"
 #include "tests/model/test_util.h"
 
@@ -35,10 +37,11 @@ KvShape ShapeOf(const ModelConfig& c) {
 
 // Logits of `decode` greedy-free steps (fixed tokens) after a prompt.
 std::vector<std::vector<float>> RunSession(const Model& m, KvCache& cache,
-                                    int prompt, int decode) {
+                                           int prompt, int decode) {
   Transformer tf(m.config, m.weights, {2, 64});
   std::vector<int32_t> tokens(prompt);
-  for (int i = 0; i < prompt; ++i) tokens[i] = (i * 13 + 7) % m.config.vocab_size;
+  for (int i = 0; i < prompt; ++i)
+    tokens[i] = (i * 13 + 7) % m.config.vocab_size;
   std::vector<float> logits;
   SequenceInput in = MakeInput(tokens, &cache, LogitsMode::kLast, &logits);
   EXPECT_TRUE(tf.Forward(absl::MakeSpan(&in, 1)).ok());
@@ -128,6 +131,82 @@ TEST(KvPolicy, SmallBudgetIsSparseButSane) {
     EXPECT_TRUE(std::isfinite(d));
     EXPECT_GT(store.cache_stats().lookups, 0) << KvPolicyName(p);
   }
+}
+
+// Teacher-forced text evaluation (model/text_eval.h): a policy that attends
+// everything scores exactly as dense attention; a small budget does not.
+TEST(TextEval, CoveringBudgetScoresAsDenseAndSmallBudgetDiffers) {
+  auto m = SmallModel();
+  ASSERT_NE(m, nullptr);
+  Transformer tf(m->config, m->weights, {2, 64});
+  TextEvalOptions o;
+  o.prompt_tokens = 200;
+  o.decode_tokens = 40;
+  o.windows = 2;
+  o.recall_every = 8;
+  std::vector<int32_t> text(o.windows * (o.prompt_tokens + o.decode_tokens) +
+                            1);
+  for (size_t i = 0; i < text.size(); ++i) {
+    text[i] = static_cast<int32_t>((i * 7919 + i / 3) % m->config.vocab_size);
+  }
+  KvStoreConfig base;
+  base.dense_layers = 0;
+  base.window = 32;
+  KvStoreConfig full = base, covering = base, small = base, quest = base;
+  full.policy = KvPolicy::kFull;
+  covering.budget = std::numeric_limits<int32_t>::max();
+  small.budget = 8;
+  quest.policy = KvPolicy::kQuest;
+  quest.budget = 16;
+  const KvStoreConfig configs[] = {full, covering, small, quest};
+  auto r = EvaluateOnText(tf, m->config, text, o, base, configs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 4u);
+  for (const TextEvalResult& e : *r) {
+    EXPECT_EQ(e.steps, o.windows * o.decode_tokens);
+    EXPECT_EQ(e.recall_steps, o.windows * o.decode_tokens / o.recall_every);
+    EXPECT_GT(e.dense_perplexity(), 1.0);
+  }
+  for (int i : {0, 1}) {
+    const TextEvalResult& e = (*r)[i];
+    // Same tokens attended, other summation order (see above): 1e-4.
+    EXPECT_NEAR(e.perplexity() / e.dense_perplexity(), 1.0, 1e-4) << i;
+    EXPECT_EQ(e.top1_agreement(), 1.0) << i;
+    EXPECT_LT(e.mean_kl(), 1e-6) << i;
+    EXPECT_NEAR(e.mean_topk_recall(), 1.0, 1e-9) << i;
+    EXPECT_NEAR(e.mean_mass_recall(), 1.0, 1e-6) << i;
+  }
+  for (int i : {2, 3}) {
+    const TextEvalResult& e = (*r)[i];
+    EXPECT_GT(e.mean_kl(), 1e-6) << i;
+    EXPECT_LT(e.mean_mass_recall(), 0.999) << i;
+    EXPECT_LT(e.mean_topk_recall(), 1.0) << i;
+  }
+  // Dense perplexity computed independently: each window in one prefill
+  // with every position's logits; position t scores token t + 1.
+  double nll = 0.0;
+  const int64_t span = o.prompt_tokens + o.decode_tokens;
+  for (int w = 0; w < o.windows; ++w) {
+    DenseKvCache dense(
+        DenseCacheOptions(m->config, kernels::DType::kF16, 4096));
+    std::vector<float> logits;
+    const absl::Span<const int32_t> window =
+        absl::MakeConstSpan(text).subspan(w * span, span);
+    SequenceInput in = MakeInput(window, &dense, LogitsMode::kAll, &logits);
+    ASSERT_TRUE(tf.Forward(absl::MakeSpan(&in, 1)).ok());
+    const int64_t v = m->config.vocab_size;
+    for (int64_t t = o.prompt_tokens; t < span; ++t) {
+      const float* row = logits.data() + t * v;
+      double sum = 0.0;
+      for (int64_t j = 0; j < v; ++j) sum += std::exp(double{row[j]});
+      nll += std::log(sum) - row[text[w * span + t + 1]];
+    }
+  }
+  const double want_ppl = std::exp(nll / (o.windows * o.decode_tokens));
+  EXPECT_NEAR((*r)[0].dense_perplexity() / want_ppl, 1.0, 1e-4);
+  text.pop_back();  // one token short of the last window's target
+  auto short_text = EvaluateOnText(tf, m->config, text, o, base, configs);
+  EXPECT_EQ(short_text.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
