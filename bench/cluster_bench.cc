@@ -1,10 +1,11 @@
-// cluster_bench: the ClusterKV benchmark. Two workloads (see
-// cluster_keys.h and cluster_engine.h): `keys` measures recall (clusterkv vs
-// quest vs streaming at equal budget, the clustering-metric and
-// tokens-per-cluster ablations) and the cost of one attention layer on
-// synthetic keys with the structure of real ones; `engine` runs the
-// transformer end to end (prefill once, many sessions decoding forks of it)
-// and splits steps into attention, selection and the rest. Writes a JSON
+// cluster_bench: the ClusterKV benchmark. Three workloads (see
+// cluster_keys.h, cluster_engine.h and cluster_text.h; `text`, quality on a
+// real model and text, runs only when --workloads names it): `keys` measures
+// recall (clusterkv vs quest vs streaming at equal budget, the
+// clustering-metric and tokens-per-cluster ablations) and the cost of one
+// attention layer on synthetic keys with the structure of real ones; `engine`
+// runs the transformer end to end (prefill once, many sessions decoding forks
+// of it) and splits steps into attention, selection and the rest. Writes a JSON
 // (--json) and, via plot_cluster.py, PNGs next to it; scripts/bench.sh runs
 // the full settings.
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "bench/cluster_keys.h"
 #include "bench/cluster_options.h"
 #include "bench/cluster_report.h"
+#include "bench/cluster_text.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
@@ -32,9 +34,10 @@ void PrintHeader(const ClusterBenchOptions& o, int threads) {
               kernels::cpu::KernelSetName(), threads,
               std::thread::hardware_concurrency());
   if (o.run_keys) {
-    std::printf("keys: one attention layer, %d query / %d KV heads, head dim "
-                "%d, every layer sparse; clustering on one worker thread\n",
-                o.heads, o.kv_heads, o.head_dim);
+    std::printf(
+        "keys: one attention layer, %d query / %d KV heads, head dim "
+        "%d, every layer sparse; clustering on one worker thread\n",
+        o.heads, o.kv_heads, o.head_dim);
   }
   std::fflush(stdout);
 }
@@ -60,9 +63,14 @@ absl::Status Run(const ClusterBenchOptions& o) {
       return s;
     }
   }
-  report.wall_seconds = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - t0)
-                            .count();
+  if (o.run_text) {
+    if (auto s = RunTextWorkload(o, report.threads, &report); !s.ok()) {
+      return s;
+    }
+  }
+  report.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   PrintSummary(report, stdout);
   if (auto s = WriteTextFile(o.out_json, ReportJson(report).dump(2) + "\n");
       !s.ok()) {
@@ -81,6 +89,6 @@ int main(int argc, char** argv) {
       "ClusterKV benchmark: recall vs budget, step time vs context, overhead."
       "\n  cluster_bench [--quick] [--json F] [--workloads keys,engine] "
       "[--budgets 256,...] [--key-contexts ...] [--engine-contexts ...] "
-      "[--batches 1,4,16]",
+      "[--batches 1,4,16] [--workloads text --text-model M --text-file F]",
       &ckv::bench::ClusterBenchOptionsFromFlags, &ckv::bench::Run);
 }

@@ -97,18 +97,25 @@ absl::Status EngineBench::LoadAndDescribe() {
   tr_ = std::make_unique<Transformer>(model_->config, model_->weights, to);
   const ModelConfig& c = model_->config;
   report_->engine_model = Json{
-      {"path", *path},           {"random", true},
-      {"n_layers", c.n_layers},  {"dense_layers", o_.dense_layers},
-      {"d_model", c.d_model},    {"n_heads", c.n_heads},
-      {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
-      {"ffn_dim", c.ffn_dim},    {"vocab_size", c.vocab_size},
+      {"path", *path},
+      {"random", true},
+      {"n_layers", c.n_layers},
+      {"dense_layers", o_.dense_layers},
+      {"d_model", c.d_model},
+      {"n_heads", c.n_heads},
+      {"n_kv_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim},
+      {"ffn_dim", c.ffn_dim},
+      {"vocab_size", c.vocab_size},
       {"weight_type", kernels::DTypeName(model_->weights.layers[0].wq.type)},
       {"matrix_bytes", model_->weights.MatrixBytes()}};
-  std::printf("engine model: %s\n  %d layers (dense_layers %d), d_model %d, "
-              "heads %d/%d (head_dim %d), ffn %d, vocab %d, %.1f MB of "
-              "matrices\n", path->c_str(), c.n_layers, o_.dense_layers,
-              c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim,
-              c.vocab_size, model_->weights.MatrixBytes() / 1e6);
+  std::printf(
+      "engine model: %s\n  %d layers (dense_layers %d), d_model %d, "
+      "heads %d/%d (head_dim %d), ffn %d, vocab %d, %.1f MB of "
+      "matrices\n",
+      path->c_str(), c.n_layers, o_.dense_layers, c.d_model, c.n_heads,
+      c.n_kv_heads, c.head_dim, c.ffn_dim, c.vocab_size,
+      model_->weights.MatrixBytes() / 1e6);
   return absl::OkStatus();
 }
 
@@ -121,8 +128,8 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
   c.max_tokens = ctx + o_.decode_steps + 8;
   Prefilled p;
   p.context = ctx;
-  p.store = std::make_unique<ClusteredKvStore>(KvShapeOf(model_->config), c,
-                                               worker_);
+  p.store =
+      std::make_unique<ClusteredKvStore>(KvShapeOf(model_->config), c, worker_);
   std::mt19937_64 rng(o_.seed * 31 + ctx);
   std::uniform_int_distribution<int32_t> byte(3, model_->config.vocab_size - 1);
   std::vector<int32_t> tokens(ctx);
@@ -162,8 +169,8 @@ absl::Status EngineBench::Step(
   std::vector<SequenceInput> batch;
   for (size_t i = 0; i < n; ++i) {
     batch.push_back(MakeInput(absl::MakeConstSpan(&tokens[i], 1),
-                              sessions[i].get(), LogitsMode::kLast,
-                              &logits_[i], AppendKind::kGenerated));
+                              sessions[i].get(), LogitsMode::kLast, &logits_[i],
+                              AppendKind::kGenerated));
   }
   if (auto s = tr_->Forward(absl::MakeSpan(batch)); !s.ok()) return s;
   for (size_t i = 0; i < n; ++i) {  // greedy
@@ -298,9 +305,8 @@ absl::Status EngineBench::Run() {
 
 }  // namespace
 
-absl::Status RunEngineWorkload(const ClusterBenchOptions& options,
-                               int threads, ClusterWorker* worker,
-                               ClusterReport* report) {
+absl::Status RunEngineWorkload(const ClusterBenchOptions& options, int threads,
+                               ClusterWorker* worker, ClusterReport* report) {
   EngineBench bench(options, threads, worker, report);
   return bench.Run();
 }

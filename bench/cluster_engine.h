@@ -24,8 +24,7 @@ namespace ckv::bench {
 
 // Appends one record per (context, policy, budget, batch); sets
 // report->engine_model.
-absl::Status RunEngineWorkload(const ClusterBenchOptions& options,
-                               int threads, ClusterWorker* worker,
-                               ClusterReport* report);
+absl::Status RunEngineWorkload(const ClusterBenchOptions& options, int threads,
+                               ClusterWorker* worker, ClusterReport* report);
 
 }  // namespace ckv::bench

@@ -55,8 +55,8 @@ Mixture MakeMixture(const KeyGenSpec& spec, int hd, std::mt19937_64& rng) {
   m.outlier.assign(hd, 0.0f);
   std::bernoulli_distribution sign;
   for (int c : OutlierPairs(spec, hd)) {
-    m.outlier[c] = static_cast<float>(spec.outlier_magnitude *
-                                      (sign(rng) ? 1.0 : -1.0));
+    m.outlier[c] =
+        static_cast<float>(spec.outlier_magnitude * (sign(rng) ? 1.0 : -1.0));
   }
   return m;
 }
@@ -90,8 +90,8 @@ void FillHead(const KeyGenSpec& spec, int g, std::mt19937_64& rng,
 
 }  // namespace
 
-KeyData GenerateKeys(const KeyGenSpec& spec, int n_kv, int head_dim,
-                     int64_t n, uint64_t seed, cpu::ThreadPool* pool) {
+KeyData GenerateKeys(const KeyGenSpec& spec, int n_kv, int head_dim, int64_t n,
+                     uint64_t seed, cpu::ThreadPool* pool) {
   KeyData keys;
   keys.n = n;
   keys.n_kv = n_kv;
@@ -136,8 +136,7 @@ double ScoreStd(const float* q, const KeyData& keys, int g, int64_t end) {
 
 // One query head of KV head g: the regions' keys, outlier pairs removed.
 void MakeHeadQuery(const KeyGenSpec& spec, const KeyData& keys, int g,
-                   int64_t first, int64_t end, std::mt19937_64& rng,
-                   float* q) {
+                   int64_t first, int64_t end, std::mt19937_64& rng, float* q) {
   const int hd = keys.head_dim;
   const int64_t len = std::min<int64_t>(spec.region_tokens, end - first);
   std::uniform_int_distribution<int64_t> start(first, end - len);

@@ -41,9 +41,8 @@ struct KeyData {
 };
 
 // n positions of keys and values (deterministic for a given seed).
-KeyData GenerateKeys(const KeyGenSpec& spec, int n_kv, int head_dim,
-                     int64_t n, uint64_t seed,
-                     kernels::cpu::ThreadPool* pool);
+KeyData GenerateKeys(const KeyGenSpec& spec, int n_kv, int head_dim, int64_t n,
+                     uint64_t seed, kernels::cpu::ThreadPool* pool);
 
 // One decode query, [n_heads][head_dim], attending regions inside
 // [first, end) of the keys.

@@ -66,14 +66,6 @@ std::vector<PolicyChoice> SparsePolicies() {
 constexpr int kTimingWarmup = 2;
 constexpr double kTimingDrift = 0.1;  // relative query change per step
 
-const char* MetricName(cpu::ClusterMetric m) {
-  switch (m) {
-    case cpu::ClusterMetric::kL2: return "l2";
-    case cpu::ClusterMetric::kInnerProduct: return "ip";
-    default: return "cosine";
-  }
-}
-
 // Wall time of the parts of one decode step of the layer.
 struct StepTime {
   double select_ms = 0, attention_ms = 0;
@@ -134,8 +126,7 @@ KvStoreConfig KeysBench::BaseConfig() const {
   return c;
 }
 
-absl::StatusOr<Parent> KeysBench::Prefill(int64_t ctx,
-                                          const KvStoreConfig& c) {
+absl::StatusOr<Parent> KeysBench::Prefill(int64_t ctx, const KvStoreConfig& c) {
   Parent p;
   p.store = std::make_unique<ClusteredKvStore>(Shape(), c, worker_);
   const auto t0 = Clock::now();
@@ -266,8 +257,8 @@ absl::Status KeysBench::TimeLayer(const Parent& p, int64_t ctx,
       before = s.cache_stats();
       s.ResetSelectTimings();
     }
-    const auto q = PerturbQuery(bases[i / o_.timing_hold], o_.head_dim,
-                                kTimingDrift, rng);
+    const auto q =
+        PerturbQuery(bases[i / o_.timing_hold], o_.head_dim, kTimingDrift, rng);
     StepTime t;
     if (auto st = DecodeStep(s, ctx + i, q.data(), true, &t); !st.ok()) {
       return st;
@@ -289,9 +280,8 @@ absl::Status KeysBench::TimeLayer(const Parent& p, int64_t ctx,
   r.extra["cache_ms"] = st.cache_ns / 1e6 / n;
   r.extra["index_wait_ms"] = st.wait_ns / 1e6 / n;
   const int64_t lookups = after.lookups - before.lookups;
-  r.extra["cache_hit_rate"] =
-      Num(lookups > 0 ? double(after.hits - before.hits) / lookups
-                      : kNotMeasured);
+  r.extra["cache_hit_rate"] = Num(
+      lookups > 0 ? double(after.hits - before.hits) / lookups : kNotMeasured);
   r.extra["h2d_bytes_per_step"] = (after.h2d_bytes - before.h2d_bytes) / n;
   r.extra["timed_steps"] = o_.timing_steps;
   Add(std::move(r));
@@ -353,9 +343,11 @@ absl::Status KeysBench::Run() {
   const auto t0 = Clock::now();
   keys_ = GenerateKeys(o_.keygen, o_.kv_heads, o_.head_dim, max_ctx + extra,
                        o_.seed, pool_);
-  std::fprintf(stderr, "cluster_bench: keys generated (%lld x %d x %d) in "
-               "%.1f s\n", static_cast<long long>(keys_.n), o_.kv_heads,
-               o_.head_dim, MsSince(t0) / 1e3);
+  std::fprintf(stderr,
+               "cluster_bench: keys generated (%lld x %d x %d) in "
+               "%.1f s\n",
+               static_cast<long long>(keys_.n), o_.kv_heads, o_.head_dim,
+               MsSince(t0) / 1e3);
   for (int64_t ctx : o_.key_contexts) {
     if (auto s = RunContext(ctx, ctx == max_ctx); !s.ok()) return s;
   }

@@ -41,7 +41,8 @@ ABSL_FLAG(bool, quick, false,
 ABSL_FLAG(int, threads, Defaults().threads,
           "compute threads (0: every hardware thread)");
 ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed of keys, queries, tokens");
-ABSL_FLAG(std::string, workloads, "keys,engine", "keys, engine or both");
+ABSL_FLAG(std::string, workloads, "keys,engine",
+          "comma-separated: keys, engine, text (a real model on real text)");
 ABSL_FLAG(std::string, budgets, absl::StrJoin(Defaults().budgets, ","),
           "token budgets B of the sparse policies");
 ABSL_FLAG(std::string, key_contexts,
@@ -70,24 +71,46 @@ ABSL_FLAG(int, prefill_chunk, Defaults().prefill_chunk,
           "engine: max tokens per forward step during prefill");
 ABSL_FLAG(bool, engine_quality, Defaults().engine_quality,
           "engine: measure recall on session 0 of the first batch size");
+ABSL_FLAG(std::string, text_model, Defaults().text_model,
+          "text: GGUF model with real attention");
+ABSL_FLAG(std::string, text_file, Defaults().text_file,
+          "text: held-out text the model was not trained on");
+ABSL_FLAG(int64_t, text_prompt_tokens, Defaults().text_prompt_tokens,
+          "text: tokens prefilled per window");
+ABSL_FLAG(int64_t, text_decode_tokens, Defaults().text_decode_tokens,
+          "text: tokens decoded and scored per window");
+ABSL_FLAG(int, text_windows, Defaults().text_windows,
+          "text: consecutive windows of the text");
+ABSL_FLAG(int, text_recall_every, Defaults().text_recall_every,
+          "text: decode steps between recall measurements");
+ABSL_FLAG(int, text_dense_layers, Defaults().text_dense_layers,
+          "text: layers below this attend densely");
+ABSL_FLAG(std::string, text_budgets,
+          absl::StrJoin(Defaults().text_budgets, ","),
+          "text: budgets of the quality table");
+ABSL_FLAG(std::string, text_metric_budgets,
+          absl::StrJoin(Defaults().text_metric_budgets, ","),
+          "text: budgets of the clustering-metric ablation");
 
 namespace ckv::bench {
 namespace {
 
 absl::Status ReadWorkloads(ClusterBenchOptions& o) {
-  o.run_keys = o.run_engine = false;
+  o.run_keys = o.run_engine = o.run_text = false;
   for (absl::string_view w :
        absl::StrSplit(absl::GetFlag(FLAGS_workloads), ',', absl::SkipEmpty())) {
     if (w == "keys") {
       o.run_keys = true;
     } else if (w == "engine") {
       o.run_engine = true;
+    } else if (w == "text") {
+      o.run_text = true;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("--workloads: unknown workload '", w, "'"));
     }
   }
-  if (!o.run_keys && !o.run_engine) {
+  if (!o.run_keys && !o.run_engine && !o.run_text) {
     return absl::InvalidArgumentError("--workloads is empty");
   }
   return absl::OkStatus();
@@ -113,7 +136,10 @@ absl::Status ReadLists(ClusterBenchOptions& o) {
                       &o.tokens_per_cluster),
         ReadList<int64_t>("engine_contexts", FLAGS_engine_contexts, 64,
                           &o.engine_contexts),
-        ReadList<int>("batches", FLAGS_batches, 1, &o.batches)}) {
+        ReadList<int>("batches", FLAGS_batches, 1, &o.batches),
+        ReadList<int>("text_budgets", FLAGS_text_budgets, 1, &o.text_budgets),
+        ReadList<int>("text_metric_budgets", FLAGS_text_metric_budgets, 1,
+                      &o.text_metric_budgets)}) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -132,6 +158,20 @@ absl::Status ReadScalars(ClusterBenchOptions& o) {
   o.dense_layers = absl::GetFlag(FLAGS_dense_layers);
   o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   o.engine_quality = absl::GetFlag(FLAGS_engine_quality);
+  o.text_model = absl::GetFlag(FLAGS_text_model);
+  o.text_file = absl::GetFlag(FLAGS_text_file);
+  o.text_prompt_tokens = absl::GetFlag(FLAGS_text_prompt_tokens);
+  o.text_decode_tokens = absl::GetFlag(FLAGS_text_decode_tokens);
+  o.text_windows = absl::GetFlag(FLAGS_text_windows);
+  o.text_recall_every = absl::GetFlag(FLAGS_text_recall_every);
+  o.text_dense_layers = absl::GetFlag(FLAGS_text_dense_layers);
+  if (o.text_prompt_tokens < 1 || o.text_decode_tokens < 1 ||
+      o.text_windows < 1 || o.text_recall_every < 1 ||
+      o.text_dense_layers < 0) {
+    return absl::InvalidArgumentError(
+        "--text_prompt_tokens, --text_decode_tokens, --text_windows and "
+        "--text_recall_every must be >= 1, --text_dense_layers >= 0");
+  }
   if (o.out_json.empty()) return absl::InvalidArgumentError("--json is empty");
   if (o.threads < 0 || o.key_queries < 1 || o.timing_steps < 1 ||
       o.decode_steps < 1 || o.model.layers < 1 || o.model.ffn < 1 ||

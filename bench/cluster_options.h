@@ -15,19 +15,19 @@ namespace ckv::bench {
 
 // The synthetic keys of the `keys` workload (see cluster_keygen.h).
 struct KeyGenSpec {
-  int directions = 48;          // mixture components per KV head
-  double zipf = 1.0;            // component weights ~ 1 / (j + 1)^zipf
-  double stay = 0.7;            // P(next token keeps the previous component)
-  double noise = 0.5;           // relative Gaussian noise around a direction
-  double norm_sigma = 0.3;      // log-normal spread of key magnitudes
-  double scale = 4.0;           // typical key magnitude (pre-outliers)
-  int outlier_channels = 4;     // large channels, in low-frequency RoPE pairs
+  int directions = 48;       // mixture components per KV head
+  double zipf = 1.0;         // component weights ~ 1 / (j + 1)^zipf
+  double stay = 0.7;         // P(next token keeps the previous component)
+  double noise = 0.5;        // relative Gaussian noise around a direction
+  double norm_sigma = 0.3;   // log-normal spread of key magnitudes
+  double scale = 4.0;        // typical key magnitude (pre-outliers)
+  int outlier_channels = 4;  // large channels, in low-frequency RoPE pairs
   double outlier_magnitude = 10.0;
   float rope_base = 500000.0f;  // Llama 3.1
   int query_regions = 3;        // earlier regions each query head attends
   int region_tokens = 16;
-  double query_noise = 0.3;     // relative noise added to a query
-  double logit_std = 2.5;       // std of q.k/sqrt(d) over the context
+  double query_noise = 0.3;  // relative noise added to a query
+  double logit_std = 2.5;    // std of q.k/sqrt(d) over the context
 };
 
 struct ClusterBenchOptions {
@@ -45,9 +45,9 @@ struct ClusterBenchOptions {
   int kv_heads = 8, heads = 32, head_dim = 128;  // Llama-3.1-8B attention
   std::vector<int64_t> key_contexts = {4096, 8192, 16384, 32768};
   std::vector<int> tokens_per_cluster = {40, 80, 160};  // ratio ablation
-  int key_queries = 8;     // decode steps measured per configuration
-  int timing_steps = 24;   // timed steps of one attention layer
-  int timing_hold = 4;     // consecutive timed steps sharing a query focus
+  int key_queries = 8;    // decode steps measured per configuration
+  int timing_steps = 24;  // timed steps of one attention layer
+  int timing_hold = 4;    // consecutive timed steps sharing a query focus
 
   // engine: the transformer end to end.
   RandomModelSpec model = [] {
@@ -67,6 +67,19 @@ struct ClusterBenchOptions {
   int decode_steps = 8;  // timed, after one untimed step
   int prefill_chunk = 256;
   bool engine_quality = true;  // measure recall on session 0 (first batch)
+
+  // text: a real model on real text (bench/cluster_text.h); off unless
+  // --workloads names it.
+  bool run_text = false;
+  std::string text_model = "models/kjv-llama.gguf";
+  std::string text_file = "models/kjv-llama.heldout.txt";
+  int64_t text_prompt_tokens = 4096;  // prefilled per window
+  int64_t text_decode_tokens = 2048;  // scored per window, one step each
+  int text_windows = 8;
+  int text_recall_every = 8;
+  int text_dense_layers = 0;  // the trained model has only 4 layers
+  std::vector<int> text_budgets = {64, 128, 256, 512, 1024, 2048};
+  std::vector<int> text_metric_budgets = {256, 1024};
 };
 
 // Reads the flags (after absl::ParseCommandLine). INVALID_ARGUMENT for

@@ -60,21 +60,29 @@ int64_t MaxContext(const ClusterReport& rep, const std::string& workload) {
 }
 
 std::string Where(int64_t ctx, int64_t wanted) {
-  return ctx == wanted ? absl::StrCat("context ", ctx)
-                       : absl::StrCat("context ", ctx, " (target: ", wanted,
-                                      ")");
+  return ctx == wanted
+             ? absl::StrCat("context ", ctx)
+             : absl::StrCat("context ", ctx, " (target: ", wanted, ")");
 }
 
 Target AtLeast(std::string name, std::string rule, double value, double min,
                std::string where) {
-  return Target{std::move(name), std::move(rule), value, min,
-                std::isfinite(value) && value >= min, std::move(where)};
+  return Target{std::move(name),
+                std::move(rule),
+                value,
+                min,
+                std::isfinite(value) && value >= min,
+                std::move(where)};
 }
 
 Target AtMost(std::string name, std::string rule, double value, double max,
               std::string where) {
-  return Target{std::move(name), std::move(rule), value, max,
-                std::isfinite(value) && value <= max, std::move(where)};
+  return Target{std::move(name),
+                std::move(rule),
+                value,
+                max,
+                std::isfinite(value) && value <= max,
+                std::move(where)};
 }
 
 void KeysTargets(const ClusterReport& rep, std::vector<Target>* out) {
@@ -142,10 +150,9 @@ void EngineTargets(const ClusterReport& rep, std::vector<Target>* out) {
     out->push_back(AtLeast("engine_throughput_vs_full",
                            "clusterkv decode tok/s / full's >= 3",
                            full->step_ms / ckv->step_ms, 3.0, where));
-    out->push_back(AtMost("clustering_share_of_prefill",
-                          "k-means time / prefill time <= 0.05",
-                          ckv->cluster_ms / ckv->prefill_ms, 0.05,
-                          Where(ctx, 32768)));
+    out->push_back(AtMost(
+        "clustering_share_of_prefill", "k-means time / prefill time <= 0.05",
+        ckv->cluster_ms / ckv->prefill_ms, 0.05, Where(ctx, 32768)));
   }
   double worst = kNotMeasured;
   std::string worst_where;
@@ -169,10 +176,83 @@ void EngineTargets(const ClusterReport& rep, std::vector<Target>* out) {
   }
 }
 
+double Extra(const RunRecord* r, const char* key) {
+  return r != nullptr && r->extra.contains(key) ? r->extra[key].get<double>()
+                                                : kNotMeasured;
+}
+
+// The smallest `value(budget)` over the text workload's quality budgets,
+// with the budget it came from.
+template <typename Fn>
+std::pair<double, int> WorstOverTextBudgets(const ClusterReport& rep,
+                                            Fn value) {
+  std::pair<double, int> worst{kNotMeasured, 0};
+  for (int b : rep.options->text_budgets) {
+    const double v = value(b);
+    if (std::isfinite(v) && !(worst.first <= v)) worst = {v, b};
+  }
+  return worst;
+}
+
+void TextTargets(const ClusterReport& rep, std::vector<Target>* out) {
+  // The quality table's record of (policy, budget), or the metric
+  // ablation's of (clusterkv, budget, metric).
+  auto find = [&rep](const char* policy, int budget) {
+    return Find(rep, Query{"text", "quality", policy, "", -1, budget, -1, -1});
+  };
+  auto ablation = [&rep](int budget, const char* metric) {
+    return Find(
+        rep, Query{"text", "metric", "clusterkv", metric, -1, budget, -1, -1});
+  };
+  auto recall = [&](const char* p, int b, bool mass) {
+    const RunRecord* r = find(p, b);
+    return r == nullptr ? kNotMeasured : mass ? r->mass_recall : r->topk_recall;
+  };
+  auto [gap, gap_b] = WorstOverTextBudgets(rep, [&](int b) {
+    return recall("clusterkv", b, false) - recall("quest", b, false);
+  });
+  if (std::isfinite(gap)) {
+    out->push_back(AtLeast("text_recall_vs_quest",
+                           "clusterkv top-k recall - quest's >= 0.10, every "
+                           "budget (worst shown)",
+                           gap, 0.10, absl::StrCat("text, B=", gap_b)));
+  }
+  auto [margin, margin_b] = WorstOverTextBudgets(rep, [&](int b) {
+    return recall("hybrid", b, true) -
+           std::max(recall("clusterkv", b, true), recall("streaming", b, true));
+  });
+  if (std::isfinite(margin)) {
+    out->push_back(AtLeast("text_hybrid_mass_vs_both",
+                           "hybrid mass recall - max(clusterkv, streaming) "
+                           ">= 0, every budget (worst shown)",
+                           margin, 0.0, absl::StrCat("text, B=", margin_b)));
+  }
+  const std::string at = absl::StrCat("text, B=", kTargetBudget);
+  if (const RunRecord* h = find("hybrid", kTargetBudget)) {
+    out->push_back(AtLeast("text_top1_agreement",
+                           "hybrid top-1 vs dense >= 0.99",
+                           Extra(h, "top1_agreement"), 0.99, at));
+    out->push_back(AtMost("text_perplexity_delta",
+                          "hybrid perplexity - dense's <= 0.5 (paper: PG19)",
+                          Extra(h, "perplexity_delta"), 0.5, at));
+  }
+  const RunRecord* cos = ablation(kTargetBudget, "cosine");
+  const RunRecord* l2 = ablation(kTargetBudget, "l2");
+  const RunRecord* ip = ablation(kTargetBudget, "ip");
+  if (cos && l2 && ip) {
+    out->push_back(AtLeast(
+        "text_metric_cosine_best",
+        "cosine top-k recall - max(l2, ip) > 0 (clustering metric ablation)",
+        cos->topk_recall - std::max(l2->topk_recall, ip->topk_recall), 1e-9,
+        at));
+  }
+}
+
 std::vector<Target> Targets(const ClusterReport& rep) {
   std::vector<Target> t;
   KeysTargets(rep, &t);
   EngineTargets(rep, &t);
+  TextTargets(rep, &t);
   return t;
 }
 
@@ -197,42 +277,56 @@ Json RunJson(const RunRecord& r) {
 Json OptionsJson(const ClusterReport& rep) {
   const ClusterBenchOptions& o = *rep.options;
   const KeyGenSpec& k = o.keygen;
-  return Json{
-      {"quick", o.quick},
-      {"threads", rep.threads},
-      {"seed", o.seed},
-      {"budgets", o.budgets},
-      {"keys",
-       {{"contexts", o.key_contexts},
-        {"heads", o.heads},
-        {"kv_heads", o.kv_heads},
-        {"head_dim", o.head_dim},
-        {"tokens_per_cluster", o.tokens_per_cluster},
-        {"queries", o.key_queries},
-        {"timing_steps", o.timing_steps},
-        {"timing_hold", o.timing_hold},
-        {"keygen",
-         {{"directions", k.directions}, {"zipf", k.zipf},
-          {"stay", k.stay}, {"noise", k.noise},
-          {"norm_sigma", k.norm_sigma}, {"scale", k.scale},
-          {"outlier_channels", k.outlier_channels},
-          {"outlier_magnitude", k.outlier_magnitude},
-          {"rope_base", k.rope_base}, {"query_regions", k.query_regions},
-          {"region_tokens", k.region_tokens},
-          {"query_noise", k.query_noise}, {"logit_std", k.logit_std}}}}},
-      {"engine",
-       {{"contexts", o.engine_contexts},
-        {"batches", o.batches},
-        {"decode_steps", o.decode_steps},
-        {"prefill_chunk", o.prefill_chunk},
-        {"dense_layers", o.dense_layers},
-        {"quality", o.engine_quality}}}};
+  return Json{{"quick", o.quick},
+              {"threads", rep.threads},
+              {"seed", o.seed},
+              {"budgets", o.budgets},
+              {"keys",
+               {{"contexts", o.key_contexts},
+                {"heads", o.heads},
+                {"kv_heads", o.kv_heads},
+                {"head_dim", o.head_dim},
+                {"tokens_per_cluster", o.tokens_per_cluster},
+                {"queries", o.key_queries},
+                {"timing_steps", o.timing_steps},
+                {"timing_hold", o.timing_hold},
+                {"keygen",
+                 {{"directions", k.directions},
+                  {"zipf", k.zipf},
+                  {"stay", k.stay},
+                  {"noise", k.noise},
+                  {"norm_sigma", k.norm_sigma},
+                  {"scale", k.scale},
+                  {"outlier_channels", k.outlier_channels},
+                  {"outlier_magnitude", k.outlier_magnitude},
+                  {"rope_base", k.rope_base},
+                  {"query_regions", k.query_regions},
+                  {"region_tokens", k.region_tokens},
+                  {"query_noise", k.query_noise},
+                  {"logit_std", k.logit_std}}}}},
+              {"text",
+               {{"model", o.text_model},
+                {"file", o.text_file},
+                {"prompt_tokens", o.text_prompt_tokens},
+                {"decode_tokens", o.text_decode_tokens},
+                {"windows", o.text_windows},
+                {"recall_every", o.text_recall_every},
+                {"dense_layers", o.text_dense_layers},
+                {"budgets", o.text_budgets},
+                {"metric_budgets", o.text_metric_budgets}}},
+              {"engine",
+               {{"contexts", o.engine_contexts},
+                {"batches", o.batches},
+                {"decode_steps", o.decode_steps},
+                {"prefill_chunk", o.prefill_chunk},
+                {"dense_layers", o.dense_layers},
+                {"quality", o.engine_quality}}}};
 }
 
 Json TargetJson(const Target& t) {
-  return Json{{"name", t.name},   {"rule", t.rule},
+  return Json{{"name", t.name},        {"rule", t.rule},
               {"value", Num(t.value)}, {"threshold", t.threshold},
-              {"pass", t.pass},   {"where", t.where}};
+              {"pass", t.pass},        {"where", t.where}};
 }
 
 }  // namespace
@@ -245,9 +339,25 @@ void PrintRecord(const RunRecord& r, std::FILE* out) {
     return std::string(buf);
   };
   std::string tag = r.policy;
+  if (r.workload == "text") {
+    std::fprintf(
+        out,
+        "%-6s %-12s %-24s L %6lld B %5d   topk %6s mass %6s "
+        "top1 %6s kl %8s ppl %7s (dense %7s)\n",
+        r.workload.c_str(), r.experiment.c_str(),
+        absl::StrCat(r.policy, "/", r.extra["metric"].get<std::string>())
+            .c_str(),
+        static_cast<long long>(r.context), r.budget,
+        f(r.topk_recall, "%.3f").c_str(), f(r.mass_recall, "%.3f").c_str(),
+        f(r.extra["top1_agreement"].get<double>(), "%.4f").c_str(),
+        f(r.extra["kl"].get<double>(), "%.5f").c_str(),
+        f(r.extra["perplexity"].get<double>(), "%.3f").c_str(),
+        f(r.extra["dense_perplexity"].get<double>(), "%.3f").c_str());
+    return;
+  }
   if (r.workload == "keys" && r.extra.contains("metric")) {
-    tag = absl::StrCat(r.policy, "/", r.extra["metric"].get<std::string>(),
-                       "/", r.extra["tokens_per_cluster"].get<int>());
+    tag = absl::StrCat(r.policy, "/", r.extra["metric"].get<std::string>(), "/",
+                       r.extra["tokens_per_cluster"].get<int>());
   }
   std::fprintf(out,
                "%-6s %-12s %-24s L %6lld B %5d x%-3d topk %6s mass %6s "
@@ -266,8 +376,8 @@ void PrintSummary(const ClusterReport& rep, std::FILE* out) {
   std::fprintf(out, "\ntargets (measured in this run):\n");
   for (const Target& t : Targets(rep)) {
     std::fprintf(out, "  %-4s %-30s %8.3f (threshold %.3f) %s | %s\n",
-                 t.pass ? "PASS" : "FAIL", t.name.c_str(), t.value,
-                 t.threshold, t.rule.c_str(), t.where.c_str());
+                 t.pass ? "PASS" : "FAIL", t.name.c_str(), t.value, t.threshold,
+                 t.rule.c_str(), t.where.c_str());
   }
   std::fprintf(out, "wall time %.1f s\n", rep.wall_seconds);
 }
@@ -277,19 +387,19 @@ Json ReportJson(const ClusterReport& rep) {
   for (const RunRecord& r : rep.runs) runs.push_back(RunJson(r));
   Json targets = Json::array();
   for (const Target& t : Targets(rep)) targets.push_back(TargetJson(t));
-  return Json{
-      {"benchmark", "cluster_bench"},
-      {"timestamp", UtcTimestamp()},
-      {"machine",
-       {{"cpu_features", kernels::cpu::DescribeCpuFeatures()},
-        {"kernel_set", kernels::cpu::KernelSetName()},
-        {"hardware_threads", std::thread::hardware_concurrency()},
-        {"threads", rep.threads}}},
-      {"config", OptionsJson(rep)},
-      {"engine_model", rep.engine_model},
-      {"runs", runs},
-      {"targets", targets},
-      {"wall_seconds", rep.wall_seconds}};
+  return Json{{"benchmark", "cluster_bench"},
+              {"timestamp", UtcTimestamp()},
+              {"machine",
+               {{"cpu_features", kernels::cpu::DescribeCpuFeatures()},
+                {"kernel_set", kernels::cpu::KernelSetName()},
+                {"hardware_threads", std::thread::hardware_concurrency()},
+                {"threads", rep.threads}}},
+              {"config", OptionsJson(rep)},
+              {"engine_model", rep.engine_model},
+              {"text_model", rep.text_model},
+              {"runs", runs},
+              {"targets", targets},
+              {"wall_seconds", rep.wall_seconds}};
 }
 
 }  // namespace ckv::bench

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/cluster_options.h"
+#include "kernels/cpu/cluster_ops.h"
 #include "nlohmann/json.hpp"
 
 namespace ckv::bench {
@@ -28,8 +29,8 @@ struct RunRecord {
   int64_t context = 0;
   int budget = 0;  // 0: none (full)
   int batch = 1;
-  double step_ms = kNotMeasured;    // per (batch) step
-  double select_ms = kNotMeasured;  // Select calls (plan + cache) per step
+  double step_ms = kNotMeasured;     // per (batch) step
+  double select_ms = kNotMeasured;   // Select calls (plan + cache) per step
   double cluster_ms = kNotMeasured;  // k-means of the prefilled context
   double prefill_ms = kNotMeasured;
   double topk_recall = kNotMeasured;
@@ -42,9 +43,22 @@ struct ClusterReport {
   const ClusterBenchOptions* options = nullptr;
   int threads = 0;
   Json engine_model = nullptr;  // shape of the engine's model
+  Json text_model = nullptr;    // the text workload's model and text
   std::vector<RunRecord> runs;
   double wall_seconds = 0;
 };
+
+// The metric's name in records and flags: cosine, l2, ip.
+inline const char* MetricName(kernels::cpu::ClusterMetric m) {
+  switch (m) {
+    case kernels::cpu::ClusterMetric::kL2:
+      return "l2";
+    case kernels::cpu::ClusterMetric::kInnerProduct:
+      return "ip";
+    default:
+      return "cosine";
+  }
+}
 
 // Measured value or JSON null.
 inline Json Num(double x) { return std::isfinite(x) ? Json(x) : Json(); }

@@ -3,7 +3,10 @@
 recall_vs_budget.png (keys: recall per policy, metric and tokens-per-cluster
 ablations), step_time_vs_context.png (engine decode step per policy and
 batch; keys: one attention layer per policy) and overhead.png (a decode step
-split into select, cache, attention and the rest; prefill vs clustering).
+split into select, cache, attention and the rest; prefill vs clustering),
+and, when the JSON has the `text` workload, text_quality.png (a real model on
+real text: top-k and mass recall, top-1 agreement and perplexity delta vs
+budget per policy).
 
 usage: plot_cluster.py RESULTS.json [--out-dir DIR]
 """
@@ -18,7 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
 
 TARGET_BUDGET = 1024
 POLICY_COLORS = {"full": "k", "clusterkv": "C0", "clusterkv_kvhead": "C4",
-                 "quest": "C1", "streaming": "C2", "oracle": "C3"}
+                 "quest": "C1", "streaming": "C2", "oracle": "C3",
+                 "hybrid": "C5"}
 
 
 def select(runs, **want):
@@ -148,6 +152,22 @@ def overhead_plots(axes, runs):
     axes[1].set_ylabel("seconds")
 
 
+def text_plots(axes, runs):
+    """Quality table of the text workload: one line per policy."""
+    rows = select(runs, workload="text", experiment="quality")
+    fields = [("topk_recall", "top-k recall"), ("mass_recall", "mass recall"),
+              ("top1_agreement", "top-1 agreement with dense"),
+              ("perplexity_delta", "perplexity - dense perplexity")]
+    for ax, (field, label) in zip(axes, fields):
+        for policy, color in POLICY_COLORS.items():
+            x, y = by_budget(select(rows, policy=policy), field)
+            if x:
+                ax.plot(x, y, "o-", color=color, label=policy)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("budget B (tokens per head)")
+        ax.set_title(label, fontsize="small")
+
+
 def subtitle(data):
     m, mach = data.get("engine_model") or {}, data["machine"]
     shape = (f"engine {m['n_layers']}L (dense {m['dense_layers']}) "
@@ -189,6 +209,10 @@ def main():
     fig, axes = plt.subplots(1, 2, figsize=(15, 5.5))
     overhead_plots(axes, runs)
     finish(fig, data, os.path.join(out, "overhead.png"))
+    if select(runs, workload="text"):
+        fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+        text_plots(axes.flat, runs)
+        finish(fig, data, os.path.join(out, "text_quality.png"))
 
 
 if __name__ == "__main__":
