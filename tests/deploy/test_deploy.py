@@ -285,7 +285,8 @@ class HelmChartTest(unittest.TestCase):
                             for p in router["ports"]}
             listeners = [l["name"] for l in
                          envoy["static_resources"]["listeners"]]
-            clusters = [c["name"] for c in envoy["static_resources"]["clusters"]]
+            clusters = [c["name"]
+                        for c in envoy["static_resources"]["clusters"]]
             if enabled:
                 self.assertEqual(http_args, ["--http-listen=0.0.0.0:9100"])
                 # Plain HTTP on a non-loopback address needs --insecure.
@@ -369,8 +370,9 @@ class RoutingKeyTest(unittest.TestCase):
         settings and hostnames, and the same gRPC health of each replica."""
         need_yaml()
         cfg = yaml.safe_load(read(DEPLOY, "envoy", "envoy.yaml"))
-        listeners = {l["name"]: l for l in cfg["static_resources"]["listeners"]}
-        clusters = {c["name"]: c for c in cfg["static_resources"]["clusters"]}
+        resources = cfg["static_resources"]
+        listeners = {l["name"]: l for l in resources["listeners"]}
+        clusters = {c["name"]: c for c in resources["clusters"]}
 
         def hcm(listener):
             return listener["filter_chains"][0]["filters"][0]["typed_config"]
@@ -403,9 +405,8 @@ class RoutingKeyTest(unittest.TestCase):
 
         self.assertEqual([e["hostname"] for e in endpoints(http_c)],
                          [e["hostname"] for e in endpoints(grpc_c)])
-        grpc_ports = {e["socket_address"]["port_value"] if "socket_address"
-                      in e else None
-                      for e in (x["address"] for x in endpoints(grpc_c))}
+        grpc_ports = {e["address"]["socket_address"]["port_value"]
+                      for e in endpoints(grpc_c)}
         for e in endpoints(http_c):
             # Health: the gRPC port's grpc.health.v1, not the HTTP port.
             self.assertEqual({e["health_check_config"]["port_value"]},
