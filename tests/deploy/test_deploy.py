@@ -23,6 +23,7 @@ import deploy_util as du  # noqa: E402
 
 try:
     import yaml
+    import helm_render  # needs yaml
 except ImportError:
     yaml = None
 
@@ -239,6 +240,84 @@ class HelmChartTest(unittest.TestCase):
         for a in args:
             self.assertIn(a.replace("-", "_"), flags, "--" + a)
 
+    def test_committed_renderings_are_the_chart_rendered(self):
+        """deploy/k8s/*.yaml and deploy/envoy/envoy.yaml are the chart with its
+        default values, rendered by helm_render (checked against Helm's
+        output format: the files it reproduced were written for Helm's)."""
+        need_yaml()
+        for path, text in helm_render.committed_renderings(DEPLOY).items():
+            self.assertEqual(read(DEPLOY, path), text,
+                             "deploy/%s differs from the chart rendered: run "
+                             "python3 tests/deploy/helm_render.py" % path)
+
+    def render_chart(self, **overrides):
+        """{kind: [objects]} of the chart rendered with value overrides,
+        the Envoy config parsed from the router's ConfigMap."""
+        chart = helm_render.Chart(CHART)
+        values = chart.values(**overrides)
+        templates = [os.path.basename(p) for p in
+                     glob.glob(os.path.join(CHART, "templates", "*.yaml"))]
+        by_kind = {}
+        for _, doc in helm_render.manifest_documents(chart, values, templates):
+            d = yaml.safe_load(doc)
+            by_kind.setdefault(d["kind"], []).append(d)
+        envoy = yaml.safe_load(
+            by_kind["ConfigMap"][0]["data"]["envoy.yaml"])
+        return by_kind, envoy
+
+    def test_http_api_follows_http_enabled(self):
+        need_yaml()
+        for enabled in (True, False):
+            by_kind, envoy = self.render_chart(**{
+                "http.enabled": enabled, "http.port": 9100,
+                "router.httpPort": 9200})
+            server = by_kind["StatefulSet"][0]["spec"]["template"]["spec"][
+                "containers"][0]
+            http_args = [a for a in server["args"]
+                         if a.startswith("--http-listen")]
+            ports = {p["name"]: p["containerPort"] for p in server["ports"]}
+            services = {s["metadata"]["name"]: {p["name"]: p["port"]
+                                                for p in s["spec"]["ports"]}
+                        for s in by_kind["Service"]}
+            router = by_kind["Deployment"][0]["spec"]["template"]["spec"][
+                "containers"][0]
+            router_ports = {p["name"]: p["containerPort"]
+                            for p in router["ports"]}
+            listeners = [l["name"] for l in
+                         envoy["static_resources"]["listeners"]]
+            clusters = [c["name"]
+                        for c in envoy["static_resources"]["clusters"]]
+            if enabled:
+                self.assertEqual(http_args, ["--http-listen=0.0.0.0:9100"])
+                # Plain HTTP on a non-loopback address needs --insecure.
+                self.assertIn("--insecure", server["args"])
+                self.assertEqual(ports["http"], 9100)
+                self.assertEqual(services["clusterkv-headless"]["http"], 9100)
+                self.assertEqual(services["clusterkv"]["http"], 9200)
+                self.assertEqual(router_ports["http"], 9200)
+                self.assertEqual(listeners, ["grpc_listener", "http_listener"])
+                self.assertEqual(clusters, ["clusterkv", "clusterkv-http"])
+                http = envoy["static_resources"]["listeners"][1]
+                self.assertEqual(
+                    http["address"]["socket_address"]["port_value"], 9200)
+                endpoints = envoy["static_resources"]["clusters"][1][
+                    "load_assignment"]["endpoints"][0]["lb_endpoints"]
+                self.assertEqual(
+                    {e["endpoint"]["address"]["socket_address"]["port_value"]
+                     for e in endpoints}, {9100})
+            else:
+                self.assertEqual(http_args, [])
+                self.assertNotIn("http", ports)
+                for svc in services.values():
+                    self.assertNotIn("http", svc)
+                self.assertNotIn("http", router_ports)
+                self.assertEqual(listeners, ["grpc_listener"])
+                self.assertEqual(clusters, ["clusterkv"])
+            # Either way every probe stays on gRPC health.
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                self.assertEqual(server[probe]["grpc"]["port"],
+                                 ports["grpc"], probe)
+
     def test_large_numbers_rendered_as_integers(self):
         # Helm reads values as float64: big byte counts need int64.
         text = read(CHART, "templates", "statefulset.yaml")
@@ -284,6 +363,64 @@ class RoutingKeyTest(unittest.TestCase):
         pattern = re.compile(rewrite["pattern"]["regex"])
         for sid, key in self.IDS.items():
             self.assertEqual(pattern.sub(rewrite["substitution"], sid), key)
+
+    def test_envoy_http_api_hashes_like_grpc(self):
+        """The HTTP API's listener and cluster (docs/http-api.md) pick the
+        same replica for a key as the gRPC ones: same hash policy, ring
+        settings and hostnames, and the same gRPC health of each replica."""
+        need_yaml()
+        cfg = yaml.safe_load(read(DEPLOY, "envoy", "envoy.yaml"))
+        resources = cfg["static_resources"]
+        listeners = {l["name"]: l for l in resources["listeners"]}
+        clusters = {c["name"]: c for c in resources["clusters"]}
+
+        def hcm(listener):
+            return listener["filter_chains"][0]["filters"][0]["typed_config"]
+
+        def route(listener):
+            return hcm(listener)["route_config"]["virtual_hosts"][0][
+                "routes"][0]["route"]
+
+        grpc_l, http_l = listeners["grpc_listener"], listeners["http_listener"]
+        self.assertEqual(hcm(http_l)["codec_type"], "HTTP1")
+        self.assertEqual(route(http_l)["cluster"], "clusterkv-http")
+        self.assertEqual(route(http_l)["hash_policy"],
+                         route(grpc_l)["hash_policy"])
+        # Server-sent events: no route timeout, the gRPC streams' idle limit.
+        self.assertEqual(route(http_l)["timeout"], "0s")
+        self.assertEqual(hcm(http_l)["stream_idle_timeout"],
+                         hcm(grpc_l)["stream_idle_timeout"])
+        self.assertNotIn("retry_policy", route(http_l))
+
+        grpc_c, http_c = clusters["clusterkv"], clusters["clusterkv-http"]
+        for key in ("type", "lb_policy", "ring_hash_lb_config",
+                    "common_lb_config", "health_checks"):
+            self.assertEqual(http_c[key], grpc_c[key], key)
+        self.assertTrue(http_c["common_lb_config"][
+            "consistent_hashing_lb_config"]["use_hostname_for_hashing"])
+
+        def endpoints(cluster):
+            return [e["endpoint"] for e in
+                    cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]]
+
+        self.assertEqual([e["hostname"] for e in endpoints(http_c)],
+                         [e["hostname"] for e in endpoints(grpc_c)])
+        grpc_ports = {e["address"]["socket_address"]["port_value"]
+                      for e in endpoints(grpc_c)}
+        for e in endpoints(http_c):
+            # Health: the gRPC port's grpc.health.v1, not the HTTP port.
+            self.assertEqual({e["health_check_config"]["port_value"]},
+                             grpc_ports)
+            self.assertNotIn(e["address"]["socket_address"]["port_value"],
+                             grpc_ports)
+        # Envoy refuses gRPC health checks on a cluster without HTTP/2;
+        # requests still go upstream as HTTP/1.1 (the downstream protocol,
+        # HTTP1-only listener).
+        opts = http_c["typed_extension_protocol_options"][
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        self.assertIn("http2_protocol_options",
+                      opts["use_downstream_protocol_config"])
+        self.assertIn("grpc_health_check", http_c["health_checks"][0])
 
 
 class DashboardAndImagesTest(unittest.TestCase):
