@@ -1,0 +1,247 @@
+// Tests of the WordPiece ("bert") and "whitespace" tokenizer models and of
+// the pre-tokenizers llama.cpp splits with hand-written code (kimi-k2,
+// afmoe), on small in-memory vocabularies. Expected ids are worked out by
+// hand from the algorithms' definitions (see wordpiece.cc).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/gguf/gguf.h"
+#include "model/gguf/gguf_writer.h"
+#include "model/tokenizer/pretokenizer.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace ckv {
+namespace {
+
+using Ids = std::vector<int32_t>;
+using Pieces = std::vector<std::string>;
+
+constexpr char kSp[] = "\xE2\x96\x81";  // U+2581, word start
+
+// Control [PAD] [CLS] [SEP], unknown [UNK], then word pieces in GGUF form
+// (word-initial pieces start with U+2581).
+TokenizerConfig BertConfig() {
+  TokenizerConfig c;
+  c.type = TokenizerType::kWordPiece;
+  const std::string w = kSp;
+  c.tokens = {"[PAD]",
+              "[UNK]",
+              "[CLS]",
+              "[SEP]",
+              w + "un",
+              "aff",
+              "able",
+              w + "hello",
+              w + ",",
+              w + "!",
+              w + "cafe",
+              w + "\xE4\xB8\x96",
+              w + "\xE7\x95\x8C",
+              w + "a",
+              "b",
+              w + "ab",
+              w + "$",
+              w + "x",
+              w + "Caf",
+              "\xC3\xA9"};
+  c.token_types = {3, 2, 3, 3};
+  c.token_types.resize(c.tokens.size(), 1);
+  c.bos_id = 2;
+  c.sep_id = 3;
+  c.unk_id = 1;
+  return c;
+}
+
+std::unique_ptr<Tokenizer> Build(TokenizerConfig c) {
+  auto t = Tokenizer::FromConfig(std::move(c));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+Ids Enc(const Tokenizer& t, const std::string& s, bool add_special = false,
+        bool parse_special = false) {
+  auto ids = t.Encode(s, add_special, parse_special);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  return ids.ok() ? *ids : Ids{};
+}
+
+TEST(WordPieceTest, GreedyLongestMatchFirst) {
+  auto t = Build(BertConfig());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, "unaffable"), (Ids{4, 5, 6}));
+  EXPECT_EQ(Enc(*t, "ab"), (Ids{15}));  // "▁ab" beats "▁a" + "b"
+  // A position no piece covers makes the whole word [UNK] ("▁un" + "afx").
+  EXPECT_EQ(Enc(*t, "unafx"), (Ids{1}));
+  EXPECT_EQ(Enc(*t, "b"), (Ids{1}));  // "b" is only a continuation
+}
+
+TEST(WordPieceTest, BertSplittingAndNormalization) {
+  auto t = Build(BertConfig());
+  ASSERT_NE(t, nullptr);
+  // Lowercased; punctuation is a word of its own; "world" has no pieces.
+  EXPECT_EQ(Enc(*t, "Hello, World!"), (Ids{7, 8, 1, 9}));
+  // Accents stripped after decomposition: É -> E -> e; a combining acute
+  // (a mark) is dropped.
+  EXPECT_EQ(Enc(*t, "CAF\xC3\x89"), (Ids{10}));
+  EXPECT_EQ(Enc(*t, "cafe\xCC\x81"), (Ids{10}));
+  // CJK ideographs are single-character words; ASCII symbols too.
+  EXPECT_EQ(Enc(*t, "\xE4\xB8\x96\xE7\x95\x8C"), (Ids{11, 12}));
+  EXPECT_EQ(Enc(*t, "$x"), (Ids{16, 17}));
+  // Unicode whitespace (tab, NBSP, U+3000) separates words; a control
+  // character is dropped without splitting the word.
+  EXPECT_EQ(Enc(*t,
+                "ab\tab\xC2\xA0"
+                "ab\xE3\x80\x80"
+                "ab"),
+            (Ids{15, 15, 15, 15}));
+  EXPECT_EQ(Enc(*t,
+                "a\x01"
+                "b"),
+            (Ids{15}));
+  EXPECT_EQ(Enc(*t, ""), (Ids{}));
+  EXPECT_EQ(Enc(*t, " \n\t "), (Ids{}));
+}
+
+TEST(WordPieceTest, SpecialTokens) {
+  auto t = Build(BertConfig());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, "ab", true), (Ids{2, 15, 3}));  // [CLS] ... [SEP]
+  EXPECT_EQ(Enc(*t, "", true), (Ids{2, 3}));
+  EXPECT_TRUE(t->add_bos());
+  EXPECT_EQ(t->bos_id(), 2);
+  EXPECT_EQ(t->unk_id(), 1);
+  EXPECT_EQ(Enc(*t, "ab[SEP]", false, true), (Ids{15, 3}));
+  // Without parse_special "[SEP]" is text: "[", "sep", "]", all unknown.
+  EXPECT_EQ(Enc(*t, "ab[SEP]"), (Ids{15, 1, 1, 1}));
+}
+
+TEST(WordPieceTest, RoundTripGivesNormalizedWords) {
+  auto t = Build(BertConfig());
+  ASSERT_NE(t, nullptr);
+  // Decode maps U+2581 to a space: the words come back space-separated.
+  for (const std::string& x :
+       {std::string("hello , cafe"), std::string("unaffable ab $ x")}) {
+    EXPECT_EQ(t->Decode(Enc(*t, x)), " " + x) << x;
+  }
+  EXPECT_EQ(t->Decode(Enc(*t, "Hello,CAF\xC3\x89!")), " hello , cafe !");
+  EXPECT_EQ(t->Decode(Enc(*t, "ab", true), /*render_special=*/false), " ab");
+  EXPECT_EQ(t->Decode(Enc(*t, "ab", true)), "[CLS] ab[SEP]");
+}
+
+TEST(WordPieceTest, CasedVocabularyKeepsCaseAndAccents) {
+  TokenizerConfig c = BertConfig();
+  c.lowercase = false;  // strip_accents follows lowercase
+  auto t = Build(std::move(c));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, "Caf\xC3\xA9"), (Ids{18, 19}));
+  EXPECT_EQ(Enc(*t, "HELLO"), (Ids{1}));
+  TokenizerConfig d = BertConfig();
+  d.lowercase = false;
+  d.strip_accents = true;
+  auto u = Build(std::move(d));
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(Enc(*u, "Caf\xC3\xA9"), (Ids{1}));  // "▁Caf" + "e": no "e"
+}
+
+TEST(WordPieceTest, MissingSeparatorOrUnknownIsALoadError) {
+  TokenizerConfig c = BertConfig();
+  c.sep_id.reset();  // default 102 is out of range
+  auto t = Tokenizer::FromConfig(std::move(c));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  TokenizerConfig d = BertConfig();
+  d.unk_id.reset();
+  EXPECT_EQ(Tokenizer::FromConfig(std::move(d)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> FromWriter(
+    const gguf::GgufWriter& w) {
+  const std::vector<uint8_t> bytes = w.Serialize();
+  auto file = gguf::GgufFile::FromBuffer(bytes.data(), bytes.size());
+  if (!file.ok()) return file.status();
+  return Tokenizer::FromGguf(**file);
+}
+
+TEST(WordPieceTest, LoadsFromGgufKeys) {
+  const TokenizerConfig c = BertConfig();
+  gguf::GgufWriter w;
+  w.SetString("tokenizer.ggml.model", "bert");
+  w.SetStringArray("tokenizer.ggml.tokens", c.tokens);
+  w.SetInt32Array("tokenizer.ggml.token_type",
+                  {c.token_types.begin(), c.token_types.end()});
+  w.SetUint32("tokenizer.ggml.bos_token_id", 2);
+  w.SetUint32("tokenizer.ggml.seperator_token_id", 3);
+  w.SetUint32("tokenizer.ggml.unknown_token_id", 1);
+  w.SetBool("tokenizer.ggml.normalizer.lowercase", false);
+  auto t = FromWriter(w);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->type(), TokenizerType::kWordPiece);
+  EXPECT_EQ(Enc(**t, "Caf\xC3\xA9", true), (Ids{2, 18, 19, 3}));
+}
+
+// --- "whitespace" model --------------------------------------------------
+
+TEST(WhitespaceModelTest, SegmentsAtWhitespaceThenBpe) {
+  TokenizerConfig c;
+  c.type = TokenizerType::kWhitespaceBpe;
+  c.pre = "whitespace";
+  c.tokens = {"a", "b", "ab", "A", "<0x41>"};
+  c.token_types = {1, 1, 1, 1, 6};
+  c.merges = {"a b"};
+  auto t = Build(c);
+  ASSERT_NE(t, nullptr);
+  // Whitespace is dropped, never tokenized; pieces are raw UTF-8.
+  EXPECT_EQ(Enc(*t, " ab\t\xE3\x80\x80 b a"), (Ids{2, 1, 0}));
+  // Pre-tokenizer "whitespace": no lowercasing unless the file asks.
+  EXPECT_EQ(Enc(*t, "Ab"), (Ids{3, 1}));
+  c.lowercase = true;
+  auto u = Build(c);
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(Enc(*u, "Ab"), (Ids{2}));
+  EXPECT_EQ(Enc(*u, ""), (Ids{}));
+}
+
+// --- Hand-written llama.cpp splitters ---------------------------------------
+
+Pieces Split(const std::string& pre, const std::string& text) {
+  auto spec = tokenizer_internal::PreTokenizerSpecFor(pre);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (!spec.ok()) return {};
+  auto pt = tokenizer_internal::Pretokenizer::Create(spec->patterns);
+  EXPECT_TRUE(pt.ok()) << pt.status();
+  if (!pt.ok()) return {};
+  std::vector<absl::string_view> pieces;
+  EXPECT_TRUE((*pt)->Split(text, &pieces).ok());
+  return Pieces(pieces.begin(), pieces.end());
+}
+
+TEST(CustomSplitTest, KimiK2) {
+  // Han runs alone; a word is any run of non-Han letters (case does not
+  // split it) with an optional contraction; digits by three.
+  EXPECT_EQ(Split("kimi-k2",
+                  "\xE4\xBD\xA0\xE5\xA5\xBD"
+                  "getUserName it's"),
+            (Pieces{"\xE4\xBD\xA0\xE5\xA5\xBD", "getUserName", " it's"}));
+  EXPECT_EQ(Split("kimi-k2",
+                  "abc\xE4\xB8\xAD"
+                  "12345  \n\nx!?"),
+            (Pieces{"abc", "\xE4\xB8\xAD", "123", "45", "  \n\n", "x", "!?"}));
+  EXPECT_EQ(Split("kimi-k2", " \xE4\xB8\xAD"), (Pieces{" ", "\xE4\xB8\xAD"}));
+}
+
+TEST(CustomSplitTest, AfmoeDigitGroups) {
+  // Leading len % 3 digits, then groups of three; CJK / Thai runs alone.
+  EXPECT_EQ(Split("afmoe", "1234567"), (Pieces{"1", "234", "567"}));
+  EXPECT_EQ(Split("afmoe", "x12345 y"), (Pieces{"x", "12", "345", " y"}));
+  EXPECT_EQ(Split("afmoe",
+                  "ab\xE0\xB9\x80\xE0\xB9\x84"
+                  "cd"),
+            (Pieces{"ab", "\xE0\xB9\x80\xE0\xB9\x84", "cd"}));
+}
+
+}  // namespace
+}  // namespace ckv
