@@ -1,6 +1,6 @@
-// Unigram (tokenizer.ggml.model "t5"), RWKV ("rwkv") and WordPiece ("bert")
-// encoders, reproducing llama.cpp's (llama-vocab.cpp). Not part of the public
-// API.
+// Unigram (tokenizer.ggml.model "t5"), RWKV ("rwkv"), WordPiece ("bert") and
+// PLaMo-2 ("plamo2") encoders, reproducing llama.cpp's (llama-vocab.cpp). Not
+// part of the public API.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +59,11 @@ struct WordPieceOptions {
 // model.
 std::unique_ptr<OtherModel> MakeWordPiece(const Vocab* vocab,
                                           const WordPieceOptions& options);
+
+// PLaMo-2 (see plamo2.cc): lowest-cost segmentation by token scores with
+// <0xXX> byte fallback. INVALID_ARGUMENT when a byte token is missing.
+// `vocab` must outlive the model.
+absl::StatusOr<std::unique_ptr<OtherModel>> MakePlamo2(const Vocab* vocab);
 
 // The bytes an RWKV token text stands for (llama.cpp's unescaping).
 std::string UnescapeRwkvToken(absl::string_view escaped);

@@ -167,6 +167,9 @@ std::string ComputePiece(const Tokenizer::Impl& impl, int32_t id) {
   const uint32_t attr = impl.vocab.attr[id];
   const std::string& text = impl.vocab.text[id];
   if (impl.type == TokenizerType::kRwkv) return UnescapeRwkvToken(text);
+  if (impl.type == TokenizerType::kPlamo2) {  // text as is, bytes decoded
+    return (attr & kAttrByte) ? ByteTokenPiece(text) : text;
+  }
   if (attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) return text;
   if (attr & kAttrNormal) {
     const bool byte_level = (impl.type == TokenizerType::kBpe ||
@@ -204,7 +207,9 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
 
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
-  const bool rwkv = im.type == TokenizerType::kRwkv;  // never adds BOS/EOS
+  // RWKV and PLaMo-2 never add BOS/EOS, as in llama.cpp.
+  const bool rwkv =
+      im.type == TokenizerType::kRwkv || im.type == TokenizerType::kPlamo2;
   if (add_special && im.add_bos && !rwkv) out.push_back(im.bos);
   MergeWorkspace ws;
   std::string escaped;
@@ -250,6 +255,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
       case TokenizerType::kUnigram:
       case TokenizerType::kRwkv:
       case TokenizerType::kWordPiece:
+      case TokenizerType::kPlamo2:
         if (absl::Status s = im.other->Encode(raw, &out); !s.ok()) return s;
         break;
     }

@@ -3,9 +3,9 @@
 // (tokenizer.ggml.model "llama"), BPE vocabularies ("gpt2" under every
 // tokenizer.ggml.pre llama.cpp knows, "gemma4", "whitespace"), WordPiece
 // ("bert"), Unigram ("t5") and RWKV ("rwkv"), including special-token
-// partitioning, BOS/EOS rules and the end-of-generation set. Models llama.cpp
-// knows that are not implemented ("plamo2", "hybriddna", "none") fail to load
-// with UNIMPLEMENTED.
+// partitioning, BOS/EOS rules and the end-of-generation set; PLaMo-2
+// ("plamo2"). Models llama.cpp knows that are not implemented ("hybriddna",
+// "none") fail to load with UNIMPLEMENTED.
 //
 // Thread safety: a built Tokenizer is immutable; all const methods may be
 // called concurrently. StreamingDetokenizer is per stream (not thread-safe).
@@ -32,6 +32,7 @@ enum class TokenizerType {
   kUnigram,        // "t5"
   kRwkv,           // "rwkv"
   kWordPiece,      // "bert"
+  kPlamo2,         // "plamo2"
   // "whitespace": text split at whitespace (dropped), each segment lowercased
   // per tokenizer.ggml.normalizer.lowercase, then BPE-encoded
   kWhitespaceBpe,
@@ -43,8 +44,8 @@ enum class TokenizerType {
 // add_bos, add_space_prefix; BPE: bos = eos = 11, no BOS unless the
 // pre-tokenizer says so; gemma4: none, BOS always added; Unigram: eos 1,
 // unk 2, add_eos; RWKV: none; WordPiece: bos ([CLS]) 101, unk 100, sep
-// ([SEP]) 102, add_special always gives [CLS] ... [SEP]; ids out of range are
-// treated as unset).
+// ([SEP]) 102, add_special always gives [CLS] ... [SEP]; PLaMo-2: bos 1, eos
+// 2, unk 0, never added; ids out of range are treated as unset).
 struct TokenizerConfig {
   TokenizerType type = TokenizerType::kSentencePiece;
   std::string pre;  // BPE pre-tokenizer ("" = "default"; gemma4: ignored)

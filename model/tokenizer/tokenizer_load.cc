@@ -86,7 +86,7 @@ absl::Status ReadTokenTypes(const gguf::GgufFile& f,
 }
 
 // tokenizer.ggml.model -> type; UNIMPLEMENTED for models llama.cpp knows
-// but this implementation does not (plamo2, hybriddna, none / no_vocab) and
+// but this implementation does not (hybriddna, none / no_vocab) and
 // for unknown names.
 absl::StatusOr<TokenizerType> TypeForModel(const std::string& model) {
   static const std::pair<const char*, TokenizerType> kModels[] = {
@@ -96,6 +96,7 @@ absl::StatusOr<TokenizerType> TypeForModel(const std::string& model) {
       {"t5", TokenizerType::kUnigram},
       {"rwkv", TokenizerType::kRwkv},
       {"bert", TokenizerType::kWordPiece},
+      {"plamo2", TokenizerType::kPlamo2},
       {"whitespace", TokenizerType::kWhitespaceBpe},
   };
   for (const auto& [name, type] : kModels) {
@@ -259,6 +260,7 @@ struct DefaultIds {
 DefaultIds DefaultsFor(TokenizerType type) {
   switch (type) {
     case TokenizerType::kSentencePiece:
+    case TokenizerType::kPlamo2:
       return {1, 2, 0};
     case TokenizerType::kBpe:
     case TokenizerType::kWhitespaceBpe:
@@ -520,6 +522,13 @@ absl::Status BuildAlgorithm(const TokenizerConfig& c, Tokenizer::Impl* impl) {
       options.strip_accents = c.strip_accents.value_or(options.lowercase);
       options.unk_id = PickId(impl->vocab, c.unk_id, 100);
       impl->other = tokenizer_internal::MakeWordPiece(&impl->vocab, options);
+      return absl::OkStatus();
+    }
+    case TokenizerType::kPlamo2: {
+      absl::StatusOr<std::unique_ptr<tokenizer_internal::OtherModel>> m =
+          tokenizer_internal::MakePlamo2(&impl->vocab);
+      if (!m.ok()) return Annotate(m.status());
+      impl->other = std::move(*m);
       return absl::OkStatus();
     }
     case TokenizerType::kBpe:

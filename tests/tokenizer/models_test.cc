@@ -1,10 +1,12 @@
-// Tests of the WordPiece ("bert") and "whitespace" tokenizer models and of
+// Tests of the WordPiece ("bert"), PLaMo-2 and "whitespace" tokenizer models
+// and of
 // the pre-tokenizers llama.cpp splits with hand-written code (kimi-k2,
 // afmoe), on small in-memory vocabularies. Expected ids are worked out by
 // hand from the algorithms' definitions (see wordpiece.cc).
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -203,6 +205,78 @@ TEST(WhitespaceModelTest, SegmentsAtWhitespaceThenBpe) {
   ASSERT_NE(u, nullptr);
   EXPECT_EQ(Enc(*u, "Ab"), (Ids{2}));
   EXPECT_EQ(Enc(*u, ""), (Ids{}));
+}
+
+// --- PLaMo-2 -----------------------------------------------------------------
+
+// Control tokens, the 256 byte tokens (ids 4..259), then scored pieces.
+TokenizerConfig Plamo2Config() {
+  TokenizerConfig c;
+  c.type = TokenizerType::kPlamo2;
+  c.tokens = {"<|plamo:unk|>", "<|plamo:bos|>", "<|plamo:eos|>",
+              "<|plamo:pad|>"};
+  c.token_types = {2, 3, 3, 3};
+  static const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    c.tokens.push_back(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+    c.token_types.push_back(6);
+  }
+  c.scores.assign(c.tokens.size(), 0.0f);
+  const std::vector<std::pair<std::string, float>> pieces = {
+      {"a", -1},  {"b", -1}, {"ab", -3}, {"abc", -1.5},
+      {"xy", -2}, {"x", -1}, {"y", -1}};
+  for (const auto& [text, score] : pieces) {
+    c.tokens.push_back(text);
+    c.token_types.push_back(1);
+    c.scores.push_back(score);
+  }
+  return c;
+}
+
+constexpr int32_t kByte0 = 4;  // id of <0x00>
+
+TEST(Plamo2Test, LowestCostSegmentation) {
+  auto t = Build(Plamo2Config());
+  ASSERT_NE(t, nullptr);
+  const int32_t a = 260, b = 261, abc = 263, xy = 264;
+  // a + b costs 2e4, "ab" 3e4; "abc" (1.5e4) beats a + b + unknown c.
+  EXPECT_EQ(Enc(*t, "ab"), (Ids{a, b}));
+  EXPECT_EQ(Enc(*t, "abc"), (Ids{abc}));
+  // Tie between "xy" and x + y (2e4 each): the longer token wins.
+  EXPECT_EQ(Enc(*t, "xy"), (Ids{xy}));
+  // A code point no token covers: its UTF-8 bytes as <0xXX> tokens.
+  EXPECT_EQ(Enc(*t,
+                "\xC3\xA9"
+                "a"),
+            (Ids{kByte0 + 0xC3, kByte0 + 0xA9, a}));
+  // A leading byte-order mark is dropped; elsewhere it is text.
+  EXPECT_EQ(Enc(*t,
+                "\xEF\xBB\xBF"
+                "a"),
+            (Ids{a}));
+  EXPECT_EQ(Enc(*t, "a\xEF\xBB\xBF"),
+            (Ids{a, kByte0 + 0xEF, kByte0 + 0xBB, kByte0 + 0xBF}));
+  // Never adds BOS / EOS.
+  EXPECT_EQ(Enc(*t, "a", true), (Ids{a}));
+  EXPECT_EQ(Enc(*t, ""), (Ids{}));
+}
+
+TEST(Plamo2Test, RoundTrip) {
+  auto t = Build(Plamo2Config());
+  ASSERT_NE(t, nullptr);
+  for (const std::string& x :
+       {std::string("ab abc xy\n"),
+        std::string("\xE4\xB8\x96 \xF0\x9F\xA6\x99 b"), std::string("yx")}) {
+    EXPECT_EQ(t->Decode(Enc(*t, x)), x) << x;
+  }
+}
+
+TEST(Plamo2Test, MissingByteTokenIsALoadError) {
+  TokenizerConfig c = Plamo2Config();
+  c.token_types[4 + 0x41] = 1;  // <0x41> no longer a byte token
+  auto t = Tokenizer::FromConfig(std::move(c));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // --- Hand-written llama.cpp splitters ---------------------------------------
