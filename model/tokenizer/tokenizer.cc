@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/tokenizer/hybriddna.h"
 #include "model/tokenizer/tokenizer_impl.h"
 #include "model/tokenizer/unicode_props.h"
 #include "model/tokenizer/utf8.h"
@@ -173,9 +175,16 @@ std::string ComputePiece(const Tokenizer::Impl& impl, int32_t id) {
   if (attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) return text;
   if (attr & kAttrNormal) {
     const bool byte_level = (impl.type == TokenizerType::kBpe ||
-                             impl.type == TokenizerType::kWhitespaceBpe) &&
+                             impl.type == TokenizerType::kWhitespaceBpe ||
+                             impl.type == TokenizerType::kHybridDna) &&
                             !impl.escape_whitespaces;
-    return byte_level ? DecodeByteLevel(text) : UnescapeSpaces(text);
+    if (!byte_level) return UnescapeSpaces(text);
+    absl::string_view shown = text;
+    if (impl.dna_oov >= 0 && id > impl.dna_oov &&
+        absl::EndsWith(shown, tokenizer_internal::kDnaKmerMarker)) {
+      shown.remove_suffix(tokenizer_internal::kDnaKmerMarker.size());
+    }
+    return DecodeByteLevel(shown);
   }
   if (attr & kAttrByte) return ByteTokenPiece(text);
   return "";  // undefined / unused
@@ -239,6 +248,17 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
           subject = escaped;
         }
         if (absl::Status s = EncodeBpeText(im, subject, &ws, &pieces, &out);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      }
+      case TokenizerType::kHybridDna: {
+        auto bpe = [&](absl::string_view part) {
+          return EncodeBpeText(im, part, &ws, &pieces, &out);
+        };
+        if (absl::Status s =
+                tokenizer_internal::EncodeHybridDna(im.vocab, raw, bpe, &out);
             !s.ok()) {
           return s;
         }

@@ -4,8 +4,8 @@
 // tokenizer.ggml.pre llama.cpp knows, "gemma4", "whitespace"), WordPiece
 // ("bert"), Unigram ("t5") and RWKV ("rwkv"), including special-token
 // partitioning, BOS/EOS rules and the end-of-generation set; PLaMo-2
-// ("plamo2"). Models llama.cpp knows that are not implemented ("hybriddna",
-// "none") fail to load with UNIMPLEMENTED.
+// ("plamo2") and HybriDNA ("hybriddna"). A vocabulary-less model ("none",
+// "no_vocab") fails to load with UNIMPLEMENTED, as do unknown models.
 //
 // Thread safety: a built Tokenizer is immutable; all const methods may be
 // called concurrently. StreamingDetokenizer is per stream (not thread-safe).
@@ -33,6 +33,8 @@ enum class TokenizerType {
   kRwkv,           // "rwkv"
   kWordPiece,      // "bert"
   kPlamo2,         // "plamo2"
+  // "hybriddna": BPE, with <dna>...</dna> spans as 6-mer tokens
+  kHybridDna,
   // "whitespace": text split at whitespace (dropped), each segment lowercased
   // per tokenizer.ggml.normalizer.lowercase, then BPE-encoded
   kWhitespaceBpe,

@@ -32,7 +32,7 @@ constexpr char kEosKey[] = "tokenizer.ggml.eos_token_id";
 
 bool IsBpeType(TokenizerType t) {
   return t == TokenizerType::kBpe || t == TokenizerType::kGemma4 ||
-         t == TokenizerType::kWhitespaceBpe;
+         t == TokenizerType::kWhitespaceBpe || t == TokenizerType::kHybridDna;
 }
 
 absl::Status Annotate(const absl::Status& s) {
@@ -86,8 +86,8 @@ absl::Status ReadTokenTypes(const gguf::GgufFile& f,
 }
 
 // tokenizer.ggml.model -> type; UNIMPLEMENTED for models llama.cpp knows
-// but this implementation does not (hybriddna, none / no_vocab) and
-// for unknown names.
+// but that have no vocabulary to tokenize with (none / no_vocab) and for
+// unknown names.
 absl::StatusOr<TokenizerType> TypeForModel(const std::string& model) {
   static const std::pair<const char*, TokenizerType> kModels[] = {
       {"llama", TokenizerType::kSentencePiece},
@@ -97,6 +97,7 @@ absl::StatusOr<TokenizerType> TypeForModel(const std::string& model) {
       {"rwkv", TokenizerType::kRwkv},
       {"bert", TokenizerType::kWordPiece},
       {"plamo2", TokenizerType::kPlamo2},
+      {"hybriddna", TokenizerType::kHybridDna},
       {"whitespace", TokenizerType::kWhitespaceBpe},
   };
   for (const auto& [name, type] : kModels) {
@@ -264,6 +265,7 @@ DefaultIds DefaultsFor(TokenizerType type) {
       return {1, 2, 0};
     case TokenizerType::kBpe:
     case TokenizerType::kWhitespaceBpe:
+    case TokenizerType::kHybridDna:
       return {11, 11, -1};
     case TokenizerType::kWordPiece:
       return {101, -1, 100};
@@ -467,6 +469,9 @@ absl::Status BuildBpe(const TokenizerConfig& c,
   // llama.cpp lowercases "whitespace" segments unless the pre-tokenizer is
   // "whitespace" itself, and the normalizer key overrides both.
   impl->lowercase = c.lowercase.value_or(c.pre != "whitespace");
+  if (c.type == TokenizerType::kHybridDna) {
+    impl->dna_oov = impl->vocab.Find("<oov>");
+  }
   impl->ranks.Build(c.merges);
   tokenizer_internal::BpeOptions options;
   options.ignore_merges = spec.ignore_merges;
@@ -534,6 +539,7 @@ absl::Status BuildAlgorithm(const TokenizerConfig& c, Tokenizer::Impl* impl) {
     case TokenizerType::kBpe:
     case TokenizerType::kGemma4:
     case TokenizerType::kWhitespaceBpe:
+    case TokenizerType::kHybridDna:
       break;
   }
   return absl::OkStatus();

@@ -158,7 +158,7 @@ TEST(GgufMetadataTest, MissingModel) {
 TEST(GgufMetadataTest, UnsupportedModel) {
   gguf::GgufWriter w = MinimalSpmWriter();
   // Known to llama.cpp but not implemented here, and unknown names.
-  for (const char* model : {"hybriddna", "none", "no_vocab", "mystery"}) {
+  for (const char* model : {"none", "no_vocab", "mystery"}) {
     w.SetString("tokenizer.ggml.model", model);
     ExpectError(w, absl::StatusCode::kUnimplemented, "tokenizer.ggml.model");
   }

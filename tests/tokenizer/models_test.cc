@@ -1,8 +1,8 @@
-// Tests of the WordPiece ("bert"), PLaMo-2 and "whitespace" tokenizer models
-// and of
-// the pre-tokenizers llama.cpp splits with hand-written code (kimi-k2,
-// afmoe), on small in-memory vocabularies. Expected ids are worked out by
-// hand from the algorithms' definitions (see wordpiece.cc).
+// Tests of the WordPiece ("bert"), PLaMo-2, HybriDNA and "whitespace"
+// tokenizer models and of the pre-tokenizers llama.cpp splits with
+// hand-written code (kimi-k2, afmoe), on small in-memory vocabularies. Expected
+// ids are worked out by hand from the algorithms' definitions (see
+// wordpiece.cc).
 
 #include <memory>
 #include <string>
@@ -277,6 +277,40 @@ TEST(Plamo2Test, MissingByteTokenIsALoadError) {
   auto t = Tokenizer::FromConfig(std::move(c));
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --- HybriDNA --------------------------------------------------------------
+
+TEST(HybridDnaTest, DnaSpansBecomeKmers) {
+  const std::string marker = "\xEE\x80\x80";  // U+E000
+  TokenizerConfig c;
+  c.type = TokenizerType::kHybridDna;
+  c.pre = "gpt-2";
+  c.tokens = {"a",
+              "b",
+              "<dna>",
+              "</dna>",
+              "<oov>",
+              "ACGTAC" + marker,
+              "GGAAAA" + marker,
+              "ACGTAC"};
+  c.token_types = {1, 1, 3, 3, 3, 1, 1, 1};
+  c.merges = {"A C", "G T", "AC GT", "ACGT AC"};
+  auto t = Build(c);
+  ASSERT_NE(t, nullptr);
+  // Lowercase DNA is uppercased; the short tail is padded with 'A'.
+  EXPECT_EQ(Enc(*t, "a<dna>acgtacGG</dna>b"), (Ids{0, 2, 5, 6, 3, 1}));
+  // A k-mer without a token is <oov>; an unclosed span runs to the end.
+  EXPECT_EQ(Enc(*t, "<dna>TTTTTT"), (Ids{2, 4}));
+  // Outside DNA spans "ACGTAC" is the ordinary BPE token.
+  EXPECT_EQ(Enc(*t, "ACGTAC"), (Ids{7}));
+  // Decoding drops the k-mer marker.
+  EXPECT_EQ(t->Decode({5, 6, 7}), "ACGTACGGAAAAACGTAC");
+  // Without <oov> the whole text is BPE.
+  c.tokens[4] = "<nope>";
+  auto u = Build(c);
+  ASSERT_NE(u, nullptr);
+  EXPECT_EQ(Enc(*u, "ab"), (Ids{0, 1}));
 }
 
 // --- Hand-written llama.cpp splitters ---------------------------------------
