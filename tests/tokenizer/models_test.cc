@@ -313,6 +313,48 @@ TEST(HybridDnaTest, DnaSpansBecomeKmers) {
   EXPECT_EQ(Enc(*u, "ab"), (Ids{0, 1}));
 }
 
+// --- Edge cases of the Unigram and RWKV models
+// --------------------------------
+
+TEST(RwkvEdgeTest, EveryByteRoundTrips) {
+  TokenizerConfig c;
+  c.type = TokenizerType::kRwkv;
+  static const char* hex = "0123456789abcdef";
+  for (int b = 0; b < 256; ++b) {
+    c.tokens.push_back(std::string("\\x") + hex[b >> 4] + hex[b & 15]);
+  }
+  c.tokens.push_back("h\\xc3\\xa9");  // id 256: "hé"
+  c.token_types.assign(c.tokens.size(), 1);
+  auto t = Build(std::move(c));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, ""), (Ids{}));
+  EXPECT_EQ(Enc(*t, "h\xC3\xA9!"), (Ids{256, '!'}));
+  const std::string text = "h\xC3\xA9llo \xE4\xB8\x96\n\t\xF0\x9F\xA6\x99";
+  EXPECT_EQ(t->Decode(Enc(*t, text)), text);
+}
+
+TEST(UnigramEdgeTest, EmptyUnicodeAndUnknown) {
+  TokenizerConfig c;
+  c.type = TokenizerType::kUnigram;
+  c.tokens = {"<pad>", "</s>", "<unk>", kSp, "\xE4\xB8\x96", "a"};
+  c.token_types = {3, 3, 2, 1, 1, 1};
+  c.scores = {0, 0, 0, -1, -1, -1};
+  auto t = Build(std::move(c));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(Enc(*t, ""), (Ids{}));
+  EXPECT_EQ(Enc(*t, "", true), (Ids{1}));  // only EOS
+  // No space prefix by default; unknown characters in a row: one <unk>.
+  EXPECT_EQ(Enc(*t,
+                "\xE4\xB8\x96"
+                "a"),
+            (Ids{4, 5}));
+  EXPECT_EQ(Enc(*t,
+                "\xF0\x9F\xA6\x99\xF0\x9F\xA6\x99"
+                "a"),
+            (Ids{2, 5}));
+  EXPECT_EQ(t->Decode(Enc(*t, "a \xE4\xB8\x96")), "a \xE4\xB8\x96");
+}
+
 // --- Hand-written llama.cpp splitters ---------------------------------------
 
 Pieces Split(const std::string& pre, const std::string& text) {
