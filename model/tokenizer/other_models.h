@@ -1,5 +1,6 @@
-// Unigram (tokenizer.ggml.model "t5") and RWKV ("rwkv") encoders,
-// reproducing llama.cpp's (llama-vocab.cpp). Not part of the public API.
+// Unigram (tokenizer.ggml.model "t5"), RWKV ("rwkv"), WordPiece ("bert") and
+// PLaMo-2 ("plamo2") encoders, reproducing llama.cpp's (llama-vocab.cpp). Not
+// part of the public API.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,24 @@ absl::StatusOr<std::unique_ptr<OtherModel>> MakeUnigram(
 // ("\\n", "\\t", "\\r", "\\xHH", "\\<c>"); a byte no token starts with is
 // skipped. `vocab` must outlive the model.
 std::unique_ptr<OtherModel> MakeRwkv(const Vocab* vocab);
+
+struct WordPieceOptions {
+  bool lowercase = true;      // tokenizer.ggml.normalizer.lowercase
+  bool strip_accents = true;  // tokenizer.ggml.normalizer.strip_accents
+  int32_t unk_id = -1;        // must be a valid id
+};
+
+// BERT WordPiece (see wordpiece.cc): words from BERT's normalization and
+// splitting, each encoded by greedy longest match over U+2581 + word; a word
+// with a position no token covers becomes `unk_id`. `vocab` must outlive the
+// model.
+std::unique_ptr<OtherModel> MakeWordPiece(const Vocab* vocab,
+                                          const WordPieceOptions& options);
+
+// PLaMo-2 (see plamo2.cc): lowest-cost segmentation by token scores with
+// <0xXX> byte fallback. INVALID_ARGUMENT when a byte token is missing.
+// `vocab` must outlive the model.
+absl::StatusOr<std::unique_ptr<OtherModel>> MakePlamo2(const Vocab* vocab);
 
 // The bytes an RWKV token text stands for (llama.cpp's unescaping).
 std::string UnescapeRwkvToken(absl::string_view escaped);

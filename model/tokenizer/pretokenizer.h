@@ -31,12 +31,13 @@ struct PreTokenizerSpec {
 };
 
 // Returns the spec for `pre` ("" and "default" give llama.cpp's default
-// regexes); NOT_FOUND for names this implementation does not know,
-// UNIMPLEMENTED for names llama.cpp splits with hand-written code only.
+// regexes); NOT_FOUND for names llama.cpp does not know. The names llama.cpp
+// splits with hand-written code (kimi-k2, afmoe) get patterns that split the
+// same way.
 absl::StatusOr<PreTokenizerSpec> PreTokenizerSpecFor(absl::string_view pre);
 
-// Every name PreTokenizerSpecFor accepts or rejects as UNIMPLEMENTED (the
-// names llama.cpp knows), in table order.
+// Every name PreTokenizerSpecFor accepts (the names llama.cpp knows), in
+// table order.
 std::vector<std::string> KnownPreTokenizerNames();
 
 // Rewrites a pattern from llama.cpp's regex dialect (ECMAScript std::regex,

@@ -92,6 +92,25 @@ constexpr char kTinyAya[] = CKV_CATEGORY_WORDS(
     "?") R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*)" CKV_WS_TAIL;
 constexpr char kYoutu[] = CKV_CATEGORY_WORDS(
     CKV_CONTRACTIONS "?") R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*)" CKV_WS_TAIL;
+// Kimi-K2: llama.cpp splits it with hand-written code whose behaviour is this
+// pattern (Han runs by llama.cpp's own Han ranges; a word is any run of
+// non-Han letters, whatever their case, with an optional contraction).
+#define CKV_HAN                                                           \
+  R"(\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-)"    \
+  R"(\x{2B73F}\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{2CEB0}-\x{2EBEF})" \
+  R"(\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F})"
+constexpr char kKimiK2[] =
+    "[" CKV_HAN R"(]+|[^\r\n\p{L}\p{N}]?(?:(?![)" CKV_HAN R"(])\p{L})+)"
+    "(?:'[sStTmMdD]|'[rR][eE]|'[vV][eE]|'[lL][lL])?"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*)" CKV_WS_TAIL;
+// AFMoE's digit rule (hand-written in llama.cpp): a run of digits splits
+// into its leading len % 3 digits, then groups of three.
+constexpr char kDigitGroups[] = R"(\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N})))";
+constexpr char kAfmoeScripts[] =
+    R"([\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{F900}-\x{FAFF}\x{3040}-\x{309F})"
+    R"(\x{30A0}-\x{30FF}\x{FF65}-\x{FF9F}\x{2F00}-\x{2FDF}\x{E40}-\x{E7F})"
+    R"(\x{E80}-\x{EFF}\x{1780}-\x{17FF}\x{1000}-\x{109F}\x{AA60}-\x{AA7F})"
+    R"(\x{A9E0}-\x{A9FF}\x{AC00}-\x{D7AF}\x{1100}-\x{11FF}]+)";
 
 // Regex families; several pre names share one.
 enum class Family {
@@ -123,7 +142,9 @@ enum class Family {
   kExaoneMoe,
   kGemma4,
   kMiniCpm5,
-  kCustomOnly,
+  kKimiK2,
+  kAfmoe,
+  kWhitespace,
 };
 
 std::vector<std::string> FamilyPatterns(Family f) {
@@ -212,8 +233,14 @@ std::vector<std::string> FamilyPatterns(Family f) {
       return {
           R"(\p{N}{1,3})", CKV_CONTRACTIONS
           R"(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*)" CKV_WS_TAIL};
-    case Family::kCustomOnly:
-      return {};
+    case Family::kKimiK2:
+      return {kKimiK2};
+    case Family::kAfmoe:
+      return {kDigitGroups, kAfmoeScripts,
+              absl::StrCat(kAsciiPunctWord,
+                           R"(| ?[\p{P}\p{S}]+[\r\n]*)" CKV_WS_TAIL)};
+    case Family::kWhitespace:
+      return {R"(\S+)"};
   }
   return {};
 }
@@ -226,6 +253,7 @@ enum Flag : unsigned {
   kRawUtf8Spaces = 1u << 2,  // no byte-level encoding, ' ' -> U+2581
   kGemma4Quirks = 1u << 3,   // whole newline runs, BOS always added
   kNoDefaultBos = 1u << 4,
+  kRawUtf8 = 1u << 5,  // no byte-level encoding, spaces kept
 };
 
 struct PreEntry {
@@ -234,8 +262,7 @@ struct PreEntry {
   unsigned flags;
 };
 
-// Every tokenizer.ggml.pre name llama.cpp accepts (kCustomOnly: split by
-// hand-written code in llama.cpp, not supported here).
+// Every tokenizer.ggml.pre name llama.cpp accepts.
 const std::initializer_list<PreEntry>& PreTable() {
   static const std::initializer_list<PreEntry> table = {
       {{"default"}, Family::kDefault, kNone},
@@ -289,7 +316,9 @@ const std::initializer_list<PreEntry>& PreTable() {
        kRawUtf8Spaces | kGemma4Quirks},
       {{"sarvam-moe"}, Family::kGemma4, kRawUtf8Spaces},
       {{"minicpm5"}, Family::kMiniCpm5, kIgnoreMerges},
-      {{"kimi-k2", "afmoe", "whitespace"}, Family::kCustomOnly, kNone},
+      {{"kimi-k2"}, Family::kKimiK2, kNone},
+      {{"afmoe"}, Family::kAfmoe, kNone},
+      {{"whitespace"}, Family::kWhitespace, kRawUtf8},
   };
   return table;
 }
@@ -301,16 +330,11 @@ absl::StatusOr<PreTokenizerSpec> PreTokenizerSpecFor(absl::string_view pre) {
   for (const PreEntry& e : PreTable()) {
     for (const char* n : e.names) {
       if (name != n) continue;
-      if (e.family == Family::kCustomOnly) {
-        return absl::UnimplementedError(absl::StrCat(
-            "pre-tokenizer '", name,
-            "' needs llama.cpp's hand-written splitter (not supported)"));
-      }
       PreTokenizerSpec spec;
       spec.patterns = FamilyPatterns(e.family);
       spec.ignore_merges = (e.flags & kIgnoreMerges) != 0;
       spec.add_bos = (e.flags & kAddBos) != 0;
-      spec.byte_encode = (e.flags & kRawUtf8Spaces) == 0;
+      spec.byte_encode = (e.flags & (kRawUtf8Spaces | kRawUtf8)) == 0;
       spec.escape_whitespaces = (e.flags & kRawUtf8Spaces) != 0;
       spec.whole_newline_runs = (e.flags & kGemma4Quirks) != 0;
       spec.force_add_bos = (e.flags & kGemma4Quirks) != 0;

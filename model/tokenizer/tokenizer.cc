@@ -4,8 +4,11 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "model/tokenizer/hybriddna.h"
 #include "model/tokenizer/tokenizer_impl.h"
+#include "model/tokenizer/unicode_props.h"
 #include "model/tokenizer/utf8.h"
 
 namespace ckv {
@@ -124,6 +127,39 @@ std::string ByteTokenPiece(absl::string_view text) {
   return std::string(1, static_cast<char>(hi * 16 + lo));
 }
 
+// Segments of `raw` between whitespace characters (which are dropped), each
+// lowercased when `lowercase`, as llama.cpp's "whitespace" tokenizer.
+std::vector<std::string> WhitespaceSegments(absl::string_view raw,
+                                            bool lowercase) {
+  std::vector<std::string> segments(1);
+  size_t i = 0;
+  while (i < raw.size()) {
+    uint32_t cp = 0;
+    const int len = tokenizer_internal::DecodeUtf8Char(raw.substr(i), &cp);
+    i += len > 0 ? static_cast<size_t>(len) : 1;
+    if (len <= 0) cp = 0xFFFD;
+    if (tokenizer_internal::IsUnicodeWhitespace(cp)) {
+      if (!segments.back().empty()) segments.emplace_back();
+      continue;
+    }
+    tokenizer_internal::AppendUtf8(
+        lowercase ? tokenizer_internal::UnicodeToLower(cp) : cp,
+        &segments.back());
+  }
+  if (segments.back().empty()) segments.pop_back();
+  return segments;
+}
+
+// Pre-tokenizes `subject` and BPE-encodes every piece.
+absl::Status EncodeBpeText(const Tokenizer::Impl& im, absl::string_view subject,
+                           MergeWorkspace* ws,
+                           std::vector<absl::string_view>* pieces,
+                           std::vector<int32_t>* out) {
+  if (absl::Status s = im.pretok->Split(subject, pieces); !s.ok()) return s;
+  for (absl::string_view piece : *pieces) im.bpe->EncodePiece(piece, ws, out);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace tokenizer_internal {
@@ -133,10 +169,22 @@ std::string ComputePiece(const Tokenizer::Impl& impl, int32_t id) {
   const uint32_t attr = impl.vocab.attr[id];
   const std::string& text = impl.vocab.text[id];
   if (impl.type == TokenizerType::kRwkv) return UnescapeRwkvToken(text);
+  if (impl.type == TokenizerType::kPlamo2) {  // text as is, bytes decoded
+    return (attr & kAttrByte) ? ByteTokenPiece(text) : text;
+  }
   if (attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) return text;
   if (attr & kAttrNormal) {
-    return impl.type == TokenizerType::kBpe ? DecodeByteLevel(text)
-                                            : UnescapeSpaces(text);
+    const bool byte_level = (impl.type == TokenizerType::kBpe ||
+                             impl.type == TokenizerType::kWhitespaceBpe ||
+                             impl.type == TokenizerType::kHybridDna) &&
+                            !impl.escape_whitespaces;
+    if (!byte_level) return UnescapeSpaces(text);
+    absl::string_view shown = text;
+    if (impl.dna_oov >= 0 && id > impl.dna_oov &&
+        absl::EndsWith(shown, tokenizer_internal::kDnaKmerMarker)) {
+      shown.remove_suffix(tokenizer_internal::kDnaKmerMarker.size());
+    }
+    return DecodeByteLevel(shown);
   }
   if (attr & kAttrByte) return ByteTokenPiece(text);
   return "";  // undefined / unused
@@ -168,7 +216,9 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
 
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
-  const bool rwkv = im.type == TokenizerType::kRwkv;  // never adds BOS/EOS
+  // RWKV and PLaMo-2 never add BOS/EOS, as in llama.cpp.
+  const bool rwkv =
+      im.type == TokenizerType::kRwkv || im.type == TokenizerType::kPlamo2;
   if (add_special && im.add_bos && !rwkv) out.push_back(im.bos);
   MergeWorkspace ws;
   std::string escaped;
@@ -197,20 +247,44 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(
           AppendEscapedSpaces(raw, &escaped);
           subject = escaped;
         }
-        if (absl::Status s = im.pretok->Split(subject, &pieces); !s.ok())
+        if (absl::Status s = EncodeBpeText(im, subject, &ws, &pieces, &out);
+            !s.ok()) {
           return s;
-        for (absl::string_view piece : pieces)
-          im.bpe->EncodePiece(piece, &ws, &out);
+        }
         break;
       }
+      case TokenizerType::kHybridDna: {
+        auto bpe = [&](absl::string_view part) {
+          return EncodeBpeText(im, part, &ws, &pieces, &out);
+        };
+        if (absl::Status s =
+                tokenizer_internal::EncodeHybridDna(im.vocab, raw, bpe, &out);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      }
+      case TokenizerType::kWhitespaceBpe:
+        for (const std::string& seg : WhitespaceSegments(raw, im.lowercase)) {
+          if (absl::Status s = EncodeBpeText(im, seg, &ws, &pieces, &out);
+              !s.ok()) {
+            return s;
+          }
+        }
+        break;
       case TokenizerType::kUnigram:
       case TokenizerType::kRwkv:
+      case TokenizerType::kWordPiece:
+      case TokenizerType::kPlamo2:
         if (absl::Status s = im.other->Encode(raw, &out); !s.ok()) return s;
         break;
     }
     prev_special = false;
   }
   if (add_special && im.add_eos && !rwkv) out.push_back(im.eos);
+  if (add_special && im.type == TokenizerType::kWordPiece) {
+    out.push_back(im.sep);
+  }
   return out;
 }
 

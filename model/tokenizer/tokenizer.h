@@ -1,10 +1,11 @@
 // Tokenizer built from GGUF tokenizer metadata. Reproduces llama.cpp's
 // tokenization (llama-vocab.cpp) for SentencePiece-style vocabularies
-// (tokenizer.ggml.model "llama"), BPE vocabularies ("gpt2", under every
-// tokenizer.ggml.pre llama.cpp knows except the few it splits with
-// hand-written code, and "gemma4"), Unigram ("t5") and RWKV ("rwkv"),
-// including special-token partitioning, BOS/EOS rules and the
-// end-of-generation set.
+// (tokenizer.ggml.model "llama"), BPE vocabularies ("gpt2" under every
+// tokenizer.ggml.pre llama.cpp knows, "gemma4", "whitespace"), WordPiece
+// ("bert"), Unigram ("t5") and RWKV ("rwkv"), including special-token
+// partitioning, BOS/EOS rules and the end-of-generation set; PLaMo-2
+// ("plamo2") and HybriDNA ("hybriddna"). A vocabulary-less model ("none",
+// "no_vocab") fails to load with UNIMPLEMENTED, as do unknown models.
 //
 // Thread safety: a built Tokenizer is immutable; all const methods may be
 // called concurrently. StreamingDetokenizer is per stream (not thread-safe).
@@ -30,6 +31,13 @@ enum class TokenizerType {
   kGemma4,         // "gemma4": BPE over raw UTF-8, spaces as U+2581
   kUnigram,        // "t5"
   kRwkv,           // "rwkv"
+  kWordPiece,      // "bert"
+  kPlamo2,         // "plamo2"
+  // "hybriddna": BPE, with <dna>...</dna> spans as 6-mer tokens
+  kHybridDna,
+  // "whitespace": text split at whitespace (dropped), each segment lowercased
+  // per tokenizer.ggml.normalizer.lowercase, then BPE-encoded
+  kWhitespaceBpe,
 };
 
 // Everything a Tokenizer is built from. FromGguf fills it from metadata;
@@ -37,7 +45,9 @@ enum class TokenizerType {
 // optionals take llama.cpp's defaults for the type (SPM: bos 1, eos 2, unk 0,
 // add_bos, add_space_prefix; BPE: bos = eos = 11, no BOS unless the
 // pre-tokenizer says so; gemma4: none, BOS always added; Unigram: eos 1,
-// unk 2, add_eos; RWKV: none; ids out of range are treated as unset).
+// unk 2, add_eos; RWKV: none; WordPiece: bos ([CLS]) 101, unk 100, sep
+// ([SEP]) 102, add_special always gives [CLS] ... [SEP]; PLaMo-2: bos 1, eos
+// 2, unk 0, never added; ids out of range are treated as unset).
 struct TokenizerConfig {
   TokenizerType type = TokenizerType::kSentencePiece;
   std::string pre;  // BPE pre-tokenizer ("" = "default"; gemma4: ignored)
@@ -45,7 +55,7 @@ struct TokenizerConfig {
   std::vector<float> scores;         // empty, or one per token
   std::vector<int32_t> token_types;  // empty (all normal), or GGUF types
   std::vector<std::string> merges;   // BPE: "left right", rank = index
-  std::optional<int64_t> bos_id, eos_id, unk_id, eot_id, eom_id;
+  std::optional<int64_t> bos_id, eos_id, unk_id, eot_id, eom_id, sep_id;
   std::optional<int64_t> fim_pre_id, fim_suf_id, fim_mid_id;
   std::optional<int64_t> fim_pad_id, fim_rep_id, fim_sep_id;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
@@ -53,6 +63,9 @@ struct TokenizerConfig {
   // tokenizer.ggml.precompiled_charsmap).
   std::optional<bool> remove_extra_whitespaces;
   std::vector<uint8_t> precompiled_charsmap;
+  // BERT normalization (tokenizer.ggml.normalizer.lowercase / strip_accents;
+  // WordPiece and "whitespace"). strip_accents defaults to lowercase.
+  std::optional<bool> lowercase, strip_accents;
 };
 
 class Tokenizer {

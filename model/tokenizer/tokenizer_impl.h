@@ -35,7 +35,10 @@ struct Tokenizer::Impl {
   bool add_eos = false;
   bool add_space_prefix = false;
   bool escape_whitespaces = false;  // BPE: ' ' -> U+2581 (gemma4)
-  // Unigram and RWKV encoders; see other_models.h.
+  int32_t sep = -1;                 // WordPiece: appended by add_special
+  bool lowercase = false;           // kWhitespaceBpe segments
+  int32_t dna_oov = -1;             // kHybridDna: ids above "<oov>" are k-mers
+  // Unigram, RWKV and WordPiece encoders; see other_models.h.
   std::unique_ptr<tokenizer_internal::OtherModel> other;
 };
 

@@ -30,6 +30,11 @@ constexpr char kAddEosKey[] = "tokenizer.ggml.add_eos_token";
 constexpr char kBosKey[] = "tokenizer.ggml.bos_token_id";
 constexpr char kEosKey[] = "tokenizer.ggml.eos_token_id";
 
+bool IsBpeType(TokenizerType t) {
+  return t == TokenizerType::kBpe || t == TokenizerType::kGemma4 ||
+         t == TokenizerType::kWhitespaceBpe || t == TokenizerType::kHybridDna;
+}
+
 absl::Status Annotate(const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat("tokenizer: ", s.message()));
 }
@@ -81,13 +86,19 @@ absl::Status ReadTokenTypes(const gguf::GgufFile& f,
 }
 
 // tokenizer.ggml.model -> type; UNIMPLEMENTED for models llama.cpp knows
-// but this implementation does not (bert/WordPiece, which needs Unicode
-// normalization tables, plamo2, hybriddna, whitespace, none).
+// but that have no vocabulary to tokenize with (none / no_vocab) and for
+// unknown names.
 absl::StatusOr<TokenizerType> TypeForModel(const std::string& model) {
   static const std::pair<const char*, TokenizerType> kModels[] = {
-      {"llama", TokenizerType::kSentencePiece}, {"gpt2", TokenizerType::kBpe},
-      {"gemma4", TokenizerType::kGemma4},       {"t5", TokenizerType::kUnigram},
+      {"llama", TokenizerType::kSentencePiece},
+      {"gpt2", TokenizerType::kBpe},
+      {"gemma4", TokenizerType::kGemma4},
+      {"t5", TokenizerType::kUnigram},
       {"rwkv", TokenizerType::kRwkv},
+      {"bert", TokenizerType::kWordPiece},
+      {"plamo2", TokenizerType::kPlamo2},
+      {"hybriddna", TokenizerType::kHybridDna},
+      {"whitespace", TokenizerType::kWhitespaceBpe},
   };
   for (const auto& [name, type] : kModels) {
     if (model == name) return type;
@@ -122,7 +133,9 @@ absl::Status ReadModelAndLists(const gguf::GgufFile& f, TokenizerConfig* c) {
       f.GetStringArray(kTokensKey);
   if (!tokens.ok()) return Annotate(tokens.status());
   c->tokens = **tokens;
-  if (c->type == TokenizerType::kBpe || c->type == TokenizerType::kGemma4) {
+  // Kimi-K2 vocabularies may come without merges, as llama.cpp accepts.
+  const bool merges_optional = c->pre == "kimi-k2" && !f.Has(kMergesKey);
+  if (IsBpeType(c->type) && !merges_optional) {
     absl::StatusOr<const std::vector<std::string>*> merges =
         f.GetStringArray(kMergesKey);
     if (!merges.ok()) return Annotate(merges.status());
@@ -151,6 +164,8 @@ absl::Status ReadSpecial(const gguf::GgufFile& f, TokenizerConfig* c) {
       {"tokenizer.ggml.fim_pad_token_id", &c->fim_pad_id},
       {"tokenizer.ggml.fim_rep_token_id", &c->fim_rep_id},
       {"tokenizer.ggml.fim_sep_token_id", &c->fim_sep_id},
+      {"tokenizer.ggml.seperator_token_id",
+       &c->sep_id},  // llama.cpp's spelling
   };
   for (const auto& [key, out] : ids) {
     if (absl::Status s = ReadOptionalInt(f, key, out); !s.ok()) return s;
@@ -160,6 +175,8 @@ absl::Status ReadSpecial(const gguf::GgufFile& f, TokenizerConfig* c) {
       {kAddEosKey, &c->add_eos},
       {"tokenizer.ggml.add_space_prefix", &c->add_space_prefix},
       {"tokenizer.ggml.remove_extra_whitespaces", &c->remove_extra_whitespaces},
+      {"tokenizer.ggml.normalizer.lowercase", &c->lowercase},
+      {"tokenizer.ggml.normalizer.strip_accents", &c->strip_accents},
   };
   for (const auto& [key, out] : flags) {
     if (absl::Status s = ReadOptionalBool(f, key, out); !s.ok()) return s;
@@ -244,9 +261,14 @@ struct DefaultIds {
 DefaultIds DefaultsFor(TokenizerType type) {
   switch (type) {
     case TokenizerType::kSentencePiece:
+    case TokenizerType::kPlamo2:
       return {1, 2, 0};
     case TokenizerType::kBpe:
+    case TokenizerType::kWhitespaceBpe:
+    case TokenizerType::kHybridDna:
       return {11, 11, -1};
+    case TokenizerType::kWordPiece:
+      return {101, -1, 100};
     case TokenizerType::kUnigram:
       return {-1, 1, 2};
     case TokenizerType::kGemma4:
@@ -304,6 +326,14 @@ absl::Status ResolveSpecialIds(const TokenizerConfig& c, bool no_default_bos,
   if (impl->add_eos && impl->eos < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tokenizer: ", kAddEosKey, " is true, but ", kEosKey, " is not set"));
+  }
+  if (c.type == TokenizerType::kWordPiece) {
+    impl->sep = PickId(v, c.sep_id, 102);
+    if (impl->sep < 0 || impl->unk < 0) {
+      return absl::InvalidArgumentError(
+          "tokenizer: a bert vocabulary needs tokenizer.ggml.seperator_token_id"
+          " and tokenizer.ggml.unknown_token_id (or ids 102 and 100)");
+    }
   }
   impl->eot = DetectSpecial(&v, c.eot_id, kEotTexts);
   impl->eom = DetectSpecial(&v, c.eom_id, {"<|eom_id|>"});
@@ -436,6 +466,12 @@ absl::Status BuildBpe(const TokenizerConfig& c,
   impl->add_bos = spec.add_bos;
   impl->escape_whitespaces = spec.escape_whitespaces;
   impl->add_space_prefix = c.add_space_prefix.value_or(false);
+  // llama.cpp lowercases "whitespace" segments unless the pre-tokenizer is
+  // "whitespace" itself, and the normalizer key overrides both.
+  impl->lowercase = c.lowercase.value_or(c.pre != "whitespace");
+  if (c.type == TokenizerType::kHybridDna) {
+    impl->dna_oov = impl->vocab.Find("<oov>");
+  }
   impl->ranks.Build(c.merges);
   tokenizer_internal::BpeOptions options;
   options.ignore_merges = spec.ignore_merges;
@@ -485,8 +521,25 @@ absl::Status BuildAlgorithm(const TokenizerConfig& c, Tokenizer::Impl* impl) {
     case TokenizerType::kRwkv:
       impl->other = tokenizer_internal::MakeRwkv(&impl->vocab);
       return absl::OkStatus();
+    case TokenizerType::kWordPiece: {
+      tokenizer_internal::WordPieceOptions options;
+      options.lowercase = c.lowercase.value_or(true);
+      options.strip_accents = c.strip_accents.value_or(options.lowercase);
+      options.unk_id = PickId(impl->vocab, c.unk_id, 100);
+      impl->other = tokenizer_internal::MakeWordPiece(&impl->vocab, options);
+      return absl::OkStatus();
+    }
+    case TokenizerType::kPlamo2: {
+      absl::StatusOr<std::unique_ptr<tokenizer_internal::OtherModel>> m =
+          tokenizer_internal::MakePlamo2(&impl->vocab);
+      if (!m.ok()) return Annotate(m.status());
+      impl->other = std::move(*m);
+      return absl::OkStatus();
+    }
     case TokenizerType::kBpe:
     case TokenizerType::kGemma4:
+    case TokenizerType::kWhitespaceBpe:
+    case TokenizerType::kHybridDna:
       break;
   }
   return absl::OkStatus();
@@ -509,8 +562,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromConfig(
     TokenizerConfig config) {
   auto impl = std::make_unique<Impl>();
   impl->type = config.type;
-  const bool bpe = config.type == TokenizerType::kBpe ||
-                   config.type == TokenizerType::kGemma4;
+  const bool bpe = IsBpeType(config.type);
   tokenizer_internal::PreTokenizerSpec spec;
   if (bpe) {
     absl::StatusOr<tokenizer_internal::PreTokenizerSpec> s = SpecFor(config);
@@ -523,7 +575,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromConfig(
       !s.ok()) {
     return s;
   }
-  if (spec.force_add_bos) config.add_bos = true;
+  // Gemma 4 always adds BOS; WordPiece always adds [CLS] (and [SEP]).
+  if (spec.force_add_bos || config.type == TokenizerType::kWordPiece) {
+    config.add_bos = true;
+  }
   if (absl::Status s =
           ResolveSpecialIds(config, spec.no_default_bos, impl.get());
       !s.ok()) {

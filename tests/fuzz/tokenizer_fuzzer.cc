@@ -1,8 +1,9 @@
 // libFuzzer target: Encode + Decode + streaming decode of arbitrary bytes
 // with small in-memory vocabularies: SentencePiece, byte-level BPE under one
-// pre-tokenizer of each regex family, Gemma 4 (raw UTF-8 BPE), Unigram and
-// RWKV. The first input byte picks the tokenizer (bits 0-2 and 5-7) and the
-// add_special (bit 3) / parse_special (bit 4) flags; the rest is the text.
+// pre-tokenizer of each regex family (kimi-k2 and afmoe included), Gemma 4
+// (raw UTF-8 BPE), Unigram, RWKV, WordPiece, PLaMo-2, the "whitespace" model
+// and HybriDNA. The first input byte picks the tokenizer (bits 0-2 and 5-7) and
+// the add_special (bit 3) / parse_special (bit 4) flags; the rest is the text.
 //
 // Checked invariants (violations trap): Encode fails only with
 // INVALID_ARGUMENT and only on invalid UTF-8; ids are in range; without
@@ -72,10 +73,13 @@ std::unique_ptr<Tokenizer> SpmTokenizer() {
   return MustBuild(std::move(c));
 }
 
-// Byte-level vocabulary: all 256 byte characters plus a few merges.
-std::unique_ptr<Tokenizer> BpeTokenizer(const char* pre) {
+// Byte-level vocabulary: all 256 byte characters plus a few merges, then
+// `extra` tokens (typed control).
+std::unique_ptr<Tokenizer> BpeTokenizer(
+    const char* pre, TokenizerType type = TokenizerType::kBpe,
+    const std::vector<std::string>& extra = {}) {
   TokenizerConfig c;
-  c.type = TokenizerType::kBpe;
+  c.type = type;
   c.pre = pre;
   // Same mapping as GPT-2's bytes_to_unicode.
   int next = 256;
@@ -107,9 +111,14 @@ std::unique_ptr<Tokenizer> BpeTokenizer(const char* pre) {
                         "\xC4\xA0\xC4\xA0", "12", "\xC3\x83\xC2\xA4"}) {
     c.tokens.push_back(t);
   }
+  const size_t first_extra = c.tokens.size();
+  c.tokens.insert(c.tokens.end(), extra.begin(), extra.end());
   c.tokens.push_back("<|eot_id|>");
   c.tokens.push_back("[UD]");
   c.token_types.assign(c.tokens.size(), 1);
+  for (size_t i = first_extra; i < first_extra + extra.size(); ++i) {
+    c.token_types[i] = 3;
+  }
   c.token_types[c.tokens.size() - 2] = 3;
   c.token_types[c.tokens.size() - 1] = 4;
   c.bos_id = static_cast<int64_t>(c.tokens.size() - 2);
@@ -178,6 +187,42 @@ std::unique_ptr<Tokenizer> RwkvTokenizer() {
   return MustBuild(std::move(c));
 }
 
+// WordPiece: U+2581-prefixed word pieces and continuations.
+std::unique_ptr<Tokenizer> WordPieceTokenizer() {
+  TokenizerConfig c;
+  c.type = TokenizerType::kWordPiece;
+  c.tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[UD]"};
+  c.token_types = {3, 2, 3, 3, 4};
+  for (const char* w : {"a", "b", "ab", "\xC3\xA4", ",", "1", "\xE4\xB8\x96"}) {
+    c.tokens.push_back(w);
+    c.tokens.push_back(std::string(kSp) + w);
+    c.token_types.insert(c.token_types.end(), {1, 1});
+  }
+  c.bos_id = 2;
+  c.sep_id = 3;
+  c.unk_id = 1;
+  return MustBuild(std::move(c));
+}
+
+// PLaMo-2: <0xXX> byte tokens plus scored pieces.
+std::unique_ptr<Tokenizer> Plamo2Tokenizer() {
+  TokenizerConfig c;
+  c.type = TokenizerType::kPlamo2;
+  c.tokens = {"<|plamo:unk|>", "<|plamo:bos|>", "<|plamo:eos|>", "[UD]"};
+  c.token_types = {2, 3, 3, 4};
+  for (int b = 0; b < 256; ++b) {
+    c.tokens.push_back(ByteTokenName(b));
+    c.token_types.push_back(6);
+  }
+  c.scores.assign(c.tokens.size(), 0.0f);
+  for (const char* w : {"a", "b", "ab", "\xC3\xA4", " a", "\n\n", "aaa"}) {
+    c.tokens.push_back(w);
+    c.token_types.push_back(1);
+    c.scores.push_back(-static_cast<float>(c.tokens.size() % 5) - 0.5f);
+  }
+  return MustBuild(std::move(c));
+}
+
 bool IsValidUtf8(const std::string& s) {
   size_t i = 0;
   while (i < s.size()) {
@@ -214,10 +259,19 @@ void CheckTokenizer(const Tokenizer& tok, const std::string& text,
   const std::string decoded = tok.Decode(*ids);
   // Round trip, unless special tokens are involved or (SPM, Gemma 4) the
   // text holds U+2581 itself, which decodes to a space like the escaped
-  // spaces; Unigram maps unknown characters to <unk>.
-  const bool spm = tok.type() == TokenizerType::kSentencePiece;
-  const bool escapes = spm || tok.type() == TokenizerType::kGemma4;
-  if (!add_special && !parse_special && tok.type() != TokenizerType::kUnigram &&
+  // spaces; Unigram maps unknown characters to <unk>; WordPiece and
+  // "whitespace" normalize; HybriDNA rewrites DNA spans; PLaMo-2 drops a
+  // leading byte-order mark.
+  const TokenizerType type = tok.type();
+  const bool spm = type == TokenizerType::kSentencePiece;
+  const bool escapes = spm || type == TokenizerType::kGemma4;
+  const bool normalizes =
+      type == TokenizerType::kUnigram || type == TokenizerType::kWordPiece ||
+      type == TokenizerType::kWhitespaceBpe ||
+      (type == TokenizerType::kHybridDna &&
+       text.find("<dna>") != std::string::npos) ||
+      (type == TokenizerType::kPlamo2 && text.rfind("\xEF\xBB\xBF", 0) == 0);
+  if (!add_special && !parse_special && !normalizes &&
       text.find("[UD]") == std::string::npos &&
       !(escapes && text.find(kSp) != std::string::npos)) {
     Check(decoded == ((spm && !text.empty()) ? " " + text : text));
@@ -239,12 +293,21 @@ const std::vector<const Tokenizer*>& Tokenizers() {
           "starcoder",   "deepseek-coder", "falcon",    "deepseek-llm",
           "deepseek-v3", "gpt-4o",         "tekken",    "superbpe",
           "tiny_aya",    "qwen35",         "poro-chat", "chameleon",
-          "exaone-moe",  "bailingmoe",     "youtu",     "jais-2"}) {
+          "exaone-moe",  "bailingmoe",     "youtu",     "jais-2",
+          "kimi-k2",     "afmoe"}) {
       v->push_back(BpeTokenizer(pre).release());
     }
     v->push_back(Gemma4Tokenizer().release());
     v->push_back(UnigramTokenizer().release());
     v->push_back(RwkvTokenizer().release());
+    v->push_back(WordPieceTokenizer().release());
+    v->push_back(Plamo2Tokenizer().release());
+    v->push_back(
+        BpeTokenizer("whitespace", TokenizerType::kWhitespaceBpe).release());
+    v->push_back(BpeTokenizer("gpt-2", TokenizerType::kHybridDna,
+                              {"<dna>", "</dna>", "<oov>", "ACGTAC\xEE\x80\x80",
+                               "AAAAAA\xEE\x80\x80"})
+                     .release());
     return v;
   }();
   return *all;

@@ -66,8 +66,7 @@ TEST(PreTokenizerTable, EveryNameCompilesAndCoversText) {
     EXPECT_EQ(joined, sample) << name;
     EXPECT_GE(pieces.size(), 3u) << name;
   }
-  EXPECT_EQ(supported,
-            static_cast<int>(names.size()) - 3);  // kimi-k2, afmoe, whitespace
+  EXPECT_EQ(supported, static_cast<int>(names.size()));
   EXPECT_EQ(PreTokenizerSpecFor("no-such-pre").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_TRUE(PreTokenizerSpecFor("").ok());  // missing key: "default"
