@@ -35,7 +35,7 @@ SessionStatus StatusOf(const Session& s, int64_t now_ms) {
   r.policy = KvPolicyName(s.kv().policy);
   r.tokens = st.tokens;
   r.segments = st.segments;
-  r.clusters = st.clusters;
+  r.clustered_tokens = st.clustered_tokens;
   r.host_bytes = st.memory.host_bytes;
   r.device_bytes = st.memory.device_bytes;
   r.cache_lookups = st.cache.lookups;

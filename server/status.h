@@ -29,8 +29,8 @@ struct SessionStatus {
   std::string id;
   std::string policy;  // KvPolicyName
   int64_t tokens = 0;
+  int64_t clustered_tokens = 0;  // in segments with a built index
   int segments = 0;
-  int clusters = 0;
   int64_t host_bytes = 0;  // shared segments included
   int64_t device_bytes = 0;
   int64_t cache_lookups = 0;  // device-cache blocks looked up ...

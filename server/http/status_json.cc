@@ -36,7 +36,7 @@ Json SessionJson(const SessionStatus& s) {
           {"policy", s.policy},
           {"tokens", s.tokens},
           {"segments", s.segments},
-          {"clusters", s.clusters},
+          {"clustered_tokens", s.clustered_tokens},
           {"host_bytes", s.host_bytes},
           {"device_bytes", s.device_bytes},
           {"cache_hit_rate", Rate(s.cache_hits, s.cache_lookups)},

@@ -3,8 +3,9 @@
 // v1/status every 1.5 s (sending the bearer token given in the address's
 // #token= fragment or typed into the page) and draws its charts as inline
 // SVG. After each drawing it sets data-* attributes that tests read:
-// body[data-state], body[data-updates], #sessions-count[data-count] and
-// svg.chart[data-points] (points drawn).
+// body[data-state], body[data-updates], #sessions-count[data-count],
+// svg.chart[data-points] (points drawn) and svg.chart[data-max] (the
+// largest value).
 #include "server/http/status_json.h"
 
 namespace ckv::server::http {
@@ -51,6 +52,7 @@ svg.chart polyline { fill: none; stroke-width: 1.6; }
 .legend span { margin-right: 10px; font-size: 12px; }
 .legend i { display: inline-block; width: 10px; height: 3px;
   margin-right: 4px; vertical-align: middle; }
+.legend i.sa { background: var(--a); } .legend i.sb { background: var(--b); }
 table { width: 100%; border-collapse: collapse; margin-top: 8px;
   background: var(--card); font-size: 13px; }
 th, td { text-align: right; padding: 4px 8px; border-bottom: 1px solid var(--line); }
@@ -61,7 +63,7 @@ h2 { font-size: 15px; margin: 18px 0 4px; }
 #error { color: #b00020; }
 </style>
 </head>
-<body data-state="loading" data-updates="0">
+<body id="status-body" data-state="loading" data-updates="0">
 <header>
   <h1>clusterkv</h1>
   <span id="model" class="muted">model …</span>
@@ -94,23 +96,25 @@ h2 { font-size: 15px; margin: 18px 0 4px; }
     <div class="card"><div class="k">time to first token (mean)</div>
       <div class="v" id="ttft">–</div><div class="s" id="ttft-sub"></div></div>
     <div class="card"><div class="k">device cache hit rate</div>
-      <div class="v" id="cache">–</div><div class="s" id="recall"></div></div>
+      <div class="v" id="cache">–</div><div class="s">all sessions, since start</div></div>
+    <div class="card"><div class="k">recall (sampled decode steps)</div>
+      <div class="v" id="recall">–</div><div class="s" id="recall-sub"></div></div>
   </div>
   <div class="charts">
     <figure><div class="legend"><b>tokens/s</b>
       <span><i class="sa"></i>input (prefill)</span><span><i class="sb"></i>decode</span></div>
-      <svg class="chart" id="chart-tps" viewBox="0 0 400 150" data-points="0"></svg></figure>
+      <svg class="chart" id="chart-tps" viewBox="0 0 400 150" data-points="0" data-max="0"></svg></figure>
     <figure><div class="legend"><b>time to first token, s</b>
-      <span class="muted">mean of requests ending each second</span></div>
-      <svg class="chart" id="chart-ttft" viewBox="0 0 400 150" data-points="0"></svg></figure>
+      <span class="muted">mean per second</span></div>
+      <svg class="chart" id="chart-ttft" viewBox="0 0 400 150" data-points="0" data-max="0"></svg></figure>
     <figure><div class="legend"><b>queue depth</b>
       <span class="muted">jobs queued or prefilling</span></div>
-      <svg class="chart" id="chart-queue" viewBox="0 0 400 150" data-points="0"></svg></figure>
+      <svg class="chart" id="chart-queue" viewBox="0 0 400 150" data-points="0" data-max="0"></svg></figure>
   </div>
   <h2>Sessions <span class="muted" id="list-note"></span></h2>
   <table>
     <thead><tr><th>id</th><th>policy</th><th>tokens</th><th>segments</th>
-      <th>clusters</th><th>host</th><th>device</th><th>cache hits</th>
+      <th>clustered</th><th>host</th><th>device</th><th>cache hits</th>
       <th>state</th></tr></thead>
     <tbody id="sessions"></tbody>
   </table>
@@ -185,6 +189,7 @@ function drawChart(svg, times, series, format) {
     width: W - L - R, height: H - T - B }));
   let top = 0;
   for (const s of series) for (const v of s.values) if (v != null && v > top) top = v;
+  svg.dataset.max = top;
   top = niceMax(top);
   const t1 = times.length ? times[times.length - 1] : 0;
   const t0 = times.length ? Math.min(times[0], t1 - 60000) : 0;
@@ -246,9 +251,12 @@ function renderCards(st) {
   text("tokens-sub", t ? `${num(t.requests_ok)} requests ok, ${num(t.requests_failed)} failed` : "no metrics");
   text("ttft", secs(t && t.ttft_mean_seconds));
   text("cache", pct(t && t.cache_hit_rate));
-  text("recall", st.recall.length ? st.recall.map((r) => `recall ${r.policy}: top-k ` +
-    `${pct(r.topk_mean)}, mass ${pct(r.mass_mean)} (${num(r.samples)} samples)`).join("; ")
-    : "recall: not sampled (--recall-sample-every)");
+  // The default policy's recall large; every policy's below.
+  const own = st.recall.find((r) => r.policy === b.kv_policy);
+  text("recall", own ? pct(own.topk_mean) : "–");
+  text("recall-sub", st.recall.length ? st.recall.map((r) => `${r.policy}: top-k ` +
+    `${pct(r.topk_mean)}, mass ${pct(r.mass_mean)}, ${num(r.samples)} samples`).join("; ")
+    : "not sampled (--recall-sample-every)");
 }
 
 function renderSessions(s) {
@@ -256,7 +264,7 @@ function renderSessions(s) {
   while (body.firstChild) body.removeChild(body.firstChild);
   for (const x of s.list) {
     const tr = document.createElement("tr");
-    for (const v of [x.id, x.policy, num(x.tokens), num(x.segments), num(x.clusters),
+    for (const v of [x.id, x.policy, num(x.tokens), num(x.segments), num(x.clustered_tokens),
                      bytes(x.host_bytes), bytes(x.device_bytes), pct(x.cache_hit_rate),
                      x.busy ? "busy" : "idle " + x.idle_seconds.toFixed(0) + " s"]) {
       const td = document.createElement("td");

@@ -477,9 +477,9 @@ TEST_F(HttpApiTest, StatusCountsSessionsWithAStableShape) {
   std::set<std::string> listed;
   for (const Json& row : s["list"]) {
     EXPECT_EQ(KeysOf(row), (std::set<std::string>{
-                               "id", "policy", "tokens", "segments", "clusters",
-                               "host_bytes", "device_bytes", "cache_hit_rate",
-                               "busy", "idle_seconds"}));
+                               "id", "policy", "tokens", "segments",
+                               "clustered_tokens", "host_bytes", "device_bytes",
+                               "cache_hit_rate", "busy", "idle_seconds"}));
     listed.insert(row["id"].get<std::string>());
     EXPECT_EQ(row["tokens"], tokens[0]);  // same prompt, greedy
     EXPECT_EQ(row["policy"], "clusterkv");
