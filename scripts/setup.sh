@@ -12,6 +12,7 @@ PACKAGES=(
   nginx python3-yaml python3-grpcio python3-protobuf curl openssl
   python3-pip python3-setuptools python3-wheel python3-venv python3-pytest
   libcpp-httplib-dev
+  chromium
 )
 
 missing=()
