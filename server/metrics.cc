@@ -294,10 +294,12 @@ MetricsTotals ServerMetricsImpl::Totals() const {
     for (const auto& m : family.metric) {
       MetricsTotals::Recall& r = t.recall[LabelOf(m, "policy")];
       const std::string measure = LabelOf(m, "measure");
+      const auto count = static_cast<int64_t>(m.histogram.sample_count);
       if (measure == "topk") {
-        r.samples = static_cast<int64_t>(m.histogram.sample_count);
+        r.topk_count = count;
         r.topk_sum = m.histogram.sample_sum;
       } else if (measure == "mass") {
+        r.mass_count = count;
         r.mass_sum = m.histogram.sample_sum;
       }
     }

@@ -26,9 +26,11 @@ struct MetricsTotals {
   std::map<std::string, int64_t> requests_by_code;
   // clusterkv_admission_rejections_total by limit.
   std::map<std::string, int64_t> admission_rejections;
+  // Each measure's observations (a NaN measure is dropped alone).
   struct Recall {
-    int64_t samples = 0;
-    double topk_sum = 0.0;  // sums of the observed recalls (0..1 each)
+    int64_t topk_count = 0;
+    double topk_sum = 0.0;  // sum of the observed recalls (0..1 each)
+    int64_t mass_count = 0;
     double mass_sum = 0.0;
   };
   std::map<std::string, Recall> recall;  // by policy

@@ -99,9 +99,11 @@ Json RecallJson(const ServerStatus& s) {
   for (const auto& [policy, r] : s.metrics->recall) {
     out.push_back(
         {{"policy", policy},
-         {"samples", r.samples},
-         {"topk_mean", r.samples > 0 ? Json(r.topk_sum / r.samples) : Json()},
-         {"mass_mean", r.samples > 0 ? Json(r.mass_sum / r.samples) : Json()}});
+         {"samples", r.topk_count},
+         {"topk_mean",
+          r.topk_count > 0 ? Json(r.topk_sum / r.topk_count) : Json()},
+         {"mass_mean",
+          r.mass_count > 0 ? Json(r.mass_sum / r.mass_count) : Json()}});
   }
   return out;
 }
