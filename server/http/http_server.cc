@@ -155,7 +155,7 @@ absl::StatusOr<int> HttpApi::Listen(const ServerConfig& config) {
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   LogInfo(absl::StrCat("http listening on ", hp->host, ":", port,
                        config.tls.enabled() ? " (HTTPS)" : " (plain HTTP)",
-                       "; OpenAI-compatible API under /v1"));
+                       "; OpenAI-compatible API under /v1, status page at /"));
   return port;
 }
 
