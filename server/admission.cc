@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<AdmissionTicket>> Admission::Admit(
   if (auto s = CheckTenantLocked(r.tenant, tenant_host, host); !s.ok()) {
     return s;
   }
+  ++admitted_;
   reserved_host_ += host;
   reserved_device_ += device;
   reserved_tenant_host_[r.tenant] += host;
@@ -84,6 +85,11 @@ absl::Status Admission::CheckTenantLocked(const std::string& tenant,
   const int64_t after = tenant_host + reserved + host;
   if (after > max) return Reject(Limit::kTenantMaxHostKvBytes, after, max);
   return absl::OkStatus();
+}
+
+AdmissionStats Admission::stats() const {
+  absl::MutexLock lock(&mu_);
+  return {admitted_, reserved_host_, reserved_device_};
 }
 
 void Admission::Release(const std::string& tenant, int64_t host,

@@ -30,6 +30,13 @@ struct AdmissionRequest {
 
 class Admission;
 
+// What admission holds now and has let through so far.
+struct AdmissionStats {
+  int64_t admitted = 0;             // tickets issued since start
+  int64_t reserved_host_bytes = 0;  // held by running jobs' tickets
+  int64_t reserved_device_bytes = 0;
+};
+
 // Bytes reserved for one admitted job; returned when destroyed.
 class AdmissionTicket {
  public:
@@ -68,6 +75,8 @@ class Admission {
   int64_t DeviceBytesEstimate(const KvStoreConfig& kv,
                               int64_t new_tokens) const;
 
+  AdmissionStats stats() const;
+
  private:
   friend class AdmissionTicket;
   // RESOURCE_EXHAUSTED carrying `limit` (server/limits.h), counted.
@@ -83,7 +92,8 @@ class Admission {
   const SessionManager* sessions_;
   const int n_layers_;
   ServerMetrics* metrics_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  int64_t admitted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reserved_host_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reserved_device_ ABSL_GUARDED_BY(mu_) = 0;
   // Host bytes reserved per tenant (entries removed when back to 0).

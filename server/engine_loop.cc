@@ -112,7 +112,9 @@ void EngineLoop::SetRecallSampler(std::unique_ptr<RecallSampler> sampler) {
 
 EngineStats EngineLoop::stats() const {
   std::unique_lock<std::mutex> lock(mu_);
-  return stats_;
+  EngineStats s = stats_;
+  s.queued = static_cast<int>(queue_.size());
+  return s;
 }
 
 void EngineLoop::Loop() {
@@ -131,14 +133,17 @@ void EngineLoop::Loop() {
         cancel_all_ = false;
       }
       active_count_ = static_cast<int>(active_.size());
-      stats_.queued = 0;
       stats_.active = active_count_;
     }
     if (!RunStep()) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    const int waiting_input = static_cast<int>(std::count_if(
+        active_.begin(), active_.end(),
+        [](const auto& j) { return j->phase == Job::Phase::kInput; }));
     {
       std::unique_lock<std::mutex> lock(mu_);
       active_count_ = static_cast<int>(active_.size());
       stats_.active = active_count_;
+      stats_.waiting_input = waiting_input;
     }
     cv_.notify_all();  // WaitIdle
   }
@@ -170,8 +175,8 @@ absl::Status EngineLoop::StartJob(Job& job) {
     job.sampler = std::make_unique<Sampler>(job.spec.sampling);
     for (int32_t t : job.spec.lease->recent_tokens()) job.sampler->Accept(t);
     for (int32_t t : job.spec.input) job.sampler->Accept(t);
-    job.detok = std::make_unique<StreamingDetokenizer>(*model_.tokenizer,
-                                                       false);
+    job.detok =
+        std::make_unique<StreamingDetokenizer>(*model_.tokenizer, false);
     job.stops = std::make_unique<StopMatcher>(job.spec.sampling.stop);
   }
   job.checkpoint_logits = job.spec.lease->last_logits();
@@ -278,6 +283,7 @@ bool EngineLoop::RunStep() {
     ++stats_.steps;
     stats_.batched_tokens +=
         static_cast<int64_t>(n_decode) + (prefill_chunk_ - budget);
+    stats_.decoded_tokens += static_cast<int64_t>(n_decode);
   }
   for (size_t i = 0; i < owners.size(); ++i) {
     if (!status.ok()) {

@@ -88,9 +88,11 @@ class JobHandle {
 
 struct EngineStats {
   int64_t steps = 0;
-  int64_t batched_tokens = 0;
-  int queued = 0;
-  int active = 0;
+  int64_t batched_tokens = 0;  // input and decoded tokens of every step
+  int64_t decoded_tokens = 0;  // of which single-token decode steps
+  int queued = 0;              // submitted, not yet taken by the engine
+  int active = 0;              // taken by the engine, not finished
+  int waiting_input = 0;  // of the active: input (prefill) not fully fed yet
 };
 
 class EngineLoop {

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <prometheus/client_metric.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -223,6 +224,8 @@ class ServerMetricsImpl final : public ServerMetrics {
     host_to_device_bytes_.Increment(static_cast<double>(bytes));
   }
 
+  MetricsTotals Totals() const override;
+
   std::string Serialize() const override {
     return prometheus::TextSerializer().Serialize(registry_->Collect());
   }
@@ -258,6 +261,51 @@ class ServerMetricsImpl final : public ServerMetrics {
   // Last: its thread calls Serialize().
   std::unique_ptr<MetricsHttpServer> http_;
 };
+
+int64_t Whole(double v) { return static_cast<int64_t>(std::llround(v)); }
+
+std::string LabelOf(const prometheus::ClientMetric& m, const char* name) {
+  for (const auto& l : m.label) {
+    if (l.name == name) return l.value;
+  }
+  return "";
+}
+
+MetricsTotals ServerMetricsImpl::Totals() const {
+  MetricsTotals t;
+  t.prompt_tokens = Whole(prompt_tokens_.Value());
+  t.generated_tokens = Whole(generated_tokens_.Value());
+  const auto ttft = ttft_.Collect().histogram;
+  t.ttft_count = static_cast<int64_t>(ttft.sample_count);
+  t.ttft_sum_seconds = ttft.sample_sum;
+  t.cache_lookups = Whole(cache_lookups_.Value());
+  t.cache_hits = Whole(cache_hits_.Value());
+  for (const auto& family : requests_.Collect()) {
+    for (const auto& m : family.metric) {
+      t.requests_by_code[LabelOf(m, "code")] += Whole(m.counter.value);
+    }
+  }
+  for (const auto& family : admission_rejections_.Collect()) {
+    for (const auto& m : family.metric) {
+      t.admission_rejections[LabelOf(m, "limit")] += Whole(m.counter.value);
+    }
+  }
+  for (const auto& family : recall_.Collect()) {
+    for (const auto& m : family.metric) {
+      MetricsTotals::Recall& r = t.recall[LabelOf(m, "policy")];
+      const std::string measure = LabelOf(m, "measure");
+      const auto count = static_cast<int64_t>(m.histogram.sample_count);
+      if (measure == "topk") {
+        r.topk_count = count;
+        r.topk_sum = m.histogram.sample_sum;
+      } else if (measure == "mass") {
+        r.mass_count = count;
+        r.mass_sum = m.histogram.sample_sum;
+      }
+    }
+  }
+  return t;
+}
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,29 @@
 #include "absl/strings/string_view.h"
 
 namespace ckv::server {
+
+// Cumulative values of some counters and histograms, read from the
+// registry's own objects (what the status page shows; server/status.h).
+struct MetricsTotals {
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t ttft_count = 0;  // requests that reached a first token
+  double ttft_sum_seconds = 0.0;
+  int64_t cache_lookups = 0;
+  int64_t cache_hits = 0;
+  // clusterkv_requests_total summed over rpcs, by code ("OK", ...).
+  std::map<std::string, int64_t> requests_by_code;
+  // clusterkv_admission_rejections_total by limit.
+  std::map<std::string, int64_t> admission_rejections;
+  // Each measure's observations (a NaN measure is dropped alone).
+  struct Recall {
+    int64_t topk_count = 0;
+    double topk_sum = 0.0;  // sum of the observed recalls (0..1 each)
+    int64_t mass_count = 0;
+    double mass_sum = 0.0;
+  };
+  std::map<std::string, Recall> recall;  // by policy
+};
 
 class ServerMetrics {
  public:
@@ -55,6 +79,9 @@ class ServerMetrics {
   // clusterkv_host_to_device_bytes_total.
   virtual void AddCacheLookups(int64_t lookups, int64_t hits) = 0;
   virtual void AddHostToDeviceBytes(int64_t bytes) = 0;
+
+  // Counter and histogram totals as numbers (no text round trip).
+  virtual MetricsTotals Totals() const = 0;
 
   // The text exposition format of every metric (what /metrics serves).
   virtual std::string Serialize() const = 0;

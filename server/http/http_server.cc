@@ -10,12 +10,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "httplib.h"
 #include "server/auth.h"
 #include "server/http/openai_frontend.h"
 #include "server/http/openai_json.h"
+#include "server/http/status_json.h"
 #include "server/request_log.h"
 #include "server/session_manager.h"
+#include "server/status.h"
 #include "server/status_util.h"
 #include "server/transport_security.h"
 
@@ -26,6 +29,16 @@ constexpr char kJson[] = "application/json";
 constexpr size_t kMaxBodyBytes = size_t{64} << 20;
 // How long a streaming response waits for text before it checks the client.
 constexpr absl::Duration kStreamPoll = absl::Milliseconds(200);
+// The status page's history: one sample per period.
+constexpr absl::Duration kStatusPeriod = absl::Seconds(1);
+// Sessions listed by GET /v1/status (the most recently used).
+constexpr int kStatusMaxListed = 100;
+// GET /: the page may run its inline script and style and fetch from this
+// origin only; nothing else loads, nothing embeds it.
+constexpr char kPagePolicy[] =
+    "default-src 'none'; script-src 'unsafe-inline'; "
+    "style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'";
 
 struct HostPort {
   std::string host;
@@ -86,6 +99,8 @@ class HttpApi final : public FrontDoor {
   bool Authenticate(const httplib::Request& req, httplib::Response& res,
                     std::string* tenant) const;
   void HandleModels(const httplib::Request& req, httplib::Response& res);
+  void HandleStatus(const httplib::Request& req, httplib::Response& res);
+  void SampleStatus();  // the sampler thread
   void HandleGeneration(Endpoint endpoint, const httplib::Request& req,
                         httplib::Response& res);
   void Stream(std::shared_ptr<GenerationJob> job, const ResponseHead& head,
@@ -95,6 +110,9 @@ class HttpApi final : public FrontDoor {
   const TokenStore* tokens_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  StatusHistory history_;
+  absl::Notification stop_sampling_;
+  std::thread sampler_;
   std::atomic<bool> stopped_{false};
 };
 
@@ -133,10 +151,11 @@ absl::StatusOr<int> HttpApi::Listen(const ServerConfig& config) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", config.http_listen_address, "' (--http-listen)"));
   }
+  sampler_ = std::thread([this] { SampleStatus(); });
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   LogInfo(absl::StrCat("http listening on ", hp->host, ":", port,
                        config.tls.enabled() ? " (HTTPS)" : " (plain HTTP)",
-                       "; OpenAI-compatible API under /v1"));
+                       "; OpenAI-compatible API under /v1, status page at /"));
   return port;
 }
 
@@ -144,9 +163,31 @@ void HttpApi::Stop() {
   if (stopped_.exchange(true)) return;
   if (server_ != nullptr) server_->stop();
   if (thread_.joinable()) thread_.join();
+  stop_sampling_.Notify();
+  if (sampler_.joinable()) sampler_.join();
+}
+
+void HttpApi::SampleStatus() {
+  do {
+    auto counters = ReadStatusCounters(frontend_.state());
+    if (counters.ok()) history_.Record(*counters);
+  } while (!stop_sampling_.WaitForNotificationWithTimeout(kStatusPeriod));
 }
 
 void HttpApi::Route() {
+  // The page holds no data: it is public, and the data it fetches from
+  // /v1/status needs the token like every /v1 route.
+  server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy", kPagePolicy);
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Cache-Control", "no-cache");
+    const absl::string_view page = StatusPageHtml();
+    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
+  });
+  server_->Get("/v1/status",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 HandleStatus(req, res);
+               });
   server_->Get("/v1/models",
                [this](const httplib::Request& req, httplib::Response& res) {
                  HandleModels(req, res);
@@ -214,6 +255,22 @@ void HttpApi::HandleModels(const httplib::Request& req,
     return;
   }
   res.set_content(ModelsBody(frontend_.model_id(), NowUnixSeconds()), kJson);
+}
+
+// Server-wide numbers for every authenticated caller; the session list
+// holds the caller's tenant's sessions only.
+void HttpApi::HandleStatus(const httplib::Request& req,
+                           httplib::Response& res) {
+  std::string tenant;
+  if (!Authenticate(req, res, &tenant)) return;
+  auto status =
+      CollectStatus(frontend_.state(), tenant, kStatusMaxListed, &history_);
+  if (!status.ok()) {
+    SendError(res, status.status());
+    return;
+  }
+  res.set_header("Cache-Control", "no-store");
+  res.set_content(StatusJson(*status), kJson);
 }
 
 void HttpApi::HandleGeneration(Endpoint endpoint, const httplib::Request& req,

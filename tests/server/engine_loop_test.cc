@@ -170,6 +170,13 @@ TEST_F(EngineLoopTest, PrefillThenDecodeEqualsDirectGeneration) {
       Run(id, question, AppendKind::kGenerated, true, 12, &dec);
   ASSERT_TRUE(r2.status.ok()) << r2.status;
   EXPECT_EQ(dec.tokens, Reference(doc, question, 12));
+  // Every token in the session went through one step: the input as input,
+  // the generated ones as decode steps.
+  const EngineStats s = engine_.stats();
+  EXPECT_EQ(s.batched_tokens - s.decoded_tokens, 309);
+  EXPECT_EQ(s.decoded_tokens, r2.session_tokens - 309);
+  EXPECT_EQ(s.queued, 0);
+  EXPECT_EQ(s.waiting_input, 0);
 }
 
 TEST_F(EngineLoopTest, ConcurrentSessionsMatchSequentialRuns) {

@@ -1,10 +1,13 @@
 // The OpenAI-compatible HTTP API (server/http/): request parsing and error
 // bodies on strings, chat rendering with a real model's template, and a
 // server started in this process (random model, bearer tokens) called with
-// cpp-httplib's client over loopback.
+// cpp-httplib's client over loopback. Also the status page: the history
+// ring buffer, GET /v1/status and GET /.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,9 +21,11 @@
 #include "server/http/http_server.h"
 #include "server/http/openai_frontend.h"
 #include "server/http/openai_json.h"
+#include "server/metrics.h"
 #include "server/server_runner.h"
 #include "server/service_convert.h"
 #include "server/service_state.h"
+#include "server/status.h"
 #include "tests/model/test_util.h"
 #include "tests/server/small_server_config.h"
 
@@ -28,7 +33,8 @@ namespace ckv::server::http {
 namespace {
 
 using Json = nlohmann::json;
-constexpr char kToken[] = "http-test-token";
+constexpr char kToken[] = "http-test-token";         // tenant alice
+constexpr char kBobToken[] = "http-test-token-bob";  // tenant bob
 
 // ---- request parsing and bodies ---------------------------------------------
 
@@ -168,12 +174,15 @@ class HttpApiTest : public ::testing::Test {
   void SetUp() override {
     model_path_ = ckv::testing::RandomModelPath("http", Spec());
     const std::string tokens = ckv::testing::TempPath("http_tokens");
-    std::ofstream(tokens) << kToken << " alice\n";
+    std::ofstream(tokens) << kToken << " alice\n" << kBobToken << " bob\n";
     ServerConfig c = testing::SmallServerConfig(model_path_);
     c.http_listen_address = "127.0.0.1:0";
     c.auth_tokens_file = tokens;
     c.limits.max_prompt_tokens = 256;
-    auto server = ClusterKvServer::Start(c, nullptr);
+    auto metrics = ServerMetrics::Create("");
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    metrics_ = *std::move(metrics);
+    auto server = ClusterKvServer::Start(c, metrics_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     auto port = StartHttpApi(*server_);
@@ -205,6 +214,7 @@ class HttpApiTest : public ::testing::Test {
   }
 
   std::string model_path_;
+  std::unique_ptr<ServerMetrics> metrics_;  // outlives the server
   std::unique_ptr<ClusterKvServer> server_;
   std::unique_ptr<httplib::Client> client_;
 };
@@ -380,6 +390,152 @@ TEST_F(HttpApiTest, DrainingAnswers503) {
   EXPECT_EQ(
       ErrorOf(Post("/v1/completions", R"({"prompt": "hello"})"), 503)["type"],
       "service_unavailable_error");
+}
+
+// ---- the status page ------------------------------------------------------
+
+StatusCounters CountersAt(double seconds, int64_t input, int64_t decoded,
+                          int64_t ttft_count, double ttft_sum) {
+  StatusCounters c;
+  c.steady_seconds = seconds;
+  c.unix_ms = static_cast<int64_t>(seconds * 1000);
+  c.input_tokens = input;
+  c.decoded_tokens = decoded;
+  c.has_ttft = true;
+  c.ttft_count = ttft_count;
+  c.ttft_sum_seconds = ttft_sum;
+  c.queue_depth = static_cast<int>(seconds);
+  return c;
+}
+
+TEST(StatusHistoryTest, RatesBetweenSamplesAndBoundedLength) {
+  StatusHistory h(/*capacity=*/3);
+  h.Record(CountersAt(10, 0, 0, 0, 0));  // baseline only
+  EXPECT_TRUE(h.Samples().empty());
+  h.Record(CountersAt(12, 100, 40, 2, 0.5));
+  h.Record(CountersAt(12, 999, 999, 9, 9));   // no time elapsed: ignored
+  h.Record(CountersAt(13, 130, 50, 2, 0.5));  // no request finished
+  std::vector<StatusSample> s = h.Samples();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_DOUBLE_EQ(s[0].input_tokens_per_second, 50.0);
+  EXPECT_DOUBLE_EQ(s[0].decode_tokens_per_second, 20.0);
+  EXPECT_DOUBLE_EQ(s[0].ttft_seconds, 0.25);
+  EXPECT_EQ(s[0].queue_depth, 12);
+  EXPECT_DOUBLE_EQ(s[1].input_tokens_per_second, 30.0);
+  EXPECT_TRUE(std::isnan(s[1].ttft_seconds));
+  for (int t = 14; t < 20; ++t) h.Record(CountersAt(t, 130, 50 + t, 2, 0.5));
+  s = h.Samples();
+  ASSERT_EQ(s.size(), 3u);  // the oldest dropped
+  EXPECT_EQ(s.back().unix_ms, 19000);
+  EXPECT_EQ(s.front().unix_ms, 17000);
+}
+
+std::set<std::string> KeysOf(const Json& j) {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : j.items()) keys.insert(k);
+  return keys;
+}
+
+TEST_F(HttpApiTest, StatusCountsSessionsWithAStableShape) {
+  auto no_token = client_->Get("/v1/status");
+  EXPECT_EQ(ErrorOf(no_token, 401)["type"], "authentication_error");
+  std::vector<std::string> ids;
+  std::vector<int64_t> tokens;
+  for (const char* token : {kToken, kToken, kBobToken}) {
+    auto res =
+        client_->Post("/v1/completions",
+                      {{"Authorization", std::string("Bearer ") + token},
+                       {"x-session-id", "new"}},
+                      Json{{"prompt", "status page"}, {"max_tokens", 2}}.dump(),
+                      "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    ids.push_back(res->get_header_value("x-session-id"));
+    tokens.emplace_back();
+    ASSERT_TRUE(absl::SimpleAtoi(res->get_header_value("x-session-tokens"),
+                                 &tokens.back()));
+  }
+  auto res = client_->Get("/v1/status",
+                          {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_TRUE(absl::StartsWith(res->get_header_value("Content-Type"),
+                               "application/json"));
+  const Json j = Json::parse(res->body);
+  EXPECT_EQ(KeysOf(j), (std::set<std::string>{
+                           "schema", "time_unix_ms", "version", "draining",
+                           "model", "backend", "sessions", "queue", "admission",
+                           "totals", "recall", "history"}));
+  EXPECT_EQ(j["schema"], 1);
+  EXPECT_EQ(j["draining"], false);
+  EXPECT_EQ(j["model"]["layers"], Spec().layers);
+  EXPECT_EQ(j["backend"]["name"], "cpu");
+  const Json& s = j["sessions"];
+  EXPECT_EQ(s["count"], 3);  // every tenant's
+  EXPECT_EQ(s["yours"], 2);  // alice's, listed
+  ASSERT_EQ(s["list"].size(), 2u);
+  std::set<std::string> listed;
+  for (const Json& row : s["list"]) {
+    EXPECT_EQ(KeysOf(row), (std::set<std::string>{
+                               "id", "policy", "tokens", "segments",
+                               "clustered_tokens", "host_bytes", "device_bytes",
+                               "cache_hit_rate", "busy", "idle_seconds"}));
+    listed.insert(row["id"].get<std::string>());
+    EXPECT_EQ(row["tokens"], tokens[0]);  // same prompt, greedy
+    EXPECT_EQ(row["policy"], "clusterkv");
+    EXPECT_GT(row["host_bytes"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(listed, (std::set<std::string>{ids[0], ids[1]}));
+  EXPECT_GT(s["host_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(KeysOf(j["queue"]),
+            (std::set<std::string>{"queued", "waiting_input", "active",
+                                   "max_queued", "steps"}));
+  EXPECT_GT(j["queue"]["steps"].get<int64_t>(), 0);
+  EXPECT_EQ(j["admission"]["admitted"], 3);
+  EXPECT_EQ(j["admission"]["rejected"], 0);
+  const Json& totals = j["totals"];
+  EXPECT_EQ(totals["generated_tokens"].get<int64_t>() +
+                totals["prompt_tokens"].get<int64_t>(),
+            tokens[0] + tokens[1] + tokens[2]);
+  EXPECT_EQ(totals["requests_ok"], 3);
+  EXPECT_GT(totals["ttft_mean_seconds"].get<double>(), 0.0);
+  const Json& h = j["history"];
+  EXPECT_EQ(KeysOf(h),
+            (std::set<std::string>{"unix_ms", "input_tokens_per_second",
+                                   "decode_tokens_per_second", "ttft_seconds",
+                                   "queue_depth", "sessions"}));
+  for (const auto& [name, column] : h.items()) {
+    EXPECT_EQ(column.size(), h["unix_ms"].size()) << name;
+  }
+  // Bob sees the same server-wide count and only his own session.
+  auto bob = client_->Get(
+      "/v1/status", {{"Authorization", std::string("Bearer ") + kBobToken}});
+  ASSERT_TRUE(bob);
+  ASSERT_EQ(bob->status, 200) << bob->body;
+  const Json b = Json::parse(bob->body)["sessions"];
+  EXPECT_EQ(b["count"], 3);
+  ASSERT_EQ(b["list"].size(), 1u);
+  EXPECT_EQ(b["list"][0]["id"], ids[2]);
+}
+
+// The page is public (it holds no data), HTML, and loads nothing from
+// elsewhere: no URL at all, no src or href attribute.
+TEST_F(HttpApiTest, StatusPageIsSelfContainedHtml) {
+  auto res = client_->Get("/");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_TRUE(
+      absl::StartsWith(res->get_header_value("Content-Type"), "text/html"));
+  EXPECT_TRUE(absl::StrContains(
+      res->get_header_value("Content-Security-Policy"), "default-src 'none'"));
+  const std::string& page = res->body;
+  EXPECT_TRUE(absl::StartsWith(page, "<!DOCTYPE html>"));
+  EXPECT_TRUE(absl::StrContains(page, "fetch(\"v1/status\""));
+  EXPECT_TRUE(absl::StrContains(page, "id=\"sessions-count\""));
+  for (const char* banned :
+       {"http://", "https://", "src=", "href=", "@import", "url("}) {
+    EXPECT_FALSE(absl::StrContains(page, banned)) << banned;
+  }
 }
 
 // End to end with a template: the rendered ChatML is tokenized with its

@@ -38,7 +38,8 @@
 namespace ckv::server {
 namespace {
 
-// ---- Socket helpers -----------------------------------------------------------
+// ---- Socket helpers
+// -----------------------------------------------------------
 
 class Fd {
  public:
@@ -133,7 +134,8 @@ HttpResponse HttpGet(int port, const std::string& path = "/metrics") {
                                     "Accept: text/plain\r\n\r\n"));
 }
 
-// ---- Exposition parsing -------------------------------------------------------
+// ---- Exposition parsing
+// -------------------------------------------------------
 
 struct Exposition {
   std::map<std::string, std::string> type;  // family -> counter|gauge|...
@@ -147,7 +149,8 @@ Exposition Parse(const std::string& text) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
-    if (absl::StartsWith(line, "# TYPE ") || absl::StartsWith(line, "# HELP ")) {
+    if (absl::StartsWith(line, "# TYPE ") ||
+        absl::StartsWith(line, "# HELP ")) {
       const std::string rest = line.substr(7);
       const size_t sp = rest.find(' ');
       auto& map = line[2] == 'T' ? e.type : e.help;
@@ -157,8 +160,7 @@ Exposition Parse(const std::string& text) {
     }
     if (line[0] == '#') continue;
     const size_t close = line.find('}');
-    const size_t sp =
-        line.find(' ', close == std::string::npos ? 0 : close);
+    const size_t sp = line.find(' ', close == std::string::npos ? 0 : close);
     if (sp == std::string::npos) {
       ADD_FAILURE() << "bad sample line: " << line;
       continue;
@@ -247,7 +249,8 @@ void TouchAll(ServerMetrics& m) {
   m.AddHostToDeviceBytes(4096);
 }
 
-// ---- ServerMetrics without HTTP ----------------------------------------------------
+// ---- ServerMetrics without HTTP
+// ----------------------------------------------------
 
 TEST(ServerMetricsTest, EveryFamilyHasHelpAndType) {
   auto m = ServerMetrics::Create("");
@@ -255,8 +258,7 @@ TEST(ServerMetricsTest, EveryFamilyHasHelpAndType) {
   TouchAll(**m);
   const Exposition e = Parse((*m)->Serialize());
   for (const auto& [name, type] : ExpectedFamilies()) {
-    EXPECT_EQ(e.type.count(name) ? e.type.at(name) : "<missing>", type)
-        << name;
+    EXPECT_EQ(e.type.count(name) ? e.type.at(name) : "<missing>", type) << name;
     EXPECT_FALSE(e.help.count(name) == 0 || e.help.at(name).empty()) << name;
   }
   EXPECT_EQ(e.type.size(), ExpectedFamilies().size());
@@ -299,8 +301,9 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   EXPECT_EQ(Value(e, R"(clusterkv_requests_total{code="OK",rpc="Prefill"})"),
             2);
   EXPECT_EQ(
-      Value(e,
-            R"(clusterkv_requests_total{code="RESOURCE_EXHAUSTED",rpc="Decode"})"),
+      Value(
+          e,
+          R"(clusterkv_requests_total{code="RESOURCE_EXHAUSTED",rpc="Decode"})"),
       1);
   EXPECT_EQ(
       Value(e, R"(clusterkv_admission_rejections_total{limit="kv_bytes"})"), 1);
@@ -361,6 +364,48 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   EXPECT_EQ(Value(e, "clusterkv_host_to_device_bytes_total"), 1 << 20);
 }
 
+// Totals() (the status page's numbers) reads the same objects as the text.
+TEST(ServerMetricsTest, TotalsAreTheExposedNumbers) {
+  auto created = ServerMetrics::Create("");
+  ASSERT_TRUE(created.ok()) << created.status();
+  ServerMetrics& m = **created;
+  m.RequestDone("Prefill", "OK");
+  m.RequestDone("http.Completions", "OK");
+  m.RequestDone("Decode", "RESOURCE_EXHAUSTED");
+  m.AdmissionRejected("max_sessions");
+  m.AdmissionRejected("max_sessions");
+  m.AdmissionRejected("max_prompt_tokens");
+  m.AddPromptTokens(100);
+  m.AddGeneratedTokens(7);
+  m.ObserveTimeToFirstToken(0.5);
+  m.ObserveTimeToFirstToken(1.5);
+  m.ObserveRecall("quest", 0.5, 0.25);
+  m.ObserveRecall("quest", 1.0, std::nan(""));  // mass dropped
+  m.AddRecallSeries("full");
+  m.AddCacheLookups(10, 4);
+  const MetricsTotals t = m.Totals();
+  const Exposition e = Parse(m.Serialize());
+  EXPECT_EQ(t.prompt_tokens, Value(e, "clusterkv_prompt_tokens_total"));
+  EXPECT_EQ(t.prompt_tokens, 100);
+  EXPECT_EQ(t.generated_tokens, 7);
+  EXPECT_EQ(t.ttft_count, 2);
+  EXPECT_DOUBLE_EQ(t.ttft_sum_seconds, 2.0);
+  EXPECT_EQ(t.cache_lookups, 10);
+  EXPECT_EQ(t.cache_hits, 4);
+  EXPECT_EQ(t.requests_by_code, (std::map<std::string, int64_t>{
+                                    {"OK", 2}, {"RESOURCE_EXHAUSTED", 1}}));
+  EXPECT_EQ(t.admission_rejections,
+            (std::map<std::string, int64_t>{{"max_prompt_tokens", 1},
+                                            {"max_sessions", 2}}));
+  ASSERT_EQ(t.recall.size(), 2u);
+  const MetricsTotals::Recall& q = t.recall.at("quest");
+  EXPECT_EQ(q.topk_count, 2);
+  EXPECT_DOUBLE_EQ(q.topk_sum, 1.5);
+  EXPECT_EQ(q.mass_count, 1);
+  EXPECT_DOUBLE_EQ(q.mass_sum, 0.25);
+  EXPECT_EQ(t.recall.at("full").topk_count, 0);
+}
+
 TEST(ServerMetricsTest, LabelValuesAreEscaped) {
   auto m = ServerMetrics::Create("");
   ASSERT_TRUE(m.ok()) << m.status();
@@ -384,7 +429,8 @@ TEST(ServerMetricsTest, UnresolvableHostIsUnavailable) {
   EXPECT_TRUE(absl::IsUnavailable(m.status())) << m.status();
 }
 
-// ---- HTTP ---------------------------------------------------------------------------
+// ---- HTTP
+// ---------------------------------------------------------------------------
 
 TEST(MetricsHttpTest, ScrapeMatchesSerialize) {
 #if CLUSTERKV_TEST_CUDA_TLS
@@ -421,7 +467,8 @@ TEST(MetricsHttpTest, CountersMoveBetweenScrapes) {
   Shared& s = SharedMetrics();
   ASSERT_NE(s.metrics, nullptr);
   s.metrics->RequestDone("Decode", "OK");
-  const std::string decode_ok = R"(clusterkv_requests_total{code="OK",rpc="Decode"})";
+  const std::string decode_ok =
+      R"(clusterkv_requests_total{code="OK",rpc="Decode"})";
   const Exposition before = Parse(HttpGet(s.port).body);
   s.metrics->AddGeneratedTokens(11);
   s.metrics->RequestDone("Decode", "OK");
@@ -453,8 +500,8 @@ TEST(MetricsHttpTest, OtherRequests) {
   EXPECT_EQ(head.status, 200);
   EXPECT_TRUE(head.body.empty());
 
-  const HttpResponse post = HttpRaw(
-      s.port, "POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi");
+  const HttpResponse post =
+      HttpRaw(s.port, "POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi");
   EXPECT_EQ(post.status, 405);
   EXPECT_TRUE(absl::StrContains(post.head, "Allow: GET, HEAD"));
 
@@ -472,8 +519,7 @@ TEST(MetricsHttpTest, PortInUseIsUnavailable) {
   const std::string address = absl::StrCat("127.0.0.1:", s.port);
   auto m = ServerMetrics::Create(address);
   ASSERT_TRUE(absl::IsUnavailable(m.status())) << m.status();
-  EXPECT_TRUE(absl::StrContains(m.status().message(), address))
-      << m.status();
+  EXPECT_TRUE(absl::StrContains(m.status().message(), address)) << m.status();
   // The shared server is unaffected.
   EXPECT_EQ(HttpGet(s.port).status, 200);
 }
@@ -538,9 +584,8 @@ TEST(MetricsHttpServerTest, EphemeralPortAndLargeStack) {
 }
 
 TEST(MetricsHttpServerTest, RenderFailureIs500) {
-  auto server = MetricsHttpServer::Start("127.0.0.1:0", []() -> std::string {
-    throw std::runtime_error("boom");
-  });
+  auto server = MetricsHttpServer::Start(
+      "127.0.0.1:0", []() -> std::string { throw std::runtime_error("boom"); });
   ASSERT_TRUE(server.ok()) << server.status();
   const HttpResponse r = HttpGet((*server)->port());
   EXPECT_EQ(r.status, 500);
@@ -562,7 +607,8 @@ TEST(MetricsHttpServerTest, IdleClientDoesNotDelayStop) {
             std::chrono::milliseconds(500));
 }
 
-// ---- promtool -------------------------------------------------------------------------
+// ---- promtool
+// -------------------------------------------------------------------------
 
 TEST(MetricsHttpTest, PromtoolAcceptsScrape) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
