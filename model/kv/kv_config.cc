@@ -104,4 +104,33 @@ absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
                                               "cluster metric", name);
 }
 
+namespace {
+
+template <class E>
+absl::Status Assign(absl::StatusOr<E> v, E* out) {
+  if (!v.ok()) return v.status();
+  *out = *v;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseSettingValue(const std::string& name, KvPolicy* out) {
+  return Assign(ParseKvPolicy(name), out);
+}
+absl::Status ParseSettingValue(const std::string& name, GqaSelection* out) {
+  return Assign(ParseGqaSelection(name), out);
+}
+absl::Status ParseSettingValue(const std::string& name, CacheMode* out) {
+  return Assign(ParseCacheMode(name), out);
+}
+absl::Status ParseSettingValue(const std::string& name,
+                               kernels::cpu::ClusterMetric* out) {
+  return Assign(ParseClusterMetric(name), out);
+}
+absl::Status ParseSettingValue(const std::string& name, kernels::DType* out) {
+  if (kernels::ParseDTypeName(name.c_str(), out)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("unknown type '", name, "'"));
+}
+
 }  // namespace ckv

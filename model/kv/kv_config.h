@@ -96,4 +96,25 @@ const char* ClusterMetricName(kernels::cpu::ClusterMetric m);
 absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
     const std::string& name);
 
+// The named KV settings (CKV_KV_WIRE_NAMES, CKV_KV_ENGINE_NAMES) by type,
+// for code expanding the schema's lists: the value's name, and the value of
+// a name (INVALID_ARGUMENT listing the accepted names).
+inline const char* SettingValueName(KvPolicy v) { return KvPolicyName(v); }
+inline const char* SettingValueName(GqaSelection v) {
+  return GqaSelectionName(v);
+}
+inline const char* SettingValueName(CacheMode v) { return CacheModeName(v); }
+inline const char* SettingValueName(kernels::cpu::ClusterMetric v) {
+  return ClusterMetricName(v);
+}
+inline const char* SettingValueName(kernels::DType v) {
+  return kernels::DTypeName(v);
+}
+absl::Status ParseSettingValue(const std::string& name, KvPolicy* out);
+absl::Status ParseSettingValue(const std::string& name, GqaSelection* out);
+absl::Status ParseSettingValue(const std::string& name, CacheMode* out);
+absl::Status ParseSettingValue(const std::string& name,
+                               kernels::cpu::ClusterMetric* out);
+absl::Status ParseSettingValue(const std::string& name, kernels::DType* out);
+
 }  // namespace ckv
