@@ -266,6 +266,16 @@ Snapshot EverySettingChanged(ClusterWorker* worker) {
   return s;
 }
 
+// Every KV setting of the schema, compared by walking its lists.
+void ExpectSameKvSettings(const KvStoreConfig& a, const KvStoreConfig& b) {
+#define CKV_EXPECT(name, ...) EXPECT_TRUE(a.name == b.name) << #name;
+  CKV_KV_WIRE_NAMES(CKV_EXPECT)
+  CKV_KV_ENGINE_NAMES(CKV_EXPECT)
+  CKV_KV_WIRE_NUMBERS(CKV_EXPECT)
+  CKV_KV_ENGINE_NUMBERS(CKV_EXPECT)
+#undef CKV_EXPECT
+}
+
 // Every setting of the schema (common/settings_schema.h) survives the
 // current format: the comparison walks the schema's own lists, so a new
 // setting is covered by adding it there.
@@ -274,13 +284,7 @@ TEST(SnapshotTest, EverySettingRoundTrips) {
   const Snapshot s = EverySettingChanged(&worker);
   auto read = ParseSnapshot(SerializeSnapshot(s, kModelFp), Expect());
   ASSERT_TRUE(read.ok()) << read.status();
-  const KvStoreConfig &a = s.store.config, &b = read->store.config;
-#define CKV_EXPECT(name, ...) EXPECT_TRUE(a.name == b.name) << #name;
-  CKV_KV_WIRE_NAMES(CKV_EXPECT)
-  CKV_KV_ENGINE_NAMES(CKV_EXPECT)
-  CKV_KV_WIRE_NUMBERS(CKV_EXPECT)
-  CKV_KV_ENGINE_NUMBERS(CKV_EXPECT)
-#undef CKV_EXPECT
+  ExpectSameKvSettings(s.store.config, read->store.config);
   const SamplingParams &p = s.meta.sampling, &q = read->meta.sampling;
 #define CKV_EXPECT(name, ...) EXPECT_EQ(p.name, q.name) << #name;
   CKV_SAMPLING_NUMBERS(CKV_EXPECT)
@@ -397,13 +401,7 @@ TEST(SnapshotTest, HandBuiltVersionOneFileLoads) {
   ASSERT_EQ(version, 1u);
   auto read = ParseSnapshot(v1, Expect());
   ASSERT_TRUE(read.ok()) << read.status();
-  const KvStoreConfig &a = s.store.config, &b = read->store.config;
-#define CKV_EXPECT(name, ...) EXPECT_TRUE(a.name == b.name) << #name;
-  CKV_KV_WIRE_NAMES(CKV_EXPECT)
-  CKV_KV_ENGINE_NAMES(CKV_EXPECT)
-  CKV_KV_WIRE_NUMBERS(CKV_EXPECT)
-  CKV_KV_ENGINE_NUMBERS(CKV_EXPECT)
-#undef CKV_EXPECT
+  ExpectSameKvSettings(s.store.config, read->store.config);
   const SamplingParams& q = read->meta.sampling;
   EXPECT_EQ(q.temperature, s.meta.sampling.temperature);
   EXPECT_EQ(q.top_k, s.meta.sampling.top_k);
