@@ -141,6 +141,16 @@ void WriteMeta(Out& o, const SnapshotMeta& m) {
     o.Pod(float{bias});
   }
   o.Array(m.last_logits);
+  const SnapshotConversation& c = m.conversation;
+  o.Pod(static_cast<uint8_t>(c.active));
+  if (!c.active) return;
+  o.Pod(static_cast<uint8_t>(c.reply_open));
+  o.Pod(static_cast<uint32_t>(c.messages.size()));
+  for (const auto& [role, content] : c.messages) {
+    o.Str(role);
+    o.Str(content);
+  }
+  o.Str(c.text);
 }
 
 void WriteConf(Out& o, const KvShape& shape, const KvStoreConfig& c) {
@@ -428,6 +438,27 @@ absl::Status ReadSampling(In& in, uint32_t version, SamplingParams* s) {
   return in.status();
 }
 
+// A flag byte: 0 or 1, else corrupt.
+bool Flag(In& in, const char* what) {
+  const uint8_t v = in.Pod<uint8_t>(what);
+  if (v > 1) in.Fail(Corrupt(absl::StrCat(what, " is neither 0 nor 1")));
+  return v == 1;
+}
+
+absl::Status ReadConversation(In& in, SnapshotConversation* c) {
+  c->active = Flag(in, "conversation flag");
+  if (!c->active) return in.status();
+  c->reply_open = Flag(in, "conversation reply flag");
+  const uint32_t n = in.Pod<uint32_t>("conversation messages");
+  if (!in.Need(uint64_t{n} * 8, "conversation messages")) return in.status();
+  for (uint32_t i = 0; i < n && in.ok(); ++i) {
+    std::string role = in.Str("message role");
+    c->messages.emplace_back(std::move(role), in.Str("message content"));
+  }
+  c->text = in.Str("conversation text");
+  return in.status();
+}
+
 absl::Status ReadMeta(In& in, const SnapshotExpect& e, uint32_t version,
                       SnapshotMeta* m) {
   m->session_id = in.Str("session id");
@@ -437,6 +468,9 @@ absl::Status ReadMeta(In& in, const SnapshotExpect& e, uint32_t version,
   if (!in.ok()) return in.status();
   if (auto st = ReadSampling(in, version, &m->sampling); !st.ok()) return st;
   in.Array(&m->last_logits, "last logits");
+  if (version != kSnapshotVersionV1) {
+    if (auto st = ReadConversation(in, &m->conversation); !st.ok()) return st;
+  }
   if (!in.ok()) return in.status();
   if (m->session_id.empty()) return Corrupt("empty session id");
   if (auto st = ValidateSamplingParams(m->sampling); !st.ok()) {

@@ -16,11 +16,21 @@ ABSL_FLAG(std::string, tokens_file, "", "logits: whitespace-separated ids");
 ABSL_FLAG(std::string, positions, "last", "logits: all|last");
 ABSL_FLAG(std::string, prompt, "Once upon a time", "generate: prompt text");
 ABSL_FLAG(std::string, prompt_file, "", "generate: read the prompt from F");
-ABSL_FLAG(int, max_tokens, 64, "generate: tokens to generate at most");
-ABSL_FLAG(double, temperature, 0.0, "generate: 0 = greedy");
-ABSL_FLAG(int, top_k, 40, "generate: top-k (0 = off)");
-ABSL_FLAG(double, top_p, 0.95, "generate: top-p (1 = off)");
-ABSL_FLAG(uint64_t, seed, 1, "sampling seed / make-random seed");
+// Sampling: one flag per scalar setting of the schema
+// (common/settings_schema.h); --seed is also the make-random seed.
+namespace {
+ckv::SamplingParams CliSamplingDefaults() {
+  ckv::SamplingParams p;
+  p.max_tokens = 64;  // a short demo generation
+  p.seed = 1;
+  return p;
+}
+const ckv::SamplingParams kSampling = CliSamplingDefaults();
+}  // namespace
+#define CKV_SAMPLING_FLAG(name, type, range, help) \
+  ABSL_FLAG(type, name, kSampling.name, "generate: " help);
+CKV_SAMPLING_NUMBERS(CKV_SAMPLING_FLAG)
+#undef CKV_SAMPLING_FLAG
 ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings");
 ABSL_FLAG(int, threads, 0, "worker threads (0 = all cores)");
 ABSL_FLAG(int, prefill_chunk, 256, "tokens per prefill step");
@@ -146,11 +156,9 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
   auto kv = ParseDType(absl::GetFlag(FLAGS_kv_type), false);
   if (!kv.ok()) return kv.status();
   o.kv_type = *kv;
-  o.sampling.max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  o.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
-  o.sampling.top_k = absl::GetFlag(FLAGS_top_k);
-  o.sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
-  o.sampling.seed = absl::GetFlag(FLAGS_seed);
+#define CKV_READ(name, ...) o.sampling.name = absl::GetFlag(FLAGS_##name);
+  CKV_SAMPLING_NUMBERS(CKV_READ)
+#undef CKV_READ
   o.sampling.stop = absl::GetFlag(FLAGS_stop);
   if (auto s = ValidateSamplingParams(o.sampling); !s.ok()) return s;
   int threads = absl::GetFlag(FLAGS_threads);

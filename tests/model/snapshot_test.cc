@@ -263,6 +263,11 @@ Snapshot EverySettingChanged(ClusterWorker* worker) {
   p.penalty_last_n = 32;
   p.logprobs = 3;
   p.logit_bias = {{2, -1.5f}, {7, 4.0f}};
+  SnapshotConversation& chat = s.meta.conversation;
+  chat.active = true;
+  chat.messages = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", ""}};
+  chat.text = "<|im_start|>system\nBe brief.<|im_end|>\n...";
+  chat.reply_open = true;
   return s;
 }
 
@@ -291,6 +296,12 @@ TEST(SnapshotTest, EverySettingRoundTrips) {
 #undef CKV_EXPECT
   EXPECT_EQ(p.stop, q.stop);
   EXPECT_EQ(p.logit_bias, q.logit_bias);
+  const SnapshotConversation &x = s.meta.conversation,
+                             &y = read->meta.conversation;
+  EXPECT_TRUE(y.active);
+  EXPECT_EQ(x.messages, y.messages);
+  EXPECT_EQ(x.text, y.text);
+  EXPECT_TRUE(y.reply_open);
   auto restored = ClusteredKvStore::Restore(std::move(read->store), &worker);
   ASSERT_TRUE(restored.ok()) << restored.status();
 }
@@ -409,6 +420,7 @@ TEST(SnapshotTest, HandBuiltVersionOneFileLoads) {
   EXPECT_EQ(q.stop, s.meta.sampling.stop);
   EXPECT_EQ(q.min_p, SamplingParams{}.min_p);
   EXPECT_TRUE(q.logit_bias.empty());
+  EXPECT_FALSE(read->meta.conversation.active);  // version 1 had none
   EXPECT_EQ(read->meta.last_logits, s.meta.last_logits);
   auto restored = ClusteredKvStore::Restore(std::move(read->store), &worker);
   ASSERT_TRUE(restored.ok()) << restored.status();
