@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string_view>
 #include <type_traits>
 
@@ -15,14 +16,25 @@ bool InRange(float x, float lo, float hi) {
   return std::isfinite(x) && x >= lo && x <= hi;
 }
 
+// The engine's range of a setting: requests and the server's flags may set
+// token counts up to settings::kMaxTokenSetting (server/service_convert.cc
+// checks the whole range), the engine takes larger ones too (clusterkv-model,
+// forks, snapshots, benchmarks: budget = INT32_MAX selects everything).
+settings::Range EngineRange(settings::Range r) {
+  if (r.hi == static_cast<double>(settings::kMaxTokenSetting)) {
+    r.hi = std::numeric_limits<double>::infinity();
+  }
+  return r;
+}
+
 // The schema's range check of every scalar setting; logprobs -1 is "off".
 absl::Status CheckRanges(const SamplingParams& p) {
-#define CKV_CHECK(name, type, range, help)                                   \
-  if (!(std::string_view(#name) == "logprobs" && p.logprobs == -1)) {        \
-    const std::string error =                                                \
-        settings::OutOfRange("sampling." #name, static_cast<double>(p.name), \
-                             range, !std::is_floating_point_v<type>);        \
-    if (!error.empty()) return absl::InvalidArgumentError(error);            \
+#define CKV_CHECK(name, type, range, help)                                  \
+  if (!(std::string_view(#name) == "logprobs" && p.logprobs == -1)) {       \
+    const std::string error = settings::OutOfRange(                         \
+        "sampling." #name, static_cast<double>(p.name), EngineRange(range), \
+        !std::is_floating_point_v<type>);                                   \
+    if (!error.empty()) return absl::InvalidArgumentError(error);           \
   }
   CKV_SAMPLING_NUMBERS(CKV_CHECK)
 #undef CKV_CHECK

@@ -101,8 +101,10 @@ absl::Status ReadKvFlags(KvStoreConfig& kv, int64_t max_session_tokens) {
   CKV_KV_WIRE_NUMBERS(CKV_READ)
 #undef CKV_READ
   kv.max_tokens = max_session_tokens;
-  // dense_layers is checked against the model once it is loaded.
-  return ValidateKvStoreConfig(kv);
+  // Checked as a request's settings would be (the request limits
+  // included); dense_layers against the model once it is loaded.
+  return MergeKvConfig(kv, v1::KvConfig(), std::numeric_limits<int>::max())
+      .status();
 }
 
 absl::Status ReadLimitFlags(ServerLimits& l) {

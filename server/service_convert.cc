@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
@@ -31,6 +33,35 @@ absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
       /*integral=*/true);
   if (error.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(error);
+}
+
+// The request limits: each numeric setting in its whole schema range (the
+// engine's own checks lift the token-count limit, kMaxTokenSetting).
+absl::Status CheckRequestRanges(const KvStoreConfig& kv) {
+#define CKV_CHECK(name, type, range, ...)                                 \
+  if (const std::string e =                                               \
+          settings::OutOfRange("kv." #name, static_cast<double>(kv.name), \
+                               range, !std::is_floating_point_v<type>);   \
+      !e.empty()) {                                                       \
+    return absl::InvalidArgumentError(e);                                 \
+  }
+  CKV_KV_WIRE_NUMBERS(CKV_CHECK)
+#undef CKV_CHECK
+  return absl::OkStatus();
+}
+
+absl::Status CheckRequestRanges(const SamplingParams& s) {
+#define CKV_CHECK(name, type, range, ...)                                      \
+  if (const std::string e =                                                    \
+          settings::OutOfRange("sampling." #name, static_cast<double>(s.name), \
+                               range, !std::is_floating_point_v<type>);        \
+      !e.empty() &&                                                            \
+      !(std::string_view(#name) == "logprobs" && s.logprobs == -1)) {          \
+    return absl::InvalidArgumentError(e);                                      \
+  }
+  CKV_SAMPLING_NUMBERS(CKV_CHECK)
+#undef CKV_CHECK
+  return absl::OkStatus();
 }
 
 std::string PolicyNames() {
@@ -66,6 +97,7 @@ absl::Status RejectMistypedFields(const google::protobuf::Message& m,
 }
 
 absl::Status ValidateSampling(const SamplingParams& s, int vocab_size) {
+  if (auto st = CheckRequestRanges(s); !st.ok()) return st;
   if (auto st =
           CheckRange("number of sampling.stop strings",
                      static_cast<int64_t>(s.stop.size()), 0, kMaxStopStrings);
@@ -111,6 +143,7 @@ absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
   if (p.has_##name()) kv.name = p.name();
   CKV_KV_WIRE_NUMBERS(CKV_MERGE)
 #undef CKV_MERGE
+  if (auto s = CheckRequestRanges(kv); !s.ok()) return s;
   if (auto s = ValidateKvStoreConfig(kv, model_layers); !s.ok()) return s;
   return kv;
 }

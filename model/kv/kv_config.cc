@@ -1,5 +1,6 @@
 #include "model/kv/kv_config.h"
 
+#include <limits>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,17 @@
 namespace ckv {
 
 namespace {
+
+// The engine's range of a setting: requests and the server's flags may set
+// token counts up to settings::kMaxTokenSetting (server/service_convert.cc
+// checks the whole range), the engine takes larger ones too (clusterkv-model,
+// forks, snapshots, benchmarks: budget = INT32_MAX selects everything).
+settings::Range EngineRange(settings::Range r) {
+  if (r.hi == static_cast<double>(settings::kMaxTokenSetting)) {
+    r.hi = std::numeric_limits<double>::infinity();
+  }
+  return r;
+}
 
 absl::Status CheckRange(absl::string_view field, double value,
                         const settings::Range& range, bool integral) {
@@ -47,11 +59,12 @@ absl::Status ValidateKvStoreConfig(const KvStoreConfig& c, int model_layers) {
     return absl::InvalidArgumentError(
         "kv.policy is not a registered selection policy");
   }
-#define CKV_CHECK(name, type, range, fork, help)                       \
-  if (auto s = CheckKvRange(#name, static_cast<double>(c.name), range, \
-                            !std::is_floating_point_v<type>);          \
-      !s.ok()) {                                                       \
-    return s;                                                          \
+#define CKV_CHECK(name, type, range, fork, help)                               \
+  if (auto s =                                                                 \
+          CheckKvRange(#name, static_cast<double>(c.name), EngineRange(range), \
+                       !std::is_floating_point_v<type>);                       \
+      !s.ok()) {                                                               \
+    return s;                                                                  \
   }
   CKV_KV_WIRE_NUMBERS(CKV_CHECK)
   CKV_KV_ENGINE_NUMBERS(CKV_CHECK)

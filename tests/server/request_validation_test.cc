@@ -107,6 +107,21 @@ TEST(RequestValidationTest, EverySchemaRangeIsEnforced) {
 #undef CKV_CASES
 }
 
+// The token-count limit (kMaxTokenSetting) binds requests and the server's
+// flags; the engine takes larger counts (budget = INT32_MAX: select all).
+TEST(RequestValidationTest, TokenCountLimitBindsRequestsOnly) {
+  KvStoreConfig big;
+  big.budget = std::numeric_limits<int32_t>::max();
+  EXPECT_TRUE(ValidateKvStoreConfig(big).ok());
+  v1::KvConfig p;
+  p.set_budget(std::numeric_limits<int32_t>::max());
+  ExpectInvalid(Kv(p), "kv.budget");
+  SamplingParams s;
+  s.max_tokens = (1 << 20) + 1;
+  EXPECT_TRUE(ValidateSamplingParams(s).ok());
+  ExpectInvalid(ValidateSampling(s), "sampling.max_tokens");
+}
+
 TEST(RequestValidationTest, ServerDefaultBeyondTheModelIsEveryLayer) {
   KvStoreConfig base;
   base.dense_layers = 9;
