@@ -13,35 +13,25 @@ namespace ckv::client {
 
 pb::SamplingParams BuildSampling(const SamplingOptions& s) {
   pb::SamplingParams p;
-  if (s.temperature) p.set_temperature(*s.temperature);
-  if (s.top_k) p.set_top_k(*s.top_k);
-  if (s.top_p) p.set_top_p(*s.top_p);
-  if (s.seed) p.set_seed(*s.seed);
-  if (s.max_tokens) p.set_max_tokens(*s.max_tokens);
+#define CKV_SET(name, ...) \
+  if (s.name) p.set_##name(*s.name);
+  CKV_SAMPLING_NUMBERS(CKV_SET)
+#undef CKV_SET
   for (const std::string& stop : s.stop) p.add_stop(stop);
-  if (s.min_p) p.set_min_p(*s.min_p);
-  if (s.repetition_penalty) p.set_repetition_penalty(*s.repetition_penalty);
-  if (s.frequency_penalty) p.set_frequency_penalty(*s.frequency_penalty);
-  if (s.presence_penalty) p.set_presence_penalty(*s.presence_penalty);
-  if (s.penalty_last_n) p.set_penalty_last_n(*s.penalty_last_n);
   for (const auto& [id, bias] : s.logit_bias) {
     (*p.mutable_logit_bias())[id] = bias;
   }
-  if (s.logprobs) p.set_logprobs(*s.logprobs);
   return p;
 }
 
 pb::KvConfig BuildKv(const KvOptions& kv) {
   pb::KvConfig c;
   if (!kv.policy.empty()) c.set_policy(kv.policy);
-  if (kv.budget) c.set_budget(*kv.budget);
-  if (kv.sink_tokens) c.set_sink_tokens(*kv.sink_tokens);
-  if (kv.tokens_per_cluster) c.set_tokens_per_cluster(*kv.tokens_per_cluster);
-  if (kv.window) c.set_window(*kv.window);
-  if (kv.recent_tokens) c.set_recent_tokens(*kv.recent_tokens);
-  if (kv.cache_steps) c.set_cache_steps(*kv.cache_steps);
-  if (kv.dense_layers) c.set_dense_layers(*kv.dense_layers);
   if (!kv.gqa_selection.empty()) c.set_gqa_selection(kv.gqa_selection);
+#define CKV_SET(name, ...) \
+  if (kv.name) c.set_##name(*kv.name);
+  CKV_KV_WIRE_NUMBERS(CKV_SET)
+#undef CKV_SET
   return c;
 }
 

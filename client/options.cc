@@ -1,6 +1,7 @@
 #include "client/options.h"
 
 #include <string_view>
+#include <type_traits>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -52,23 +53,11 @@ ABSL_FLAG(std::optional<bool>, add_bos, kDefaults.add_bos,
           "prepend BOS to an empty session (server default: true)");
 ABSL_FLAG(int, chunk_kib, static_cast<int>(kDefaults.chunk_bytes / 1024),
           "Prefill request size in KiB");
-// Sampling.
-ABSL_FLAG(std::optional<int>, max_tokens, std::nullopt, "tokens at most");
-ABSL_FLAG(std::optional<float>, temperature, std::nullopt, "0 = greedy");
-ABSL_FLAG(std::optional<int>, top_k, std::nullopt, "top-k (0 = off)");
-ABSL_FLAG(std::optional<float>, top_p, std::nullopt, "top-p (1 = off)");
-ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "sampling seed");
-ABSL_FLAG(std::optional<float>, min_p, std::nullopt, "min-p (0 = off)");
-ABSL_FLAG(std::optional<float>, repetition_penalty, std::nullopt,
-          "repetition penalty (1 = off)");
-ABSL_FLAG(std::optional<float>, frequency_penalty, std::nullopt,
-          "frequency penalty (0 = off)");
-ABSL_FLAG(std::optional<float>, presence_penalty, std::nullopt,
-          "presence penalty (0 = off)");
-ABSL_FLAG(std::optional<int>, penalty_last_n, std::nullopt,
-          "penalty window in tokens (0 = off)");
-ABSL_FLAG(std::optional<int>, logprobs, std::nullopt,
-          "per-token log-probabilities with the top N alternatives");
+// Sampling: one flag per scalar setting of the schema.
+#define CKV_SAMPLING_FLAG(name, type, range, help) \
+  ABSL_FLAG(std::optional<type>, name, std::nullopt, help);
+CKV_SAMPLING_NUMBERS(CKV_SAMPLING_FLAG)
+#undef CKV_SAMPLING_FLAG
 // tokenize / detokenize.
 ABSL_FLAG(bool, add_special, kDefaults.add_special,
           "tokenize: add BOS/EOS as the vocabulary asks");
@@ -76,23 +65,17 @@ ABSL_FLAG(bool, parse_special, kDefaults.parse_special,
           "tokenize: text spelling a control token becomes that token");
 ABSL_FLAG(bool, render_special, kDefaults.render_special,
           "detokenize: render control tokens as text");
-// KV store.
+// KV store: one flag per request setting of the schema.
 ABSL_FLAG(std::string, policy, kDefaults.kv.policy,
           absl::StrCat("KV policy (server default when empty): ",
                        ckv::client::PolicyNamesHelp()));
-ABSL_FLAG(std::optional<int>, budget, std::nullopt, "selected tokens B");
-ABSL_FLAG(std::optional<int>, sink_tokens, std::nullopt, "sink tokens");
-ABSL_FLAG(std::optional<int>, tokens_per_cluster, std::nullopt,
-          "tokens per k-means cluster");
-ABSL_FLAG(std::optional<int>, window, std::nullopt, "tail segment length");
-ABSL_FLAG(std::optional<int>, recent_tokens, std::nullopt,
-          "most recent clustered tokens always selected");
-ABSL_FLAG(std::optional<int>, cache_steps, std::nullopt,
-          "R: device cache keeps blocks of the last R steps");
-ABSL_FLAG(std::optional<int>, dense_layers, std::nullopt,
-          "layers below this attend densely");
 ABSL_FLAG(std::string, gqa_selection, kDefaults.kv.gqa_selection,
-          "per_query_head|per_kv_head");
+          absl::StrCat(ckv::settings::KvSettingHelp("gqa_selection"),
+                       " (server default when empty)"));
+#define CKV_KV_FLAG(name, type, range, fork, help) \
+  ABSL_FLAG(std::optional<type>, name, std::nullopt, help);
+CKV_KV_WIRE_NUMBERS(CKV_KV_FLAG)
+#undef CKV_KV_FLAG
 ABSL_FLAG(uint32_t, idle_ttl, kDefaults.idle_ttl_seconds,
           "session create: idle TTL in seconds (0 = server default)");
 ABSL_FLAG(std::string, service, kDefaults.service, "health: service name");
@@ -120,15 +103,9 @@ constexpr char kUsageCommands[] =
     "  health [--service NAME]       exit 0 when SERVING, 1 otherwise\n"
     "  tokenize (--text T | --file F) [--add-special] [--parse-special=false]\n"
     "  detokenize ID [ID ...] [--render-special]\n"
-    "sampling: --max-tokens N --temperature T --top-k K --top-p P --seed S\n"
-    "  --stop S (repeatable) --min-p P --repetition-penalty R\n"
-    "  --frequency-penalty F --presence-penalty P --penalty-last-n N\n"
-    "  --logit-bias ID=BIAS (repeatable) --logprobs N (per-token\n"
-    "  log-probabilities and the top N alternatives, on stderr or in --json)\n";
-constexpr char kUsageKvAndOther[] =
-    " --budget B --sink-tokens N\n"
-    "  --tokens-per-cluster N --window N --recent-tokens N --cache-steps R\n"
-    "  --dense-layers N --gqa-selection per_query_head|per_kv_head\n"
+    "sampling (--logprobs N: per-token log-probabilities and the top N\n"
+    "  alternatives, on stderr or in --json):\n";
+constexpr char kUsageOther[] =
     "other: --question-format F ({question} is replaced; default\n"
     "  \"\\n\\nQuestion: {question}\\nAnswer:\") --add-bos=true|false\n"
     "  --chunk-kib N (Prefill request size, 64) --progress auto|bar|lines|off\n"
@@ -258,17 +235,9 @@ absl::StatusOr<ProgressMode> ParseProgressMode(const std::string& s) {
 }
 
 void ReadSamplingFlags(SamplingOptions& s) {
-  s.temperature = absl::GetFlag(FLAGS_temperature);
-  s.top_k = absl::GetFlag(FLAGS_top_k);
-  s.top_p = absl::GetFlag(FLAGS_top_p);
-  s.seed = absl::GetFlag(FLAGS_seed);
-  s.max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  s.min_p = absl::GetFlag(FLAGS_min_p);
-  s.repetition_penalty = absl::GetFlag(FLAGS_repetition_penalty);
-  s.frequency_penalty = absl::GetFlag(FLAGS_frequency_penalty);
-  s.presence_penalty = absl::GetFlag(FLAGS_presence_penalty);
-  s.penalty_last_n = absl::GetFlag(FLAGS_penalty_last_n);
-  s.logprobs = absl::GetFlag(FLAGS_logprobs);
+#define CKV_READ(name, ...) s.name = absl::GetFlag(FLAGS_##name);
+  CKV_SAMPLING_NUMBERS(CKV_READ)
+#undef CKV_READ
 }
 
 absl::Status ReadSecurityFlags(ClientOptions& o) {
@@ -292,21 +261,37 @@ absl::Status ReadSecurityFlags(ClientOptions& o) {
 
 void ReadKvFlags(KvOptions& kv) {
   kv.policy = absl::GetFlag(FLAGS_policy);
-  kv.budget = absl::GetFlag(FLAGS_budget);
-  kv.sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
-  kv.tokens_per_cluster = absl::GetFlag(FLAGS_tokens_per_cluster);
-  kv.window = absl::GetFlag(FLAGS_window);
-  kv.recent_tokens = absl::GetFlag(FLAGS_recent_tokens);
-  kv.cache_steps = absl::GetFlag(FLAGS_cache_steps);
-  kv.dense_layers = absl::GetFlag(FLAGS_dense_layers);
   kv.gqa_selection = absl::GetFlag(FLAGS_gqa_selection);
+#define CKV_READ(name, ...) kv.name = absl::GetFlag(FLAGS_##name);
+  CKV_KV_WIRE_NUMBERS(CKV_READ)
+#undef CKV_READ
+}
+
+// The sampling flags of the schema, a line break after every four.
+std::string SamplingFlagsUsage() {
+  std::string out = "  ";
+  int n = 0;
+  auto add = [&](const std::string& flag) {
+    if (n > 0) out += (n % 4 == 0) ? "\n  " : " ";
+    ++n;
+    out += flag;
+  };
+#define CKV_USAGE(name, type, ...) \
+  add(DocumentedFlagName(#name) +  \
+      (std::is_same_v<type, bool> ? "=true|false" : std::string(" N")));
+  CKV_SAMPLING_NUMBERS(CKV_USAGE)
+#undef CKV_USAGE
+  add("--stop S (repeatable)");
+  add("--logit-bias ID=BIAS (repeatable)");
+  return out + "\n";
 }
 
 }  // namespace
 
 std::string Usage() {
-  return absl::StrCat(kUsageCommands, "kv: --policy ", PolicyNamesHelp(),
-                      kUsageKvAndOther);
+  return absl::StrCat(kUsageCommands, SamplingFlagsUsage(), "kv: --policy ",
+                      PolicyNamesHelp(), "\n  ",
+                      settings::KvRequestFlagsUsage(), "\n", kUsageOther);
 }
 
 absl::StatusOr<ClientOptions> ClientOptionsFromFlags() {

@@ -11,24 +11,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/settings_schema.h"
 
 namespace ckv::client {
 
 // Sampling parameters; unset ones take the session's (or server's) defaults.
+// One optional member per scalar setting of the schema
+// (common/settings_schema.h: CKV_SAMPLING_NUMBERS), each a flag.
 struct SamplingOptions {
-  std::optional<float> temperature;
-  std::optional<int> top_k;
-  std::optional<float> top_p;
-  std::optional<uint64_t> seed;
-  std::optional<int> max_tokens;
-  std::vector<std::string> stop;  // --stop S, repeatable
-  std::optional<float> min_p;
-  std::optional<float> repetition_penalty;
-  std::optional<float> frequency_penalty;
-  std::optional<float> presence_penalty;
-  std::optional<int> penalty_last_n;
+#define CKV_OPTION(name, type, ...) std::optional<type> name;
+  CKV_SAMPLING_NUMBERS(CKV_OPTION)
+#undef CKV_OPTION
+  std::vector<std::string> stop;                      // --stop S, repeatable
   std::vector<std::pair<int32_t, float>> logit_bias;  // --logit-bias ID=BIAS
-  std::optional<int> logprobs;  // per-token log-probabilities (top N)
 };
 
 // The selection policies a server serves, by ascending registry id: the
@@ -41,17 +36,14 @@ inline constexpr const char* kPolicyNames[] = {"full", "clusterkv", "quest",
 // kPolicyNames joined by '|'.
 std::string PolicyNamesHelp();
 
-// KV store settings; unset ones take the server's defaults.
+// KV store settings; unset ones take the server's defaults. One member per
+// request setting of the schema (common/settings_schema.h), each a flag.
 struct KvOptions {
-  std::string policy;  // one of kPolicyNames ("" = default)
-  std::optional<int> budget;
-  std::optional<int> sink_tokens;
-  std::optional<int> tokens_per_cluster;
-  std::optional<int> window;
-  std::optional<int> recent_tokens;
-  std::optional<int> cache_steps;
-  std::optional<int> dense_layers;
-  std::string gqa_selection;  // per_query_head|per_kv_head ("" = default)
+  std::string policy;         // one of kPolicyNames ("" = default)
+  std::string gqa_selection;  // settings::kGqaSelectionNames ("" = default)
+#define CKV_OPTION(name, type, ...) std::optional<type> name;
+  CKV_KV_WIRE_NUMBERS(CKV_OPTION)
+#undef CKV_OPTION
 };
 
 enum class ProgressMode { kAuto, kBar, kLines, kOff };

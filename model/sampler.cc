@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string_view>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
@@ -13,27 +16,28 @@ bool InRange(float x, float lo, float hi) {
   return std::isfinite(x) && x >= lo && x <= hi;
 }
 
-absl::Status ValidatePenalties(const SamplingParams& p) {
-  if (!(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f &&
-        p.repetition_penalty <= kMaxRepetitionPenalty)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "repetition_penalty must be in (0, ", kMaxRepetitionPenalty, "]"));
+// The engine's range of a setting: requests and the server's flags may set
+// token counts up to settings::kMaxTokenSetting (server/service_convert.cc
+// checks the whole range), the engine takes larger ones too (clusterkv-model,
+// forks, snapshots, benchmarks: budget = INT32_MAX selects everything).
+settings::Range EngineRange(settings::Range r) {
+  if (r.hi == static_cast<double>(settings::kMaxTokenSetting)) {
+    r.hi = std::numeric_limits<double>::infinity();
   }
-  if (!InRange(p.frequency_penalty, -kMaxFrequencyPenalty,
-               kMaxFrequencyPenalty)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("frequency_penalty must be in [-", kMaxFrequencyPenalty,
-                     ", ", kMaxFrequencyPenalty, "]"));
+  return r;
+}
+
+// The schema's range check of every scalar setting; logprobs -1 is "off".
+absl::Status CheckRanges(const SamplingParams& p) {
+#define CKV_CHECK(name, type, range, help)                                  \
+  if (!(std::string_view(#name) == "logprobs" && p.logprobs == -1)) {       \
+    const std::string error = settings::OutOfRange(                         \
+        "sampling." #name, static_cast<double>(p.name), EngineRange(range), \
+        !std::is_floating_point_v<type>);                                   \
+    if (!error.empty()) return absl::InvalidArgumentError(error);           \
   }
-  if (!InRange(p.presence_penalty, -kMaxPresencePenalty, kMaxPresencePenalty)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("presence_penalty must be in [-", kMaxPresencePenalty,
-                     ", ", kMaxPresencePenalty, "]"));
-  }
-  if (p.penalty_last_n < 0 || p.penalty_last_n > kMaxPenaltyLastN) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("penalty_last_n must be in [0, ", kMaxPenaltyLastN, "]"));
-  }
+  CKV_SAMPLING_NUMBERS(CKV_CHECK)
+#undef CKV_CHECK
   return absl::OkStatus();
 }
 
@@ -66,27 +70,10 @@ bool Before(const std::pair<float, int32_t>& a,
 }  // namespace
 
 absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size) {
-  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
-    return absl::InvalidArgumentError("temperature must be finite and >= 0");
-  }
-  if (p.top_k < 0) return absl::InvalidArgumentError("top_k must be >= 0");
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-    return absl::InvalidArgumentError("top_p must be in (0, 1]");
-  }
-  if (!InRange(p.min_p, 0.0f, 1.0f)) {
-    return absl::InvalidArgumentError("min_p must be in [0, 1]");
-  }
-  if (p.max_tokens < 0) {
-    return absl::InvalidArgumentError("max_tokens must be >= 0");
-  }
+  if (auto s = CheckRanges(p); !s.ok()) return s;
   for (const auto& s : p.stop) {
     if (s.empty()) return absl::InvalidArgumentError("empty stop string");
   }
-  if (p.logprobs < -1 || p.logprobs > kMaxLogprobs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("logprobs must be in [0, ", kMaxLogprobs, "] (or unset)"));
-  }
-  if (auto s = ValidatePenalties(p); !s.ok()) return s;
   return ValidateLogitBias(p, vocab_size);
 }
 

@@ -24,18 +24,22 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/settings_schema.h"
 
 namespace ckv {
 
-// Limits of the sampling fields (ValidateSamplingParams).
-inline constexpr int kMaxLogprobs = 20;
-inline constexpr int kMaxPenaltyLastN = 4096;
-inline constexpr int kMaxLogitBiasEntries = 1024;
-inline constexpr float kMaxLogitBias = 100.0f;  // |bias| <= this
-inline constexpr float kMaxRepetitionPenalty = 10.0f;
-inline constexpr float kMaxFrequencyPenalty = 2.0f;  // |penalty| <= this
-inline constexpr float kMaxPresencePenalty = 2.0f;   // |penalty| <= this
+// Limits of the sampling fields (ValidateSamplingParams), from the settings
+// schema (common/settings_schema.h: CKV_SAMPLING_NUMBERS has every range).
+using settings::kMaxFrequencyPenalty;
+using settings::kMaxLogitBias;
+using settings::kMaxLogitBiasEntries;
+using settings::kMaxLogprobs;
+using settings::kMaxPenaltyLastN;
+using settings::kMaxPresencePenalty;
+using settings::kMaxRepetitionPenalty;
 
+// Defaults of the sampling settings; each scalar field's name, range and
+// help are in common/settings_schema.h (CKV_SAMPLING_NUMBERS).
 struct SamplingParams {
   float temperature = 0.0f;  // <= 0: greedy
   int top_k = 40;            // 0: all tokens
@@ -53,7 +57,8 @@ struct SamplingParams {
   int logprobs = -1;  // -1: off; 0: the chosen token's; n <= 20: + top n
 };
 
-// INVALID_ARGUMENT on out-of-range values (naming the field). With
+// INVALID_ARGUMENT on out-of-range values, in the schema's wording
+// ("sampling.top_p must be in (0, 1], got 2"). With
 // vocab_size > 0, logit_bias ids must be in [0, vocab_size).
 absl::Status ValidateSamplingParams(const SamplingParams& p,
                                     int vocab_size = 0);

@@ -67,21 +67,19 @@ ABSL_FLAG(std::string, auth_tokens_file, kDefaults.auth_tokens_file,
 ABSL_FLAG(std::string, snapshot_dir, kDefaults.snapshot_dir,
           "folder of durable session snapshots (written on drain, idle "
           "expiry and SnapshotSession; restored on first use); empty: off");
+// The KV defaults: one flag per request setting of the schema
+// (common/settings_schema.h), its default from KvStoreConfig.
 ABSL_FLAG(std::string, policy, ckv::KvPolicyName(kKv.policy),
           absl::StrCat("default KV policy: ",
                        ckv::JoinPolicyNames("|", false)));
-ABSL_FLAG(int, budget, kKv.budget, "default selected tokens B");
-ABSL_FLAG(int, sink_tokens, kKv.sink_tokens, "default sink tokens");
-ABSL_FLAG(int, tokens_per_cluster, kKv.tokens_per_cluster,
-          "default tokens per k-means cluster");
-ABSL_FLAG(int, window, kKv.window, "default tail segment length");
-ABSL_FLAG(int, recent_tokens, kKv.recent_tokens,
-          "default most recent clustered tokens always selected");
-ABSL_FLAG(int, cache_steps, kKv.cache_steps, "default device cache steps R");
-ABSL_FLAG(int, dense_layers, kKv.dense_layers,
-          "default layers attending densely");
 ABSL_FLAG(std::string, gqa_selection, ckv::GqaSelectionName(kKv.gqa_selection),
-          "default per_query_head|per_kv_head");
+          absl::StrCat("default ",
+                       ckv::settings::JoinNames(
+                           ckv::settings::kGqaSelectionNames, "|")));
+#define CKV_KV_FLAG(name, type, range, fork, help) \
+  ABSL_FLAG(type, name, kKv.name, "default: " help);
+CKV_KV_WIRE_NUMBERS(CKV_KV_FLAG)
+#undef CKV_KV_FLAG
 
 namespace ckv::server {
 namespace {
@@ -92,22 +90,21 @@ absl::Status Positive(const char* flag, int64_t v) {
 }
 
 absl::Status ReadKvFlags(KvStoreConfig& kv, int64_t max_session_tokens) {
-  auto policy = ParseKvPolicy(absl::GetFlag(FLAGS_policy));
+  // A server serves no evaluation-only policy (oracle), default included.
+  auto policy = ParseServedKvPolicy(absl::GetFlag(FLAGS_policy));
   if (!policy.ok()) return policy.status();
   kv.policy = *policy;
   auto gqa = ParseGqaSelection(absl::GetFlag(FLAGS_gqa_selection));
   if (!gqa.ok()) return gqa.status();
   kv.gqa_selection = *gqa;
-  kv.budget = absl::GetFlag(FLAGS_budget);
-  kv.sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
-  kv.tokens_per_cluster = absl::GetFlag(FLAGS_tokens_per_cluster);
-  kv.window = absl::GetFlag(FLAGS_window);
-  kv.recent_tokens = absl::GetFlag(FLAGS_recent_tokens);
-  kv.cache_steps = absl::GetFlag(FLAGS_cache_steps);
-  kv.dense_layers = absl::GetFlag(FLAGS_dense_layers);
+#define CKV_READ(name, ...) kv.name = absl::GetFlag(FLAGS_##name);
+  CKV_KV_WIRE_NUMBERS(CKV_READ)
+#undef CKV_READ
   kv.max_tokens = max_session_tokens;
-  // dense_layers is checked against the model once it is loaded.
-  return ValidateKv(kv, std::numeric_limits<int>::max());
+  // Checked as a request's settings would be (the request limits
+  // included); dense_layers against the model once it is loaded.
+  return MergeKvConfig(kv, v1::KvConfig(), std::numeric_limits<int>::max())
+      .status();
 }
 
 absl::Status ReadLimitFlags(ServerLimits& l) {

@@ -29,11 +29,10 @@ constexpr char kUsageLimits[] =
     "  [--drain-grace-seconds N]\n"
     "  [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--insecure]\n"
     "  [--auth-tokens-file F] [--tenant-max-sessions N]\n"
-    "  [--tenant-max-host-kv-bytes N]\n"
-    "KV flags: --sink-tokens --tokens-per-cluster --window --recent-tokens\n"
-    "  --cache-steps --dense-layers --gqa-selection per_query_head|per_kv_head";
+    "  [--tenant-max-host-kv-bytes N]\n";
 
-// The policy names come from the registry (the ones a server serves).
+// The policy names come from the registry (the ones a server serves), the
+// other KV flags from the settings schema.
 std::string Usage() {
   return absl::StrCat(
       "usage: clusterkv-server --model MODEL.gguf [--listen HOST:PORT]\n"
@@ -41,7 +40,8 @@ std::string Usage() {
       "  [--threads N] [--prefill-chunk N]\n"
       "  [--policy ",
       ckv::JoinPolicyNames("|", /*with_evaluation_only=*/false),
-      "] [--budget B] [KV flags]\n", kUsageLimits);
+      "] [KV flags]\n", kUsageLimits, "KV flags (defaults of a session):\n  ",
+      ckv::settings::KvRequestFlagsUsage());
 }
 
 // Blocks SIGTERM, SIGINT and SIGHUP in this thread and every thread started

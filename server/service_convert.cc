@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
@@ -20,30 +22,50 @@ namespace ckv::server {
 
 namespace {
 
-// Upper bound of the token-count settings (budget, window, max_tokens, ...).
-constexpr int64_t kMaxTokenSetting = int64_t{1} << 20;
-constexpr int kMaxStopStrings = 16;
-constexpr size_t kMaxStopBytes = 256;
+using settings::kMaxStopBytes;
+using settings::kMaxStopStrings;
 
 absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo,
                         int64_t hi) {
-  if (value >= lo && value <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, " must be in [", lo, ", ", hi, "], got ", value));
+  const std::string error = settings::OutOfRange(
+      std::string_view(field.data(), field.size()), static_cast<double>(value),
+      settings::Between(static_cast<double>(lo), static_cast<double>(hi)),
+      /*integral=*/true);
+  if (error.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(error);
+}
+
+// The request limits: each numeric setting in its whole schema range (the
+// engine's own checks lift the token-count limit, kMaxTokenSetting).
+absl::Status CheckRequestRanges(const KvStoreConfig& kv) {
+#define CKV_CHECK(name, type, range, ...)                                 \
+  if (const std::string e =                                               \
+          settings::OutOfRange("kv." #name, static_cast<double>(kv.name), \
+                               range, !std::is_floating_point_v<type>);   \
+      !e.empty()) {                                                       \
+    return absl::InvalidArgumentError(e);                                 \
+  }
+  CKV_KV_WIRE_NUMBERS(CKV_CHECK)
+#undef CKV_CHECK
+  return absl::OkStatus();
+}
+
+absl::Status CheckRequestRanges(const SamplingParams& s) {
+#define CKV_CHECK(name, type, range, ...)                                      \
+  if (const std::string e =                                                    \
+          settings::OutOfRange("sampling." #name, static_cast<double>(s.name), \
+                               range, !std::is_floating_point_v<type>);        \
+      !e.empty() &&                                                            \
+      !(std::string_view(#name) == "logprobs" && s.logprobs == -1)) {          \
+    return absl::InvalidArgumentError(e);                                      \
+  }
+  CKV_SAMPLING_NUMBERS(CKV_CHECK)
+#undef CKV_CHECK
+  return absl::OkStatus();
 }
 
 std::string PolicyNames() {
-  std::string names;
-  for (const PolicyInfo& p : RegisteredPolicies()) {
-    if (p.evaluation_only) continue;
-    absl::StrAppend(&names, names.empty() ? "" : ", ", p.name);
-  }
-  return names;
-}
-
-std::string GqaSelectionNames() {
-  return absl::StrCat(GqaSelectionName(GqaSelection::kPerQueryHead), ", ",
-                      GqaSelectionName(GqaSelection::kPerKvHead));
+  return JoinPolicyNames(", ", /*with_evaluation_only=*/false);
 }
 
 // A set field whose value is not one of `accepted` (empty included).
@@ -74,42 +96,8 @@ absl::Status RejectMistypedFields(const google::protobuf::Message& m,
   return absl::OkStatus();
 }
 
-absl::Status ValidateKv(const KvStoreConfig& kv, int model_layers) {
-  const struct {
-    const char* field;
-    int64_t value, lo, hi;
-  } ranges[] = {
-      {"kv.budget", kv.budget, 1, kMaxTokenSetting},
-      {"kv.sink_tokens", kv.sink_tokens, 0, kMaxTokenSetting},
-      {"kv.tokens_per_cluster", kv.tokens_per_cluster, 1, kMaxTokenSetting},
-      {"kv.window", kv.window, 1, kMaxTokenSetting},
-      {"kv.recent_tokens", kv.recent_tokens, 0, kv.budget},
-      {"kv.cache_steps", kv.cache_steps, 0, kMaxTokenSetting},
-      {"kv.dense_layers", kv.dense_layers, 0, model_layers},
-  };
-  for (const auto& r : ranges) {
-    if (auto s = CheckRange(r.field, r.value, r.lo, r.hi); !s.ok()) return s;
-  }
-  return ValidateKvStoreConfig(kv);
-}
-
 absl::Status ValidateSampling(const SamplingParams& s, int vocab_size) {
-  if (!std::isfinite(s.temperature) || s.temperature < 0.0f) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sampling.temperature must be finite and >= 0, got ", s.temperature));
-  }
-  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampling.top_p must be in (0, 1], got ", s.top_p));
-  }
-  if (auto st = CheckRange("sampling.top_k", s.top_k, 0, INT32_MAX); !st.ok()) {
-    return st;
-  }
-  if (auto st =
-          CheckRange("sampling.max_tokens", s.max_tokens, 0, kMaxTokenSetting);
-      !st.ok()) {
-    return st;
-  }
+  if (auto st = CheckRequestRanges(s); !st.ok()) return st;
   if (auto st =
           CheckRange("number of sampling.stop strings",
                      static_cast<int64_t>(s.stop.size()), 0, kMaxStopStrings);
@@ -135,10 +123,10 @@ absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
   // A server default beyond this model's layers means every layer.
   kv.dense_layers = std::min(kv.dense_layers, model_layers);
   if (p.has_policy()) {
-    auto policy = ParseKvPolicy(p.policy());
     // Evaluation-only policies (oracle) are for clusterkv-model recall and
     // the benchmarks, not for serving.
-    if (!policy.ok() || FindPolicy(*policy)->evaluation_only) {
+    auto policy = ParseServedKvPolicy(p.policy());
+    if (!policy.ok()) {
       return NotOneOf("kv.policy", p.policy(), PolicyNames());
     }
     kv.policy = *policy;
@@ -147,84 +135,59 @@ absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
     auto gqa = ParseGqaSelection(p.gqa_selection());
     if (!gqa.ok()) {
       return NotOneOf("kv.gqa_selection", p.gqa_selection(),
-                      GqaSelectionNames());
+                      settings::JoinNames(settings::kGqaSelectionNames, ", "));
     }
     kv.gqa_selection = *gqa;
   }
-  if (p.has_budget()) kv.budget = p.budget();
-  if (p.has_sink_tokens()) kv.sink_tokens = p.sink_tokens();
-  if (p.has_tokens_per_cluster())
-    kv.tokens_per_cluster = p.tokens_per_cluster();
-  if (p.has_window()) kv.window = p.window();
-  if (p.has_recent_tokens()) kv.recent_tokens = p.recent_tokens();
-  if (p.has_cache_steps()) kv.cache_steps = p.cache_steps();
-  if (p.has_dense_layers()) kv.dense_layers = p.dense_layers();
-  if (auto s = ValidateKv(kv, model_layers); !s.ok()) return s;
+#define CKV_MERGE(name, ...) \
+  if (p.has_##name()) kv.name = p.name();
+  CKV_KV_WIRE_NUMBERS(CKV_MERGE)
+#undef CKV_MERGE
+  if (auto s = CheckRequestRanges(kv); !s.ok()) return s;
+  if (auto s = ValidateKvStoreConfig(kv, model_layers); !s.ok()) return s;
   return kv;
-}
-
-// The sampling fields added after the first version of the wire contract.
-void MergeSamplingExtras(const v1::SamplingParams& p, SamplingParams* s) {
-  if (p.has_min_p()) s->min_p = p.min_p();
-  if (p.has_repetition_penalty()) {
-    s->repetition_penalty = p.repetition_penalty();
-  }
-  if (p.has_frequency_penalty()) s->frequency_penalty = p.frequency_penalty();
-  if (p.has_presence_penalty()) s->presence_penalty = p.presence_penalty();
-  if (p.has_penalty_last_n()) s->penalty_last_n = p.penalty_last_n();
-  if (p.logit_bias_size() > 0) {
-    s->logit_bias.clear();
-    for (const auto& [id, bias] : p.logit_bias()) s->logit_bias[id] = bias;
-  }
-  if (p.has_logprobs()) s->logprobs = p.logprobs() < 0 ? -2 : p.logprobs();
 }
 
 absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
                                              const v1::SamplingParams& p,
                                              int vocab_size) {
   if (auto s = RejectMistypedFields(p, "sampling"); !s.ok()) return s;
+  // logprobs: unset is "off" (-1 in SamplingParams), a negative one is out
+  // of range.
+  if (p.has_logprobs() && p.logprobs() < 0) {
+    return CheckRange("sampling.logprobs", p.logprobs(), 0, kMaxLogprobs);
+  }
   SamplingParams s = base;
-  if (p.has_temperature()) s.temperature = p.temperature();
-  if (p.has_top_k()) s.top_k = p.top_k();
-  if (p.has_top_p()) s.top_p = p.top_p();
-  if (p.has_seed()) s.seed = p.seed();
-  if (p.has_max_tokens()) s.max_tokens = p.max_tokens();
-  if (p.has_ignore_eos()) s.ignore_eos = p.ignore_eos();
+#define CKV_MERGE(name, ...) \
+  if (p.has_##name()) s.name = p.name();
+  CKV_SAMPLING_NUMBERS(CKV_MERGE)
+#undef CKV_MERGE
   if (p.stop_size() > 0) s.stop.assign(p.stop().begin(), p.stop().end());
-  MergeSamplingExtras(p, &s);
+  if (p.logit_bias_size() > 0) {
+    s.logit_bias.clear();
+    for (const auto& [id, bias] : p.logit_bias()) s.logit_bias[id] = bias;
+  }
   if (auto st = ValidateSampling(s, vocab_size); !st.ok()) return st;
   return s;
 }
 
 void ToProto(const KvStoreConfig& kv, v1::KvConfig* out) {
   out->set_policy(KvPolicyName(kv.policy));
-  out->set_budget(kv.budget);
-  out->set_sink_tokens(kv.sink_tokens);
-  out->set_tokens_per_cluster(kv.tokens_per_cluster);
-  out->set_window(kv.window);
-  out->set_recent_tokens(kv.recent_tokens);
   out->set_gqa_selection(GqaSelectionName(kv.gqa_selection));
-  out->set_cache_steps(kv.cache_steps);
-  out->set_dense_layers(kv.dense_layers);
+#define CKV_SET(name, ...) out->set_##name(kv.name);
+  CKV_KV_WIRE_NUMBERS(CKV_SET)
+#undef CKV_SET
 }
 
 void ToProto(const SamplingParams& s, v1::SamplingParams* out) {
-  out->set_temperature(s.temperature);
-  out->set_top_k(s.top_k);
-  out->set_top_p(s.top_p);
-  out->set_seed(s.seed);
-  out->set_max_tokens(s.max_tokens);
-  out->set_ignore_eos(s.ignore_eos);
+#define CKV_SET(name, ...) out->set_##name(s.name);
+  CKV_SAMPLING_NUMBERS(CKV_SET)
+#undef CKV_SET
+  if (s.logprobs < 0) out->clear_logprobs();  // off
   for (const std::string& stop : s.stop) out->add_stop(stop);
-  out->set_min_p(s.min_p);
-  out->set_repetition_penalty(s.repetition_penalty);
-  out->set_frequency_penalty(s.frequency_penalty);
-  out->set_presence_penalty(s.presence_penalty);
-  out->set_penalty_last_n(s.penalty_last_n);
   for (const auto& [id, bias] : s.logit_bias) {
     (*out->mutable_logit_bias())[id] = bias;
   }
-  if (s.logprobs >= 0) out->set_logprobs(s.logprobs);
 }
 
 v1::FinishReason ToProto(FinishReason r) {

@@ -21,12 +21,12 @@ namespace ckv::server {
 
 namespace v1 = ::clusterkv::v1;
 
-// The range of every KV and sampling setting a request or a flag may set,
-// checked in one place: INVALID_ARGUMENT naming the field (as on the wire,
-// "kv.budget"), its range and the value. dense_layers may not exceed the
-// model's layers.
-absl::Status ValidateKv(const KvStoreConfig& kv, int model_layers);
-// With vocab_size > 0, logit_bias ids are checked against it.
+// The ranges of the KV and sampling settings are checked where the schema
+// (common/settings_schema.h) binds them to the structs:
+// ValidateKvStoreConfig and ValidateSamplingParams, INVALID_ARGUMENT naming
+// the field as on the wire ("kv.budget"), its range and the value.
+// ValidateSampling adds the request's bounds on stop strings. With
+// vocab_size > 0, logit_bias ids are checked against it.
 absl::Status ValidateSampling(const SamplingParams& s, int vocab_size = 0);
 
 // INVALID_ARGUMENT when `m` holds a field of a known number with the wrong

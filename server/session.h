@@ -35,8 +35,9 @@ struct SessionStats {
 // (docs/wire-contract.md "Chat messages"; server/chat_input.h).
 struct Conversation {
   // True while every token of the session came from rendered messages and
-  // the replies the server generated; false after text or token-id input,
-  // and for a session restored from a snapshot (not persisted).
+  // the replies the server generated; false after text or token-id input.
+  // Snapshots keep it (SnapshotMeta::conversation); one of format version 1
+  // restores a session without.
   bool active = false;
   std::vector<chat::ChatMessage> messages;  // replies as assistant messages
   std::string text;         // exactly the text of the session's tokens
@@ -111,7 +112,7 @@ class Session {
   bool closed_ = false;      // guarded by mu_
   std::function<void()> canceller_;  // guarded by mu_
   bool cancel_requested_ = false;    // guarded by mu_
-  int64_t last_used_unix_ms_;  // guarded by mu_
+  int64_t last_used_unix_ms_;        // guarded by mu_
 };
 
 // Exclusive use of a session for one call; releases it when destroyed.

@@ -90,6 +90,33 @@ std::string SessionSnapshots::PathOf(const std::string& id) const {
   return (fs::path(dir_) / absl::StrCat(id, kSnapshotSuffix)).string();
 }
 
+namespace {
+
+SnapshotConversation ToSnapshot(const Conversation& c) {
+  SnapshotConversation out;
+  out.active = c.active;
+  if (!c.active) return out;
+  for (const chat::ChatMessage& m : c.messages) {
+    out.messages.emplace_back(m.role, m.content);
+  }
+  out.text = c.text;
+  out.reply_open = c.reply_open;
+  return out;
+}
+
+Conversation FromSnapshot(SnapshotConversation c) {
+  Conversation out;
+  out.active = c.active;
+  for (auto& [role, content] : c.messages) {
+    out.messages.push_back({std::move(role), std::move(content)});
+  }
+  out.text = std::move(c.text);
+  out.reply_open = c.reply_open;
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<SnapshotResult> SessionSnapshots::Save(Session& session) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string& id = session.id();
@@ -106,6 +133,7 @@ absl::StatusOr<SnapshotResult> SessionSnapshots::Save(Session& session) {
   snap.meta.idle_ttl_seconds = session.idle_ttl_seconds();
   snap.meta.sampling = session.sampling();
   snap.meta.last_logits = session.last_logits();
+  snap.meta.conversation = ToSnapshot(session.conversation());
   snap.store = *std::move(parts);
   SnapshotResult r;
   r.path = PathOf(id);
@@ -175,6 +203,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionSnapshots::Restore(
                                            m.idle_ttl_seconds,
                                            *std::move(store), m.tenant);
   session->set_last_logits(std::move(m.last_logits));
+  session->conversation() = FromSnapshot(std::move(m.conversation));
   info_(absl::StrFormat("restored session %s from %s: %d tokens in %.3f s", id,
                         path, session->store().num_tokens(), SecondsSince(t0)));
   return session;

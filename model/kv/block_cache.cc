@@ -52,8 +52,9 @@ int64_t BlockCache::Allocate(int32_t rows) {
 void BlockCache::Compact() {
   std::vector<Entry*> live;
   for (auto& [key, e] : entries_) live.push_back(&e);
-  std::sort(live.begin(), live.end(),
-            [](const Entry* a, const Entry* b) { return a->offset < b->offset; });
+  std::sort(live.begin(), live.end(), [](const Entry* a, const Entry* b) {
+    return a->offset < b->offset;
+  });
   int64_t next = 0;
   for (Entry* e : live) {
     if (e->offset != next) {

@@ -14,12 +14,12 @@
 namespace ckv {
 
 struct CacheStats {
-  int64_t lookups = 0;      // blocks looked up
-  int64_t hits = 0;         // blocks found resident
-  int64_t misses = 0;       // blocks copied from the host tier
+  int64_t lookups = 0;  // blocks looked up
+  int64_t hits = 0;     // blocks found resident
+  int64_t misses = 0;   // blocks copied from the host tier
   int64_t hit_tokens = 0;
   int64_t miss_tokens = 0;
-  int64_t h2d_bytes = 0;    // = miss_tokens * bytes per token (K and V)
+  int64_t h2d_bytes = 0;  // = miss_tokens * bytes per token (K and V)
 
   void Add(const CacheStats& o);
 };

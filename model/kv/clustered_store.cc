@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "model/kv/policies/registry.h"
 
 namespace ckv {
@@ -83,9 +84,9 @@ int64_t ClusteredKvStore::clustered_tokens() const {
 
 absl::Status ClusteredKvStore::Reserve(int64_t n, AppendKind kind) {
   if (n < 0 || n_tokens_ + n > config_.max_tokens) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV store holds at most ", config_.max_tokens, " tokens; ", n_tokens_,
-        " stored, ", n, " more requested"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KV store holds at most ", config_.max_tokens, " tokens; ",
+                     n_tokens_, " stored, ", n, " more requested"));
   }
   reserved_ = n;
   committed_in_call_ = 0;
@@ -142,8 +143,7 @@ void ClusteredKvStore::Append(int layer, int64_t n, const float* k,
     ++rows;
   }
   uncommitted_[layer] += n;
-  const bool call_done =
-      committed_in_call_ + uncommitted_[layer] == reserved_;
+  const bool call_done = committed_in_call_ + uncommitted_[layer] == reserved_;
   if (kind_ == AppendKind::kPrompt && call_done) FinishPromptLayer(layer);
 }
 
@@ -228,7 +228,8 @@ void ClusteredKvStore::Commit(int64_t n) {
 void ClusteredKvStore::WaitForIndex(int layer) const {
   if (worker_ == nullptr) return;
   int64_t ticket = 0;
-  for (const auto& s : segments_) ticket = std::max(ticket, s->layer(layer).ticket);
+  for (const auto& s : segments_)
+    ticket = std::max(ticket, s->layer(layer).ticket);
   worker_->Wait(ticket);
 }
 
@@ -350,8 +351,7 @@ void ClusteredKvStore::SelectDense(int layer, AttendSet* out) {
   }
   out->per_head.resize(shape_.n_heads);
   for (int h = 0; h < shape_.n_heads; ++h) {
-    out->per_head[h] = {&out->spans[(h / shape_.group()) * per_head],
-                        per_head};
+    out->per_head[h] = {&out->spans[(h / shape_.group()) * per_head], per_head};
   }
 }
 
@@ -412,8 +412,8 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
     }
   }
   for (int h = 0; h < shape_.n_heads; ++h) {
-    const size_t end = h + 1 < shape_.n_heads ? first_span[h + 1]
-                                              : out->spans.size();
+    const size_t end =
+        h + 1 < shape_.n_heads ? first_span[h + 1] : out->spans.size();
     out->per_head[h] = {&out->spans[first_span[h]],
                         static_cast<int>(end - first_span[h])};
   }
@@ -434,17 +434,17 @@ void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
     auto it = step_blocks_.find(key);
     if (it == step_blocks_.end()) {
       it = step_blocks_
-               .emplace(key, cache.Ensure(step, *seg_view_[b.segment], layer,
-                                          g, b))
+               .emplace(key,
+                        cache.Ensure(step, *seg_view_[b.segment], layer, g, b))
                .first;
     }
     for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
       if (copy) {
         sel_rows_[h].push_back(static_cast<int32_t>(it->second + r));
       } else {
-        by_segment_[b.segment].push_back(BlockRow(
-            *seg_view_[b.segment], layer, g, b.kind, b.id, r,
-            config_.quest_page_size));
+        by_segment_[b.segment].push_back(BlockRow(*seg_view_[b.segment], layer,
+                                                  g, b.kind, b.id, r,
+                                                  config_.quest_page_size));
       }
     }
   }
@@ -545,16 +545,39 @@ KvMemoryStats ClusteredKvStore::memory() const {
 
 namespace {
 
-// Fields that shape the stored segments must match between parent and fork.
+// The request settings a fork may change: "policy, budget, ...".
+std::string ForkChangeableSettings() {
+  std::vector<std::string> names;
+#define CKV_NUMBER(name, type, range, fork, help) \
+  if (fork == settings::Fork::kMayChange) names.push_back(#name);
+#define CKV_NAMED(name, fork, help) names.push_back(#name);
+  CKV_KV_WIRE_NAMES(CKV_NAMED)
+  CKV_KV_WIRE_NUMBERS(CKV_NUMBER)
+#undef CKV_NAMED
+#undef CKV_NUMBER
+  return absl::StrJoin(names, ", ");
+}
+
+// The settings that shape the stored segments (settings::Fork::kLayout)
+// must match between parent and fork.
 absl::Status CheckForkConfig(const KvStoreConfig& p, const KvStoreConfig& c) {
-  if (p.sink_tokens != c.sink_tokens || p.window != c.window ||
-      p.tokens_per_cluster != c.tokens_per_cluster ||
-      p.kmeans_max_iters != c.kmeans_max_iters || p.seed != c.seed ||
-      p.dense_layers != c.dense_layers || p.kv_dtype != c.kv_dtype ||
-      p.metric != c.metric || p.quest_page_size != c.quest_page_size) {
+  std::string changed;
+#define CKV_LAYOUT(name, fork) \
+  if (fork == settings::Fork::kLayout && p.name != c.name) changed = #name;
+#define CKV_NUMBER(name, type, range, fork, help) CKV_LAYOUT(name, fork)
+#define CKV_NAMED(name, fork, help) CKV_LAYOUT(name, fork)
+  CKV_KV_WIRE_NUMBERS(CKV_NUMBER)
+  CKV_KV_ENGINE_NUMBERS(CKV_NUMBER)
+  CKV_KV_ENGINE_NAMES(CKV_NAMED)
+#undef CKV_NAMED
+#undef CKV_NUMBER
+#undef CKV_LAYOUT
+  if (!changed.empty()) {
     return absl::InvalidArgumentError(
-        "a fork may change only policy, budget, gqa_selection, "
-        "recent_tokens and cache_steps");
+        absl::StrCat("a fork may not change ", changed,
+                     " (it shapes the parent's segments): a fork may change "
+                     "only ",
+                     ForkChangeableSettings()));
   }
   const PolicyInfo* child = FindPolicy(c.policy);
   if (child != nullptr && (child->indexes & ~BuiltIndexes(p)) != 0) {
@@ -589,8 +612,10 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Fork(
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       const size_t from = size_t{1} * h * open_[l].capacity * hd;
       const size_t to = size_t{1} * h * dst.capacity * hd;
-      std::copy_n(open_[l].k.data() + from, open_rows_[l] * hd, dst.k.data() + to);
-      std::copy_n(open_[l].v.data() + from, open_rows_[l] * hd, dst.v.data() + to);
+      std::copy_n(open_[l].k.data() + from, open_rows_[l] * hd,
+                  dst.k.data() + to);
+      std::copy_n(open_[l].v.data() + from, open_rows_[l] * hd,
+                  dst.v.data() + to);
     }
   }
   child->sink_rows_ = sink_rows_;

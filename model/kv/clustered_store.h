@@ -50,7 +50,7 @@ struct DecodeRecord {
   int64_t q_pos = 0;            // position of the query token
   int64_t clustered_begin = 0;  // clustered positions then: [begin, end)
   int64_t clustered_end = 0;
-  std::vector<float> q;         // [n_heads][head_dim], post-RoPE
+  std::vector<float> q;  // [n_heads][head_dim], post-RoPE
 };
 
 // The state of a store between calls, for snapshots (model/kv/snapshot.h):

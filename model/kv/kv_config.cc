@@ -1,63 +1,149 @@
 #include "model/kv/kv_config.h"
 
+#include <limits>
+#include <type_traits>
+
 #include "absl/strings/str_cat.h"
 
 namespace ckv {
 
-absl::Status ValidateKvStoreConfig(const KvStoreConfig& c) {
-  auto bad = [](absl::string_view field, absl::string_view rule) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " ", rule));
-  };
+namespace {
+
+// The engine's range of a setting: requests and the server's flags may set
+// token counts up to settings::kMaxTokenSetting (server/service_convert.cc
+// checks the whole range), the engine takes larger ones too (clusterkv-model,
+// forks, snapshots, benchmarks: budget = INT32_MAX selects everything).
+settings::Range EngineRange(settings::Range r) {
+  if (r.hi == static_cast<double>(settings::kMaxTokenSetting)) {
+    r.hi = std::numeric_limits<double>::infinity();
+  }
+  return r;
+}
+
+absl::Status CheckRange(absl::string_view field, double value,
+                        const settings::Range& range, bool integral) {
+  const std::string error = settings::OutOfRange(
+      std::string_view(field.data(), field.size()), value, range, integral);
+  if (error.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(error);
+}
+
+// The name of enum value `v` in `names`; "?" when out of range.
+template <class E, size_t N>
+const char* NameIn(const char* const (&names)[N], E v) {
+  const auto i = static_cast<size_t>(v);
+  return i < N ? names[i] : "?";
+}
+
+// The enum value named `name` in `names`, else INVALID_ARGUMENT listing them.
+template <class E, size_t N>
+absl::StatusOr<E> ParseIn(const char* const (&names)[N], absl::string_view what,
+                          const std::string& name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (name == names[i]) return static_cast<E>(i);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown ", what, " '", name, "' (",
+                   settings::JoinNames(names, ", "), ")"));
+}
+
+}  // namespace
+
+absl::Status CheckKvRange(absl::string_view name, double value,
+                          const settings::Range& range, bool integral) {
+  return CheckRange(absl::StrCat("kv.", name), value, range, integral);
+}
+
+absl::Status ValidateKvStoreConfig(const KvStoreConfig& c, int model_layers) {
   if (!IsRegisteredPolicy(c.policy)) {
-    return bad("policy", "is not a registered selection policy");
+    return absl::InvalidArgumentError(
+        "kv.policy is not a registered selection policy");
   }
-  if (c.budget < 1) return bad("budget", "must be >= 1");
-  if (c.sink_tokens < 0) return bad("sink_tokens", "must be >= 0");
-  if (c.tokens_per_cluster < 1) return bad("tokens_per_cluster", "must be >= 1");
-  if (c.window < 1) return bad("window", "must be >= 1");
-  if (c.kmeans_max_iters < 1) return bad("kmeans_max_iters", "must be >= 1");
-  if (c.cache_steps < 0) return bad("cache_steps", "must be >= 0");
-  if (c.recent_tokens < 0 || c.recent_tokens > c.budget) {
-    return bad("recent_tokens", "must be in [0, budget]");
+#define CKV_CHECK(name, type, range, fork, help)                               \
+  if (auto s =                                                                 \
+          CheckKvRange(#name, static_cast<double>(c.name), EngineRange(range), \
+                       !std::is_floating_point_v<type>);                       \
+      !s.ok()) {                                                               \
+    return s;                                                                  \
   }
-  if (c.dense_layers < 0) return bad("dense_layers", "must be >= 0");
-  if (c.quest_page_size < 1) return bad("quest_page_size", "must be >= 1");
+  CKV_KV_WIRE_NUMBERS(CKV_CHECK)
+  CKV_KV_ENGINE_NUMBERS(CKV_CHECK)
+#undef CKV_CHECK
+  // The bounds that depend on another setting or on the model.
+  if (auto s = CheckKvRange("recent_tokens", c.recent_tokens,
+                            settings::Between(0, c.budget), true);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = CheckKvRange("dense_layers", c.dense_layers,
+                            settings::Between(0, model_layers), true);
+      !s.ok()) {
+    return s;
+  }
   if (c.kv_dtype != kernels::DType::kF16 &&
       c.kv_dtype != kernels::DType::kBF16) {
-    return bad("kv_dtype", "must be f16 or bf16 (the host tier)");
+    return absl::InvalidArgumentError(
+        "kv.kv_dtype must be f16 or bf16 (the host tier)");
   }
-  if (c.max_tokens < 1) return bad("max_tokens", "must be >= 1");
   return absl::OkStatus();
 }
 
 const char* GqaSelectionName(GqaSelection g) {
-  return g == GqaSelection::kPerQueryHead ? "per_query_head" : "per_kv_head";
+  return NameIn(settings::kGqaSelectionNames, g);
 }
 
 absl::StatusOr<GqaSelection> ParseGqaSelection(const std::string& name) {
-  if (name == "per_query_head") return GqaSelection::kPerQueryHead;
-  if (name == "per_kv_head") return GqaSelection::kPerKvHead;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown gqa_selection '", name, "' (per_query_head, per_kv_head)"));
+  return ParseIn<GqaSelection>(settings::kGqaSelectionNames, "gqa_selection",
+                               name);
+}
+
+const char* CacheModeName(CacheMode m) {
+  return NameIn(settings::kCacheModeNames, m);
 }
 
 absl::StatusOr<CacheMode> ParseCacheMode(const std::string& name) {
-  if (name == "zero_copy") return CacheMode::kZeroCopy;
-  if (name == "copy") return CacheMode::kCopy;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown cache mode '", name, "' (zero_copy, copy)"));
+  return ParseIn<CacheMode>(settings::kCacheModeNames, "cache mode", name);
+}
+
+const char* ClusterMetricName(kernels::cpu::ClusterMetric m) {
+  return NameIn(settings::kClusterMetricNames, m);
 }
 
 absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
     const std::string& name) {
-  using kernels::cpu::ClusterMetric;
-  if (name == "cosine") return ClusterMetric::kCosine;
-  if (name == "l2") return ClusterMetric::kL2;
-  if (name == "ip" || name == "inner_product") {
-    return ClusterMetric::kInnerProduct;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown cluster metric '", name, "' (cosine, l2, ip)"));
+  if (name == "inner_product")
+    return kernels::cpu::ClusterMetric::kInnerProduct;
+  return ParseIn<kernels::cpu::ClusterMetric>(settings::kClusterMetricNames,
+                                              "cluster metric", name);
+}
+
+namespace {
+
+template <class E>
+absl::Status Assign(absl::StatusOr<E> v, E* out) {
+  if (!v.ok()) return v.status();
+  *out = *v;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseSettingValue(const std::string& name, KvPolicy* out) {
+  return Assign(ParseKvPolicy(name), out);
+}
+absl::Status ParseSettingValue(const std::string& name, GqaSelection* out) {
+  return Assign(ParseGqaSelection(name), out);
+}
+absl::Status ParseSettingValue(const std::string& name, CacheMode* out) {
+  return Assign(ParseCacheMode(name), out);
+}
+absl::Status ParseSettingValue(const std::string& name,
+                               kernels::cpu::ClusterMetric* out) {
+  return Assign(ParseClusterMetric(name), out);
+}
+absl::Status ParseSettingValue(const std::string& name, kernels::DType* out) {
+  if (kernels::ParseDTypeName(name.c_str(), out)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("unknown type '", name, "'"));
 }
 
 }  // namespace ckv

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/settings_schema.h"
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/dtype.h"
 
@@ -24,6 +27,7 @@ enum class KvPolicy : int32_t {
   kStreaming = 3,  // the most recent `budget` clustered tokens
 };
 
+// Names: settings::kGqaSelectionNames, by value.
 enum class GqaSelection {
   kPerQueryHead,  // each query head selects from its KV head's clusters
   kPerKvHead,     // scores summed over the group: one shared selection
@@ -31,24 +35,29 @@ enum class GqaSelection {
 
 // How a decode step reaches the K,V of the blocks it selected. Both modes
 // keep the same cluster-granular cache accounting (hits, misses, bytes).
+// Names: settings::kCacheModeNames, by value.
 enum class CacheMode {
   kZeroCopy,  // read in place from the host tier (CPU: no copy at all)
   kCopy,      // copy missing blocks into a device arena (the copy engine)
 };
 
+// The defaults of the KV settings. Each field's name, range, help and fork
+// rule are in common/settings_schema.h (CKV_KV_*): a new field needs an
+// entry there, which brings it into validation, flags, the wire (for
+// CKV_KV_WIRE_*) and snapshots.
 struct KvStoreConfig {
   KvPolicy policy = KvPolicy::kClusterKv;
-  int budget = 1024;             // B: selected clustered tokens per head
-  int sink_tokens = 16;          // first tokens, always attended
-  int tokens_per_cluster = 80;   // k = max(1, ceil(n / tokens_per_cluster))
-  int window = 320;              // tail closes as a segment at this length
+  int budget = 1024;            // B: selected clustered tokens per head
+  int sink_tokens = 16;         // first tokens, always attended
+  int tokens_per_cluster = 80;  // k = max(1, ceil(n / tokens_per_cluster))
+  int window = 320;             // tail closes as a segment at this length
   int kmeans_max_iters = 20;
-  int cache_steps = 1;           // R: keep blocks selected in the last R steps
+  int cache_steps = 1;  // R: keep blocks selected in the last R steps
   CacheMode cache_mode = CacheMode::kZeroCopy;
   GqaSelection gqa_selection = GqaSelection::kPerQueryHead;
-  int recent_tokens = 0;         // most recent clustered tokens always chosen
-  uint64_t seed = 0;             // k-means initialisation
-  int dense_layers = 2;          // layers below this attend densely
+  int recent_tokens = 0;  // most recent clustered tokens always chosen
+  uint64_t seed = 0;      // k-means initialisation
+  int dense_layers = 2;   // layers below this attend densely
   int quest_page_size = 16;
   kernels::DType kv_dtype = kernels::DType::kF16;  // host tier: F16 or BF16
   kernels::cpu::ClusterMetric metric = kernels::cpu::ClusterMetric::kCosine;
@@ -59,8 +68,15 @@ struct KvStoreConfig {
   int64_t max_tokens = 1 << 20;  // Reserve beyond this fails
 };
 
-// INVALID_ARGUMENT naming the field when a value is out of range.
-absl::Status ValidateKvStoreConfig(const KvStoreConfig& c);
+// The ranges of common/settings_schema.h (recent_tokens at most budget,
+// dense_layers at most `model_layers`): INVALID_ARGUMENT naming the field as
+// on the wire ("kv.budget"), its range and the value.
+absl::Status ValidateKvStoreConfig(
+    const KvStoreConfig& c, int model_layers = std::numeric_limits<int>::max());
+// The range check of one KV setting: INVALID_ARGUMENT "kv.NAME must be ...,
+// got VALUE" when `value` is outside `range`.
+absl::Status CheckKvRange(absl::string_view name, double value,
+                          const settings::Range& range, bool integral);
 
 // From the policy registry (model/kv/policies/registry.h): whether `p` is
 // a registered id; its name ("?" when not registered); the id of a name
@@ -68,10 +84,37 @@ absl::Status ValidateKvStoreConfig(const KvStoreConfig& c);
 bool IsRegisteredPolicy(KvPolicy p);
 const char* KvPolicyName(KvPolicy p);
 absl::StatusOr<KvPolicy> ParseKvPolicy(const std::string& name);
+// ParseKvPolicy for serving: evaluation-only policies (oracle) are refused
+// too, with the served names listed.
+absl::StatusOr<KvPolicy> ParseServedKvPolicy(const std::string& name);
 const char* GqaSelectionName(GqaSelection g);
 absl::StatusOr<GqaSelection> ParseGqaSelection(const std::string& name);
+const char* CacheModeName(CacheMode m);
 absl::StatusOr<CacheMode> ParseCacheMode(const std::string& name);
+const char* ClusterMetricName(kernels::cpu::ClusterMetric m);
+// cosine, l2, ip (or inner_product).
 absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
     const std::string& name);
+
+// The named KV settings (CKV_KV_WIRE_NAMES, CKV_KV_ENGINE_NAMES) by type,
+// for code expanding the schema's lists: the value's name, and the value of
+// a name (INVALID_ARGUMENT listing the accepted names).
+inline const char* SettingValueName(KvPolicy v) { return KvPolicyName(v); }
+inline const char* SettingValueName(GqaSelection v) {
+  return GqaSelectionName(v);
+}
+inline const char* SettingValueName(CacheMode v) { return CacheModeName(v); }
+inline const char* SettingValueName(kernels::cpu::ClusterMetric v) {
+  return ClusterMetricName(v);
+}
+inline const char* SettingValueName(kernels::DType v) {
+  return kernels::DTypeName(v);
+}
+absl::Status ParseSettingValue(const std::string& name, KvPolicy* out);
+absl::Status ParseSettingValue(const std::string& name, GqaSelection* out);
+absl::Status ParseSettingValue(const std::string& name, CacheMode* out);
+absl::Status ParseSettingValue(const std::string& name,
+                               kernels::cpu::ClusterMetric* out);
+absl::Status ParseSettingValue(const std::string& name, kernels::DType* out);
 
 }  // namespace ckv

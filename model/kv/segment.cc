@@ -10,14 +10,18 @@ namespace cpu = kernels::cpu;
 
 int64_t HeadIndex::bytes() const {
   return static_cast<int64_t>(centroids.size() + page_min.size() +
-                              page_max.size()) * sizeof(float) +
+                              page_max.size()) *
+             sizeof(float) +
          static_cast<int64_t>(offsets.size() + members.size()) *
              sizeof(int32_t);
 }
 
 Segment::Segment(int64_t uid, int64_t first_pos, int64_t n,
                  const KvShape& shape)
-    : uid_(uid), first_pos_(first_pos), n_(n), shape_(shape),
+    : uid_(uid),
+      first_pos_(first_pos),
+      n_(n),
+      shape_(shape),
       layers_(shape.n_layers) {
   const size_t per_layer =
       static_cast<size_t>(shape.n_kv_heads) * n * shape.head_dim;

@@ -64,7 +64,7 @@ class Segment {
  public:
   Segment(int64_t uid, int64_t first_pos, int64_t n, const KvShape& shape);
 
-  int64_t uid() const { return uid_; }          // unique in the process
+  int64_t uid() const { return uid_; }  // unique in the process
   int64_t first_pos() const { return first_pos_; }
   int64_t size() const { return n_; }
   const KvShape& shape() const { return shape_; }

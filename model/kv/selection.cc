@@ -42,11 +42,13 @@ std::vector<int64_t> AddRecentRows(const PlanContext& ctx, int64_t n,
     n -= take;
     for (int64_t row = size - take; row < size;) {
       const int32_t page = static_cast<int32_t>(row / page_size);
-      const int64_t page_end = std::min<int64_t>(size, (page + 1) * int64_t{page_size});
-      const int32_t begin = static_cast<int32_t>(row - int64_t{page} * page_size);
+      const int64_t page_end =
+          std::min<int64_t>(size, (page + 1) * int64_t{page_size});
+      const int32_t begin =
+          static_cast<int32_t>(row - int64_t{page} * page_size);
       const int32_t count = static_cast<int32_t>(page_end - row);
-      out->blocks.push_back({static_cast<int32_t>(s), BlockKind::kPage, page,
-                             begin, count});
+      out->blocks.push_back(
+          {static_cast<int32_t>(s), BlockKind::kPage, page, begin, count});
       out->tokens += count;
       row = page_end;
     }

@@ -19,7 +19,7 @@ enum class BlockKind : uint8_t { kCluster, kPage };
 struct BlockRef {
   int32_t segment = 0;  // index into the segment list
   BlockKind kind = BlockKind::kCluster;
-  int32_t id = 0;       // cluster or page index within the segment
+  int32_t id = 0;  // cluster or page index within the segment
   int32_t begin = 0;
   int32_t count = 0;
 };

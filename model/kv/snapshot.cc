@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "model/kv/checksum.h"
 #include "model/kv/snapshot_format.h"
+#include "model/kv/snapshot_settings.h"
 
 namespace ckv {
 namespace fmt = snapshot_format;
@@ -115,26 +116,6 @@ class FileOut final : public Out {
 
 // ---------------------------------------------------------------- writing
 
-// The store config's integer fields in file order (ReadConf mirrors it).
-std::array<int32_t, 16> ConfInts(const KvStoreConfig& c) {
-  return {static_cast<int32_t>(c.policy),
-          c.budget,
-          c.sink_tokens,
-          c.tokens_per_cluster,
-          c.window,
-          c.kmeans_max_iters,
-          c.cache_steps,
-          static_cast<int32_t>(c.cache_mode),
-          static_cast<int32_t>(c.gqa_selection),
-          c.recent_tokens,
-          c.dense_layers,
-          c.quest_page_size,
-          static_cast<int32_t>(c.kv_dtype),
-          static_cast<int32_t>(c.metric),
-          c.async_clustering,
-          c.build_all_indexes};
-}
-
 template <class Body>
 void Section(Out& out, uint32_t tag, const Body& body) {
   CountOut count;
@@ -151,14 +132,25 @@ void WriteMeta(Out& o, const SnapshotMeta& m) {
   o.Str(m.tenant);
   o.Pod(m.idle_ttl_seconds);
   const SamplingParams& s = m.sampling;
-  o.Pod(s.temperature);
-  o.Pod(int32_t{s.top_k});
-  o.Pod(s.top_p);
-  o.Pod(s.seed);
-  o.Pod(int32_t{s.max_tokens});
+  o.Str(snapshot_settings::EncodeSampling(s));
   o.Pod(static_cast<uint32_t>(s.stop.size()));
   for (const auto& stop : s.stop) o.Str(stop);
+  o.Pod(static_cast<uint32_t>(s.logit_bias.size()));
+  for (const auto& [id, bias] : s.logit_bias) {
+    o.Pod(int32_t{id});
+    o.Pod(float{bias});
+  }
   o.Array(m.last_logits);
+  const SnapshotConversation& c = m.conversation;
+  o.Pod(static_cast<uint8_t>(c.active));
+  if (!c.active) return;
+  o.Pod(static_cast<uint8_t>(c.reply_open));
+  o.Pod(static_cast<uint32_t>(c.messages.size()));
+  for (const auto& [role, content] : c.messages) {
+    o.Str(role);
+    o.Str(content);
+  }
+  o.Str(c.text);
 }
 
 void WriteConf(Out& o, const KvShape& shape, const KvStoreConfig& c) {
@@ -166,9 +158,7 @@ void WriteConf(Out& o, const KvShape& shape, const KvStoreConfig& c) {
        {shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim}) {
     o.Pod(v);
   }
-  for (int32_t v : ConfInts(c)) o.Pod(v);
-  o.Pod(c.seed);
-  o.Pod(c.max_tokens);
+  o.Str(snapshot_settings::EncodeKv(c));
 }
 
 void WriteEdges(Out& o, const StoreParts& p) {
@@ -389,10 +379,11 @@ absl::StatusOr<fmt::Header> ReadHeader(absl::string_view bytes,
       Crc32c(0, &h, fmt::kHeaderCrcBytes) != h.header_crc) {
     return Corrupt("header checksum mismatch");
   }
-  if (h.version != kSnapshotVersion || h.header_bytes != sizeof(h)) {
+  if ((h.version != kSnapshotVersion && h.version != kSnapshotVersionV1) ||
+      h.header_bytes != sizeof(h)) {
     return Mismatch(absl::StrCat("format version ", h.version,
-                                 ", this server reads version ",
-                                 kSnapshotVersion));
+                                 ", this server reads versions ",
+                                 kSnapshotVersionV1, " to ", kSnapshotVersion));
   }
   if (h.model_fingerprint != e.model_fingerprint) {
     return Mismatch(absl::StrFormat(
@@ -413,26 +404,76 @@ absl::StatusOr<fmt::Header> ReadHeader(absl::string_view bytes,
   return h;
 }
 
-absl::Status ReadMeta(In& in, const SnapshotExpect& e, SnapshotMeta* m) {
+// Version 1: the fields it had, in order.
+void ReadSamplingV1(In& in, SamplingParams* s) {
+  s->temperature = in.Pod<float>("temperature");
+  s->top_k = in.Pod<int32_t>("top_k");
+  s->top_p = in.Pod<float>("top_p");
+  s->seed = in.Pod<uint64_t>("seed");
+  s->max_tokens = in.Pod<int32_t>("max_tokens");
+}
+
+absl::Status ReadSampling(In& in, uint32_t version, SamplingParams* s) {
+  if (version == kSnapshotVersionV1) {
+    ReadSamplingV1(in, s);
+  } else {
+    const std::string record = in.Str("sampling settings");
+    if (!in.ok()) return in.status();
+    if (auto st = snapshot_settings::DecodeSampling(record, s); !st.ok()) {
+      return st;
+    }
+  }
+  const uint32_t n_stop = in.Pod<uint32_t>("stop strings");
+  if (!in.Need(uint64_t{n_stop} * 4, "stop strings")) return in.status();
+  for (uint32_t i = 0; i < n_stop && in.ok(); ++i) {
+    s->stop.push_back(in.Str("stop string"));
+  }
+  if (version == kSnapshotVersionV1) return in.status();
+  const uint32_t n_bias = in.Pod<uint32_t>("logit bias");
+  if (!in.Need(uint64_t{n_bias} * 8, "logit bias")) return in.status();
+  for (uint32_t i = 0; i < n_bias && in.ok(); ++i) {
+    const int32_t id = in.Pod<int32_t>("logit bias id");
+    s->logit_bias[id] = in.Pod<float>("logit bias");
+  }
+  return in.status();
+}
+
+// A flag byte: 0 or 1, else corrupt.
+bool Flag(In& in, const char* what) {
+  const uint8_t v = in.Pod<uint8_t>(what);
+  if (v > 1) in.Fail(Corrupt(absl::StrCat(what, " is neither 0 nor 1")));
+  return v == 1;
+}
+
+absl::Status ReadConversation(In& in, SnapshotConversation* c) {
+  c->active = Flag(in, "conversation flag");
+  if (!c->active) return in.status();
+  c->reply_open = Flag(in, "conversation reply flag");
+  const uint32_t n = in.Pod<uint32_t>("conversation messages");
+  if (!in.Need(uint64_t{n} * 8, "conversation messages")) return in.status();
+  for (uint32_t i = 0; i < n && in.ok(); ++i) {
+    std::string role = in.Str("message role");
+    c->messages.emplace_back(std::move(role), in.Str("message content"));
+  }
+  c->text = in.Str("conversation text");
+  return in.status();
+}
+
+absl::Status ReadMeta(In& in, const SnapshotExpect& e, uint32_t version,
+                      SnapshotMeta* m) {
   m->session_id = in.Str("session id");
   m->parent_id = in.Str("parent id");
   m->tenant = in.Str("tenant");
   m->idle_ttl_seconds = in.Pod<uint32_t>("idle ttl");
-  SamplingParams& s = m->sampling;
-  s.temperature = in.Pod<float>("temperature");
-  s.top_k = in.Pod<int32_t>("top_k");
-  s.top_p = in.Pod<float>("top_p");
-  s.seed = in.Pod<uint64_t>("seed");
-  s.max_tokens = in.Pod<int32_t>("max_tokens");
-  const uint32_t n_stop = in.Pod<uint32_t>("stop strings");
-  if (!in.Need(uint64_t{n_stop} * 4, "stop strings")) return in.status();
-  for (uint32_t i = 0; i < n_stop && in.ok(); ++i) {
-    s.stop.push_back(in.Str("stop string"));
-  }
+  if (!in.ok()) return in.status();
+  if (auto st = ReadSampling(in, version, &m->sampling); !st.ok()) return st;
   in.Array(&m->last_logits, "last logits");
+  if (version != kSnapshotVersionV1) {
+    if (auto st = ReadConversation(in, &m->conversation); !st.ok()) return st;
+  }
   if (!in.ok()) return in.status();
   if (m->session_id.empty()) return Corrupt("empty session id");
-  if (auto st = ValidateSamplingParams(s); !st.ok()) {
+  if (auto st = ValidateSamplingParams(m->sampling); !st.ok()) {
     return Corrupt(absl::StrCat("sampling defaults: ", st.message()));
   }
   if (!m->last_logits.empty() && e.vocab_size > 0 &&
@@ -445,37 +486,18 @@ absl::Status ReadMeta(In& in, const SnapshotExpect& e, SnapshotMeta* m) {
   return absl::OkStatus();
 }
 
-// Enum fields are range-checked before the cast; the policy id must be
-// registered (model/kv/policies/registry.cc), so ids stay stable.
-absl::Status SetConfInts(const std::array<int32_t, 16>& v, KvStoreConfig* c) {
-  auto in = [](int32_t x, int32_t lo, int32_t hi) {
-    return x >= lo && x <= hi;
-  };
-  const int32_t dtype = v[12];
-  if (!IsRegisteredPolicy(static_cast<KvPolicy>(v[0])) || !in(v[7], 0, 1) ||
-      !in(v[8], 0, 1) || !in(v[13], 0, 2) || !in(v[14], 0, 1) ||
-      !in(v[15], 0, 1) ||
-      (dtype != static_cast<int32_t>(kernels::DType::kF16) &&
-       dtype != static_cast<int32_t>(kernels::DType::kBF16))) {
-    return Corrupt("KV config enum out of range");
+absl::Status ReadKvSettings(In& in, uint32_t version, KvStoreConfig* c) {
+  if (version == kSnapshotVersionV1) {
+    snapshot_settings::KvIntsV1 ints;
+    for (int32_t& v : ints) v = in.Pod<int32_t>("KV config");
+    const uint64_t seed = in.Pod<uint64_t>("KV config seed");
+    const int64_t max_tokens = in.Pod<int64_t>("KV config max_tokens");
+    if (!in.ok()) return in.status();
+    return snapshot_settings::DecodeKvV1(ints, seed, max_tokens, c);
   }
-  c->policy = static_cast<KvPolicy>(v[0]);
-  c->budget = v[1];
-  c->sink_tokens = v[2];
-  c->tokens_per_cluster = v[3];
-  c->window = v[4];
-  c->kmeans_max_iters = v[5];
-  c->cache_steps = v[6];
-  c->cache_mode = static_cast<CacheMode>(v[7]);
-  c->gqa_selection = static_cast<GqaSelection>(v[8]);
-  c->recent_tokens = v[9];
-  c->dense_layers = v[10];
-  c->quest_page_size = v[11];
-  c->kv_dtype = static_cast<kernels::DType>(dtype);
-  c->metric = static_cast<kernels::cpu::ClusterMetric>(v[13]);
-  c->async_clustering = v[14] != 0;
-  c->build_all_indexes = v[15] != 0;
-  return absl::OkStatus();
+  const std::string record = in.Str("KV settings");
+  if (!in.ok()) return in.status();
+  return snapshot_settings::DecodeKv(record, c);
 }
 
 absl::Status ReadConf(In& in, const SnapshotExpect& e,
@@ -485,12 +507,9 @@ absl::Status ReadConf(In& in, const SnapshotExpect& e,
   s.n_heads = in.Pod<int32_t>("shape");
   s.n_kv_heads = in.Pod<int32_t>("shape");
   s.head_dim = in.Pod<int32_t>("shape");
-  std::array<int32_t, 16> ints;
-  for (int32_t& v : ints) v = in.Pod<int32_t>("KV config");
-  p->config.seed = in.Pod<uint64_t>("KV config seed");
-  p->config.max_tokens = in.Pod<int64_t>("KV config max_tokens");
-  if (!in.ok()) return in.status();
-  if (auto st = SetConfInts(ints, &p->config); !st.ok()) return st;
+  if (auto st = ReadKvSettings(in, header.version, &p->config); !st.ok()) {
+    return st;
+  }
   if (auto st = ValidateKvStoreConfig(p->config); !st.ok()) {
     return Corrupt(absl::StrCat("KV config: ", st.message()));
   }
@@ -504,8 +523,11 @@ absl::Status ReadConf(In& in, const SnapshotExpect& e,
         s.n_layers, s.n_heads, s.n_kv_heads, s.head_dim, w.n_layers, w.n_heads,
         w.n_kv_heads, w.head_dim));
   }
-  if (e.verify_checksums &&
-      StoreFingerprint(s, p->config) != header.store_fingerprint) {
+  const uint64_t fingerprint =
+      header.version == kSnapshotVersionV1
+          ? snapshot_settings::StoreFingerprintV1(s, p->config)
+          : StoreFingerprint(s, p->config);
+  if (e.verify_checksums && fingerprint != header.store_fingerprint) {
     return Mismatch("store parameters differ from the header's fingerprint");
   }
   if (p->config.sink_tokens > e.max_tokens) {
@@ -596,7 +618,7 @@ absl::Status ReadPayload(In& in, const SnapshotExpect& e, const fmt::Header& h,
                          Snapshot* s) {
   auto meta = OpenSection(in, fmt::kMeta, "META");
   if (!meta.ok()) return meta.status();
-  if (auto st = ReadMeta(*meta, e, &s->meta); !st.ok()) return st;
+  if (auto st = ReadMeta(*meta, e, h.version, &s->meta); !st.ok()) return st;
   if (auto st = CloseSection(*meta, "META"); !st.ok()) return st;
   auto conf = OpenSection(in, fmt::kConf, "CONF");
   if (!conf.ok()) return conf.status();
@@ -660,23 +682,9 @@ absl::StatusOr<uint64_t> ModelFingerprint(
 }
 
 uint64_t StoreFingerprint(const KvShape& shape, const KvStoreConfig& c) {
-  const std::array<int64_t, 15> fields = {kSnapshotVersion,
-                                          shape.n_layers,
-                                          shape.n_heads,
-                                          shape.n_kv_heads,
-                                          shape.head_dim,
-                                          static_cast<int64_t>(c.policy),
-                                          c.sink_tokens,
-                                          c.tokens_per_cluster,
-                                          c.window,
-                                          c.kmeans_max_iters,
-                                          c.dense_layers,
-                                          c.quest_page_size,
-                                          static_cast<int64_t>(c.kv_dtype),
-                                          static_cast<int64_t>(c.metric),
-                                          c.build_all_indexes};
-  const uint64_t h = Fnv1a64(kFnvOffset, fields.data(), sizeof(fields));
-  return Fnv1a64(h, &c.seed, sizeof(c.seed));
+  const uint32_t version = kSnapshotVersion;
+  return snapshot_settings::LayoutFingerprint(
+      Fnv1a64(kFnvOffset, &version, sizeof(version)), shape, c);
 }
 
 std::string SerializeSnapshot(const Snapshot& s, uint64_t model_fingerprint) {

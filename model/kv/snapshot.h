@@ -3,17 +3,24 @@
 // and the session's own state, in one versioned, checksummed binary file.
 //
 // Format, little-endian:
-//   header (48 bytes): magic "CKVSNAP\0", u32 version (1), u32 header size
+//   header (48 bytes): magic "CKVSNAP\0", u32 version (2), u32 header size
 //     (48), u64 model fingerprint, u64 store fingerprint, u64 payload size,
 //     u32 CRC-32C of the payload, u32 CRC-32C of the 44 header bytes before.
 //   payload: sections, each u32 tag, u32 reserved (0), u64 length, then
 //     `length` bytes, in this order: META (session id, parent id, tenant,
-//     idle TTL, sampling defaults, last logits), CONF (KV shape and store
-//     config), EDGE (token counts, segment count, sink and tail rows of
-//     every layer), then one SEGM per segment (first position, rows, K and V
-//     of every layer, and per sparse layer and KV head the k-means clusters
-//     (k, centroids, offsets, members) and Quest page bounds).
-//   Arrays are u64 count + elements; strings u32 length + bytes.
+//     idle TTL, sampling defaults as a settings record, stop strings, logit
+//     bias, last logits, chat conversation: u8 active, and when 1: u8
+//     reply_open, u32 count + (role, content) strings, the text), CONF (KV
+//     shape, store config as a settings record), EDGE (token counts, segment
+//     count, sink and tail rows of every layer), then one SEGM per segment
+//     (first position, rows, K and V of every layer, and per sparse layer and
+//     KV head the k-means clusters (k, centroids, offsets, members) and Quest
+//     page bounds).
+//   Arrays are u64 count + elements; strings u32 length + bytes. A settings
+//   record (a string) holds name -> typed value entries of the settings
+//   schema (common/settings_schema.h), read by name: a setting missing from
+//   the file keeps its default, one unknown to the reader is
+//   FAILED_PRECONDITION.
 //
 // Readers check every count and length against the bytes that remain before
 // allocating, so hostile files yield errors: DATA_LOSS for a corrupt or
@@ -24,6 +31,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,8 +42,23 @@
 
 namespace ckv {
 
-inline constexpr uint32_t kSnapshotVersion = 1;
+// The version written. Version 1 stored the settings as positional integers
+// (and no sampling settings besides temperature, top_k, top_p, seed,
+// max_tokens and stop); version 2 as self-describing records
+// (model/kv/snapshot_settings.h). Both are read; a file of any other version
+// is FAILED_PRECONDITION naming its version.
+inline constexpr uint32_t kSnapshotVersion = 2;
+inline constexpr uint32_t kSnapshotVersionV1 = 1;
 inline constexpr size_t kSnapshotHeaderBytes = 48;
+
+// A session's chat conversation (server/session.h Conversation): the
+// messages its tokens were rendered from, replies included.
+struct SnapshotConversation {
+  bool active = false;  // false: the rest is empty
+  std::vector<std::pair<std::string, std::string>> messages;  // role, content
+  std::string text;  // the rendered text of the session's tokens
+  bool reply_open = false;
+};
 
 // The session's state besides its store.
 struct SnapshotMeta {
@@ -43,8 +66,9 @@ struct SnapshotMeta {
   std::string parent_id;
   std::string tenant;
   uint32_t idle_ttl_seconds = 0;
-  SamplingParams sampling;         // the session's defaults
-  std::vector<float> last_logits;  // after the last token (may be empty)
+  SamplingParams sampling;            // the session's defaults
+  std::vector<float> last_logits;     // after the last token (may be empty)
+  SnapshotConversation conversation;  // format version 1: none
 };
 
 struct Snapshot {

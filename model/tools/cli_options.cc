@@ -16,11 +16,21 @@ ABSL_FLAG(std::string, tokens_file, "", "logits: whitespace-separated ids");
 ABSL_FLAG(std::string, positions, "last", "logits: all|last");
 ABSL_FLAG(std::string, prompt, "Once upon a time", "generate: prompt text");
 ABSL_FLAG(std::string, prompt_file, "", "generate: read the prompt from F");
-ABSL_FLAG(int, max_tokens, 64, "generate: tokens to generate at most");
-ABSL_FLAG(double, temperature, 0.0, "generate: 0 = greedy");
-ABSL_FLAG(int, top_k, 40, "generate: top-k (0 = off)");
-ABSL_FLAG(double, top_p, 0.95, "generate: top-p (1 = off)");
-ABSL_FLAG(uint64_t, seed, 1, "sampling seed / make-random seed");
+// Sampling: one flag per scalar setting of the schema
+// (common/settings_schema.h); --seed is also the make-random seed.
+namespace {
+ckv::SamplingParams CliSamplingDefaults() {
+  ckv::SamplingParams p;
+  p.max_tokens = 64;  // a short demo generation
+  p.seed = 1;
+  return p;
+}
+const ckv::SamplingParams kSampling = CliSamplingDefaults();
+}  // namespace
+#define CKV_SAMPLING_FLAG(name, type, range, help) \
+  ABSL_FLAG(type, name, kSampling.name, "generate: " help);
+CKV_SAMPLING_NUMBERS(CKV_SAMPLING_FLAG)
+#undef CKV_SAMPLING_FLAG
 ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings");
 ABSL_FLAG(int, threads, 0, "worker threads (0 = all cores)");
 ABSL_FLAG(int, prefill_chunk, 256, "tokens per prefill step");
@@ -46,29 +56,29 @@ ABSL_FLAG(bool, rope_freqs, false, "make-random: add rope_freqs.weight");
 ABSL_FLAG(std::string, arch, "llama",
           "make-random: llama|qwen2|qwen3|phi3|gemma2|gemma3|chatglm|glm4");
 ABSL_FLAG(bool, tied, false, "make-random: tie output to token_embd");
-// KV store (see model/kv/kv_config.h for the semantics and defaults).
+// KV store: the settings of the schema (common/settings_schema.h), defaults
+// from KvStoreConfig except --policy (full: a dense cache).
+namespace {
+const ckv::KvStoreConfig kKv;
+}  // namespace
 ABSL_FLAG(std::string, policy, "full",
           ckv::JoinPolicyNames("|", /*with_evaluation_only=*/true));
-ABSL_FLAG(int, budget, ckv::KvStoreConfig{}.budget, "selected tokens B");
-ABSL_FLAG(int, sink_tokens, ckv::KvStoreConfig{}.sink_tokens, "sink tokens");
-ABSL_FLAG(int, tokens_per_cluster, ckv::KvStoreConfig{}.tokens_per_cluster,
-          "k = ceil(n / tokens_per_cluster)");
-ABSL_FLAG(int, window, ckv::KvStoreConfig{}.window, "tail segment length");
-ABSL_FLAG(int, kmeans_max_iters, ckv::KvStoreConfig{}.kmeans_max_iters,
-          "k-means iterations at most");
-ABSL_FLAG(int, cache_steps, ckv::KvStoreConfig{}.cache_steps,
-          "R: keep blocks selected in the last R steps (0 = no cache)");
-ABSL_FLAG(std::string, gqa_selection, "per_query_head",
-          "per_query_head|per_kv_head");
-ABSL_FLAG(int, recent_tokens, ckv::KvStoreConfig{}.recent_tokens,
-          "most recent clustered tokens always selected");
-ABSL_FLAG(uint64_t, cluster_seed, ckv::KvStoreConfig{}.seed, "k-means seed");
-ABSL_FLAG(int, dense_layers, ckv::KvStoreConfig{}.dense_layers,
-          "layers below this attend densely");
-ABSL_FLAG(std::string, cluster_metric, "cosine", "cosine|l2|ip (ablation)");
-ABSL_FLAG(bool, async_clustering, true, "cluster on a worker thread");
-ABSL_FLAG(std::string, cache_mode, "zero_copy",
-          "zero_copy (read selected rows in place) | copy (device arena)");
+ABSL_FLAG(std::string, gqa_selection, ckv::GqaSelectionName(kKv.gqa_selection),
+          ckv::settings::KvSettingHelp("gqa_selection"));
+#define CKV_KV_FLAG(name, type, range, fork, help) \
+  ABSL_FLAG(type, name, kKv.name, help);
+CKV_KV_WIRE_NUMBERS(CKV_KV_FLAG)
+#undef CKV_KV_FLAG
+ABSL_FLAG(int, kmeans_max_iters, kKv.kmeans_max_iters,
+          ckv::settings::KvSettingHelp("kmeans_max_iters"));
+ABSL_FLAG(uint64_t, cluster_seed, kKv.seed,
+          ckv::settings::KvSettingHelp("seed"));
+ABSL_FLAG(std::string, cluster_metric, ckv::ClusterMetricName(kKv.metric),
+          ckv::settings::KvSettingHelp("metric"));
+ABSL_FLAG(bool, async_clustering, kKv.async_clustering,
+          ckv::settings::KvSettingHelp("async_clustering"));
+ABSL_FLAG(std::string, cache_mode, ckv::CacheModeName(kKv.cache_mode),
+          ckv::settings::KvSettingHelp("cache_mode"));
 
 namespace ckv {
 namespace {
@@ -95,19 +105,15 @@ absl::Status ReadKvFlags(CliOptions& o) {
   auto metric = ParseClusterMetric(absl::GetFlag(FLAGS_cluster_metric));
   if (!metric.ok()) return metric.status();
   c.metric = *metric;
-  c.budget = absl::GetFlag(FLAGS_budget);
-  c.sink_tokens = absl::GetFlag(FLAGS_sink_tokens);
-  c.tokens_per_cluster = absl::GetFlag(FLAGS_tokens_per_cluster);
-  c.window = absl::GetFlag(FLAGS_window);
-  c.kmeans_max_iters = absl::GetFlag(FLAGS_kmeans_max_iters);
-  c.cache_steps = absl::GetFlag(FLAGS_cache_steps);
-  c.recent_tokens = absl::GetFlag(FLAGS_recent_tokens);
-  c.seed = absl::GetFlag(FLAGS_cluster_seed);
-  c.dense_layers = absl::GetFlag(FLAGS_dense_layers);
-  c.async_clustering = absl::GetFlag(FLAGS_async_clustering);
   auto mode = ParseCacheMode(absl::GetFlag(FLAGS_cache_mode));
   if (!mode.ok()) return mode.status();
   c.cache_mode = *mode;
+#define CKV_READ(name, ...) c.name = absl::GetFlag(FLAGS_##name);
+  CKV_KV_WIRE_NUMBERS(CKV_READ)
+#undef CKV_READ
+  c.kmeans_max_iters = absl::GetFlag(FLAGS_kmeans_max_iters);
+  c.seed = absl::GetFlag(FLAGS_cluster_seed);
+  c.async_clustering = absl::GetFlag(FLAGS_async_clustering);
   c.max_tokens = o.max_context;
   // The host tier is F16 or BF16; an F32 request keeps F16 there.
   c.kv_dtype = o.kv_type == kernels::DType::kBF16 ? kernels::DType::kBF16
@@ -150,11 +156,9 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
   auto kv = ParseDType(absl::GetFlag(FLAGS_kv_type), false);
   if (!kv.ok()) return kv.status();
   o.kv_type = *kv;
-  o.sampling.max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  o.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
-  o.sampling.top_k = absl::GetFlag(FLAGS_top_k);
-  o.sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
-  o.sampling.seed = absl::GetFlag(FLAGS_seed);
+#define CKV_READ(name, ...) o.sampling.name = absl::GetFlag(FLAGS_##name);
+  CKV_SAMPLING_NUMBERS(CKV_READ)
+#undef CKV_READ
   o.sampling.stop = absl::GetFlag(FLAGS_stop);
   if (auto s = ValidateSamplingParams(o.sampling); !s.ok()) return s;
   int threads = absl::GetFlag(FLAGS_threads);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flag_spelling.h"
+#include "common/settings_schema.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "model/generation.h"
@@ -177,18 +178,19 @@ constexpr char kUsageCommands[] =
     "      [--eos-token S] [--date YYYY-MM-DD]: the chat template's text\n"
     "Every command: --kernels auto|scalar|avx2|avx512 (scalar: reference "
     "path)\n";
-constexpr char kUsageKvFlags[] =
-    "  --budget B --sink-tokens N --tokens-per-cluster N --window N\n"
-    "  --kmeans-max-iters N --cache-steps R --gqa-selection per_query_head|\n"
-    "  per_kv_head --recent-tokens N --cluster-seed S --dense-layers N\n"
-    "  --cluster-metric cosine|l2|ip --async-clustering=true|false\n";
+// The engine-only KV flags (the request ones come from the schema).
+constexpr char kUsageEngineKvFlags[] =
+    "  --kmeans-max-iters N --cluster-seed S --async-clustering=true|false\n";
 
 // The policy names come from the registry (oracle: evaluation only).
 const std::string& Usage() {
   static const std::string* usage = new std::string(absl::StrCat(
       kUsageCommands, "KV store flags (generate, logits, recall):\n  --policy ",
-      JoinPolicyNames("|", /*with_evaluation_only=*/true), "\n",
-      kUsageKvFlags));
+      JoinPolicyNames("|", /*with_evaluation_only=*/true), "\n  ",
+      settings::KvRequestFlagsUsage(), "\n  --cluster-metric ",
+      settings::JoinNames(settings::kClusterMetricNames, "|"), " --cache-mode ",
+      settings::JoinNames(settings::kCacheModeNames, "|"), "\n",
+      kUsageEngineKvFlags));
   return *usage;
 }
 

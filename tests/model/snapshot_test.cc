@@ -14,6 +14,7 @@
 
 #include "model/kv/checksum.h"
 #include "model/kv/policies/registry.h"
+#include "model/kv/snapshot_settings.h"
 #include "model/model.h"
 #include "model/transformer.h"
 #include "tests/model/test_util.h"
@@ -183,9 +184,9 @@ INSTANTIATE_TEST_SUITE_P(Policies, SnapshotPolicyTest,
                            return std::string(KvPolicyName(info.param));
                          });
 
-// Files written before the policies moved behind the registry
-// (tests/model/testdata/snapshots/README.md) load, restore and select as a
-// store built now; the writer still produces the same bytes.
+// Files of format version 1, written before the policies moved behind the
+// registry (tests/model/testdata/snapshots/README.md), load, restore and
+// select as a store built now.
 TEST(SnapshotTest, FilesOfFormatVersion1StillLoad) {
   struct Golden {
     const char* file;
@@ -210,8 +211,11 @@ TEST(SnapshotTest, FilesOfFormatVersion1StillLoad) {
     KvStoreConfig c = SmallConfig(g.policy);
     c.build_all_indexes = g.all_indexes;
     auto fresh = MakeStore(c, &worker);
-    EXPECT_TRUE(SerializeSnapshot(SnapshotOf(*fresh), kModelFp) == bytes)
-        << "the writer's bytes changed";
+    // Everything version 1 held is read: written again (current format) it
+    // gives the bytes of the store built now.
+    EXPECT_TRUE(SerializeSnapshot(*read, kModelFp) ==
+                SerializeSnapshot(SnapshotOf(*fresh), kModelFp))
+        << "a version 1 file reads differently";
     auto restored = RoundTrip(bytes, &worker);
     ASSERT_NE(restored, nullptr);
     EXPECT_EQ(restored->num_tokens(), fresh->num_tokens());
@@ -222,6 +226,247 @@ TEST(SnapshotTest, FilesOfFormatVersion1StillLoad) {
       }
     }
   }
+}
+
+// A KV config and sampling defaults with every setting of the schema away
+// from its default (and valid).
+Snapshot EverySettingChanged(ClusterWorker* worker) {
+  KvStoreConfig c = SmallConfig(KvPolicy::kQuest);
+  c.budget = 20;
+  c.sink_tokens = 3;
+  c.tokens_per_cluster = 7;
+  c.window = 12;
+  c.kmeans_max_iters = 9;
+  c.cache_steps = 3;
+  c.cache_mode = CacheMode::kCopy;
+  c.gqa_selection = GqaSelection::kPerKvHead;
+  c.recent_tokens = 5;
+  c.seed = 0xfeedbeefcafeULL;
+  c.dense_layers = 2;
+  c.quest_page_size = 8;
+  c.kv_dtype = kernels::DType::kBF16;
+  c.metric = kernels::cpu::ClusterMetric::kL2;
+  c.async_clustering = false;
+  c.build_all_indexes = true;
+  Snapshot s = SnapshotOf(*MakeStore(c, worker));
+  SamplingParams& p = s.meta.sampling;
+  p.temperature = 0.7f;
+  p.top_k = 12;
+  p.top_p = 0.8f;
+  p.seed = 0xabcdef0123456789ULL;
+  p.max_tokens = 99;
+  p.ignore_eos = true;
+  p.min_p = 0.05f;
+  p.repetition_penalty = 1.3f;
+  p.frequency_penalty = -0.5f;
+  p.presence_penalty = 0.25f;
+  p.penalty_last_n = 32;
+  p.logprobs = 3;
+  p.logit_bias = {{2, -1.5f}, {7, 4.0f}};
+  SnapshotConversation& chat = s.meta.conversation;
+  chat.active = true;
+  chat.messages = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", ""}};
+  chat.text = "<|im_start|>system\nBe brief.<|im_end|>\n...";
+  chat.reply_open = true;
+  return s;
+}
+
+// Every KV setting of the schema, compared by walking its lists.
+void ExpectSameKvSettings(const KvStoreConfig& a, const KvStoreConfig& b) {
+#define CKV_EXPECT(name, ...) EXPECT_TRUE(a.name == b.name) << #name;
+  CKV_KV_WIRE_NAMES(CKV_EXPECT)
+  CKV_KV_ENGINE_NAMES(CKV_EXPECT)
+  CKV_KV_WIRE_NUMBERS(CKV_EXPECT)
+  CKV_KV_ENGINE_NUMBERS(CKV_EXPECT)
+#undef CKV_EXPECT
+}
+
+// Every setting of the schema (common/settings_schema.h) survives the
+// current format: the comparison walks the schema's own lists, so a new
+// setting is covered by adding it there.
+TEST(SnapshotTest, EverySettingRoundTrips) {
+  ClusterWorker worker;
+  const Snapshot s = EverySettingChanged(&worker);
+  auto read = ParseSnapshot(SerializeSnapshot(s, kModelFp), Expect());
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSameKvSettings(s.store.config, read->store.config);
+  const SamplingParams &p = s.meta.sampling, &q = read->meta.sampling;
+#define CKV_EXPECT(name, ...) EXPECT_EQ(p.name, q.name) << #name;
+  CKV_SAMPLING_NUMBERS(CKV_EXPECT)
+#undef CKV_EXPECT
+  EXPECT_EQ(p.stop, q.stop);
+  EXPECT_EQ(p.logit_bias, q.logit_bias);
+  const SnapshotConversation &x = s.meta.conversation,
+                             &y = read->meta.conversation;
+  EXPECT_TRUE(y.active);
+  EXPECT_EQ(x.messages, y.messages);
+  EXPECT_EQ(x.text, y.text);
+  EXPECT_TRUE(y.reply_open);
+  auto restored = ClusteredKvStore::Restore(std::move(read->store), &worker);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+}
+
+// Appends the current format's section `tag` of `bytes` (from byte `at`,
+// advanced past it) to `out`, with `body` in place of its body when given.
+void CopySection(const std::string& bytes, size_t* at, std::string* out,
+                 const std::string* body = nullptr) {
+  uint64_t len = 0;
+  std::memcpy(&len, bytes.data() + *at + 8, 8);
+  if (body == nullptr) {
+    out->append(bytes, *at, 16 + len);
+  } else {
+    out->append(bytes, *at, 8);
+    const uint64_t n = body->size();
+    out->append(reinterpret_cast<const char*>(&n), 8);
+    out->append(*body);
+  }
+  *at += 16 + len;
+}
+
+template <class T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+void PutStr(std::string* out, const std::string& v) {
+  Put(out, static_cast<uint32_t>(v.size()));
+  out->append(v);
+}
+
+// The snapshot of `s` in format version 1, written here field by field (its
+// META and CONF as that version laid them out; EDGE and SEGM did not change).
+std::string VersionOneBytes(const Snapshot& s) {
+  const std::string now = SerializeSnapshot(s, kModelFp);
+  const SnapshotMeta& m = s.meta;
+  std::string meta;
+  PutStr(&meta, m.session_id);
+  PutStr(&meta, m.parent_id);
+  PutStr(&meta, m.tenant);
+  Put(&meta, m.idle_ttl_seconds);
+  Put(&meta, m.sampling.temperature);
+  Put(&meta, int32_t{m.sampling.top_k});
+  Put(&meta, m.sampling.top_p);
+  Put(&meta, m.sampling.seed);
+  Put(&meta, int32_t{m.sampling.max_tokens});
+  Put(&meta, static_cast<uint32_t>(m.sampling.stop.size()));
+  for (const std::string& stop : m.sampling.stop) PutStr(&meta, stop);
+  Put(&meta, static_cast<uint64_t>(m.last_logits.size()));
+  for (float x : m.last_logits) Put(&meta, x);
+  const KvStoreConfig& c = s.store.config;
+  const KvShape& sh = s.store.shape;
+  std::string conf;
+  for (int32_t v : {sh.n_layers,
+                    sh.n_heads,
+                    sh.n_kv_heads,
+                    sh.head_dim,
+                    static_cast<int32_t>(c.policy),
+                    c.budget,
+                    c.sink_tokens,
+                    c.tokens_per_cluster,
+                    c.window,
+                    c.kmeans_max_iters,
+                    c.cache_steps,
+                    static_cast<int32_t>(c.cache_mode),
+                    static_cast<int32_t>(c.gqa_selection),
+                    c.recent_tokens,
+                    c.dense_layers,
+                    c.quest_page_size,
+                    static_cast<int32_t>(c.kv_dtype),
+                    static_cast<int32_t>(c.metric),
+                    static_cast<int32_t>(c.async_clustering),
+                    static_cast<int32_t>(c.build_all_indexes)}) {
+    Put(&conf, v);
+  }
+  Put(&conf, c.seed);
+  Put(&conf, c.max_tokens);
+  std::string payload;
+  size_t at = kSnapshotHeaderBytes;
+  CopySection(now, &at, &payload, &meta);
+  CopySection(now, &at, &payload, &conf);
+  payload.append(now, at, std::string::npos);  // EDGE, SEGM
+  std::string out(kSnapshotHeaderBytes, '\0');
+  std::memcpy(out.data(), "CKVSNAP", 8);
+  const uint32_t version = 1, header = kSnapshotHeaderBytes;
+  const uint64_t store_fp = snapshot_settings::StoreFingerprintV1(sh, c);
+  const uint64_t payload_bytes = payload.size();
+  const uint32_t payload_crc = Crc32c(0, payload.data(), payload.size());
+  std::memcpy(out.data() + 8, &version, 4);
+  std::memcpy(out.data() + 12, &header, 4);
+  std::memcpy(out.data() + 16, &kModelFp, 8);
+  std::memcpy(out.data() + 24, &store_fp, 8);
+  std::memcpy(out.data() + 32, &payload_bytes, 8);
+  std::memcpy(out.data() + 40, &payload_crc, 4);
+  const uint32_t header_crc = Crc32c(0, out.data(), kSnapshotHeaderBytes - 4);
+  std::memcpy(out.data() + 44, &header_crc, 4);
+  return out + payload;
+}
+
+// A version 1 file built here loads: its settings, sampling fields and
+// selections are those of the store it was written from; the sampling
+// settings version 1 did not hold keep their defaults.
+TEST(SnapshotTest, HandBuiltVersionOneFileLoads) {
+  ClusterWorker worker;
+  Snapshot s = EverySettingChanged(&worker);
+  const std::string v1 = VersionOneBytes(s);
+  uint32_t version = 0;
+  std::memcpy(&version, v1.data() + 8, 4);
+  ASSERT_EQ(version, 1u);
+  auto read = ParseSnapshot(v1, Expect());
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSameKvSettings(s.store.config, read->store.config);
+  const SamplingParams& q = read->meta.sampling;
+  EXPECT_EQ(q.temperature, s.meta.sampling.temperature);
+  EXPECT_EQ(q.top_k, s.meta.sampling.top_k);
+  EXPECT_EQ(q.seed, s.meta.sampling.seed);
+  EXPECT_EQ(q.stop, s.meta.sampling.stop);
+  EXPECT_EQ(q.min_p, SamplingParams{}.min_p);
+  EXPECT_TRUE(q.logit_bias.empty());
+  EXPECT_FALSE(read->meta.conversation.active);  // version 1 had none
+  EXPECT_EQ(read->meta.last_logits, s.meta.last_logits);
+  auto restored = ClusteredKvStore::Restore(std::move(read->store), &worker);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  auto original = ClusteredKvStore::Restore(std::move(s.store), &worker);
+  ASSERT_TRUE(original.ok()) << original.status();
+  for (int layer = 0; layer < kShape.n_layers; ++layer) {
+    EXPECT_EQ(Selected(**restored, layer, 5), Selected(**original, layer, 5));
+  }
+  // A flipped config byte of version 1 is caught like any other.
+  std::string bad = v1;
+  bad[bad.size() / 2] ^= 1;
+  EXPECT_EQ(ParseSnapshot(bad, Expect()).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+// A settings record is read by name: a missing setting keeps its default,
+// an unknown one is FAILED_PRECONDITION, a wrong kind DATA_LOSS.
+TEST(SnapshotSettingsTest, RecordIsReadByName) {
+  auto record = [](const std::vector<std::pair<std::string, int64_t>>& ints) {
+    std::string r;
+    Put(&r, static_cast<uint32_t>(ints.size()));
+    for (const auto& [name, v] : ints) {
+      PutStr(&r, name);
+      r.push_back('i');
+      Put(&r, v);
+    }
+    return r;
+  };
+  KvStoreConfig c;
+  ASSERT_TRUE(snapshot_settings::DecodeKv(record({{"budget", 77}}), &c).ok());
+  EXPECT_EQ(c.budget, 77);
+  EXPECT_EQ(c.window, KvStoreConfig{}.window);
+  const absl::Status unknown =
+      snapshot_settings::DecodeKv(record({{"future_knob", 1}}), &c);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kFailedPrecondition) << unknown;
+  EXPECT_NE(unknown.message().find("future_knob"), std::string::npos);
+  EXPECT_EQ(snapshot_settings::DecodeKv(record({{"policy", 1}}), &c).code(),
+            absl::StatusCode::kDataLoss);  // a name, not a number
+  EXPECT_EQ(
+      snapshot_settings::DecodeKv(record({{"budget", int64_t{1} << 40}}), &c)
+          .code(),
+      absl::StatusCode::kDataLoss);  // does not fit an int
+  EXPECT_EQ(
+      snapshot_settings::DecodeKv(record({{"budget", 1}, {"budget", 2}}), &c)
+          .code(),
+      absl::StatusCode::kDataLoss);
 }
 
 TEST(SnapshotTest, EmptyAndSinkOnlyStores) {
@@ -312,8 +557,10 @@ TEST(SnapshotTest, MismatchesAreFailedPrecondition) {
   // Store fingerprint at byte 24, version at byte 8.
   expect_mismatch(ParseSnapshot(PatchHeader(bytes, 24, 42, 8), e),
                   "store parameters");
-  expect_mismatch(ParseSnapshot(PatchHeader(bytes, 8, 2, 4), e),
-                  "format version 2");
+  expect_mismatch(ParseSnapshot(PatchHeader(bytes, 8, 3, 4), e),
+                  "format version 3");
+  expect_mismatch(ParseSnapshot(PatchHeader(bytes, 8, 0, 4), e),
+                  "format version 0");
   SnapshotExpect small_limit = e;
   small_limit.max_tokens = 10;
   expect_mismatch(ParseSnapshot(bytes, small_limit), "max_session_tokens");

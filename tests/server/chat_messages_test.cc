@@ -4,6 +4,7 @@
 // call appends only its new turn, giving the same tokens as a fresh session
 // prefilled with the whole rendered conversation; generation stops at
 // <|im_end|>; bad messages and a model without a template are refused.
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -202,12 +203,34 @@ class ChatMessagesTest : public ::testing::Test {
   // prefilled with the whole rendered conversation.
   void CheckFollowUpMatchesFresh(bool end_turn);
 
+  // After kDoc, question q1 answered by `reply` and question q2 answered by
+  // r2 (4 tokens): the session held what a fresh session prefilled with
+  // the rendered conversation holds, and went on as that session does.
+  void ExpectSecondTurnMatchesFresh(const Turns& q1,
+                                    const std::vector<int32_t>& reply,
+                                    const Turns& q2, const Reply& r2);
+
   std::unique_ptr<ClusterKvServer> server_;
   std::unique_ptr<v1::ClusterKv::Stub> stub_;
 };
 
 const Turns kDoc = {{"system", "Answer from the document."},
                     {"user", "Document: clustered keys recall what matters."}};
+
+void ChatMessagesTest::ExpectSecondTurnMatchesFresh(
+    const Turns& q1, const std::vector<int32_t>& reply, const Turns& q2,
+    const Reply& r2) {
+  Turns all = kDoc;
+  all.push_back(q1[0]);
+  all.push_back({"assistant", Detokenize(reply)});
+  all.push_back(q2[0]);
+  const std::string b = Create();
+  v1::PrefillSummary sb;
+  ASSERT_TRUE(PrefillText(b, Render(all, true), &sb).ok());
+  EXPECT_EQ(r2.summary.session_tokens() - r2.summary.generated_tokens(),
+            sb.session_tokens());
+  EXPECT_EQ(DecodeOnly(b, Sampling(4)).ids, r2.ids);
+}
 
 TEST_F(ChatMessagesTest, ServerInfoTellsTheModelHasATemplate) {
   ClientContext ctx;
@@ -321,16 +344,32 @@ TEST_F(ChatMessagesTest, ADecodeWithoutInputExtendsTheReply) {
 
   std::vector<int32_t> reply = r1.ids;
   reply.insert(reply.end(), r1b.ids.begin(), r1b.ids.end());
-  Turns all = kDoc;
-  all.push_back(q1[0]);
-  all.push_back({"assistant", Detokenize(reply)});
-  all.push_back(q2[0]);
-  const std::string b = Create();
-  v1::PrefillSummary sb;
-  ASSERT_TRUE(PrefillText(b, Render(all, true), &sb).ok());
-  EXPECT_EQ(r2.summary.session_tokens() - r2.summary.generated_tokens(),
-            sb.session_tokens());
-  EXPECT_EQ(DecodeOnly(b, Sampling(4)).ids, r2.ids);
+  ExpectSecondTurnMatchesFresh(q1, reply, q2, r2);
+}
+
+// The conversation is in the session's snapshot: restored after a restart,
+// the session takes a follow-up that sends only the new turn, and holds the
+// tokens of a fresh session prefilled with the whole conversation.
+TEST_F(ChatMessagesTest, RestoredSessionContinuesTheConversation) {
+  const std::string dir = ckv::testing::TempPath("chat_snapshots");
+  std::filesystem::remove_all(dir);
+  ServerConfig config = testing::SmallServerConfig(ChatModelPath());
+  config.snapshot_dir = dir;
+  Start(config);
+  const std::string a = Create();
+  ASSERT_TRUE(PrefillChat(a, kDoc, false).ok());
+  const Turns q1 = {{"user", "What is recalled?"}};
+  const Reply r1 = DecodeChat(a, q1, Sampling(3));
+  ASSERT_TRUE(r1.status.ok());
+  Start(config);  // the first server drains: its idle session is written
+  ASSERT_TRUE(std::filesystem::exists(dir));
+  const Turns q2 = {{"user", "More?"}};
+  const Reply r2 = DecodeChat(a, q2, Sampling(4));
+  ASSERT_TRUE(r2.status.ok()) << r2.status.error_message();
+
+  ExpectSecondTurnMatchesFresh(q1, r1.ids, q2, r2);
+  server_.reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ChatMessagesTest, RawInputEndsTheConversation) {

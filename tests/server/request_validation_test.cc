@@ -6,7 +6,9 @@
 // no message quotes more than a short, escaped prefix of client text.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -68,6 +70,56 @@ TEST(RequestValidationTest, EveryKvFieldIsRangeChecked) {
   auto kv = MergeKvConfig(KvStoreConfig{}, edge, kLayers);
   ASSERT_TRUE(kv.ok()) << kv.status();
   EXPECT_EQ(kv->dense_layers, kLayers);
+}
+
+// Driven by the settings schema (common/settings_schema.h): every numeric
+// wire setting is refused just outside each finite end of its range, with
+// the schema's wording, so a new entry is checked without a new case here.
+TEST(RequestValidationTest, EverySchemaRangeIsEnforced) {
+  auto outside = [](const settings::Range& r, bool lower) {
+    return lower ? r.lo - 1 : r.hi + 1;
+  };
+#define CKV_CASES(prefix, Message, merge, name, type, range)            \
+  for (bool lower : {true, false}) {                                    \
+    const double v = outside(range, lower);                             \
+    if (!std::isfinite(v) || std::is_same_v<type, bool> ||              \
+        v > static_cast<double>(std::numeric_limits<type>::max()) ||    \
+        v < static_cast<double>(std::numeric_limits<type>::lowest())) { \
+      continue;                                                         \
+    }                                                                   \
+    Message p;                                                          \
+    p.set_##name(static_cast<type>(v));                                 \
+    const absl::Status s = merge(p);                                    \
+    ExpectInvalid(s, prefix #name);                                     \
+    EXPECT_TRUE(absl::StrContains(                                      \
+        s.message(),                                                    \
+        settings::RangeRule(range, !std::is_floating_point_v<type>)))   \
+        << s.message();                                                 \
+  }
+#define CKV_KV_CASES(name, type, range, fork, help) \
+  CKV_CASES("kv.", v1::KvConfig, Kv, name, type, range)
+#define CKV_SAMPLING_CASES(name, type, range, help) \
+  CKV_CASES("sampling.", v1::SamplingParams, Sampling, name, type, range)
+  CKV_KV_WIRE_NUMBERS(CKV_KV_CASES)
+  CKV_SAMPLING_NUMBERS(CKV_SAMPLING_CASES)
+#undef CKV_SAMPLING_CASES
+#undef CKV_KV_CASES
+#undef CKV_CASES
+}
+
+// The token-count limit (kMaxTokenSetting) binds requests and the server's
+// flags; the engine takes larger counts (budget = INT32_MAX: select all).
+TEST(RequestValidationTest, TokenCountLimitBindsRequestsOnly) {
+  KvStoreConfig big;
+  big.budget = std::numeric_limits<int32_t>::max();
+  EXPECT_TRUE(ValidateKvStoreConfig(big).ok());
+  v1::KvConfig p;
+  p.set_budget(std::numeric_limits<int32_t>::max());
+  ExpectInvalid(Kv(p), "kv.budget");
+  SamplingParams s;
+  s.max_tokens = (1 << 20) + 1;
+  EXPECT_TRUE(ValidateSamplingParams(s).ok());
+  ExpectInvalid(ValidateSampling(s), "sampling.max_tokens");
 }
 
 TEST(RequestValidationTest, ServerDefaultBeyondTheModelIsEveryLayer) {

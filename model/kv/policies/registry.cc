@@ -121,4 +121,13 @@ absl::StatusOr<KvPolicy> ParseKvPolicy(const std::string& name) {
                    JoinPolicyNames(", ", /*with_evaluation_only=*/true), ")"));
 }
 
+absl::StatusOr<KvPolicy> ParseServedKvPolicy(const std::string& name) {
+  for (const PolicyInfo& p : RegisteredPolicies()) {
+    if (name == p.name && !p.evaluation_only) return p.id;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown policy '", name, "' (a server serves ",
+                   JoinPolicyNames(", ", /*with_evaluation_only=*/false), ")"));
+}
+
 }  // namespace ckv
