@@ -2,7 +2,7 @@
 # CPU benchmarks: builds engine_bench, cluster_bench and service_bench, runs
 # them with their default (full) settings -> bench/results/engine.json (+
 # engine.png), bench/results/cluster.json (+ recall_vs_budget.png,
-# step_time_vs_context.png, overhead.png) and bench/results/service.json (+
+# step_time_vs_context.png, overhead.png, text_quality.png) and bench/results/service.json (+
 # service.png; the in-process server's request log goes to service.log).
 # Run on a quiet machine: engine_bench takes minutes, cluster_bench about 20
 # minutes and service_bench about 3 minutes on 2 cores (other load skews the
@@ -49,8 +49,10 @@ if [ "${SKIP_MATVEC_BENCH:-0}" != 1 ]; then
 fi
 if [ "${SKIP_CLUSTER_BENCH:-0}" != 1 ]; then
   # shellcheck disable=SC2086  # CLUSTER_BENCH_FLAGS is a list of flags
+  # text: the trained demo model on its held-out text (models/).
   "$BUILD_DIR/bench/cluster_bench" --work-dir "$OUT_DIR" \
-    --json "$OUT_DIR/cluster.json" ${CLUSTER_BENCH_FLAGS:-} |
+    --workloads keys,engine,text --json "$OUT_DIR/cluster.json" \
+    ${CLUSTER_BENCH_FLAGS:-} |
     tee "$OUT_DIR/cluster.txt"
   if [ -n "$PY" ]; then
     "$PY" bench/plot_cluster.py "$OUT_DIR/cluster.json"

@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
-# The README's main job: set up and build if needed, make the built-in demo
-# model (random weights: its answers are meaningless words), start
-# clusterkv-server, prefill a long document once and ask several questions
-# concurrently with `clusterkv qa`, show the metrics address, stop the server.
-# Usage: scripts/demo.sh [MODEL.gguf] [DOCUMENT]
+# The README's main job: set up and build if needed, start clusterkv-server
+# on the built-in demo model, prefill a long document once and continue it
+# several ways concurrently with `clusterkv qa` (forks of one prefill), show
+# the metrics address, stop the server.
+# The demo model (models/kjv-llama.gguf) is the project's own small model
+# with real attention, trained on the King James Bible by scripts/train/:
+# it continues text in that style (it is not instruction-tuned).
+# Usage: scripts/demo.sh [--random] [MODEL.gguf] [DOCUMENT]
+#   --random: a random-weight model instead (meaningless words)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+RANDOM_MODEL=0
+if [ "${1:-}" = "--random" ]; then
+  RANDOM_MODEL=1
+  shift
+fi
 ./scripts/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build --target clusterkv-model clusterkv-server clusterkv
 
 MODEL=${1:-}
-DOC=${2:-/usr/share/common-licenses/GPL-3}
-if [ -z "$MODEL" ]; then
+DOC=${2:-}
+# Continuations of the document, asked concurrently through forks.
+PROMPTS=("And I saw" "Blessed are they that" "And the angel said unto me,")
+if [ -z "$MODEL" ] && [ "$RANDOM_MODEL" = 1 ]; then
   MODEL=build/demo/demo-model.gguf
+  DOC=${DOC:-/usr/share/common-licenses/GPL-3}
+  PROMPTS=("What does this license allow?" "Who may distribute copies?"
+           "What must accompany object code?")
   if [ ! -f "$MODEL" ]; then
     mkdir -p build/demo
     # The Llama-3 vocabulary makes random weights print words, not bytes.
@@ -23,9 +37,15 @@ if [ -z "$MODEL" ]; then
       --dim 512 --heads 8 --kv-heads 2 --ffn 1536 --dtype f16 --seed 7 \
       --vocab "$VOCAB"
   fi
-  echo "demo: NOTE the demo model has random weights; its answers are" \
-       "meaningless text. Pass a real GGUF model as the first argument."
+  echo "demo: NOTE the --random model has random weights; its answers are" \
+       "meaningless text."
+elif [ -z "$MODEL" ]; then
+  MODEL=models/kjv-llama.gguf
+  DOC=${DOC:-models/demo-document.txt}
+  echo "demo: model $MODEL: 4 layers trained on the King James Bible" \
+       "(scripts/train/); it continues the document in that style."
 fi
+DOC=${DOC:-/usr/share/common-licenses/GPL-3}
 [ -f "$DOC" ] || { echo "demo: document $DOC not found" >&2; exit 1; }
 
 METRICS=127.0.0.1:9464
@@ -53,10 +73,10 @@ for _ in $(seq 1 300); do
 done
 "${CLIENT[@]}" info
 echo "demo: metrics at http://$METRICS/metrics"
+QUESTIONS=()
+for p in "${PROMPTS[@]}"; do QUESTIONS+=(--question "$p"); done
 "${CLIENT[@]}" qa --doc "$DOC" --max-tokens 40 --temperature 0.7 --seed 1 \
-  --question "What does this license allow?" \
-  --question "Who may distribute copies?" \
-  --question "What must accompany object code?"
+  "${QUESTIONS[@]}"
 echo "demo: server metrics (excerpt):"
 curl -s "http://$METRICS/metrics" 2>/dev/null | grep -E \
   '^clusterkv_(prompt|generated)_tokens_total|^clusterkv_requests_total' \
