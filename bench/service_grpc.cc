@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "bench/loopback_server.h"
 #include "grpcpp/grpcpp.h"
 
 namespace ckv::bench {
@@ -13,8 +14,6 @@ namespace {
 
 namespace v1 = ::clusterkv::v1;
 using Stub = v1::ClusterKv::Stub;
-
-constexpr auto kConnectTimeout = std::chrono::seconds(10);
 
 absl::Status ToAbsl(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
@@ -146,21 +145,10 @@ GrpcMode::~GrpcMode() {
   server_.reset();  // drains before the metrics registry goes
 }
 
-// Separate channels share one connection unless each has its own subchannel
-// pool; real clients would not share one.
 absl::Status GrpcMode::Connect(int channels) {
-  const std::string target = absl::StrCat("127.0.0.1:", server_->port());
-  for (int i = 0; i < channels; ++i) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto channel = grpc::CreateCustomChannel(
-        target, grpc::InsecureChannelCredentials(), args);
-    if (!channel->WaitForConnected(std::chrono::system_clock::now() +
-                                   kConnectTimeout)) {
-      return absl::UnavailableError(absl::StrCat("cannot connect to ", target));
-    }
-    stubs_.push_back(v1::ClusterKv::NewStub(channel));
-  }
+  auto stubs = ConnectStubs(server_->port(), channels);
+  if (!stubs.ok()) return stubs.status();
+  stubs_ = *std::move(stubs);
   return absl::OkStatus();
 }
 

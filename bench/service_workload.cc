@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "bench/loopback_server.h"
 
 namespace ckv::bench {
 namespace {
@@ -58,15 +59,8 @@ Workload MakeWorkload(const ServiceBenchOptions& o, const Model& model,
 
 server::ServerConfig BenchServerConfig(const ServiceBenchOptions& o,
                                        const std::string& model_path) {
-  server::ServerConfig c;
-  c.model_path = model_path;
-  c.listen_address = "127.0.0.1:0";
-  c.metrics_address = "";
-  c.threads =
-      o.threads > 0
-          ? o.threads
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  c.prefill_chunk = o.prefill_chunk;
+  server::ServerConfig c =
+      LoopbackServerConfig(model_path, o.threads, o.prefill_chunk);
   c.kv.policy = o.policy;
   c.kv.budget = o.budget;
   c.limits.max_sessions = std::max(c.limits.max_sessions, o.max_sessions());

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "bench/loopback_server.h"
 #include "clusterkv/v1/clusterkv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/server_runner.h"
@@ -21,7 +22,6 @@ namespace v1 = ::clusterkv::v1;
 using Stub = v1::ClusterKv::Stub;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kConnectTimeout = std::chrono::seconds(10);
 // Tokens the loaded decode produces before the work starts and after it ends.
 constexpr int kMarginTokens = 8;
 constexpr int kSampleWords = 2000;  // words tokenized to calibrate the text
@@ -159,15 +159,8 @@ class StallRun {
 
 absl::Status StallRun::Start(const StallOptions& o,
                              const std::string& model_path) {
-  server::ServerConfig c;
-  c.model_path = model_path;
-  c.listen_address = "127.0.0.1:0";
-  c.metrics_address = "";
-  c.threads =
-      o.threads > 0
-          ? o.threads
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  c.prefill_chunk = o.prefill_chunk;
+  server::ServerConfig c =
+      LoopbackServerConfig(model_path, o.threads, o.prefill_chunk);
   c.snapshot_dir = o.work_dir + "/stall_snapshots";
   std::error_code ignored;  // the previous run's drain snapshots
   std::filesystem::remove_all(c.snapshot_dir, ignored);
@@ -175,18 +168,9 @@ absl::Status StallRun::Start(const StallOptions& o,
   auto server = server::ClusterKvServer::Start(c, nullptr);
   if (!server.ok()) return server.status();
   server_ = *std::move(server);
-  const std::string target = absl::StrCat("127.0.0.1:", server_->port());
-  for (int i = 0; i < 3; ++i) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto channel = grpc::CreateCustomChannel(
-        target, grpc::InsecureChannelCredentials(), args);
-    if (!channel->WaitForConnected(std::chrono::system_clock::now() +
-                                   kConnectTimeout)) {
-      return absl::UnavailableError(absl::StrCat("cannot connect to ", target));
-    }
-    stubs_.push_back(v1::ClusterKv::NewStub(channel));
-  }
+  auto stubs = ConnectStubs(server_->port(), 3);
+  if (!stubs.ok()) return stubs.status();
+  stubs_ = *std::move(stubs);
   return absl::OkStatus();
 }
 
