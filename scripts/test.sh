@@ -25,8 +25,10 @@ ctest --test-dir build --output-on-failure -j "$JOBS" \
 SAN_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1"
           -DCLUSTERKV_CUDA=OFF -DCLUSTERKV_BENCH=OFF -DCLUSTERKV_FUZZ=OFF)
 
-# ASan everywhere; UBSan on the core libraries (kernels, gguf, tokenizer,
-# chat, model) where the arithmetic is; the fuzzers of fuzz_smoke have both.
+# ASan everywhere; UBSan on the core libraries (kernels, gguf, tokenizer)
+# where the arithmetic and byte parsing are; the fuzzers of fuzz_smoke have
+# both over gguf, tokenizer, chat templates, snapshots and request
+# validation.
 echo "== AddressSanitizer (+ UndefinedBehaviorSanitizer on the core libraries)"
 cmake -S . -B build-asan "${SAN_ARGS[@]}" \
   -DCLUSTERKV_SANITIZE=address -DCLUSTERKV_SANITIZE_CORE=undefined
