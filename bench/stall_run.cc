@@ -98,11 +98,18 @@ absl::StatusOr<int64_t> Prefill(Stub& stub, const std::string& id,
   return tokens;
 }
 
+// A token of the decoding session: when it arrived and how many engine
+// steps had run by then.
+struct Arrival {
+  Clock::time_point at;
+  int64_t step = 0;
+};
+
 // Greedy decode of up to `max_tokens` tokens; every token's arrival time is
 // appended to `times` and counted in `count` (read by other threads).
 absl::Status Decode(Stub& stub, grpc::ClientContext& ctx, const std::string& id,
-                    int max_tokens, std::vector<Clock::time_point>& times,
-                    std::atomic<int>& count) {
+                    int max_tokens, const server::ClusterKvServer& server,
+                    std::vector<Arrival>& times, std::atomic<int>& count) {
   v1::DecodeRequest req;
   req.set_session_id(id);
   req.mutable_sampling()->set_temperature(0.0f);
@@ -112,7 +119,7 @@ absl::Status Decode(Stub& stub, grpc::ClientContext& ctx, const std::string& id,
   v1::DecodeResponse r;
   while (reader->Read(&r)) {
     if (!r.has_token() || r.token().id() < 0) continue;
-    times.push_back(Clock::now());
+    times.push_back({Clock::now(), server.engine_steps()});
     count.fetch_add(1);
   }
   const grpc::Status s = reader->Finish();
@@ -120,14 +127,15 @@ absl::Status Decode(Stub& stub, grpc::ClientContext& ctx, const std::string& id,
                                                        : ToAbsl(s);
 }
 
-GapStats Gaps(const std::vector<Clock::time_point>& t, Clock::time_point from,
+GapStats Gaps(const std::vector<Arrival>& t, Clock::time_point from,
               Clock::time_point to) {
   std::vector<double> ms;
-  for (size_t i = 1; i < t.size(); ++i) {
-    if (t[i] < from || t[i] > to) continue;
-    ms.push_back(1e3 * Seconds(t[i - 1], t[i]));
-  }
   GapStats g;
+  for (size_t i = 1; i < t.size(); ++i) {
+    if (t[i].at < from || t[i].at > to) continue;
+    ms.push_back(1e3 * Seconds(t[i - 1].at, t[i].at));
+    g.max_steps = std::max(g.max_steps, t[i].step - t[i - 1].step);
+  }
   if (ms.empty()) return g;
   std::sort(ms.begin(), ms.end());
   g.tokens = static_cast<int>(ms.size());
@@ -183,13 +191,13 @@ absl::Status StallRun::LoadedPhase(const StallOptions& o, StallResult& r) {
   if (!prefill_id.ok()) return prefill_id.status();
   r.prefill_text_bytes = static_cast<int64_t>(text->size());
   grpc::ClientContext decode_ctx;
-  std::vector<Clock::time_point> times;
+  std::vector<Arrival> times;
   std::atomic<int> count{0};
   absl::Status decode_status, snapshot_status, prefill_status;
   const Clock::time_point t0 = Clock::now();
   std::thread decoder([&] {
-    decode_status =
-        Decode(stub(0), decode_ctx, decode_id_, kLoadedMaxTokens, times, count);
+    decode_status = Decode(stub(0), decode_ctx, decode_id_, kLoadedMaxTokens,
+                           *server_, times, count);
   });
   WaitForTokens(count, kMarginTokens);
   const Clock::time_point work_start = Clock::now();
@@ -222,7 +230,7 @@ absl::Status StallRun::LoadedPhase(const StallOptions& o, StallResult& r) {
   r.loaded = Gaps(times, work_start, work_end);
   r.snapshot = {Seconds(t0, work_start), Seconds(t0, snapshot_end)};
   r.prefill = {Seconds(t0, work_start), Seconds(t0, prefill_end)};
-  for (Clock::time_point t : times) r.token_times_s.push_back(Seconds(t0, t));
+  for (const Arrival& a : times) r.token_times_s.push_back(Seconds(t0, a.at));
   return absl::OkStatus();
 }
 
@@ -247,10 +255,10 @@ absl::StatusOr<StallResult> StallRun::Measure(const StallOptions& o) {
   r.snapshot_tokens = *n;
   {  // the baseline: decoding alone
     grpc::ClientContext ctx;
-    std::vector<Clock::time_point> times;
+    std::vector<Arrival> times;
     std::atomic<int> count{0};
-    if (auto s =
-            Decode(stub(0), ctx, decode_id_, o.baseline_tokens, times, count);
+    if (auto s = Decode(stub(0), ctx, decode_id_, o.baseline_tokens, *server_,
+                        times, count);
         !s.ok()) {
       return s;
     }

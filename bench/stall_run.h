@@ -33,6 +33,10 @@ struct GapStats {
   double p50_ms = 0.0;
   double p99_ms = 0.0;
   double max_ms = 0.0;
+  // Engine steps run between two tokens of the session, at most: 1 when
+  // the session got a token in every step (the engine's step counter is
+  // read as each token arrives, so a step may be counted late: ±1).
+  int64_t max_steps = 0;
 };
 
 // Seconds since the loaded Decode call started.
@@ -54,8 +58,13 @@ struct StallResult {
   int64_t prefill_tokens = 0;
   std::vector<double> token_times_s;  // every token of the loaded Decode
 
-  // The longest gap during the work in units of its median gap.
+  // The longest gap during the work in engine steps.
   double max_gap_in_steps() const {
+    return static_cast<double>(loaded.max_steps);
+  }
+  // The longest gap during the work in units of its median gap (steps with
+  // and without a prefill chunk differ a lot: not a step count).
+  double max_gap_over_median() const {
     return loaded.p50_ms > 0 ? loaded.max_ms / loaded.p50_ms : 0.0;
   }
 };

@@ -51,8 +51,7 @@ absl::StatusOr<std::unique_ptr<ClusterKvServer>> ClusterKvServer::Start(
     s->tokens_ = std::make_unique<TokenStore>(config.auth_tokens_file);
     if (auto st = s->tokens_->Reload(); !st.ok()) return st;
     LogInfo(absl::StrCat("authentication on: ", s->tokens_->tokens(),
-                         " token(s) of ", s->tokens_->tenants(),
-                         " tenant(s)"));
+                         " token(s) of ", s->tokens_->tenants(), " tenant(s)"));
   }
   if (auto st = s->StartGrpc(metrics); !st.ok()) return st;
   if (auto st = s->LoadBackend(); !st.ok()) {
@@ -61,6 +60,10 @@ absl::StatusOr<std::unique_ptr<ClusterKvServer>> ClusterKvServer::Start(
   }
   s->janitor_ = std::thread([p = s.get()] { p->JanitorLoop(); });
   return s;
+}
+
+int64_t ClusterKvServer::engine_steps() const {
+  return engine_ == nullptr ? 0 : engine_->stats().steps;
 }
 
 ClusterKvServer::~ClusterKvServer() { Drain(absl::ZeroDuration()); }
@@ -96,7 +99,7 @@ absl::Status ClusterKvServer::StartGrpc(ServerMetrics* metrics) {
   SetHealth(false);
   LogInfo(absl::StrCat("listening on ", HostOf(config_.listen_address), ":",
                        port_,
-                       !config_.tls.enabled()             ? " (plain TCP)"
+                       !config_.tls.enabled()               ? " (plain TCP)"
                        : config_.tls.client_ca_file.empty() ? " (TLS)"
                                                             : " (mutual TLS)"));
   return absl::OkStatus();

@@ -57,6 +57,8 @@ class ClusterKvServer {
 
   int port() const { return port_; }
   const ServerConfig& config() const { return config_; }
+  // Engine steps run so far (benchmarks: gaps measured in engine steps).
+  int64_t engine_steps() const;
 
   // Rereads --auth-tokens-file (SIGHUP). On error (logged without any
   // token) the previous tokens stay in force. OK when auth is off.
@@ -83,9 +85,9 @@ class ClusterKvServer {
   explicit ClusterKvServer(const ServerConfig& config);
   absl::Status StartGrpc(ServerMetrics* metrics);
   absl::Status LoadBackend();
-  absl::Status OpenSnapshots();     // --snapshot-dir
-  void StartRecallSampling();       // --recall-sample-every
-  void SnapshotSessions();          // on drain
+  absl::Status OpenSnapshots();  // --snapshot-dir
+  void StartRecallSampling();    // --recall-sample-every
+  void SnapshotSessions();       // on drain
   void SetHealth(bool serving);
   void JanitorLoop();
   void PublishGauges();
