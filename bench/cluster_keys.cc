@@ -200,6 +200,26 @@ RunRecord KeysBench::NewRecord(const char* experiment, const Parent& p,
   return r;
 }
 
+// |union of a KV group's selections| / sum of their sizes, averaged over the
+// groups of layer 0's last recorded decode step: 1 / group when the query
+// heads of a group select the same rows, 1 when they select disjoint ones.
+double GroupUnionShare(const ClusteredKvStore& s, int heads, int kv_heads) {
+  const int group = heads / kv_heads;
+  double total = 0.0;
+  for (int g = 0; g < kv_heads; ++g) {
+    std::vector<int64_t> all;
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      const auto& sel = s.selected_positions(0, h);
+      all.insert(all.end(), sel.begin(), sel.end());
+    }
+    const size_t sum = all.size();
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    total += sum > 0 ? double(all.size()) / double(sum) : 1.0;
+  }
+  return total / kv_heads;
+}
+
 void KeysBench::Add(RunRecord r) {
   PrintRecord(r, stderr);
   runs_->push_back(std::move(r));
@@ -215,11 +235,12 @@ absl::Status KeysBench::Recall(const Parent& p, int64_t ctx,
   auto fork = p.store->Fork(c);
   if (!fork.ok()) return fork.status();
   (*fork)->set_record_selection(true);
-  std::vector<double> topk, mass, err, attended;
+  std::vector<double> topk, mass, err, attended, union_share;
   for (size_t i = 0; i < qs.size(); ++i) {
     StepTime t;
     auto s = DecodeStep(**fork, ctx + i, qs[i].data(), false, &t);
     if (!s.ok()) return s;
+    union_share.push_back(GroupUnionShare(**fork, o_.heads, o_.kv_heads));
     auto q = MeasureLastDecode(**fork, 0);
     if (!q.ok()) return q.status();
     topk.push_back(q->topk_recall);
@@ -234,6 +255,7 @@ absl::Status KeysBench::Recall(const Parent& p, int64_t ctx,
   r.extra["queries"] = qs.size();
   r.extra["attended_tokens"] = Mean(attended);
   r.extra["topk_recall_min"] = *std::min_element(topk.begin(), topk.end());
+  r.extra["group_union_share"] = Mean(union_share);
   Add(std::move(r));
   return absl::OkStatus();
 }

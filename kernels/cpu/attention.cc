@@ -21,6 +21,12 @@ namespace {
 
 constexpr int kMaxRows = 64;  // rows (query x head) per item
 constexpr int64_t kMinSplitKeys = 512;
+// Items with at most this many rows score keys from a row-major tile
+// (qk_rowmajor, no transpose) where the kernel table has it.
+constexpr int kRowMajorMaxRows = 8;
+// Items with at most this many rows read K and V rows straight from storage
+// (qk_direct / pv_direct) where the kernel table has them.
+constexpr int kDirectMaxRows = 4;
 
 bool SameSpans(const KvSpanList& a, const KvSpanList& b) {
   if (a.count != b.count) return false;
@@ -118,7 +124,8 @@ void MakeItems(Plan& plan, int n_threads) {
   plan.partial.resize(slots * kMaxRows * (plan.ldv + 2));
 }
 
-// Fills rows of the item: scaled queries and positions.
+// Fills rows of the item: scaled queries (stride ldv, zero-padded) and
+// positions.
 int LoadQueries(const Plan& plan, const Item& it, Scratch& sc) {
   const AttentionArgs& a = *plan.a;
   const Group& g = plan.groups[it.group];
@@ -126,13 +133,13 @@ int LoadQueries(const Plan& plan, const Item& it, Scratch& sc) {
   const int q0 = it.q_tile * g.q_per_tile;
   const int nq = std::min(g.q_per_tile, a.n_q - q0);
   const int rows = nq * gs;
-  sc.q.resize(rows * a.head_dim);
+  sc.q.assign(size_t{1} * rows * plan.ldv, 0.0f);
   sc.qpos.resize(rows);
   for (int r = 0; r < rows; ++r) {
     const int t = q0 + r / gs, h = g.heads[r % gs];
     const float* src = a.q + (int64_t{t} * a.n_heads + h) * a.head_dim;
     for (int d = 0; d < a.head_dim; ++d) {
-      sc.q[r * a.head_dim + d] = src[d] * a.scale;
+      sc.q[r * plan.ldv + d] = src[d] * a.scale;
     }
     sc.qpos[r] = a.q_pos[t];
   }
@@ -166,7 +173,7 @@ void SoftCapTile(float* s, int rows, int n, float cap) {
 }
 
 // Prefetches rows [j0, j1) of the span's K and V (the next tile), so that
-// its memory latency overlaps the current tile's compute.
+// their memory latency overlaps the current tile's compute.
 void PrefetchRows(const KvSpan& sp, int64_t j0, int64_t j1, int hd) {
   const int64_t row_bytes = RowBytes(sp.dtype, sp.stride);
   const int64_t used = RowBytes(sp.dtype, hd);
@@ -198,14 +205,24 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
   }
   if (kmin > max_qpos) return;  // entirely in every row's future
   if (a.window > 0 && min_qpos - kmax >= a.window) return;  // behind windows
-  PrefetchRows(sp, j0 + n, std::min(sp.count, j0 + 2 * n), a.head_dim);
   const int32_t* idx = sp.rows ? sp.rows + j0 : nullptr;
   const int64_t off = idx ? 0 : RowBytes(sp.dtype, sp.stride) * j0;
-  ks.load_kt(sp.dtype, static_cast<const char*>(sp.k) + off, sp.stride, idx, n,
-             a.head_dim, sc.kt.data());
-  ks.load_v(sp.dtype, static_cast<const char*>(sp.v) + off, sp.stride, idx, n,
-            a.head_dim, plan.ldv, sc.vt.data());
-  ks.qk(sc.q.data(), a.head_dim, rows, sc.kt.data(), a.head_dim, sc.s.data());
+  const char* k = static_cast<const char*>(sp.k) + off;
+  const char* v = static_cast<const char*>(sp.v) + off;
+  const bool direct =
+      ks.qk_direct != nullptr && rows <= kDirectMaxRows && a.head_dim % 8 == 0;
+  if (direct) {
+    ks.qk_direct(sp.dtype, k, sp.stride, idx, n, a.head_dim, sc.q.data(),
+                 plan.ldv, rows, sc.s.data());
+  } else if (ks.qk_rowmajor != nullptr && rows <= kRowMajorMaxRows) {
+    ks.load_v(sp.dtype, k, sp.stride, idx, n, a.head_dim, plan.ldv,
+              sc.kt.data());
+    ks.qk_rowmajor(sc.q.data(), plan.ldv, rows, sc.kt.data(), plan.ldv, n,
+                   sc.s.data());
+  } else {
+    ks.load_kt(sp.dtype, k, sp.stride, idx, n, a.head_dim, sc.kt.data());
+    ks.qk(sc.q.data(), plan.ldv, rows, sc.kt.data(), a.head_dim, sc.s.data());
+  }
   if (a.softcap > 0.0f) SoftCapTile(sc.s.data(), rows, n, a.softcap);
   for (int i = 0; i < rows; ++i) {
     const uint64_t valid =
@@ -213,16 +230,32 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
     sc.alpha[i] =
         ks.softmax_row(sc.s.data() + i * kTileK, valid, &sc.m[i], &sc.l[i]);
   }
+  if (direct) {
+    ks.pv_direct(sp.dtype, v, sp.stride, idx, n, a.head_dim, sc.s.data(), rows,
+                 sc.alpha.data(), sc.o.data(), plan.ldv);
+    return;
+  }
+  ks.load_v(sp.dtype, v, sp.stride, idx, n, a.head_dim, plan.ldv, sc.vt.data());
   ks.pv(sc.s.data(), rows, sc.vt.data(), n, plan.ldv, sc.alpha.data(),
         sc.o.data());
 }
 
-// Streams the item's key range [key_begin, key_end) tile by tile.
+// A key tile: rows [j0, j0 + n) of span `sp`.
+struct TileRef {
+  const KvSpan* sp = nullptr;
+  int64_t j0 = 0;
+  int n = 0;
+};
+
+// Streams the item's key range [key_begin, key_end) tile by tile,
+// prefetching each next tile (also across spans: zero-copy selections are
+// many short index-list spans) while the current one is computed.
 void StreamKeys(const Plan& plan, const Item& it, int rows, Scratch& sc) {
   const KvSpanList& list = *plan.groups[it.group].kv;
   const auto [min_it, max_it] =
       std::minmax_element(sc.qpos.begin(), sc.qpos.end());
   const int64_t min_qpos = *min_it, max_qpos = *max_it;
+  TileRef pending;  // the tile to compute once the next one is known
   int64_t base = 0;
   for (int si = 0; si < list.count; ++si) {
     const KvSpan& sp = list.spans[si];
@@ -230,9 +263,18 @@ void StreamKeys(const Plan& plan, const Item& it, int rows, Scratch& sc) {
     const int64_t hi = std::min<int64_t>(it.key_end - base, sp.count);
     for (int64_t j0 = lo; j0 < hi; j0 += kTileK) {
       const int n = static_cast<int>(std::min<int64_t>(kTileK, hi - j0));
-      ProcessTile(plan, sp, j0, n, rows, min_qpos, max_qpos, sc);
+      PrefetchRows(sp, j0, j0 + n, plan.a->head_dim);
+      if (pending.sp != nullptr) {
+        ProcessTile(plan, *pending.sp, pending.j0, pending.n, rows, min_qpos,
+                    max_qpos, sc);
+      }
+      pending = {&sp, j0, n};
     }
     base += sp.count;
+  }
+  if (pending.sp != nullptr) {
+    ProcessTile(plan, *pending.sp, pending.j0, pending.n, rows, min_qpos,
+                max_qpos, sc);
   }
 }
 
@@ -265,7 +307,7 @@ void ProcessItem(Plan& plan, const Item& it) {
   static thread_local Scratch sc;
   const int hd = plan.a->head_dim;
   const int rows = LoadQueries(plan, it, sc);
-  sc.kt.resize(hd * kTileK);
+  sc.kt.resize(std::max(hd, plan.ldv) * kTileK);  // K, either layout
   sc.vt.resize(kTileK * plan.ldv);
   sc.s.resize(rows * kTileK);
   sc.o.assign(rows * plan.ldv, 0.0f);

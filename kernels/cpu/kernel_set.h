@@ -92,6 +92,28 @@ struct KernelSet {
   void (*quant_gemv)(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                      int64_t n_in, const QuantizedActs* acts, int n_tok,
                      float* y, int64_t ldy);
+
+  // Attention scores from a row-major key tile (load_v's layout, ldk a
+  // multiple of 16, zero past the row's elements and for rows n..kTileK):
+  // s[i * kTileK + j] = sum_{d < ldk} q[i * ldq + d] * kr[j * ldk + d] for
+  // i < rows, j < n (q rows zero-padded to ldk); s[i * kTileK + j] for
+  // n <= j < kTileK is left unspecified (softmax_row masks it). Costs in
+  // proportion to n, and is cheaper than load_kt + qk for few rows (decode:
+  // no transpose). Null: the driver always uses load_kt + qk.
+  void (*qk_rowmajor)(const float* q, int ldq, int rows, const float* kr,
+                      int ldk, int n, float* s);
+
+  // Decode forms (few rows) that read the stored K / V rows directly, with
+  // no F32 tile: called only with hd % 8 == 0; rows of K / V as load_kt.
+  // qk_direct: s[i * kTileK + j] = sum_{d < hd} q[i * ldq + d] * K_j[d] for
+  // i < rows, j < n (s for j >= n unspecified). pv_direct: o[i * ldo + d] =
+  // alpha[i] * o[i * ldo + d] + sum_{j < n} p[i * kTileK + j] * V_j[d] for
+  // i < rows, d < hd. Null (both): the driver uses the tile forms.
+  void (*qk_direct)(DType t, const void* k, int64_t stride, const int32_t* idx,
+                    int n, int hd, const float* q, int ldq, int rows, float* s);
+  void (*pv_direct)(DType t, const void* v, int64_t stride, const int32_t* idx,
+                    int n, int hd, const float* p, int rows, const float* alpha,
+                    float* o, int ldo);
 };
 
 const KernelSet& ScalarKernels();

@@ -1,8 +1,8 @@
 // AVX2/FMA/F16C primitives for CPUs without AVX-512 (built with
 // -mavx2 -mfma -mf16c; used only when GetCpuFeatures() reports them).
-// MatMul, SwiGlu, the k-means score block and Quest page bounds are
-// vectorised here; the attention primitives (and top2, quest_scores) reuse the
-// portable versions (they are auto-vectorised reasonably well).
+// MatMul, the k-means score block and Quest page bounds are vectorised here,
+// attention and SwiGLU in kernels_avx2_attn.cc; top2 and quest_scores reuse
+// the portable versions.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_set.h"
+#include "kernels/cpu/kernels_avx2_attn.h"
 #include "kernels/cpu/quant_kernels.h"
 
 namespace ckv::kernels::cpu {
@@ -243,21 +244,24 @@ void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
 const KernelSet* Avx2Kernels() {
   const KernelSet& s = ScalarKernels();
   static const KernelSet ks = {
-      "avx2",
-      avx2::ToF32,
-      avx2::Gemv,
-      avx2::GemmTile,
-      s.load_kt,
-      s.load_v,
-      s.qk,
-      s.softmax_row,
-      s.pv,
-      s.swiglu,
-      avx2::ScoreBlock,
-      s.top2,
-      avx2::PageMinMax,
-      s.quest_scores,
-      avx2q::QuantGemv,
+      .name = "avx2",
+      .to_f32 = avx2::ToF32,
+      .gemv = avx2::Gemv,
+      .gemm_tile = avx2::GemmTile,
+      .load_kt = avx2::LoadKt,
+      .load_v = avx2::LoadV,
+      .qk = avx2::Qk,
+      .softmax_row = avx2::SoftmaxRow,
+      .pv = avx2::Pv,
+      .swiglu = avx2::SwiGlu,
+      .score_block = avx2::ScoreBlock,
+      .top2 = s.top2,
+      .page_minmax = avx2::PageMinMax,
+      .quest_scores = s.quest_scores,
+      .quant_gemv = avx2q::QuantGemv,
+      .qk_rowmajor = avx2::QkRowMajor,
+      .qk_direct = avx2::QkDirect,
+      .pv_direct = avx2::PvDirect,
   };
   return &ks;
 }

@@ -102,6 +102,41 @@ void Qk(const float* q, int ldq, int rows, const float* kt, int hd, float* s) {
   }
 }
 
+void QkRowMajor(const float* q, int ldq, int rows, const float* kr, int ldk,
+                int n, float* s) {
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int d = 0; d < ldk; ++d) acc += q[i * ldq + d] * kr[j * ldk + d];
+      s[i * kTileK + j] = acc;
+    }
+  }
+}
+
+void QkDirect(DType t, const void* k, int64_t stride, const int32_t* idx, int n,
+              int hd, const float* q, int ldq, int rows, float* s) {
+  std::vector<float> kt(int64_t{hd} * kTileK);
+  LoadKt(t, k, stride, idx, n, hd, kt.data());
+  Qk(q, ldq, rows, kt.data(), hd, s);
+}
+
+void PvDirect(DType t, const void* v, int64_t stride, const int32_t* idx, int n,
+              int hd, const float* p, int rows, const float* alpha, float* o,
+              int ldo) {
+  std::vector<float> row(hd);
+  const int64_t row_bytes = RowBytes(t, stride);
+  for (int i = 0; i < rows; ++i) {
+    for (int d = 0; d < hd; ++d) o[i * ldo + d] *= alpha[i];
+  }
+  for (int j = 0; j < n; ++j) {
+    ToF32(t, RowPtr(v, row_bytes, idx, j), hd, row.data());
+    for (int i = 0; i < rows; ++i) {
+      const float pj = p[i * kTileK + j];
+      for (int d = 0; d < hd; ++d) o[i * ldo + d] += pj * row[d];
+    }
+  }
+}
+
 float SoftmaxRow(float* s, uint64_t valid, float* m, float* l) {
   if (valid == 0) {
     std::fill(s, s + kTileK, 0.0f);
@@ -208,9 +243,24 @@ void QuestScores(const float* q, const float* mn, const float* mx,
 
 const KernelSet& ScalarKernels() {
   static const KernelSet ks = {
-      "scalar",   ToF32, Gemv,       GemmTile,    LoadKt,
-      LoadV,      Qk,    SoftmaxRow, Pv,          SwiGluImpl,
-      ScoreBlock, Top2,  PageMinMax, QuestScores, nullptr,
+      .name = "scalar",
+      .to_f32 = ToF32,
+      .gemv = Gemv,
+      .gemm_tile = GemmTile,
+      .load_kt = LoadKt,
+      .load_v = LoadV,
+      .qk = Qk,
+      .softmax_row = SoftmaxRow,
+      .pv = Pv,
+      .swiglu = SwiGluImpl,
+      .score_block = ScoreBlock,
+      .top2 = Top2,
+      .page_minmax = PageMinMax,
+      .quest_scores = QuestScores,
+      .quant_gemv = nullptr,
+      .qk_rowmajor = QkRowMajor,
+      .qk_direct = QkDirect,
+      .pv_direct = PvDirect,
   };
   return ks;
 }

@@ -59,9 +59,19 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
       order_.push_back({scores_[c], static_cast<int32_t>(s), c});
     }
   }
-  std::sort(order_.begin(), order_.end(), ScoreBefore);
-  for (const ScoredBlock& o : order_) {
-    if (out->tokens >= budget) break;
+  // Only the best clusters are consumed: sort a prefix expected to cover
+  // the budget (twice the mean cluster size's worth), the rest only if the
+  // prefix falls short. Same order as a full sort (ScoreBefore is total).
+  const int64_t n = static_cast<int64_t>(order_.size());
+  const int64_t mean_size =
+      std::max<int64_t>(1, ClusteredTokens(ctx) / std::max<int64_t>(1, n));
+  const int64_t prefix = std::min(n, 2 * (budget / mean_size) + 8);
+  std::partial_sort(order_.begin(), order_.begin() + prefix, order_.end(),
+                    ScoreBefore);
+  for (int64_t i = 0; i < n && out->tokens < budget; ++i) {
+    if (i == prefix)
+      std::sort(order_.begin() + prefix, order_.end(), ScoreBefore);
+    const ScoredBlock& o = order_[i];
     const HeadIndex& h = segs[o.segment]->layer(ctx.layer).heads[ctx.kv_head];
     const int32_t* first = h.members.data() + h.offsets[o.id];
     const int32_t* last = h.members.data() + h.offsets[o.id + 1];
