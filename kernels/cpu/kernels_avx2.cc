@@ -1,8 +1,8 @@
 // AVX2/FMA/F16C primitives for CPUs without AVX-512 (built with
 // -mavx2 -mfma -mf16c; used only when GetCpuFeatures() reports them).
 // MatMul, the k-means score block and Quest page bounds are vectorised here,
-// attention and SwiGLU in kernels_avx2_attn.cc; top2 and quest_scores reuse
-// the portable versions.
+// attention and SwiGLU in kernels_avx2_attn.cc; top2 reuses the portable
+// version.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -238,6 +238,27 @@ void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
   }
 }
 
+void QuestScores(const float* q, const float* mn, const float* mx,
+                 int64_t n_pages, int dim, float* scores) {
+  const int dim8 = dim / 8 * 8;
+  for (int64_t p = 0; p < n_pages; ++p) {
+    const float* lo = mn + p * dim;
+    const float* hi = mx + p * dim;
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < dim8; d += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + d);
+      acc = _mm256_add_ps(
+          acc, _mm256_max_ps(_mm256_mul_ps(qv, _mm256_loadu_ps(hi + d)),
+                             _mm256_mul_ps(qv, _mm256_loadu_ps(lo + d))));
+    }
+    float tail = 0.0f;
+    for (int d = dim8; d < dim; ++d) {
+      tail += std::max(q[d] * hi[d], q[d] * lo[d]);
+    }
+    scores[p] = Sum8(acc) + tail;
+  }
+}
+
 }  // namespace
 }  // namespace avx2
 
@@ -257,7 +278,7 @@ const KernelSet* Avx2Kernels() {
       .score_block = avx2::ScoreBlock,
       .top2 = s.top2,
       .page_minmax = avx2::PageMinMax,
-      .quest_scores = s.quest_scores,
+      .quest_scores = avx2::QuestScores,
       .quant_gemv = avx2q::QuantGemv,
       .qk_rowmajor = avx2::QkRowMajor,
       .qk_direct = avx2::QkDirect,
