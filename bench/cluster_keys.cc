@@ -136,7 +136,7 @@ absl::StatusOr<Parent> KeysBench::Prefill(int64_t ctx, const KvStoreConfig& c) {
   p.store->WaitForIndex(0);
   p.ingest_ms = MsSince(t0);
   for (const auto& seg : p.store->segments()) {
-    p.kmeans_ms += seg->kmeans_nanos() / 1e6;
+    p.kmeans_ms += seg->kmeans_cpu_nanos() / 1e6;
     p.pages_ms += seg->pages_nanos() / 1e6;
   }
   return p;

@@ -31,7 +31,7 @@ struct RunRecord {
   int batch = 1;
   double step_ms = kNotMeasured;     // per (batch) step
   double select_ms = kNotMeasured;   // Select calls (plan + cache) per step
-  double cluster_ms = kNotMeasured;  // k-means of the prefilled context
+  double cluster_ms = kNotMeasured;  // k-means CPU time of the prefill
   double prefill_ms = kNotMeasured;
   double topk_recall = kNotMeasured;
   double mass_recall = kNotMeasured;

@@ -19,6 +19,9 @@ inline constexpr int kGemmCols = 32;
 // K-means score block: kScoreRows keys x panels of kScoreCols centroids.
 inline constexpr int kScoreRows = 12;
 inline constexpr int kScoreCols = 32;
+// Narrow panels for few centroids (k <= kScoreColsNarrow: the default 320-
+// token segment at 80 tokens per cluster has k = 4).
+inline constexpr int kScoreColsNarrow = 8;
 
 struct KernelSet {
   const char* name;
@@ -70,6 +73,12 @@ struct KernelSet {
   // unspecified (the caller bounds the rounding error).
   void (*score_block)(const float* xt, const float* panels, int n_panels,
                       int dim, float* s, int64_t lds);
+  // score_block for one narrow panel: panel[d * kScoreColsNarrow + c] is
+  // element d of centroid c; for r < kScoreRows, c < kScoreColsNarrow:
+  // s[r * lds + c] = sum_d key_r[d] * centroid_c[d] in F32, order
+  // unspecified. Null: k-means uses score_block with padded panels.
+  void (*score_block_narrow)(const float* xt, const float* panel, int dim,
+                             float* s, int64_t lds);
   // Over s[0..n), n >= 1: *best = the maximum, *best_idx = its lowest index,
   // *second = the maximum over the other indices (-inf when n == 1).
   void (*top2)(const float* s, int n, float* best, int* best_idx,

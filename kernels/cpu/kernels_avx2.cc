@@ -195,6 +195,21 @@ void ScoreBlock(const float* xt, const float* panels, int n_panels, int dim,
   }
 }
 
+void ScoreBlockNarrow(const float* xt, const float* panel, int dim, float* s,
+                      int64_t lds) {
+  static_assert(kScoreRows == 12 && kScoreColsNarrow == 8);
+  __m256 acc[kScoreRows];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int d = 0; d < dim; ++d) {
+    const __m256 c = _mm256_loadu_ps(panel + d * kScoreColsNarrow);
+    const float* xr = xt + d * kScoreRows;
+    for (int r = 0; r < kScoreRows; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(xr + r), c, acc[r]);
+    }
+  }
+  for (int r = 0; r < kScoreRows; ++r) _mm256_storeu_ps(s + r * lds, acc[r]);
+}
+
 template <DType T>
 void PageMinMaxT(const void* src, int64_t stride, int n, int dim, float* mn,
                  float* mx) {
@@ -276,6 +291,7 @@ const KernelSet* Avx2Kernels() {
       .pv = avx2::Pv,
       .swiglu = avx2::SwiGlu,
       .score_block = avx2::ScoreBlock,
+      .score_block_narrow = avx2::ScoreBlockNarrow,
       .top2 = s.top2,
       .page_minmax = avx2::PageMinMax,
       .quest_scores = avx2::QuestScores,

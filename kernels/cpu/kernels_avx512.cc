@@ -221,6 +221,7 @@ const KernelSet* Avx512Kernels() {
       .pv = avx512::Pv,
       .swiglu = avx512::SwiGlu,
       .score_block = avx512::ScoreBlock,
+      .score_block_narrow = nullptr,  // not measured on AVX-512: wide panels
       .top2 = avx512::Top2,
       .page_minmax = avx512::PageMinMax,
       .quest_scores = avx512::QuestScores,

@@ -196,6 +196,20 @@ void ScoreBlock(const float* xt, const float* panels, int n_panels, int dim,
   }
 }
 
+void ScoreBlockNarrow(const float* xt, const float* panel, int dim, float* s,
+                      int64_t lds) {
+  for (int r = 0; r < kScoreRows; ++r) {
+    float acc[kScoreColsNarrow] = {};
+    for (int d = 0; d < dim; ++d) {
+      const float xv = xt[d * kScoreRows + r];
+      for (int c = 0; c < kScoreColsNarrow; ++c) {
+        acc[c] += xv * panel[d * kScoreColsNarrow + c];
+      }
+    }
+    std::copy(acc, acc + kScoreColsNarrow, s + r * lds);
+  }
+}
+
 void Top2(const float* s, int n, float* best, int* best_idx, float* second) {
   float b = s[0], sec = -INFINITY;
   int bi = 0;
@@ -254,6 +268,7 @@ const KernelSet& ScalarKernels() {
       .pv = Pv,
       .swiglu = SwiGluImpl,
       .score_block = ScoreBlock,
+      .score_block_narrow = ScoreBlockNarrow,
       .top2 = Top2,
       .page_minmax = PageMinMax,
       .quest_scores = QuestScores,

@@ -2,17 +2,17 @@
 //
 // Assignment: every key is scored against every centroid in F32 by the
 // KernelSet's score_block (a register-tiled GEMM: kScoreRows keys x
-// kScoreCols centroids). The F32 scores are turned into the exact decision
-// as follows. Let s_c be the F32 score and t_c the exact one (the metric's
-// value up to a per-key positive factor and offset); the rounding error is
-// |s_c - t_c| <= E_i, a rigorous per-key bound (dot-product rounding
-// gamma_D * |x| * max_c |y_c| plus the rounding of the operands, see
-// Margin()). If the best F32 score beats the runner-up by more than
-// 2 * E_i (we use twice that again), its cluster is the exact argmax. Else
-// the key is settled by internal::ExactScore -- the very function ref::
-// KMeans assigns with -- over every cluster whose F32 score is within the
-// margin of the best, which provably contains the exact winner. Ties thus
-// resolve exactly as in the reference (lowest index among equal doubles).
+// kScoreCols centroids; score_block_narrow, 8 centroids, when k <= 8). The F32
+// scores are turned into the exact decision as follows. Let s_c be the F32
+// score and t_c the exact one (the metric's value up to a per-key positive
+// factor and offset); the rounding error is |s_c - t_c| <= E_i, a rigorous
+// per-key bound (dot-product rounding gamma_D * |x| * max_c |y_c| plus the
+// rounding of the operands, see Margin()). If the best F32 score beats the
+// runner-up by more than 2 * E_i (we use twice that again), its cluster is the
+// exact argmax. Else the key is settled by internal::ExactScore -- the very
+// function ref:: KMeans assigns with -- over every cluster whose F32 score is
+// within the margin of the best, which provably contains the exact winner. Ties
+// thus resolve exactly as in the reference (lowest index among equal doubles).
 //
 // Update: internal::UpdateCentroids (shared with the reference): double
 // sums per cluster and channel in key order, so centroids are bitwise equal.
@@ -46,7 +46,10 @@ class Solver {
         k_(static_cast<int>(std::clamp<int64_t>(p.k, 1, p.n))),
         dim_a_(p.dim + (p.metric == ClusterMetric::kL2 ? 1 : 0)),
         n_blocks_((p.n + kScoreRows - 1) / kScoreRows),
-        n_panels_((k_ + kScoreCols - 1) / kScoreCols) {}
+        width_(k_ <= kScoreColsNarrow && ks.score_block_narrow != nullptr
+                   ? kScoreColsNarrow
+                   : kScoreCols),
+        n_panels_((k_ + width_ - 1) / width_) {}
 
   void Run(ThreadPool* pool, KMeansResult* out);
 
@@ -62,6 +65,7 @@ class Solver {
   const int k_;
   const int dim_a_;  // columns of the score GEMM
   const int64_t n_blocks_;
+  const int width_;  // centroids per panel: kScoreCols or kScoreColsNarrow
   const int n_panels_;
   std::vector<float> raw_;        // [n][dim] keys in F32
   std::vector<float> xt_;         // [n_blocks][dim_a][kScoreRows] key operand
@@ -110,7 +114,7 @@ void Solver::PrepareKeys() {
 
 void Solver::PackCentroids() {
   const int dim = p_.dim;
-  panels_.assign(int64_t{n_panels_} * dim_a_ * kScoreCols, 0.0f);
+  panels_.assign(int64_t{n_panels_} * dim_a_ * width_, 0.0f);
   inv_norm_.resize(k_);
   ymax_ = musq_max_ = 0.0;
   std::vector<float> y(dim_a_);
@@ -128,10 +132,8 @@ void Solver::PackCentroids() {
     for (int d = 0; d < dim_a_; ++d) ys += double{y[d]} * y[d];
     ymax_ = std::max(ymax_, std::sqrt(ys));
     musq_max_ = std::max(musq_max_, musq);
-    float* panel =
-        panels_.data() + int64_t{c / kScoreCols} * dim_a_ * kScoreCols;
-    for (int d = 0; d < dim_a_; ++d)
-      panel[d * kScoreCols + c % kScoreCols] = y[d];
+    float* panel = panels_.data() + int64_t{c / width_} * dim_a_ * width_;
+    for (int d = 0; d < dim_a_; ++d) panel[d * width_ + c % width_] = y[d];
   }
 }
 
@@ -168,11 +170,15 @@ int32_t Solver::Settle(int64_t i, const float* s, double threshold) const {
 
 void Solver::AssignBlocks(int64_t b0, int64_t b1) {
   static thread_local std::vector<float> s;
-  const int64_t lds = int64_t{n_panels_} * kScoreCols;
+  const int64_t lds = int64_t{n_panels_} * width_;
   s.resize(kScoreRows * lds);
   for (int64_t b = b0; b < b1; ++b) {
-    ks_.score_block(xt_.data() + b * dim_a_ * kScoreRows, panels_.data(),
-                    n_panels_, dim_a_, s.data(), lds);
+    const float* xt = xt_.data() + b * dim_a_ * kScoreRows;
+    if (width_ == kScoreColsNarrow) {
+      ks_.score_block_narrow(xt, panels_.data(), dim_a_, s.data(), lds);
+    } else {
+      ks_.score_block(xt, panels_.data(), n_panels_, dim_a_, s.data(), lds);
+    }
     for (int r = 0; r < kScoreRows; ++r) {
       const int64_t i = b * kScoreRows + r;
       if (i >= p_.n) break;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <numeric>
 
 namespace ckv {
@@ -79,6 +80,13 @@ int64_t NanosSince(std::chrono::steady_clock::time_point t0) {
       .count();
 }
 
+// CPU time of the calling thread.
+int64_t ThreadCpuNanos() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+
 // Members of each cluster in ascending row order (= position order).
 void FillClusters(const cpu::KMeansResult& r, HeadIndex& h) {
   h.k = r.k;
@@ -119,10 +127,11 @@ void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
   }
   const int64_t pages_ns = NanosSince(t_pages);
   if (!(indexes & kClusterIndex)) {
-    seg.AddIndexNanos(0, pages_ns);
+    seg.AddIndexNanos(0, 0, pages_ns);
     return;
   }
   const auto t_kmeans = std::chrono::steady_clock::now();
+  const int64_t cpu_kmeans = ThreadCpuNanos();
   std::vector<cpu::KMeansProblem> problems;
   for (int l : layers) {
     for (int h = 0; h < s.n_kv_heads; ++h) {
@@ -149,7 +158,11 @@ void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
       FillClusters(results[i++], seg.layer(l).heads[h]);
     }
   }
-  seg.AddIndexNanos(NanosSince(t_kmeans), pages_ns);
+  // With a pool, other threads' k-means time is not in this thread's clock:
+  // count the wall time then.
+  const int64_t wall = NanosSince(t_kmeans);
+  seg.AddIndexNanos(
+      wall, pool != nullptr ? wall : ThreadCpuNanos() - cpu_kmeans, pages_ns);
 }
 
 }  // namespace ckv

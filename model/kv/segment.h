@@ -82,11 +82,15 @@ class Segment {
 
   // Time spent building this segment's indexes (k-means; Quest page
   // bounds), summed over the index jobs of all its layers. Written by the
-  // job (possibly on the ClusterWorker), read after WaitForIndex.
+  // job (possibly on the ClusterWorker), read after WaitForIndex. Wall
+  // time, and the k-means job's CPU time (its thread's; a job on a busy
+  // machine waits for a core, which only the wall time counts).
   int64_t kmeans_nanos() const { return kmeans_ns_.load(); }
+  int64_t kmeans_cpu_nanos() const { return kmeans_cpu_ns_.load(); }
   int64_t pages_nanos() const { return pages_ns_.load(); }
-  void AddIndexNanos(int64_t kmeans, int64_t pages) {
+  void AddIndexNanos(int64_t kmeans, int64_t kmeans_cpu, int64_t pages) {
     kmeans_ns_.fetch_add(kmeans);
+    kmeans_cpu_ns_.fetch_add(kmeans_cpu);
     pages_ns_.fetch_add(pages);
   }
 
@@ -96,7 +100,7 @@ class Segment {
   int64_t uid_, first_pos_, n_;
   KvShape shape_;
   std::vector<SegmentLayer> layers_;
-  std::atomic<int64_t> kmeans_ns_{0}, pages_ns_{0};
+  std::atomic<int64_t> kmeans_ns_{0}, kmeans_cpu_ns_{0}, pages_ns_{0};
 };
 
 // Builds heads[] of the given layers of `seg` with the `indexes` asked for
