@@ -24,11 +24,12 @@ void QuantizeRow(DType t, const float* src, int64_t n, void* dst);
 // Block form (legacy 32-element weight types, and the unpacking kernels):
 // per block of 32, x[i] ~= d[i / 32] * q[i]; sum16[g] = sum of q over
 // elements 16g..16g+15; padded with zeros to a multiple of kChunk elements.
-// Super-block form (K-quant weights, filled only when n % kSuperAct == 0):
-// per 256 elements one scale, x[i] ~= dk[i / 256] * qk[i]; sumk16[g] = sum
-// of qk over elements 16g..16g+15 (|sum| <= 16 * 127 fits int16). One scale
-// per super-block lets a K-quant dot product accumulate in int32 across its
-// sub-blocks and convert to float once per 256 weights.
+// Super-block form (K-quant and IQ4_XS weights, filled only when
+// n % kSuperAct == 0): per 256 elements one scale, x[i] ~= dk[i / 256] *
+// qk[i]; sumk16[g] = sum of qk over elements 16g..16g+15 (|sum| <= 16 * 127
+// fits int16). One scale per super-block lets a 256-element block's dot
+// product accumulate in int32 across its sub-blocks and convert to float
+// once per 256 weights.
 inline constexpr int kActBlock = 32;
 inline constexpr int kSuperAct = 256;
 struct QuantizedActs {

@@ -1,11 +1,12 @@
 // AVX2 fused dot products of one quantised weight row with 8-bit activations
 // (quant.h), straight from the packed blocks: no unpacked copy of the row.
-// Q8_0/Q4_0 use the block form of the activations (one scale per 32, the
-// weights' block), K-quants the super-block form (one scale per 256), so a
-// K-quant block is summed in int32 over all its sub-blocks and converted to
-// float once. Products are formed with vpmaddubsw (unsigned x signed bytes,
-// pairs summed to int16) and widened with vpmaddwd; the bounds that keep
-// every int16 pair sum below 2^15 are stated at each use.
+// The 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) use the block
+// form of the activations (one scale per 32, the weights' block), the
+// 256-element ones (K-quants, IQ4_XS) the super-block form (one scale per
+// 256), so such a block is summed in int32 over all its sub-blocks and
+// converted to float once. Products are formed with vpmaddubsw (unsigned x
+// signed bytes, pairs summed to int16) and widened with vpmaddwd; the bounds
+// that keep every int16 pair sum below 2^15 are stated at each use.
 #include <immintrin.h>
 
 #include <cstring>
@@ -55,14 +56,29 @@ inline __m256i Nibbles32(const uint8_t* qs) {
                           _mm_and_si128(q, m));
 }
 
-// Blocks of 32 (Q8_0, Q4_0): acc += dw * dx * (int dot of block b); two
-// accumulators so that consecutive blocks do not wait on one FMA chain.
-template <typename Block, __m256i (*Weights)(const Block&)>
+// Blocks of 32. Symmetric types (Q8_0, Q4_0, Q5_0, IQ4_NL; Weights gives
+// signed bytes, |w| <= 128): acc += dw * dx * (int dot of block b).
+// Affine types (Q4_1, Q5_1, x = d * q + m; Weights gives unsigned q < 32,
+// pairs 2 * 31 * 127 < 2^15): the same plus m * dx * (sum of the block's
+// activations, from sum16). Two accumulators so that consecutive blocks do
+// not wait on one FMA chain.
+template <typename Block, __m256i (*Weights)(const Block&), bool kAffine>
 float DotBlocks32(const Block* w, int64_t nb, const QuantizedActs& a) {
   const int8_t* xq = a.q.data();
   const float* xd = a.d.data();
+  const int32_t* xs = a.sum16.data();
+  float acc_min = 0.0f;
   const auto term = [&](int64_t b, __m256 acc) {
-    const __m256i p = DotSigned32(Weights(w[b]), Load32(xq + 32 * b));
+    const __m256i x = Load32(xq + 32 * b);
+    __m256i p;
+    if constexpr (kAffine) {
+      p = _mm256_madd_epi16(_mm256_maddubs_epi16(Weights(w[b]), x),
+                            _mm256_set1_epi16(1));
+      acc_min +=
+          Half(w[b].m) * xd[b] * static_cast<float>(xs[2 * b] + xs[2 * b + 1]);
+    } else {
+      p = DotSigned32(Weights(w[b]), x);
+    }
     const __m256 s = _mm256_set1_ps(Half(w[b].d) * xd[b]);
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc);
   };
@@ -73,12 +89,78 @@ float DotBlocks32(const Block* w, int64_t nb, const QuantizedActs& a) {
     acc1 = term(b + 1, acc1);
   }
   if (b < nb) acc0 = term(b, acc0);
-  return Sum8(_mm256_add_ps(acc0, acc1));
+  return Sum8(_mm256_add_ps(acc0, acc1)) + acc_min;
+}
+
+// Bit i of the 4 little-endian bytes at qh as byte i: 0xFF if set, else 0.
+inline __m256i HighBits32(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  // Byte i takes byte i / 8 of the word, then keeps bit i % 8.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(bits)),
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                         0x0303030303030303));
+  const __m256i mask =
+      _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
+}
+
+// The IQ4 code book in both 128-bit lanes (vpshufb looks up 16 entries).
+inline __m256i Iq4Table() {
+  return _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
 }
 
 inline __m256i WeightsQ8_0(const BlockQ8_0& k) { return Load32(k.qs); }
 inline __m256i WeightsQ4_0(const BlockQ4_0& k) {
   return _mm256_sub_epi8(Nibbles32(k.qs), _mm256_set1_epi8(8));
+}
+inline __m256i WeightsQ4_1(const BlockQ4_1& k) { return Nibbles32(k.qs); }
+// q - 16 with q = nibble | (high bit << 4): the nibble where the high bit
+// is set, else nibble - 16 (the nibble with bits 4-7 set).
+inline __m256i WeightsQ5_0(const BlockQ5_0& k) {
+  return _mm256_or_si256(
+      Nibbles32(k.qs),
+      _mm256_andnot_si256(HighBits32(k.qh),
+                          _mm256_set1_epi8(static_cast<char>(0xF0))));
+}
+inline __m256i WeightsQ5_1(const BlockQ5_1& k) {
+  return _mm256_or_si256(
+      Nibbles32(k.qs),
+      _mm256_and_si256(HighBits32(k.qh), _mm256_set1_epi8(0x10)));
+}
+// |kIq4Values| <= 127.
+inline __m256i WeightsIQ4_NL(const BlockIQ4_NL& k) {
+  return _mm256_shuffle_epi8(Iq4Table(), Nibbles32(k.qs));
+}
+
+// IQ4_XS: sub-block j (< 8) of 32 is x = d * (ls_j - 32) * kIq4Values[q]
+// with 6-bit ls_j. |w| <= 127 gives int16 pairs below 2 * 127 * 127 < 2^15;
+// vpmaddwd by ls_j - 32 (|.| <= 32) sums a block to at most
+// 256 * 127 * 127 * 32 < 2^31 in magnitude.
+float DotIQ4XS(const BlockIQ4_XS* w, int64_t nb, const QuantizedActs& a) {
+  const __m256i table = Iq4Table();
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockIQ4_XS& k = w[b];
+    const int8_t* x = a.qk.data() + kQK_K * b;
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const int ls = ((k.scales_l[j / 2] >> (4 * (j % 2))) & 0xF) |
+                     (((k.scales_h >> (2 * j)) & 3) << 4);
+      const __m256i wv = _mm256_shuffle_epi8(table, Nibbles32(k.qs + 16 * j));
+      const __m256i xv = Load32(x + 32 * j);
+      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv),
+                                               _mm256_sign_epi8(xv, wv));
+      sumi = _mm256_add_epi32(
+          sumi, _mm256_madd_epi16(
+                    p16, _mm256_set1_epi16(static_cast<int16_t>(ls - 32))));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(Half(k.d) * a.dk[b]),
+                          _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return Sum8(acc);
 }
 
 // All 16 int16 lanes = word j (< 8) of both 128-bit lanes of v.
@@ -368,12 +450,17 @@ bool HasFusedDot(DType t, int64_t n_in) {
   switch (t) {
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL:
       return n_in % 32 == 0;
     case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kIQ4_XS:
       return n_in % kQK_K == 0;
     default:
       return false;
@@ -386,9 +473,20 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
   const GemvArgs g{w, row_bytes, n_rows, n_in, acts, n_tok, y, ldy};
   switch (t) {
     case DType::kQ8_0:
-      return Rows<BlockQ8_0, 32, DotBlocks32<BlockQ8_0, WeightsQ8_0>>(g);
+      return Rows<BlockQ8_0, 32, DotBlocks32<BlockQ8_0, WeightsQ8_0, false>>(g);
     case DType::kQ4_0:
-      return Rows<BlockQ4_0, 32, DotBlocks32<BlockQ4_0, WeightsQ4_0>>(g);
+      return Rows<BlockQ4_0, 32, DotBlocks32<BlockQ4_0, WeightsQ4_0, false>>(g);
+    case DType::kQ4_1:
+      return Rows<BlockQ4_1, 32, DotBlocks32<BlockQ4_1, WeightsQ4_1, true>>(g);
+    case DType::kQ5_0:
+      return Rows<BlockQ5_0, 32, DotBlocks32<BlockQ5_0, WeightsQ5_0, false>>(g);
+    case DType::kQ5_1:
+      return Rows<BlockQ5_1, 32, DotBlocks32<BlockQ5_1, WeightsQ5_1, true>>(g);
+    case DType::kIQ4_NL:
+      return Rows<BlockIQ4_NL, 32,
+                  DotBlocks32<BlockIQ4_NL, WeightsIQ4_NL, false>>(g);
+    case DType::kIQ4_XS:
+      return Rows<BlockIQ4_XS, kQK_K, DotIQ4XS>(g);
     case DType::kQ2_K:
       return Rows<BlockQ2_K, kQK_K, DotQ2K>(g);
     case DType::kQ3_K:

@@ -16,11 +16,11 @@ void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t ldy);
 void QuantToF32(DType t, const void* src, int64_t n, float* dst);
 // Whether FusedDot handles rows of n_in elements of type t (Q8_0, Q4_0,
-// Q2_K..Q6_K; quant_dot_avx2.cc).
+// Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS; quant_dot_avx2.cc).
 bool HasFusedDot(DType t, int64_t n_in);
 // quant_gemv's contract (kernel_set.h) for the types of HasFusedDot, with
-// the block form of the activations for Q8_0/Q4_0 and the super-block form
-// for the K-quants.
+// the block form of the activations for the 32-element block types and the
+// super-block form for the K-quants and IQ4_XS.
 void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy);

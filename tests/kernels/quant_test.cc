@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/ops.h"
@@ -156,6 +157,12 @@ TEST_P(QuantTypeTest, FastMatMulMatchesReferenceOnOddSizes) {
 INSTANTIATE_TEST_SUITE_P(Types, QuantTypeTest, ::testing::ValuesIn(kTypes),
                          TypeName);
 
+// The types with a fused AVX2 integer dot (avx2q::HasFusedDot).
+const DType kFusedTypes[] = {DType::kQ8_0, DType::kQ4_0,   DType::kQ4_1,
+                             DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,
+                             DType::kQ3_K, DType::kQ4_K,   DType::kQ5_K,
+                             DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS};
+
 // Rows of raw random bytes (every bit pattern of quants and packed scales:
 // Q6_K scales of -128, 6-bit q of 63, ...) with the F16 scale fields set to
 // finite values in +-[0.001, 0.1].
@@ -167,8 +174,13 @@ std::vector<uint8_t> RandomBlockRows(DType t, int64_t n_rows, int64_t n_in,
   switch (t) {
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
       scale_offsets = {0};
       break;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
     case DType::kQ4_K:
     case DType::kQ5_K:
       scale_offsets = {0, 2};
@@ -196,8 +208,8 @@ std::vector<uint8_t> RandomBlockRows(DType t, int64_t n_rows, int64_t n_in,
   return w;
 }
 
-// The fused AVX2 dots (Q8_0, Q4_0, Q2_K-Q6_K) on the extremes of
-// their integer ranges: raw random blocks against activations of +-1 (every
+// The fused AVX2 dots (kFusedTypes) on the extremes of their integer
+// ranges: raw random blocks against activations of +-1 (every
 // 8-bit activation is +-127 and exact, so the only error is F32 rounding:
 // an int16/int32 overflow would be off by far more) and against random
 // activations (bound: the 8-bit rounding of a 256-element block).
@@ -205,8 +217,7 @@ TEST(FusedDotTest, RawRandomBlocksMatchReference) {
   std::mt19937 rng(15);
   for (const KernelSet* ks : AvailableKernelSets()) {
     ScopedKernels scoped(ks);
-    for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ2_K, DType::kQ3_K,
-                    DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (DType t : kFusedTypes) {
       const int64_t n_in = BlockSize(t) == 32 ? 800 : 1280, n_out = 7;
       const std::vector<uint8_t> w = RandomBlockRows(t, n_out, n_in, rng);
       std::vector<float> x(n_in * 2);
@@ -229,6 +240,105 @@ TEST(FusedDotTest, RawRandomBlocksMatchReference) {
           ASSERT_NEAR(y[k * n_out + o], yr[k * n_out + o],
                       act + 4e-6 * mag + 1e-6)
               << ks->name << " " << DTypeName(t) << " o=" << o << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
+// x' of the activation form the AVX2 fused dot of type t reads
+// (quant_kernels.h): the block form for 32-element blocks, the super-block
+// form for 256-element ones.
+std::vector<double> DequantizedActs(DType t, const QuantizedActs& a) {
+  std::vector<double> x(a.n);
+  for (int64_t i = 0; i < a.n; ++i) {
+    x[i] = BlockSize(t) == 32
+               ? static_cast<double>(a.d[i / 32]) * a.q[i]
+               : static_cast<double>(a.dk[i / kSuperAct]) * a.qk[i];
+  }
+  return x;
+}
+
+// Every table's quant_gemv on odd row counts, several tokens (ldy > n_rows)
+// and row lengths that are multiples of the block size (for 32-element
+// blocks also ones that are not multiples of 256): against the float64 dot
+// of the dequantised weights with x, within the 8-bit activation bound
+// (ActQuantBound over the weight's block) plus F32 accumulation. The AVX2
+// table routes every type here to its fused dot and is also checked against
+// the dequantised activations x' it reads, where the only error is F32
+// rounding (1e-5 of sum |x'| * max|w| of the block: Q4_1/Q5_1 sum d * q and
+// m separately, each at most twice the block's largest |w|).
+TEST(FusedDotTest, QuantGemvMatchesReferenceDot) {
+  std::mt19937 rng(17);
+  constexpr int kTok = 3;
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    if (ks->quant_gemv == nullptr) continue;
+    ScopedKernels scoped(ks);
+    const bool fused = ks == Avx2Kernels();
+    for (DType t : kFusedTypes) {
+      if (fused) {
+        EXPECT_STREQ(QuantDotPath(t), "int8 dot, fused blocks") << DTypeName(t);
+      }
+      const std::vector<int64_t> lengths =
+          BlockSize(t) == 32 ? std::vector<int64_t>{32, 96, 288, 800, 1024}
+                             : std::vector<int64_t>{256, 768, 1280};
+      for (int64_t n_in : lengths) {
+        for (int64_t n_rows : {1, 7, 19}) {
+          const int64_t rb = RowBytes(t, n_in), ldy = n_rows + 2;
+          const std::vector<float> wf =
+              RandomFloats(rng, n_in * n_rows, -2.0f, 1.5f);
+          std::vector<uint8_t> w(rb * n_rows);
+          for (int64_t r = 0; r < n_rows; ++r) {
+            QuantizeRow(t, wf.data() + r * n_in, n_in, w.data() + r * rb);
+          }
+          const std::vector<float> x =
+              RandomFloats(rng, n_in * kTok, -3.0f, 4.0f);
+          QuantizedActs acts[kTok];
+          for (int k = 0; k < kTok; ++k) {
+            QuantizeActs(x.data() + k * n_in, n_in, &acts[k]);
+          }
+          std::vector<float> y(ldy * kTok, NAN), row(n_in);
+          ks->quant_gemv(t, w.data(), rb, n_rows, n_in, acts, kTok, y.data(),
+                         ldy);
+          for (int64_t r = 0; r < n_rows; ++r) {
+            DequantizeRowRef(t, w.data() + r * rb, n_in, row.data());
+            for (int k = 0; k < kTok; ++k) {
+              const float* xk = x.data() + k * n_in;
+              const std::vector<double> xq = DequantizedActs(t, acts[k]);
+              double want = 0.0, want_q = 0.0, mag = 0.0, mag_q = 0.0;
+              for (int64_t i = 0; i < n_in; ++i) {
+                want += static_cast<double>(row[i]) * xk[i];
+                want_q += row[i] * xq[i];
+                mag += std::fabs(row[i] * xk[i]);
+              }
+              const int64_t bs = BlockSize(t);
+              for (int64_t b = 0; b < n_in / bs; ++b) {
+                float wmax = 0.0f;
+                for (int64_t i = b * bs; i < (b + 1) * bs; ++i)
+                  wmax = std::max(wmax, std::fabs(row[i]));
+                for (int64_t i = b * bs; i < (b + 1) * bs; ++i)
+                  mag_q += wmax * std::fabs(xq[i]);
+              }
+              const float got = y[k * ldy + r];
+              const std::string where =
+                  std::string(ks->name) + " " + DTypeName(t) +
+                  " n_in=" + std::to_string(n_in) +
+                  " n_rows=" + std::to_string(n_rows) +
+                  " r=" + std::to_string(r) + " k=" + std::to_string(k);
+              ASSERT_NEAR(got, want,
+                          1.001 * ActQuantBound(row.data(), xk, n_in, bs) +
+                              4e-6 * mag + 1e-6)
+                  << where;
+              if (fused) {
+                ASSERT_NEAR(got, want_q, 1e-5 * mag_q + 1e-6) << where;
+              }
+            }
+          }
+          for (int k = 0; k < kTok; ++k) {
+            for (int64_t r = n_rows; r < ldy; ++r) {
+              ASSERT_TRUE(std::isnan(y[k * ldy + r])) << "wrote past n_rows";
+            }
+          }
         }
       }
     }
