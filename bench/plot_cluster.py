@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend choice)
 
 TARGET_BUDGET = 1024
 POLICY_COLORS = {"full": "k", "clusterkv": "C0", "clusterkv_kvhead": "C4",
-                 "quest": "C1", "streaming": "C2", "oracle": "C3",
-                 "hybrid": "C5"}
+                 "clusterkv_copy": "C6", "quest": "C1", "streaming": "C2",
+                 "oracle": "C3", "hybrid": "C5"}
 
 
 def select(runs, **want):
@@ -100,7 +100,8 @@ def layer_timing_plot(ax, runs):
     for r in select(lt, policy="full", context=ctx):
         ax.axhline(r["step_ms"], color="k", linestyle="--",
                    label="full (dense attention)")
-    for pol in ("clusterkv", "clusterkv_kvhead", "quest", "streaming"):
+    for pol in ("clusterkv", "clusterkv_copy", "clusterkv_kvhead", "quest",
+                "streaming"):
         x, y = by_budget(select(lt, policy=pol, context=ctx), "step_ms")
         ax.plot(x, y, "o-", color=POLICY_COLORS[pol], label=pol)
     ax.set_title(f"keys: one attention layer, {ctx} tokens "
