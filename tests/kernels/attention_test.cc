@@ -160,6 +160,22 @@ TEST_P(FastAttentionTest, SlidingWindowAndSoftCap) {
   }
 }
 
+// Items of few rows take the decode forms (<= 4 rows: K/V read straight from
+// storage when head_dim % 8 == 0; 5-8 rows: a row-major key tile), with
+// head dims that leave a partial 32-dim block (40, 72) or are not a
+// multiple of 8 (17, 30: the tile forms).
+TEST_P(FastAttentionTest, FewRowFormsOddHeadDims) {
+  std::mt19937 rng(15);
+  for (int threads : {0, 2}) {
+    CheckAttention({1, 6, 2, 40, 150, DType::kF16, 149}, threads, rng);   // 3
+    CheckAttention({1, 4, 4, 72, 200, DType::kBF16, 199}, threads, rng);  // 1
+    CheckAttention({1, 4, 4, 17, 130, DType::kF32, 129}, threads, rng);   // 1
+    CheckAttention({2, 6, 2, 40, 150, DType::kF16, 148}, threads, rng);   // 6
+    CheckAttention({2, 8, 2, 30, 100, DType::kBF16, 98}, threads, rng);   // 8
+    CheckAttention({1, 8, 1, 24, 90, DType::kF32, 89}, threads, rng);     // 8
+  }
+}
+
 TEST_P(FastAttentionTest, LongContextManyQueries) {
   std::mt19937 rng(13);
   CheckAttention({300, 2, 1, 64, 1300, DType::kF16, 1000}, 2, rng);
