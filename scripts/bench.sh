@@ -4,9 +4,10 @@
 # engine.png), bench/results/cluster.json (+ recall_vs_budget.png,
 # step_time_vs_context.png, overhead.png, text_quality.png) and bench/results/service.json (+
 # service.png; the in-process server's request log goes to service.log).
-# Run on a quiet machine: engine_bench takes minutes, cluster_bench about 20
-# minutes and service_bench about 3 minutes on 2 cores (other load skews the
-# numbers).
+# Run on a quiet machine: engine_bench takes minutes, cluster_bench's keys and
+# engine workloads about 20 minutes and its text workload (31 policy x budget
+# configurations over 16,384 held-out tokens) about 1.5 hours on one core,
+# service_bench about 3 minutes on 2 cores (other load skews the numbers).
 # Usage: scripts/bench.sh [extra engine_bench flags, e.g. --threads 1]
 # Env: BUILD_DIR (default build), PYTHON (an interpreter with matplotlib),
 #      CLUSTER_BENCH_FLAGS (extra cluster_bench flags, e.g. --quick),
