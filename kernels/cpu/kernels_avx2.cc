@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/kernel_set.h"
 #include "kernels/cpu/kernels_avx2_attn.h"
 #include "kernels/cpu/quant_kernels.h"
@@ -17,40 +18,9 @@ namespace ckv::kernels::cpu {
 namespace avx2 {
 namespace {
 
-template <DType T>
-inline __m256 Load8(const void* row, int64_t i) {
-  if constexpr (T == DType::kF32) {
-    return _mm256_loadu_ps(static_cast<const float*>(row) + i);
-  } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-        static_cast<const uint16_t*>(row) + i));
-    if constexpr (T == DType::kF16) {
-      return _mm256_cvtph_ps(h);
-    } else {
-      return _mm256_castsi256_ps(
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-  }
-}
-
-inline float Sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-
-float ElementF(DType t, const void* row, int64_t i) {
-  const auto* h = static_cast<const uint16_t*>(row);
-  switch (t) {
-    case DType::kF32:
-      return static_cast<const float*>(row)[i];
-    case DType::kF16:
-      return _cvtsh_ss(h[i]);
-    default:
-      return BF16ToF32(h[i]);
-  }
-}
+using avx2util::Element;
+using avx2util::Load8;
+using avx2util::Sum8;
 
 template <DType T>
 float DotRow(const void* row, int64_t n, const float* x) {
@@ -61,7 +31,7 @@ float DotRow(const void* row, int64_t n, const float* x) {
     a1 = _mm256_fmadd_ps(Load8<T>(row, i + 8), _mm256_loadu_ps(x + i + 8), a1);
   }
   float s = Sum8(_mm256_add_ps(a0, a1));
-  for (; i < n; ++i) s += ElementF(T, row, i) * x[i];
+  for (; i < n; ++i) s += Element<T>(row, i) * x[i];
   return s;
 }
 
@@ -109,7 +79,7 @@ template <DType T>
 void ToF32T(const void* src, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, Load8<T>(src, i));
-  for (; i < n; ++i) dst[i] = ElementF(T, src, i);
+  for (; i < n; ++i) dst[i] = Element<T>(src, i);
 }
 
 void ToF32(DType t, const void* src, int64_t n, float* dst) {
@@ -227,9 +197,9 @@ void PageMinMaxT(const void* src, int64_t stride, int n, int dim, float* mn,
     _mm256_storeu_ps(mx + d, hi);
   }
   for (; d < dim; ++d) {
-    float lo = ElementF(T, base, d), hi = lo;
+    float lo = Element<T>(base, d), hi = lo;
     for (int j = 1; j < n; ++j) {
-      const float v = ElementF(T, base + j * row_bytes, d);
+      const float v = Element<T>(base + j * row_bytes, d);
       lo = std::min(lo, v);
       hi = std::max(hi, v);
     }

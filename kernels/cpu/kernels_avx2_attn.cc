@@ -9,10 +9,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/kernel_set.h"
 
 namespace ckv::kernels::cpu::avx2 {
 namespace {
+
+using avx2util::Element;
+using avx2util::Load8;
+using avx2util::Sum8;
 
 static_assert(kTileK == 64, "qk/softmax assume 8 vectors per key tile");
 
@@ -20,34 +25,6 @@ static_assert(kTileK == 64, "qk/softmax assume 8 vectors per key tile");
 inline const char* RowPtr(const char* base, int64_t row_bytes,
                           const int32_t* rows, int j) {
   return base + (rows != nullptr ? int64_t{rows[j]} : int64_t{j}) * row_bytes;
-}
-
-// 8 elements of a row of type T (kF32, kF16 or kBF16) from element i.
-template <DType T>
-inline __m256 Load8(const char* row, int64_t i) {
-  if constexpr (T == DType::kF32) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
-  } else {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-        reinterpret_cast<const uint16_t*>(row) + i));
-    if constexpr (T == DType::kF16) {
-      return _mm256_cvtph_ps(h);
-    } else {
-      return _mm256_castsi256_ps(
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-  }
-}
-
-template <DType T>
-inline float Element(const char* row, int64_t i) {
-  if constexpr (T == DType::kF32) {
-    return reinterpret_cast<const float*>(row)[i];
-  } else if constexpr (T == DType::kF16) {
-    return _cvtsh_ss(reinterpret_cast<const uint16_t*>(row)[i]);
-  } else {
-    return BF16ToF32(reinterpret_cast<const uint16_t*>(row)[i]);
-  }
 }
 
 // In-place transpose of 8 vectors (rows) into 8 vectors (columns).
@@ -106,13 +83,6 @@ inline float HorizontalMax(__m256 v) {
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
   return _mm_cvtss_f32(m);
-}
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
 }
 
 // All-ones lanes where bit j of `bits` (8 bits) is set.
@@ -212,31 +182,6 @@ void QkRows(const float* q, int ldq, const float* kt, int hd, int k0,
   }
 }
 
-// Sums of the 8 lanes of each a[k], k < 8, as the 8 lanes of the result.
-inline __m256 ReduceEight(const __m256 a[8]) {
-  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]);
-  const __m256 h23 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]);
-  const __m256 h67 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 x0 = _mm256_hadd_ps(h01, h23);  // keys 0-3, low | high halves
-  const __m256 x1 = _mm256_hadd_ps(h45, h67);  // keys 4-7
-  return _mm256_add_ps(_mm256_permute2f128_ps(x0, x1, 0x20),
-                       _mm256_permute2f128_ps(x0, x1, 0x31));
-}
-
-// s[j0..j0+8) of one query row from row-major keys (ldk % 8 == 0).
-inline void QkEightKeys(const float* q, const float* kr, int ldk, float* s) {
-  __m256 acc[8];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  for (int d = 0; d < ldk; d += 8) {
-    const __m256 qv = _mm256_loadu_ps(q + d);
-    for (int k = 0; k < 8; ++k) {
-      acc[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr + k * ldk + d), acc[k]);
-    }
-  }
-  _mm256_storeu_ps(s, ReduceEight(acc));
-}
-
 // Scores of 4 keys (rows r0..r0+3 of the tile, all < n) for R <= 2 query
 // rows, converted in registers.
 template <DType T, int R>
@@ -282,7 +227,7 @@ void QkDirectRows(const char* base, int64_t row_bytes, const int32_t* idx,
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * ldq + d),
                               Load8<T>(row, d), acc);
       }
-      s[i * kTileK + j] = HorizontalSum(acc);
+      s[i * kTileK + j] = Sum8(acc);
     }
   }
 }
@@ -373,43 +318,6 @@ void PvDirectT(const void* v, int64_t stride, const int32_t* idx, int n, int hd,
   }
 }
 
-// o rows [0, R), dims [0, 8 * NV) (the caller offsets o and vt).
-template <int R, int NV>
-void PvBlock(const float* p, const float* vt, int n, int ldv,
-             const float* alpha, float* o) {
-  __m256 acc[R][NV];
-  for (int i = 0; i < R; ++i) {
-    const __m256 a = _mm256_set1_ps(alpha[i]);
-    for (int v = 0; v < NV; ++v) {
-      acc[i][v] = _mm256_mul_ps(a, _mm256_loadu_ps(o + i * ldv + 8 * v));
-    }
-  }
-  for (int j = 0; j < n; ++j) {
-    __m256 vv[NV];
-    for (int v = 0; v < NV; ++v) vv[v] = _mm256_loadu_ps(vt + j * ldv + 8 * v);
-    for (int i = 0; i < R; ++i) {
-      const __m256 b = _mm256_broadcast_ss(p + i * kTileK + j);
-      for (int v = 0; v < NV; ++v) {
-        acc[i][v] = _mm256_fmadd_ps(b, vv[v], acc[i][v]);
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    for (int v = 0; v < NV; ++v) {
-      _mm256_storeu_ps(o + i * ldv + 8 * v, acc[i][v]);
-    }
-  }
-}
-
-// ldv is a multiple of 16: blocks of 32 dims, then one of 16 if left.
-template <int R>
-void PvRows(const float* p, const float* vt, int n, int ldv, const float* alpha,
-            float* o) {
-  int d = 0;
-  for (; d + 32 <= ldv; d += 32) PvBlock<R, 4>(p, vt + d, n, ldv, alpha, o + d);
-  if (d < ldv) PvBlock<R, 2>(p, vt + d, n, ldv, alpha, o + d);
-}
-
 }  // namespace
 
 void LoadKt(DType t, const void* k, int64_t stride, const int32_t* rows, int n,
@@ -446,14 +354,10 @@ void Qk(const float* q, int ldq, int rows, const float* kt, int hd, float* s) {
   }
 }
 
-// Keys n..ceil8(n) are zero rows of kr (load_v's contract): harmless.
+// The row-major tile is rows of F32: the direct kernel reads it in place.
 void QkRowMajor(const float* q, int ldq, int rows, const float* kr, int ldk,
                 int n, float* s) {
-  for (int i = 0; i < rows; ++i) {
-    for (int j0 = 0; j0 < n; j0 += 8) {
-      QkEightKeys(q + i * ldq, kr + j0 * ldk, ldk, s + i * kTileK + j0);
-    }
-  }
+  QkDirectT<DType::kF32>(kr, ldk, nullptr, n, ldk, q, ldq, rows, s);
 }
 
 void QkDirect(DType t, const void* k, int64_t stride, const int32_t* idx, int n,
@@ -508,17 +412,15 @@ float SoftmaxRow(float* s, uint64_t valid, float* m, float* l) {
     _mm256_storeu_ps(s + 8 * v, p);
   }
   *m = m_new;
-  *l = *l * alpha + HorizontalSum(sum);
+  *l = *l * alpha + Sum8(sum);
   return alpha;
 }
 
+// The V tile is rows of F32 (zero past hd up to ldv): the direct kernel
+// reads it in place.
 void Pv(const float* p, int rows, const float* vt, int n, int ldv,
         const float* alpha, float* o) {
-  int i = 0;
-  for (; i + 2 <= rows; i += 2) {
-    PvRows<2>(p + i * kTileK, vt, n, ldv, alpha + i, o + i * ldv);
-  }
-  if (i < rows) PvRows<1>(p + i * kTileK, vt, n, ldv, alpha + i, o + i * ldv);
+  PvDirectT<DType::kF32>(vt, ldv, nullptr, n, ldv, p, rows, alpha, o, ldv);
 }
 
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {

@@ -8,22 +8,18 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/quant_blocks.h"
 
 namespace ckv::kernels::cpu::avx2q {
 namespace {
 
+using avx2util::Sum8;
+
 #include "kernels/cpu/quant_unpack.inc"
 
 constexpr int kTokTile = 4;
-
-inline float Sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // acc += the chunk's contribution for one token (lanes summed later).
 inline __m256 ChunkDot(const UnpackedChunk& u, const int8_t* xq,

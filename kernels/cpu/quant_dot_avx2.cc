@@ -12,23 +12,19 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/quant_blocks.h"
 
 namespace ckv::kernels::cpu::avx2q {
 namespace {
 
+using avx2util::Sum8;
+
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 inline __m256i Load32(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-inline float Sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 inline int32_t SumI8(__m256i v) {

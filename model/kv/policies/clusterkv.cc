@@ -44,8 +44,8 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
   out->blocks.clear();
   out->tokens = 0;
   const auto& segs = *ctx.segments;
-  const int64_t budget =
-      std::min<int64_t>(config_.budget, ClusteredTokens(ctx));
+  const int64_t clustered = ClusteredTokens(ctx);
+  const int64_t budget = std::min<int64_t>(config_.budget, clustered);
   const std::vector<int64_t> recent_begin =
       AddRecentRows(ctx, std::min<int64_t>(config_.recent_tokens, budget),
                     config_.quest_page_size, out);
@@ -64,7 +64,7 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
   // prefix falls short. Same order as a full sort (ScoreBefore is total).
   const int64_t n = static_cast<int64_t>(order_.size());
   const int64_t mean_size =
-      std::max<int64_t>(1, ClusteredTokens(ctx) / std::max<int64_t>(1, n));
+      std::max<int64_t>(1, clustered / std::max<int64_t>(1, n));
   const int64_t prefix = std::min(n, 2 * (budget / mean_size) + 8);
   std::partial_sort(order_.begin(), order_.begin() + prefix, order_.end(),
                     ScoreBefore);
