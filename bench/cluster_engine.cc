@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "model/kv/clustered_store.h"
 #include "model/kv/policies/registry.h"
@@ -31,11 +32,24 @@ struct PolicyChoice {
 
 constexpr PolicyChoice kFullPolicy = {"full", KvPolicy::kFull};
 
-// Every registered policy that selects, in id order.
-std::vector<PolicyChoice> SparsePolicies() {
+// Every registered policy that selects, in id order; only those named in
+// `only` when it is not empty (INVALID_ARGUMENT for a name that is not a
+// selecting policy).
+absl::StatusOr<std::vector<PolicyChoice>> SparsePolicies(
+    const std::vector<std::string>& only) {
   std::vector<PolicyChoice> out;
   for (const PolicyInfo& p : RegisteredPolicies()) {
-    if (p.selects) out.push_back({p.name.c_str(), p.id, p.evaluation_only});
+    if (p.selects && (only.empty() || std::find(only.begin(), only.end(),
+                                                p.name) != only.end())) {
+      out.push_back({p.name.c_str(), p.id, p.evaluation_only});
+    }
+  }
+  for (const std::string& name : only) {
+    if (std::none_of(out.begin(), out.end(),
+                     [&](const PolicyChoice& c) { return name == c.name; })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--engine_policies: '", name, "' is not a selecting policy"));
+    }
   }
   return out;
 }
@@ -85,11 +99,18 @@ class EngineBench {
 };
 
 absl::Status EngineBench::LoadAndDescribe() {
-  auto path = EnsureRandomModel(o_.model, o_.work_dir, "cluster_bench");
+  const bool random = o_.engine_model.empty();
+  auto path = random ? EnsureRandomModel(o_.model, o_.work_dir, "cluster_bench")
+                     : absl::StatusOr<std::string>(o_.engine_model);
   if (!path.ok()) return path.status();
   auto model = LoadModel(*path);
   if (!model.ok()) return model.status();
   model_ = *std::move(model);
+  if (o_.dense_layers > model_->config.n_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dense_layers ", o_.dense_layers, " exceeds the ",
+                     model_->config.n_layers, " layers of ", *path));
+  }
   TransformerOptions to;
   to.threads = threads_;
   to.prefill_chunk = o_.prefill_chunk;
@@ -98,7 +119,7 @@ absl::Status EngineBench::LoadAndDescribe() {
   const ModelConfig& c = model_->config;
   report_->engine_model = Json{
       {"path", *path},
-      {"random", true},
+      {"random", random},
       {"n_layers", c.n_layers},
       {"dense_layers", o_.dense_layers},
       {"d_model", c.d_model},
@@ -287,6 +308,8 @@ absl::Status EngineBench::Decode(const Prefilled& p, const PolicyChoice& pc,
 }
 
 absl::Status EngineBench::Run() {
+  const auto policies = SparsePolicies(o_.engine_policies);
+  if (!policies.ok()) return policies.status();
   if (auto s = LoadAndDescribe(); !s.ok()) return s;
   for (int64_t ctx : o_.engine_contexts) {
     auto p = Prefill(ctx);
@@ -294,7 +317,7 @@ absl::Status EngineBench::Run() {
     for (int batch : o_.batches) {
       if (auto s = Decode(*p, kFullPolicy, 0, batch); !s.ok()) return s;
     }
-    for (const PolicyChoice& pc : SparsePolicies()) {
+    for (const PolicyChoice& pc : *policies) {
       for (int b : o_.budgets) {
         for (int batch : o_.batches) {
           if (pc.evaluation_only && batch != o_.batches.front()) continue;

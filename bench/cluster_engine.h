@@ -1,6 +1,7 @@
 // The `engine` workload of cluster_bench: the transformer end to end on a
 // random model with the attention geometry of Llama-3.1-8B (32 query / 8 KV
-// heads, head dim 128, d_model 4096) and few layers.
+// heads, head dim 128, d_model 4096) and few layers, or on --engine_model
+// (a GGUF file, e.g. the trained models/kjv-llama.gguf).
 //
 // Per context L: one session store (policy clusterkv, build_all_indexes) is
 // prefilled with L random byte tokens in one prompt call (dense attention;

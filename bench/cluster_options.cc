@@ -65,6 +65,12 @@ ABSL_FLAG(int, decode_steps, Defaults().decode_steps,
           "engine: timed decode steps per run (after one untimed step)");
 ABSL_FLAG(int, layers, Defaults().model.layers, "engine: model layers");
 ABSL_FLAG(int, ffn, Defaults().model.ffn, "engine: feed-forward dimension");
+ABSL_FLAG(std::string, engine_model, Defaults().engine_model,
+          "engine: GGUF model to run instead of the random one (--layers "
+          "and --ffn then do not apply)");
+ABSL_FLAG(std::string, engine_policies, "",
+          "engine: comma-separated sparse policies to decode (empty: every "
+          "selecting policy; full always runs)");
 ABSL_FLAG(int, dense_layers, Defaults().dense_layers,
           "engine: layers below this attend densely");
 ABSL_FLAG(int, prefill_chunk, Defaults().prefill_chunk,
@@ -155,6 +161,9 @@ absl::Status ReadScalars(ClusterBenchOptions& o) {
   o.decode_steps = absl::GetFlag(FLAGS_decode_steps);
   o.model.layers = absl::GetFlag(FLAGS_layers);
   o.model.ffn = absl::GetFlag(FLAGS_ffn);
+  o.engine_model = absl::GetFlag(FLAGS_engine_model);
+  o.engine_policies = absl::StrSplit(absl::GetFlag(FLAGS_engine_policies), ',',
+                                     absl::SkipEmpty());
   o.dense_layers = absl::GetFlag(FLAGS_dense_layers);
   o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   o.engine_quality = absl::GetFlag(FLAGS_engine_quality);
@@ -180,7 +189,8 @@ absl::Status ReadScalars(ClusterBenchOptions& o) {
         "--threads must be >= 0; --key_queries, --timing_steps, "
         "--decode_steps, --layers, --ffn and --prefill_chunk >= 1");
   }
-  if (o.dense_layers < 0 || o.dense_layers > o.model.layers) {
+  if (o.dense_layers < 0 ||
+      (o.engine_model.empty() && o.dense_layers > o.model.layers)) {
     return absl::InvalidArgumentError("--dense_layers must be in [0, layers]");
   }
   return ReadWorkloads(o);

@@ -61,6 +61,13 @@ struct ClusterBenchOptions {
     s.dtype = kernels::DType::kF16;
     return s;
   }();
+  // A GGUF model for the engine workload instead of the random one (e.g.
+  // models/kjv-llama.gguf: decode-time flatness on a model with real
+  // attention); --layers and --ffn then do not apply.
+  std::string engine_model;
+  // Sparse policies the engine workload decodes (registered names; empty:
+  // every selecting policy). `full`, the baseline, always runs.
+  std::vector<std::string> engine_policies;
   int dense_layers = 0;  // the product default is 2 of 32 layers
   std::vector<int64_t> engine_contexts = {4096, 8192, 16384, 32768};
   std::vector<int> batches = {1, 4, 16};

@@ -177,6 +177,26 @@ void EngineTargets(const ClusterReport& rep, std::vector<Target>* out) {
   }
 }
 
+// Decode time per token flat in context: clusterkv's step (1 session,
+// B=1024) at the largest engine context against 8192, when the largest is
+// at least 4x that (the issue: 128k within 1.3x of 8k).
+void FlatnessTarget(const ClusterReport& rep, std::vector<Target>* out) {
+  constexpr int64_t kBase = 8192;
+  const int64_t ctx = MaxContext(rep, "engine");
+  if (ctx < 4 * kBase) return;
+  Query q{"engine", "decode", "clusterkv", "", ctx, kTargetBudget, 1, -1};
+  const RunRecord* big = Find(rep, q);
+  q.context = kBase;
+  const RunRecord* base = Find(rep, q);
+  if (big == nullptr || base == nullptr) return;
+  out->push_back(AtMost(
+      "decode_flat_in_context",
+      absl::StrCat("clusterkv decode step at the largest context / at ", kBase,
+                   " <= 1.3 (1 session)"),
+      big->step_ms / base->step_ms, 1.3,
+      absl::StrCat(Where(ctx, 131072), " vs ", kBase, ", B=", kTargetBudget)));
+}
+
 double Extra(const RunRecord* r, const char* key) {
   return r != nullptr && r->extra.contains(key) ? r->extra[key].get<double>()
                                                 : kNotMeasured;
@@ -253,6 +273,7 @@ std::vector<Target> Targets(const ClusterReport& rep) {
   std::vector<Target> t;
   KeysTargets(rep, &t);
   EngineTargets(rep, &t);
+  FlatnessTarget(rep, &t);
   TextTargets(rep, &t);
   return t;
 }

@@ -438,14 +438,14 @@ void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
                         cache.Ensure(step, *seg_view_[b.segment], layer, g, b))
                .first;
     }
-    for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
-      if (copy) {
+    if (copy) {
+      for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
         sel_rows_[h].push_back(static_cast<int32_t>(it->second + r));
-      } else {
-        by_segment_[b.segment].push_back(BlockRow(*seg_view_[b.segment], layer,
-                                                  g, b.kind, b.id, r,
-                                                  config_.quest_page_size));
       }
+    } else {
+      AppendBlockRows(*seg_view_[b.segment], layer, g, b.kind, b.id, b.begin,
+                      b.count, config_.quest_page_size,
+                      &by_segment_[b.segment]);
     }
   }
   sel_runs_[h].clear();

@@ -23,6 +23,19 @@ int32_t BlockRow(const Segment& seg, int layer, int kv_head, BlockKind kind,
   return id * page_size + r;
 }
 
+void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
+                     int32_t id, int32_t begin, int32_t count, int page_size,
+                     std::vector<int32_t>* out) {
+  if (kind == BlockKind::kCluster) {
+    const HeadIndex& h = seg.layer(layer).heads[kv_head];
+    const int32_t* first = h.members.data() + h.offsets[id] + begin;
+    out->insert(out->end(), first, first + count);
+    return;
+  }
+  const int32_t row0 = id * page_size + begin;
+  for (int32_t r = 0; r < count; ++r) out->push_back(row0 + r);
+}
+
 int64_t ClusteredTokens(const PlanContext& ctx) {
   int64_t n = 0;
   for (const Segment* s : *ctx.segments) n += s->size();

@@ -44,6 +44,12 @@ int32_t BlockSize(const Segment& seg, int layer, int kv_head, BlockKind kind,
 int32_t BlockRow(const Segment& seg, int layer, int kv_head, BlockKind kind,
                  int32_t id, int32_t r, int page_size);
 
+// Appends the segment rows of rows [begin, begin + count) of a block to
+// `out` (BlockRow of each, in bulk: the hot path of every decode step).
+void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
+                     int32_t id, int32_t begin, int32_t count, int page_size,
+                     std::vector<int32_t>* out);
+
 // Rows of all segments of ctx.
 int64_t ClusteredTokens(const PlanContext& ctx);
 

@@ -75,9 +75,12 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
     const HeadIndex& h = segs[o.segment]->layer(ctx.layer).heads[ctx.kv_head];
     const int32_t* first = h.members.data() + h.offsets[o.id];
     const int32_t* last = h.members.data() + h.offsets[o.id + 1];
-    // Members ascend, so the rows before the recent range form a prefix.
+    // Members ascend, so the rows before the recent range form a prefix
+    // (all of them when the segment has no recent rows).
     const int64_t available =
-        std::lower_bound(first, last, recent_begin[o.segment]) - first;
+        recent_begin[o.segment] >= segs[o.segment]->size()
+            ? last - first
+            : std::lower_bound(first, last, recent_begin[o.segment]) - first;
     const int64_t take = std::min(available, budget - out->tokens);
     if (take <= 0) continue;
     out->blocks.push_back(
