@@ -458,8 +458,12 @@ void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
     sel_runs_[h].push_back({static_cast<int32_t>(s),
                             static_cast<int64_t>(sel_rows_[h].size()),
                             static_cast<int64_t>(by_segment_[s].size())});
-    sel_rows_[h].insert(sel_rows_[h].end(), by_segment_[s].begin(),
-                        by_segment_[s].end());
+    if (sel_rows_[h].empty()) {  // the first run: take the rows, no copy
+      sel_rows_[h].swap(by_segment_[s]);
+    } else {
+      sel_rows_[h].insert(sel_rows_[h].end(), by_segment_[s].begin(),
+                          by_segment_[s].end());
+    }
   }
 }
 

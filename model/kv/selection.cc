@@ -36,6 +36,18 @@ void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
   for (int32_t r = 0; r < count; ++r) out->push_back(row0 + r);
 }
 
+void SortBestBlocks(std::vector<ScoredBlock>* order, size_t prefix) {
+  const auto before = [](const ScoredBlock& a, const ScoredBlock& b) {
+    return ScoreBefore(a, b);
+  };
+  prefix = std::min(prefix, order->size());
+  if (prefix < order->size()) {
+    std::nth_element(order->begin(), order->begin() + prefix, order->end(),
+                     before);
+  }
+  std::sort(order->begin(), order->begin() + prefix, before);
+}
+
 int64_t ClusteredTokens(const PlanContext& ctx) {
   int64_t n = 0;
   for (const Segment* s : *ctx.segments) n += s->size();

@@ -72,4 +72,9 @@ inline bool ScoreBefore(const ScoredBlock& a, const ScoredBlock& b) {
   return a.id < b.id;
 }
 
+// Puts the `prefix` best blocks (ScoreBefore order) first, in that order;
+// the rest follow unordered, each after all of them. O(n + prefix log
+// prefix): an exact selection, then a sort of the prefix only.
+void SortBestBlocks(std::vector<ScoredBlock>* order, size_t prefix);
+
 }  // namespace ckv

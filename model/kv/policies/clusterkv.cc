@@ -66,11 +66,14 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
   const int64_t mean_size =
       std::max<int64_t>(1, clustered / std::max<int64_t>(1, n));
   const int64_t prefix = std::min(n, 2 * (budget / mean_size) + 8);
-  std::partial_sort(order_.begin(), order_.begin() + prefix, order_.end(),
-                    ScoreBefore);
+  SortBestBlocks(&order_, prefix);
   for (int64_t i = 0; i < n && out->tokens < budget; ++i) {
-    if (i == prefix)
-      std::sort(order_.begin() + prefix, order_.end(), ScoreBefore);
+    if (i == prefix) {
+      std::sort(order_.begin() + prefix, order_.end(),
+                [](const ScoredBlock& a, const ScoredBlock& b) {
+                  return ScoreBefore(a, b);
+                });
+    }
     const ScoredBlock& o = order_[i];
     const HeadIndex& h = segs[o.segment]->layer(ctx.layer).heads[ctx.kv_head];
     const int32_t* first = h.members.data() + h.offsets[o.id];

@@ -51,8 +51,7 @@ void QuestPolicy::Plan(const PlanContext& ctx, const float* const* qs, int n_q,
   const int page_size = config_.quest_page_size;
   const size_t n_pages = std::min<size_t>(
       order_.size(), (int64_t{config_.budget} + page_size - 1) / page_size);
-  std::partial_sort(order_.begin(), order_.begin() + n_pages, order_.end(),
-                    ScoreBefore);
+  SortBestBlocks(&order_, n_pages);
   for (size_t i = 0; i < n_pages; ++i) {
     const ScoredBlock& o = order_[i];
     const int32_t size = BlockSize(*segs[o.segment], ctx.layer, ctx.kv_head,
