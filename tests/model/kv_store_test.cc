@@ -178,7 +178,11 @@ TEST(KvStore, ClusterKvSelectionMatchesBruteForce) {
   for (CacheMode mode : {CacheMode::kZeroCopy, CacheMode::kCopy}) {
     for (GqaSelection gqa :
          {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
-      for (int budget : {1, 7, 40, 95, 1000}) {
+      for (int budget : {1, 7, 40, 95, 1000, -1}) {
+        // -1: budget 7 with a zero query: every cluster ties, so the order
+        // is segment then cluster index.
+        const bool zero_q = budget < 0;
+        if (zero_q) budget = 7;
         KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
         c.cache_mode = mode;
         c.gqa_selection = gqa;
@@ -187,7 +191,8 @@ TEST(KvStore, ClusterKvSelectionMatchesBruteForce) {
         Feeder f(3);
         f.Add(store, 150, AppendKind::kPrompt);
         f.Add(store, 40, AppendKind::kGenerated);
-        const auto q = RandomQuery(budget);
+        auto q = RandomQuery(budget);
+        if (zero_q) std::fill(q.begin(), q.end(), 0.0f);
         const auto got = Selected(store, 1, q);
         for (int h = 0; h < kShape.n_heads; ++h) {
           std::vector<float> qh(q.begin() + h * 16, q.begin() + (h + 1) * 16);

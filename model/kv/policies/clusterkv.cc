@@ -3,6 +3,8 @@
 // its first rows in position order; the `recent_tokens` most recent rows
 // first. per_kv_head scores with the sum of the group's queries.
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -11,6 +13,11 @@
 
 namespace ckv {
 namespace {
+
+// ScoreBefore as an inlinable comparator.
+constexpr auto Before = [](const ScoredBlock& a, const ScoredBlock& b) {
+  return ScoreBefore(a, b);
+};
 
 class ClusterKvPolicy final : public SelectionPolicy {
  public:
@@ -33,11 +40,76 @@ class ClusterKvPolicy final : public SelectionPolicy {
 
  private:
   void PlanQuery(const PlanContext& ctx, const float* q, HeadPlan* out);
+  // Scores every cluster of every segment into scores_ (segment s's
+  // clusters from seg_first_[s]).
+  void ScoreClusters(const PlanContext& ctx, const float* q);
+  // order_ = the clusters with score >= the `prefix`-th best score (at
+  // least `prefix` of them), in ScoreBefore order: exactly the head of the
+  // full order, found with float comparisons before any sort.
+  void OrderBest(int64_t prefix);
+  // Appends the remaining clusters (score below the threshold), sorted.
+  void OrderRest();
 
   KvStoreConfig config_;
-  std::vector<float> q_sum_, scores_;
+  std::vector<float> q_sum_, scores_, scratch_;
+  std::vector<int64_t> seg_first_;
+  float threshold_ = 0.0f;
   std::vector<ScoredBlock> order_;
 };
+
+void ClusterKvPolicy::ScoreClusters(const PlanContext& ctx, const float* q) {
+  const auto& segs = *ctx.segments;
+  seg_first_.assign(segs.size() + 1, 0);
+  for (size_t s = 0; s < segs.size(); ++s) {
+    seg_first_[s + 1] =
+        seg_first_[s] + segs[s]->layer(ctx.layer).heads[ctx.kv_head].k;
+  }
+  scores_.resize(seg_first_.back());
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const HeadIndex& h = segs[s]->layer(ctx.layer).heads[ctx.kv_head];
+    kernels::cpu::CentroidScores(q, h.centroids.data(), h.k, ctx.head_dim,
+                                 scores_.data() + seg_first_[s]);
+  }
+  // A NaN score (non-finite activations) ranks last: the orderings below
+  // need a strict weak order.
+  for (float& x : scores_) {
+    if (std::isnan(x)) x = -INFINITY;
+  }
+}
+
+void ClusterKvPolicy::OrderBest(int64_t prefix) {
+  const int64_t n = static_cast<int64_t>(scores_.size());
+  threshold_ = -INFINITY;
+  if (prefix < n) {
+    scratch_.assign(scores_.begin(), scores_.end());
+    std::nth_element(scratch_.begin(), scratch_.begin() + (prefix - 1),
+                     scratch_.end(), std::greater<float>());
+    threshold_ = scratch_[prefix - 1];
+  }
+  order_.clear();
+  for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
+    for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
+      if (scores_[c] >= threshold_) {
+        order_.push_back({scores_[c], static_cast<int32_t>(s),
+                          static_cast<int32_t>(c - seg_first_[s])});
+      }
+    }
+  }
+  std::sort(order_.begin(), order_.end(), Before);
+}
+
+void ClusterKvPolicy::OrderRest() {
+  const size_t head = order_.size();
+  for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
+    for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
+      if (!(scores_[c] >= threshold_)) {
+        order_.push_back({scores_[c], static_cast<int32_t>(s),
+                          static_cast<int32_t>(c - seg_first_[s])});
+      }
+    }
+  }
+  std::sort(order_.begin() + head, order_.end(), Before);
+}
 
 void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
                                 HeadPlan* out) {
@@ -49,30 +121,21 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
   const std::vector<int64_t> recent_begin =
       AddRecentRows(ctx, std::min<int64_t>(config_.recent_tokens, budget),
                     config_.quest_page_size, out);
-  order_.clear();
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const HeadIndex& h = segs[s]->layer(ctx.layer).heads[ctx.kv_head];
-    scores_.resize(h.k);
-    kernels::cpu::CentroidScores(q, h.centroids.data(), h.k, ctx.head_dim,
-                                 scores_.data());
-    for (int c = 0; c < h.k; ++c) {
-      order_.push_back({scores_[c], static_cast<int32_t>(s), c});
-    }
-  }
-  // Only the best clusters are consumed: sort a prefix expected to cover
-  // the budget (twice the mean cluster size's worth), the rest only if the
-  // prefix falls short. Same order as a full sort (ScoreBefore is total).
-  const int64_t n = static_cast<int64_t>(order_.size());
+  ScoreClusters(ctx, q);
+  // Only the best clusters are consumed: order a head expected to cover the
+  // budget (twice the mean cluster size's worth), the rest only if the head
+  // falls short. Same order as a full sort (ScoreBefore is total).
+  const int64_t n = static_cast<int64_t>(scores_.size());
   const int64_t mean_size =
       std::max<int64_t>(1, clustered / std::max<int64_t>(1, n));
-  const int64_t prefix = std::min(n, 2 * (budget / mean_size) + 8);
-  SortBestBlocks(&order_, prefix);
-  for (int64_t i = 0; i < n && out->tokens < budget; ++i) {
-    if (i == prefix) {
-      std::sort(order_.begin() + prefix, order_.end(),
-                [](const ScoredBlock& a, const ScoredBlock& b) {
-                  return ScoreBefore(a, b);
-                });
+  OrderBest(std::min(n, 2 * (budget / mean_size) + 8));
+  bool complete = static_cast<int64_t>(order_.size()) == n;
+  for (size_t i = 0; out->tokens < budget; ++i) {
+    if (i == order_.size()) {
+      if (complete) break;
+      OrderRest();
+      complete = true;
+      if (i == order_.size()) break;
     }
     const ScoredBlock& o = order_[i];
     const HeadIndex& h = segs[o.segment]->layer(ctx.layer).heads[ctx.kv_head];
