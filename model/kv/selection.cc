@@ -1,6 +1,7 @@
 #include "model/kv/selection.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ckv {
 
@@ -40,6 +41,9 @@ void SortBestBlocks(std::vector<ScoredBlock>* order, size_t prefix) {
   const auto before = [](const ScoredBlock& a, const ScoredBlock& b) {
     return ScoreBefore(a, b);
   };
+  for (ScoredBlock& b : *order) {  // a strict weak order: NaN ranks last
+    if (std::isnan(b.score)) b.score = -INFINITY;
+  }
   prefix = std::min(prefix, order->size());
   if (prefix < order->size()) {
     std::nth_element(order->begin(), order->begin() + prefix, order->end(),

@@ -73,7 +73,8 @@ inline bool ScoreBefore(const ScoredBlock& a, const ScoredBlock& b) {
 }
 
 // Puts the `prefix` best blocks (ScoreBefore order) first, in that order;
-// the rest follow unordered, each after all of them. O(n + prefix log
+// the rest follow unordered, each after all of them. NaN scores become
+// -infinity first (they rank last). O(n + prefix log
 // prefix): an exact selection, then a sort of the prefix only.
 void SortBestBlocks(std::vector<ScoredBlock>* order, size_t prefix);
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -222,6 +223,27 @@ TEST(KvStore, RecentTokensAreAlwaysSelectedAndCountTowardBudget) {
     ASSERT_EQ(got[h].size(), 30u);
     std::set<int64_t> sel(got[h].begin(), got[h].end());
     for (int64_t p = 120 - 12; p < 120; ++p) EXPECT_TRUE(sel.count(p)) << p;
+  }
+}
+
+// Non-finite activations (a NaN query) must not break the orderings: the
+// selection stays a valid set of exactly B distinct clustered tokens.
+TEST(KvStore, NanQuerySelectsExactlyTheBudget) {
+  for (KvPolicy policy : {KvPolicy::kClusterKv, KvPolicy::kQuest}) {
+    KvStoreConfig c = SmallConfig(policy);
+    c.budget = 32;
+    ClusteredKvStore store(kShape, c, nullptr);
+    Feeder f(12);
+    f.Add(store, 200, AppendKind::kPrompt);
+    auto q = RandomQuery(13);
+    for (size_t i = 0; i < q.size(); i += 3) q[i] = std::nanf("");
+    const auto got = Selected(store, 1, q);
+    for (int h = 0; h < kShape.n_heads; ++h) {
+      const std::set<int64_t> distinct(got[h].begin(), got[h].end());
+      EXPECT_EQ(distinct.size(), got[h].size()) << "head " << h;
+      EXPECT_EQ(got[h].size(), 32u) << KvPolicyName(policy) << " head " << h;
+      for (int64_t p : got[h]) EXPECT_TRUE(p >= 4 && p < 200) << p;
+    }
   }
 }
 
