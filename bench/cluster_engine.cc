@@ -320,16 +320,15 @@ absl::Status EngineBench::Run() {
     if (!p.ok()) return p.status();
     prefilled.push_back(*std::move(p));
   }
-  for (const Prefilled& pf : prefilled) {
-    const Prefilled* p = &pf;
+  for (const Prefilled& p : prefilled) {
     for (int batch : o_.batches) {
-      if (auto s = Decode(*p, kFullPolicy, 0, batch); !s.ok()) return s;
+      if (auto s = Decode(p, kFullPolicy, 0, batch); !s.ok()) return s;
     }
     for (const PolicyChoice& pc : *policies) {
       for (int b : o_.budgets) {
         for (int batch : o_.batches) {
           if (pc.evaluation_only && batch != o_.batches.front()) continue;
-          if (auto s = Decode(*p, pc, b, batch); !s.ok()) return s;
+          if (auto s = Decode(p, pc, b, batch); !s.ok()) return s;
         }
       }
     }

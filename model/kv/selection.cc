@@ -38,18 +38,15 @@ void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
 }
 
 void SortBestBlocks(std::vector<ScoredBlock>* order, size_t prefix) {
-  const auto before = [](const ScoredBlock& a, const ScoredBlock& b) {
-    return ScoreBefore(a, b);
-  };
   for (ScoredBlock& b : *order) {  // a strict weak order: NaN ranks last
     if (std::isnan(b.score)) b.score = -INFINITY;
   }
   prefix = std::min(prefix, order->size());
   if (prefix < order->size()) {
     std::nth_element(order->begin(), order->begin() + prefix, order->end(),
-                     before);
+                     kScoreBefore);
   }
-  std::sort(order->begin(), order->begin() + prefix, before);
+  std::sort(order->begin(), order->begin() + prefix, kScoreBefore);
 }
 
 int64_t ClusteredTokens(const PlanContext& ctx) {

@@ -71,6 +71,11 @@ inline bool ScoreBefore(const ScoredBlock& a, const ScoredBlock& b) {
   if (a.segment != b.segment) return a.segment < b.segment;
   return a.id < b.id;
 }
+// ScoreBefore as a function object (inlined by the sorts).
+inline constexpr auto kScoreBefore = [](const ScoredBlock& a,
+                                        const ScoredBlock& b) {
+  return ScoreBefore(a, b);
+};
 
 // Puts the `prefix` best blocks (ScoreBefore order) first, in that order;
 // the rest follow unordered, each after all of them. NaN scores become

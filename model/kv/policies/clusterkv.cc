@@ -14,11 +14,6 @@
 namespace ckv {
 namespace {
 
-// ScoreBefore as an inlinable comparator.
-constexpr auto Before = [](const ScoredBlock& a, const ScoredBlock& b) {
-  return ScoreBefore(a, b);
-};
-
 class ClusterKvPolicy final : public SelectionPolicy {
  public:
   explicit ClusterKvPolicy(const KvStoreConfig& c) : config_(c) {}
@@ -47,8 +42,10 @@ class ClusterKvPolicy final : public SelectionPolicy {
   // least `prefix` of them), in ScoreBefore order: exactly the head of the
   // full order, found with float comparisons before any sort.
   void OrderBest(int64_t prefix);
-  // Appends the remaining clusters (score below the threshold), sorted.
-  void OrderRest();
+  // Appends to order_ the clusters whose score is at or above threshold_
+  // (`above`) or below it, and sorts what it appended. OrderBest, then
+  // AppendOrdered(false), gives the full order.
+  void AppendOrdered(bool above);
 
   KvStoreConfig config_;
   std::vector<float> q_sum_, scores_, scratch_;
@@ -87,28 +84,20 @@ void ClusterKvPolicy::OrderBest(int64_t prefix) {
     threshold_ = scratch_[prefix - 1];
   }
   order_.clear();
-  for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
-    for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
-      if (scores_[c] >= threshold_) {
-        order_.push_back({scores_[c], static_cast<int32_t>(s),
-                          static_cast<int32_t>(c - seg_first_[s])});
-      }
-    }
-  }
-  std::sort(order_.begin(), order_.end(), Before);
+  AppendOrdered(true);
 }
 
-void ClusterKvPolicy::OrderRest() {
+void ClusterKvPolicy::AppendOrdered(bool above) {
   const size_t head = order_.size();
   for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
     for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
-      if (!(scores_[c] >= threshold_)) {
+      if ((scores_[c] >= threshold_) == above) {
         order_.push_back({scores_[c], static_cast<int32_t>(s),
                           static_cast<int32_t>(c - seg_first_[s])});
       }
     }
   }
-  std::sort(order_.begin() + head, order_.end(), Before);
+  std::sort(order_.begin() + head, order_.end(), kScoreBefore);
 }
 
 void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
@@ -133,7 +122,7 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
   for (size_t i = 0; out->tokens < budget; ++i) {
     if (i == order_.size()) {
       if (complete) break;
-      OrderRest();
+      AppendOrdered(false);
       complete = true;
       if (i == order_.size()) break;
     }
