@@ -61,6 +61,7 @@ struct Prefilled {
   double prefill_ms = 0;     // the Forward call
   double index_wait_ms = 0;  // clustering still running after it
   double kmeans_ms = 0, kmeans_wall_ms = 0, pages_ms = 0;
+  int64_t kmeans_iterations = 0, kmeans_problems = 0;  // summed over heads
   double attention_share = 0;  // of the prefill's forward steps
 };
 
@@ -169,6 +170,13 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
     p.kmeans_ms += seg->kmeans_cpu_nanos() / 1e6;
     p.kmeans_wall_ms += seg->kmeans_nanos() / 1e6;
     p.pages_ms += seg->pages_nanos() / 1e6;
+    for (int l = 0; l < model_->config.n_layers; ++l) {
+      for (const HeadIndex& h : seg->layer(l).heads) {
+        if (h.k == 0) continue;
+        p.kmeans_iterations += h.kmeans_iterations;
+        ++p.kmeans_problems;
+      }
+    }
   }
   const ForwardProfile& prof = tr_->profile();
   p.attention_share =
@@ -176,10 +184,14 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
   std::fprintf(stderr,
                "cluster_bench: engine prefill %lld tokens: %.1f s (attention "
                "%.0f%%), k-means %.2f s of CPU (%.1f%% of prefill; %.2f s "
-               "wall on the worker), index wait %.2f s\n",
+               "wall on the worker; %.1f Lloyd iterations per head), index "
+               "wait %.2f s\n",
                static_cast<long long>(ctx), p.prefill_ms / 1e3,
                100 * p.attention_share, p.kmeans_ms / 1e3,
                100 * p.kmeans_ms / p.prefill_ms, p.kmeans_wall_ms / 1e3,
+               p.kmeans_problems > 0
+                   ? double(p.kmeans_iterations) / p.kmeans_problems
+                   : 0.0,
                p.index_wait_ms / 1e3);
   return p;
 }

@@ -27,7 +27,8 @@ struct AttendSet {
 };
 
 // The rows of `s` at positions >= min_pos. `s` must be a plain run (no
-// index list, no explicit positions): row i is at position first_pos + i.
+// index list, no explicit positions, rows in position order): row i is at
+// position first_pos + i.
 inline kernels::cpu::KvSpan SpanFrom(const kernels::cpu::KvSpan& s,
                                      int64_t min_pos) {
   const int64_t skip = std::clamp<int64_t>(min_pos - s.first_pos, 0, s.count);
@@ -74,8 +75,7 @@ class KvCache {
 
   // Stores K,V of the n reserved tokens of `layer` at positions
   // num_tokens()..num_tokens()+n-1. k, v: [n][n_kv_heads][head_dim], F32.
-  virtual void Append(int layer, int64_t n, const float* k,
-                      const float* v) = 0;
+  virtual void Append(int layer, int64_t n, const float* k, const float* v) = 0;
 
   // Fills `out` with the rows each query head attends for `query`, which
   // includes the rows appended for this layer but not yet committed.

@@ -35,7 +35,7 @@ bool SameSpans(const KvSpanList& a, const KvSpanList& b) {
     if (x.k != y.k || x.v != y.v || x.dtype != y.dtype ||
         x.stride != y.stride || x.count != y.count ||
         x.first_pos != y.first_pos || x.positions != y.positions ||
-        x.rows != y.rows) {
+        x.rows != y.rows || x.row_positions != y.row_positions) {
       return false;
     }
   }
@@ -197,9 +197,7 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
   int64_t kmin = INT64_MAX, kmax = INT64_MIN;
   for (int j = 0; j < n; ++j) {
     const int64_t r = j0 + j;
-    sc.kpos[j] = sp.positions ? sp.positions[r]
-                 : sp.rows    ? sp.first_pos + sp.rows[r]
-                              : sp.first_pos + r;
+    sc.kpos[j] = SpanRowPosition(sp, r);
     kmin = std::min(kmin, sc.kpos[j]);
     kmax = std::max(kmax, sc.kpos[j]);
   }

@@ -136,7 +136,7 @@ void AttendOne(const float* q, int64_t q_pos, const AttentionArgs& a,
     const KvSpan& sp = list.spans[s];
     for (int64_t r = 0; r < sp.count; ++r) {
       const int64_t i = sp.rows ? sp.rows[r] : r;  // stored row
-      const int64_t pos = sp.positions ? sp.positions[r] : sp.first_pos + i;
+      const int64_t pos = SpanRowPosition(sp, r);
       if (pos > q_pos || (a.window > 0 && q_pos - pos >= a.window)) continue;
       const void* k = RowAt(sp.k, sp.dtype, sp.stride, i);
       double dot = 0.0;

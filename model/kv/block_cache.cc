@@ -102,7 +102,7 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
                 row_bytes);
     std::memcpy(&v_[(offset + r) * head_dim_], v + int64_t{row} * head_dim_,
                 row_bytes);
-    pos_[offset + r] = seg.first_pos() + row;
+    pos_[offset + r] = seg.first_pos() + seg.SegmentRow(layer, kv_head, row);
   }
   entries_.emplace(key, Entry{offset, size, step});
   return offset;

@@ -280,8 +280,12 @@ cpu::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head) const {
   return s;
 }
 
+// Waits for the layer's index job first: it reorders the rows by cluster.
 cpu::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
                                           int kv_head) const {
+  if (worker_ != nullptr && seg.layer(layer).ticket != 0) {
+    worker_->Wait(seg.layer(layer).ticket);
+  }
   cpu::KvSpan s;
   s.k = seg.keys(layer, kv_head);
   s.v = seg.values(layer, kv_head);
@@ -289,6 +293,7 @@ cpu::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
   s.stride = shape_.head_dim;
   s.count = seg.size();
   s.first_pos = seg.first_pos();
+  s.row_positions = seg.row_positions(layer, kv_head);
   return s;
 }
 
@@ -482,6 +487,7 @@ void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
       sel.k = seg.keys(layer, g);
       sel.v = seg.values(layer, g);
       sel.first_pos = seg.first_pos();
+      sel.row_positions = seg.row_positions(layer, g);
     }
     sel.dtype = config_.kv_dtype;
     sel.stride = shape_.head_dim;
@@ -493,14 +499,16 @@ void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
 
 void ClusteredKvStore::RecordSelected(int layer, int src,
                                       const BlockCache& cache, int h) {
+  const int g = h / shape_.group();
   auto& rec = recorded_[layer][h];
   rec.clear();
   for (const RowRun& run : sel_runs_[src]) {
     for (int64_t i = run.offset; i < run.offset + run.count; ++i) {
       const int32_t row = sel_rows_[src][i];
-      rec.push_back(run.segment < 0
+      const Segment* seg = run.segment < 0 ? nullptr : seg_view_[run.segment];
+      rec.push_back(seg == nullptr
                         ? cache.positions()[row]
-                        : seg_view_[run.segment]->first_pos() + row);
+                        : seg->first_pos() + seg->SegmentRow(layer, g, row));
     }
   }
 }

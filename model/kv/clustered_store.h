@@ -99,8 +99,9 @@ class ClusteredKvStore : public KvCache {
   // naming the first inconsistency (row counts, positions, array sizes, an
   // index that is missing, out of range or unordered), so hostile parts
   // cannot yield a store that reads out of bounds. Segments are used as
-  // they are (no k-means runs) and must have no index job pending (ticket
-  // 0, as the snapshot reader makes them).
+  // they are (no k-means runs; rows of clustered heads still in position
+  // order, as the snapshot reader makes them, are reordered by cluster) and
+  // must have no index job pending (ticket 0).
   static absl::StatusOr<std::unique_ptr<ClusteredKvStore>> Restore(
       StoreParts parts, ClusterWorker* worker);
 

@@ -154,8 +154,7 @@ absl::StatusOr<HeadRows> GatherRows(const ClusteredKvStore& store, int layer,
   for (const cpu::KvSpan& s : store.HostSpans(layer, kv_head)) {
     for (int64_t r = 0; r < s.count; ++r) {
       const int64_t i = s.rows != nullptr ? s.rows[r] : r;
-      const int64_t pos =
-          s.positions != nullptr ? s.positions[r] : s.first_pos + i;
+      const int64_t pos = cpu::SpanRowPosition(s, r);
       if (pos < 0 || pos >= n) continue;
       RowToFloat(s, s.k, i, hd, &rows.k[pos * hd]);
       RowToFloat(s, s.v, i, hd, &rows.v[pos * hd]);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <numeric>
 
@@ -13,7 +14,7 @@ int64_t HeadIndex::bytes() const {
   return static_cast<int64_t>(centroids.size() + page_min.size() +
                               page_max.size()) *
              sizeof(float) +
-         static_cast<int64_t>(offsets.size() + members.size()) *
+         static_cast<int64_t>(offsets.size() + members.size() + row_of.size()) *
              sizeof(int32_t);
 }
 
@@ -43,6 +44,22 @@ uint16_t* Segment::mutable_keys(int l, int h) {
 }
 uint16_t* Segment::mutable_values(int l, int h) {
   return layers_[l].v.data() + static_cast<size_t>(h) * n_ * shape_.head_dim;
+}
+
+const int32_t* Segment::row_positions(int l, int h) const {
+  const auto& heads = layers_[l].heads;
+  if (heads.empty() || !heads[h].rows_by_cluster()) return nullptr;
+  return heads[h].members.data();
+}
+
+int32_t Segment::StoredRow(int l, int h, int32_t r) const {
+  const auto& heads = layers_[l].heads;
+  return heads.empty() || !heads[h].rows_by_cluster() ? r : heads[h].row_of[r];
+}
+
+int32_t Segment::SegmentRow(int l, int h, int32_t stored) const {
+  const int32_t* pos = row_positions(l, h);
+  return pos == nullptr ? stored : pos[stored];
 }
 
 int64_t Segment::kv_bytes() const {
@@ -101,7 +118,34 @@ void FillClusters(const cpu::KMeansResult& r, HeadIndex& h) {
   }
 }
 
+// Stored row j of `rows` ([n][hd]) becomes segment row members[j].
+void GatherRowsInto(std::vector<uint16_t>& scratch, uint16_t* rows,
+                    const std::vector<int32_t>& members, int hd) {
+  const size_t n = members.size();
+  scratch.resize(n * hd);
+  for (size_t j = 0; j < n; ++j) {
+    std::memcpy(&scratch[j * hd], rows + size_t{1} * members[j] * hd,
+                sizeof(uint16_t) * hd);
+  }
+  std::memcpy(rows, scratch.data(), sizeof(uint16_t) * n * hd);
+}
+
 }  // namespace
+
+void SortRowsByCluster(Segment& seg, int layer) {
+  const int hd = seg.shape().head_dim;
+  std::vector<uint16_t> scratch;
+  for (int h = 0; h < static_cast<int>(seg.layer(layer).heads.size()); ++h) {
+    HeadIndex& hi = seg.layer(layer).heads[h];
+    if (hi.k == 0 || hi.rows_by_cluster()) continue;
+    GatherRowsInto(scratch, seg.mutable_keys(layer, h), hi.members, hd);
+    GatherRowsInto(scratch, seg.mutable_values(layer, h), hi.members, hd);
+    hi.row_of.assign(hi.members.size(), 0);
+    for (size_t j = 0; j < hi.members.size(); ++j) {
+      hi.row_of[hi.members[j]] = static_cast<int32_t>(j);
+    }
+  }
+}
 
 void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
                         Segment& seg, const std::vector<int>& layers,
@@ -157,6 +201,7 @@ void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
     for (int h = 0; h < s.n_kv_heads; ++h) {
       FillClusters(results[i++], seg.layer(l).heads[h]);
     }
+    SortRowsByCluster(seg, l);
   }
   // With a pool, other threads' k-means time is not in this thread's clock:
   // count the wall time then.

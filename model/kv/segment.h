@@ -39,18 +39,27 @@ enum IndexKind : uint32_t {
 };
 using IndexSet = uint32_t;
 
-// Selection indexes of one (layer, KV head) of a segment.
+// Selection indexes of one (layer, KV head) of a segment. A "segment row" r
+// is the token at position first_pos + r; a "stored row" is where its K,V
+// sit in the host tier (SegmentLayer::k, v).
 struct HeadIndex {
-  // kClusterIndex: cluster c holds members[offsets[c] .. offsets[c+1]), rows of
-  // the segment in ascending position order; centroids are [k][head_dim].
+  // kClusterIndex: cluster c holds members[offsets[c] .. offsets[c+1]),
+  // segment rows in ascending order; centroids are [k][head_dim].
   int k = 0;
   std::vector<float> centroids;
   std::vector<int32_t> offsets;
   std::vector<int32_t> members;
   int kmeans_iterations = 0;
-  // kPageIndex: pages of quest_page_size rows in position order, [pages][hd].
+  // Empty: K,V stored in position order (stored row r = segment row r).
+  // Else stored by cluster (SortRowsByCluster): stored row j holds segment
+  // row members[j], so cluster c is the contiguous stored rows [offsets[c],
+  // offsets[c+1]), and row_of[r] is the stored row of segment row r.
+  std::vector<int32_t> row_of;
+  // kPageIndex: pages of quest_page_size segment rows in position order,
+  // [pages][hd].
   std::vector<float> page_min, page_max;
 
+  bool rows_by_cluster() const { return !row_of.empty(); }
   int64_t bytes() const;
 };
 
@@ -76,6 +85,12 @@ class Segment {
   const uint16_t* values(int l, int h) const;
   uint16_t* mutable_keys(int l, int h);
   uint16_t* mutable_values(int l, int h);
+  // Segment row of each stored row of (l, h) (members), or null when the
+  // rows are stored in position order.
+  const int32_t* row_positions(int l, int h) const;
+  // Stored row of segment row r of (l, h), and the reverse.
+  int32_t StoredRow(int l, int h, int32_t r) const;
+  int32_t SegmentRow(int l, int h, int32_t stored) const;
 
   int64_t kv_bytes() const;     // host-tier K,V
   int64_t index_bytes() const;  // centroids, offsets, members, pages
@@ -108,8 +123,16 @@ class Segment {
 // (layer, head) problems). Deterministic: the k-means seed of (layer, head)
 // derives from config.seed, the layer, the head and the segment's first
 // position — not from timing or thread count.
+// Then stores the K,V of every clustered head of those layers by cluster
+// (SortRowsByCluster), so that a selected cluster is one contiguous run.
 void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
                         Segment& seg, const std::vector<int>& layers,
                         kernels::cpu::ThreadPool* pool);
+
+// Reorders the K,V rows of every head of `layer` that has clusters (k > 0)
+// and is still in position order into cluster order, and fills row_of.
+// The members must partition the segment rows (as k-means and the checked
+// snapshot reader make them). Nobody may read the layer's rows meanwhile.
+void SortRowsByCluster(Segment& seg, int layer);
 
 }  // namespace ckv

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace ckv {
 
@@ -19,22 +20,36 @@ int32_t BlockRow(const Segment& seg, int layer, int kv_head, BlockKind kind,
                  int32_t id, int32_t r, int page_size) {
   if (kind == BlockKind::kCluster) {
     const HeadIndex& h = seg.layer(layer).heads[kv_head];
-    return h.members[h.offsets[id] + r];
+    const int32_t j = h.offsets[id] + r;
+    return h.rows_by_cluster() ? j : h.members[j];
   }
-  return id * page_size + r;
+  return seg.StoredRow(layer, kv_head, id * page_size + r);
 }
 
 void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
                      int32_t id, int32_t begin, int32_t count, int page_size,
                      std::vector<int32_t>* out) {
-  if (kind == BlockKind::kCluster) {
-    const HeadIndex& h = seg.layer(layer).heads[kv_head];
-    const int32_t* first = h.members.data() + h.offsets[id] + begin;
+  const HeadIndex* h = seg.layer(layer).heads.empty()
+                           ? nullptr
+                           : &seg.layer(layer).heads[kv_head];
+  const bool by_cluster = h != nullptr && h->rows_by_cluster();
+  if (kind == BlockKind::kCluster && !by_cluster) {
+    const int32_t* first = h->members.data() + h->offsets[id] + begin;
     out->insert(out->end(), first, first + count);
     return;
   }
-  const int32_t row0 = id * page_size + begin;
-  for (int32_t r = 0; r < count; ++r) out->push_back(row0 + r);
+  // A contiguous run: a cluster stored by cluster, or a page in position
+  // order.
+  const int32_t row0 = kind == BlockKind::kCluster ? h->offsets[id] + begin
+                                                   : id * page_size + begin;
+  if (kind == BlockKind::kPage && by_cluster) {
+    const int32_t* first = h->row_of.data() + row0;
+    out->insert(out->end(), first, first + count);
+    return;
+  }
+  const size_t old = out->size();
+  out->resize(old + count);
+  std::iota(out->begin() + old, out->end(), row0);
 }
 
 void SortBestBlocks(std::vector<ScoredBlock>* order, size_t prefix) {

@@ -15,7 +15,8 @@ namespace ckv {
 enum class BlockKind : uint8_t { kCluster, kPage };
 
 // Rows [begin, begin + count) of one block. A cluster's rows are its members
-// in ascending position order; a page's rows are page*page_size + r.
+// in ascending position order; a page's rows are the segment rows
+// page*page_size + r.
 struct BlockRef {
   int32_t segment = 0;  // index into the segment list
   BlockKind kind = BlockKind::kCluster;
@@ -40,11 +41,11 @@ struct PlanContext {
 // Number of rows of a block (whole block, before begin/count).
 int32_t BlockSize(const Segment& seg, int layer, int kv_head, BlockKind kind,
                   int32_t id, int page_size);
-// Segment row of row r of a block.
+// Stored row (Segment::keys index) of row r of a block.
 int32_t BlockRow(const Segment& seg, int layer, int kv_head, BlockKind kind,
                  int32_t id, int32_t r, int page_size);
 
-// Appends the segment rows of rows [begin, begin + count) of a block to
+// Appends the stored rows of rows [begin, begin + count) of a block to
 // `out` (BlockRow of each, in bulk: the hot path of every decode step).
 void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
                      int32_t id, int32_t begin, int32_t count, int page_size,

@@ -174,13 +174,39 @@ void WriteEdges(Out& o, const StoreParts& p) {
   }
 }
 
+// The K (or V) rows of a segment layer as an Array in position order, the
+// file's order, whichever order memory holds them in (clustered heads are
+// stored by cluster; the reader's Restore sorts them again).
+void WriteRowsInPositionOrder(Out& o, const Segment& seg, int l, bool values) {
+  const SegmentLayer& layer = seg.layer(l);
+  o.Pod(static_cast<uint64_t>((values ? layer.v : layer.k).size()));
+  const int64_t n = seg.size();
+  const int hd = seg.shape().head_dim;
+  const size_t head_bytes = sizeof(uint16_t) * n * hd;
+  std::vector<uint16_t> rows;
+  for (int h = 0; h < seg.shape().n_kv_heads; ++h) {
+    const uint16_t* src = values ? seg.values(l, h) : seg.keys(l, h);
+    if (seg.row_positions(l, h) == nullptr) {
+      o.Put(src, head_bytes);
+      continue;
+    }
+    rows.resize(size_t{1} * n * hd);
+    for (int32_t r = 0; r < n; ++r) {
+      std::memcpy(&rows[size_t{1} * r * hd],
+                  src + int64_t{seg.StoredRow(l, h, r)} * hd,
+                  sizeof(uint16_t) * hd);
+    }
+    o.Put(rows.data(), head_bytes);
+  }
+}
+
 void WriteSegment(Out& o, const Segment& seg) {
   o.Pod(seg.first_pos());
   o.Pod(seg.size());
   for (int l = 0; l < seg.shape().n_layers; ++l) {
     const SegmentLayer& layer = seg.layer(l);
-    o.Array(layer.k);
-    o.Array(layer.v);
+    WriteRowsInPositionOrder(o, seg, l, false);
+    WriteRowsInPositionOrder(o, seg, l, true);
     o.Pod(static_cast<uint32_t>(layer.heads.size()));
     for (const HeadIndex& h : layer.heads) {
       o.Pod(int32_t{h.k});

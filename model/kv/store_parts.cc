@@ -41,7 +41,8 @@ bool NoClusters(const HeadIndex& h) {
 }
 
 // k-means clusters over n rows: offsets partition the members, which are
-// rows of the segment ascending within each cluster.
+// rows of the segment ascending within each cluster, each row once; row_of,
+// when set, is their inverse.
 absl::Status CheckClusters(const HeadIndex& h, int64_t n, int hd) {
   if (h.k < 1 || h.k > n) return Bad("cluster count out of range");
   if (h.centroids.size() != size_t{1} * h.k * hd ||
@@ -52,6 +53,7 @@ absl::Status CheckClusters(const HeadIndex& h, int64_t n, int hd) {
   if (h.offsets[0] != 0 || h.offsets[h.k] != n) {
     return Bad("cluster offsets do not cover the segment");
   }
+  std::vector<char> seen(n, 0);
   for (int c = 0; c < h.k; ++c) {
     if (h.offsets[c + 1] < h.offsets[c]) return Bad("cluster offsets descend");
     for (int32_t i = h.offsets[c]; i < h.offsets[c + 1]; ++i) {
@@ -60,6 +62,13 @@ absl::Status CheckClusters(const HeadIndex& h, int64_t n, int hd) {
       if (i > h.offsets[c] && m <= h.members[i - 1]) {
         return Bad("cluster members not ascending");
       }
+      if (seen[m]++) return Bad("a row is in two clusters");
+    }
+  }
+  if (!h.row_of.empty()) {
+    if (h.row_of.size() != static_cast<size_t>(n)) return Bad("row map size");
+    for (int64_t j = 0; j < n; ++j) {
+      if (h.row_of[h.members[j]] != j) return Bad("row map is not members'");
     }
   }
   return absl::OkStatus();
@@ -216,6 +225,7 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Restore(
   }
   for (const auto& seg : parts.segments) {
     store->open_first_pos_ += seg->size();
+    for (int l = 0; l < s.n_layers; ++l) SortRowsByCluster(*seg, l);
   }
   store->segments_ = std::move(parts.segments);
   return store;

@@ -120,6 +120,56 @@ TEST_P(AttentionRowsTest, IndexListEqualsGatheredContiguousSpan) {
   }
 }
 
+// Rows stored out of position order with a row_positions map (how a
+// clustered segment stores them), plain and through an index list, equal the
+// position-ordered store (causal prefill: the map decides what each query
+// sees); results are bitwise equal to it and close to the reference.
+TEST_P(AttentionRowsTest, RowPositionsMapEqualsPositionOrderedRows) {
+  std::mt19937 rng(34);
+  for (DType t : kTypes) {
+    const int hd = 40, n_heads = 4;
+    const int64_t n = 333, first = 7;
+    Store ordered(rng, t, n, hd);
+    std::vector<int32_t> seg_row = RandomRows(rng, n, n);  // stored j -> row
+    Store permuted = ordered;
+    std::vector<int32_t> stored_of(n);
+    for (int64_t j = 0; j < n; ++j) {
+      std::memcpy(permuted.k.data() + j * ordered.rb,
+                  ordered.k.data() + seg_row[j] * ordered.rb, ordered.rb);
+      std::memcpy(permuted.v.data() + j * ordered.rb,
+                  ordered.v.data() + seg_row[j] * ordered.rb, ordered.rb);
+      stored_of[seg_row[j]] = static_cast<int32_t>(j);
+    }
+    KvSpan plain = permuted.Span(nullptr, n, first);
+    plain.row_positions = seg_row.data();
+    // The rows of positions first + 50 .. first + 249, through an index list.
+    std::vector<int32_t> some(stored_of.begin() + 50, stored_of.begin() + 250);
+    KvSpan listed = permuted.Span(some.data(), some.size(), first);
+    listed.row_positions = seg_row.data();
+    const KvSpan want_plain = ordered.Span(nullptr, n, first);
+    const KvSpan want_listed = [&] {
+      KvSpan s = ordered.Span(nullptr, 200, first + 50);
+      s.k = ordered.k.data() + 50 * ordered.rb;
+      s.v = ordered.v.data() + 50 * ordered.rb;
+      return s;
+    }();
+    const std::vector<int64_t> qpos = {first, first + 120, first + 260, 999};
+    const auto q = RandomFloats(rng, qpos.size() * n_heads * hd, -2, 2);
+    for (const auto& [span, want_span] :
+         {std::pair{plain, want_plain}, std::pair{listed, want_listed}}) {
+      std::vector<float> got(q.size()), want(q.size()), ref_out(q.size());
+      std::vector<KvSpanList> lg(n_heads, {&span, 1});
+      std::vector<KvSpanList> lw(n_heads, {&want_span, 1});
+      ThreadPool pool(2);
+      Attention(&pool, Args(q, qpos, n_heads, hd, lg, got.data()));
+      Attention(&pool, Args(q, qpos, n_heads, hd, lw, want.data()));
+      ref::Attention(Args(q, qpos, n_heads, hd, lg, ref_out.data()));
+      ExpectNear(got, want, DTypeName(t));
+      ExpectNear(ref_out, want, DTypeName(t));
+    }
+  }
+}
+
 // Prefill: each KV head attends a contiguous sink span, an index list with
 // implicit positions (first_pos + rows[r]) and one with explicit positions.
 TEST_P(AttentionRowsTest, RandomIndexListsPrefillMatchRef) {

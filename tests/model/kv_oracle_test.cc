@@ -218,9 +218,10 @@ std::vector<double> GroupScores(const ClusteredKvStore& s, int layer, int g,
   std::vector<double> scores;
   std::vector<float> k(hd);
   for (const auto& seg : s.segments()) {
-    for (int64_t r = 0; r < seg->size(); ++r) {
+    for (int32_t r = 0; r < seg->size(); ++r) {  // in position order
+      const int64_t row = seg->StoredRow(layer, g, r);
       kernels::cpu::ref::DequantizeRow(
-          s.config().kv_dtype, seg->keys(layer, g) + r * hd, hd, k.data());
+          s.config().kv_dtype, seg->keys(layer, g) + row * hd, hd, k.data());
       double sum = 0;
       for (int h = g * group; h < (g + 1) * group; ++h) {
         double acc = 0;

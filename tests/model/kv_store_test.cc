@@ -10,6 +10,7 @@
 #include <set>
 
 #include "model/kv/clustered_store.h"
+#include "model/kv/selection.h"
 
 namespace ckv {
 namespace {
@@ -211,6 +212,64 @@ TEST(KvStore, ClusterKvSelectionMatchesBruteForce) {
   }
 }
 
+// A clustered segment stores its rows by cluster: cluster c is the stored
+// rows [offsets[c], offsets[c+1]) holding members in order; the row map and
+// the host spans (what dense attention reads) still give every position its
+// own key and value, as in a store that keeps position order.
+TEST(KvStore, ClusteredRowsAreStoredByCluster) {
+  ClusteredKvStore clustered(kShape, SmallConfig(KvPolicy::kClusterKv),
+                             nullptr);
+  ClusteredKvStore plain(kShape, SmallConfig(KvPolicy::kStreaming), nullptr);
+  Feeder f(8);
+  for (ClusteredKvStore* s : {&clustered, &plain}) {
+    f.Add(*s, 150, AppendKind::kPrompt);
+    f.Add(*s, 40, AppendKind::kGenerated);
+  }
+  ASSERT_EQ(clustered.segments().size(), 2u);
+  const int hd = kShape.head_dim;
+  for (size_t i = 0; i < clustered.segments().size(); ++i) {
+    const Segment& seg = *clustered.segments()[i];
+    const Segment& ref = *plain.segments()[i];
+    for (int g = 0; g < kShape.n_kv_heads; ++g) {
+      EXPECT_EQ(seg.row_positions(0, g), nullptr);  // dense layer: no index
+      const HeadIndex& h = seg.layer(1).heads[g];
+      ASSERT_TRUE(h.rows_by_cluster());
+      for (int c = 0; c < h.k; ++c) {
+        for (int32_t r = 0; r < h.offsets[c + 1] - h.offsets[c]; ++r) {
+          const int32_t stored = h.offsets[c] + r;
+          EXPECT_EQ(BlockRow(seg, 1, g, BlockKind::kCluster, c, r, 16), stored);
+          const int32_t row = h.members[stored];
+          EXPECT_EQ(seg.StoredRow(1, g, row), stored);
+          EXPECT_EQ(seg.SegmentRow(1, g, stored), row);
+          EXPECT_TRUE(std::equal(seg.keys(1, g) + stored * hd,
+                                 seg.keys(1, g) + (stored + 1) * hd,
+                                 ref.keys(1, g) + row * hd));
+          EXPECT_TRUE(std::equal(seg.values(1, g) + stored * hd,
+                                 seg.values(1, g) + (stored + 1) * hd,
+                                 ref.values(1, g) + row * hd));
+        }
+      }
+    }
+  }
+  for (int g = 0; g < kShape.n_kv_heads; ++g) {
+    std::map<int64_t, std::vector<uint16_t>> got, want;
+    using Rows = std::map<int64_t, std::vector<uint16_t>>;
+    for (auto [store, out] :
+         {std::pair<ClusteredKvStore*, Rows*>{&clustered, &got},
+          {&plain, &want}}) {
+      for (const kernels::cpu::KvSpan& s : store->HostSpans(1, g)) {
+        for (int64_t r = 0; r < s.count; ++r) {
+          const int64_t i = s.rows != nullptr ? s.rows[r] : r;
+          const auto* k = static_cast<const uint16_t*>(s.k) + i * s.stride;
+          (*out)[kernels::cpu::SpanRowPosition(s, r)].assign(k, k + hd);
+        }
+      }
+    }
+    EXPECT_EQ(got.size(), 190u);
+    EXPECT_TRUE(got == want) << "KV head " << g;
+  }
+}
+
 TEST(KvStore, RecentTokensAreAlwaysSelectedAndCountTowardBudget) {
   KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
   c.budget = 30;
@@ -264,7 +323,8 @@ TEST(KvStore, QuestSelectsTopPagesByUpperBound) {
       for (int d = 0; d < 16; ++d) {
         float lo = 1e30f, hi = -1e30f;
         for (int r = p * 16; r < p * 16 + 16; ++r) {
-          const float k = kernels::F16ToF32(seg.keys(1, h / 2)[r * 16 + d]);
+          const int64_t row = seg.StoredRow(1, h / 2, r);
+          const float k = kernels::F16ToF32(seg.keys(1, h / 2)[row * 16 + d]);
           lo = std::min(lo, k);
           hi = std::max(hi, k);
         }

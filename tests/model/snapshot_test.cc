@@ -589,6 +589,17 @@ TEST(SnapshotTest, InconsistentPartsAreRefusedByRestore) {
   const std::vector<std::pair<std::string, std::function<void(StoreParts&)>>>
       cases = {
           {"member", [&](StoreParts& p) { heads(p).members[3] = 1000; }},
+          {"row in two clusters",
+           [&](StoreParts& p) {  // still ascending within each cluster
+             HeadIndex& h = heads(p);
+             const int a =
+                 h.offsets[1] - h.offsets[0] <= h.offsets[2] - h.offsets[1] ? 0
+                                                                            : 1;
+             const int b = 1 - a;
+             std::copy_n(h.members.begin() + h.offsets[b],
+                         h.offsets[a + 1] - h.offsets[a],
+                         h.members.begin() + h.offsets[a]);
+           }},
           {"offsets", [&](StoreParts& p) { heads(p).offsets[1] = -1; }},
           {"k", [&](StoreParts& p) { heads(p).k = 0; }},
           {"centroids", [&](StoreParts& p) { heads(p).centroids.pop_back(); }},

@@ -52,8 +52,10 @@ void OraclePolicy::LoadKeys(const PlanContext& ctx) {
   float* dst = keys_.data();
   for (const Segment* s : *ctx.segments) {
     const uint16_t* k = s->keys(ctx.layer, ctx.kv_head);
-    for (int64_t r = 0; r < s->size(); ++r, dst += hd) {
-      kernels::cpu::ref::DequantizeRow(config_.kv_dtype, k + r * hd, hd, dst);
+    for (int32_t r = 0; r < s->size(); ++r, dst += hd) {
+      const int64_t stored = s->StoredRow(ctx.layer, ctx.kv_head, r);
+      kernels::cpu::ref::DequantizeRow(config_.kv_dtype, k + stored * hd, hd,
+                                       dst);
     }
   }
   loaded_uids_ = std::move(uids);
