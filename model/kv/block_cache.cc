@@ -95,14 +95,22 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
   const int64_t offset = Allocate(size);
   const uint16_t* k = seg.keys(layer, kv_head);
   const uint16_t* v = seg.values(layer, kv_head);
-  for (int32_t r = 0; r < size; ++r) {
-    const int32_t row =
-        BlockRow(seg, layer, kv_head, block.kind, block.id, r, page_size_);
-    std::memcpy(&k_[(offset + r) * head_dim_], k + int64_t{row} * head_dim_,
-                row_bytes);
-    std::memcpy(&v_[(offset + r) * head_dim_], v + int64_t{row} * head_dim_,
-                row_bytes);
-    pos_[offset + r] = seg.first_pos() + seg.SegmentRow(layer, kv_head, row);
+  rows_.clear();
+  AppendBlockRows(seg, layer, kv_head, block.kind, block.id, 0, size,
+                  page_size_, &rows_);
+  // One copy per run of consecutive stored rows (a whole cluster when the
+  // segment stores its rows by cluster).
+  for (int32_t r = 0; r < size;) {
+    int32_t run = 1;
+    while (r + run < size && rows_[r + run] == rows_[r] + run) ++run;
+    const int64_t src = int64_t{rows_[r]} * head_dim_;
+    std::memcpy(&k_[(offset + r) * head_dim_], k + src, row_bytes * run);
+    std::memcpy(&v_[(offset + r) * head_dim_], v + src, row_bytes * run);
+    for (int32_t i = r; i < r + run; ++i) {
+      pos_[offset + i] =
+          seg.first_pos() + seg.SegmentRow(layer, kv_head, rows_[i]);
+    }
+    r += run;
   }
   entries_.emplace(key, Entry{offset, size, step});
   return offset;

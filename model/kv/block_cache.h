@@ -73,6 +73,7 @@ class BlockCache {
   bool copy_rows_;
   std::vector<uint16_t> k_, v_;  // [capacity][head_dim]
   std::vector<int64_t> pos_;     // [capacity]
+  std::vector<int32_t> rows_;    // Ensure scratch: a block's stored rows
   int64_t end_ = 0;              // rows in use up to here (with holes)
   int64_t live_rows_ = 0;
   absl::flat_hash_map<Key, Entry> entries_;
