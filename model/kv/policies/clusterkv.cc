@@ -38,19 +38,18 @@ class ClusterKvPolicy final : public SelectionPolicy {
   // Scores every cluster of every segment into scores_ (segment s's
   // clusters from seg_first_[s]).
   void ScoreClusters(const PlanContext& ctx, const float* q);
-  // order_ = the clusters with score >= the `prefix`-th best score (at
-  // least `prefix` of them), in ScoreBefore order: exactly the head of the
-  // full order, found with float comparisons before any sort.
+  // order_ = every cluster whose score is >= a threshold t that at least
+  // `prefix` clusters reach, in ScoreBefore order: exactly the head of the
+  // full order. t comes from bisecting on counts (plain compare loops, cheap
+  // next to ordering), aiming at no more than 2 * prefix clusters.
   void OrderBest(int64_t prefix);
-  // Appends to order_ the clusters whose score is at or above threshold_
-  // (`above`) or below it, and sorts what it appended. OrderBest, then
-  // AppendOrdered(false), gives the full order.
-  void AppendOrdered(bool above);
+  int64_t CountAtLeast(float t) const;
+  // order_ = every cluster in ScoreBefore order (when the best fall short).
+  void OrderAll();
 
   KvStoreConfig config_;
-  std::vector<float> q_sum_, scores_, scratch_;
+  std::vector<float> q_sum_, scores_;
   std::vector<int64_t> seg_first_;
-  float threshold_ = 0.0f;
   std::vector<ScoredBlock> order_;
 };
 
@@ -74,30 +73,57 @@ void ClusterKvPolicy::ScoreClusters(const PlanContext& ctx, const float* q) {
   }
 }
 
-void ClusterKvPolicy::OrderBest(int64_t prefix) {
-  const int64_t n = static_cast<int64_t>(scores_.size());
-  threshold_ = -INFINITY;
-  if (prefix < n) {
-    scratch_.assign(scores_.begin(), scores_.end());
-    std::nth_element(scratch_.begin(), scratch_.begin() + (prefix - 1),
-                     scratch_.end(), std::greater<float>());
-    threshold_ = scratch_[prefix - 1];
-  }
-  order_.clear();
-  AppendOrdered(true);
+int64_t ClusterKvPolicy::CountAtLeast(float t) const {
+  int64_t n = 0;
+  for (const float x : scores_) n += x >= t;
+  return n;
 }
 
-void ClusterKvPolicy::AppendOrdered(bool above) {
-  const size_t head = order_.size();
+void ClusterKvPolicy::OrderBest(int64_t prefix) {
+  order_.clear();
+  const int64_t n = static_cast<int64_t>(scores_.size());
+  float lo = INFINITY, hi = -INFINITY;  // over the finite scores
+  for (const float x : scores_) {
+    if (x == -INFINITY) continue;  // NaN became -inf (ScoreClusters)
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  // Invariant: CountAtLeast(lo) >= prefix (else take every cluster).
+  if (prefix >= n || !(lo <= hi) || CountAtLeast(lo) < prefix) {
+    lo = -INFINITY;
+  } else {
+    for (int it = 0; it < 32 && lo < hi; ++it) {
+      const float mid = lo + (hi - lo) / 2;
+      if (mid <= lo || mid >= hi) break;
+      const int64_t count = CountAtLeast(mid);
+      if (count < prefix) {
+        hi = mid;
+        continue;
+      }
+      lo = mid;
+      if (count <= 2 * prefix) break;
+    }
+  }
   for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
     for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
-      if ((scores_[c] >= threshold_) == above) {
+      if (scores_[c] >= lo) {
         order_.push_back({scores_[c], static_cast<int32_t>(s),
                           static_cast<int32_t>(c - seg_first_[s])});
       }
     }
   }
-  std::sort(order_.begin() + head, order_.end(), kScoreBefore);
+  std::sort(order_.begin(), order_.end(), kScoreBefore);
+}
+
+void ClusterKvPolicy::OrderAll() {
+  order_.clear();
+  for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
+    for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
+      order_.push_back({scores_[c], static_cast<int32_t>(s),
+                        static_cast<int32_t>(c - seg_first_[s])});
+    }
+  }
+  std::sort(order_.begin(), order_.end(), kScoreBefore);
 }
 
 void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
@@ -122,7 +148,7 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
   for (size_t i = 0; out->tokens < budget; ++i) {
     if (i == order_.size()) {
       if (complete) break;
-      AppendOrdered(false);
+      OrderAll();  // its head is the order so far: i continues
       complete = true;
       if (i == order_.size()) break;
     }
