@@ -4,7 +4,6 @@
 // first. per_kv_head scores with the sum of the group's queries.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <memory>
 #include <vector>
 
