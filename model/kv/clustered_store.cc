@@ -503,9 +503,9 @@ void ClusteredKvStore::RecordSelected(int layer, int src,
   auto& rec = recorded_[layer][h];
   rec.clear();
   for (const RowRun& run : sel_runs_[src]) {
+    const Segment* seg = run.segment < 0 ? nullptr : seg_view_[run.segment];
     for (int64_t i = run.offset; i < run.offset + run.count; ++i) {
       const int32_t row = sel_rows_[src][i];
-      const Segment* seg = run.segment < 0 ? nullptr : seg_view_[run.segment];
       rec.push_back(seg == nullptr
                         ? cache.positions()[row]
                         : seg->first_pos() + seg->SegmentRow(layer, g, row));

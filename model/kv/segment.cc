@@ -118,9 +118,10 @@ void FillClusters(const cpu::KMeansResult& r, HeadIndex& h) {
   }
 }
 
-// Stored row j of `rows` ([n][hd]) becomes segment row members[j].
-void GatherRowsInto(std::vector<uint16_t>& scratch, uint16_t* rows,
-                    const std::vector<int32_t>& members, int hd) {
+// Permutes `rows` ([n][hd]) in place: stored row j becomes the old row
+// members[j].
+void PermuteRows(std::vector<uint16_t>& scratch, uint16_t* rows,
+                 const std::vector<int32_t>& members, int hd) {
   const size_t n = members.size();
   scratch.resize(n * hd);
   for (size_t j = 0; j < n; ++j) {
@@ -138,8 +139,8 @@ void SortRowsByCluster(Segment& seg, int layer) {
   for (int h = 0; h < static_cast<int>(seg.layer(layer).heads.size()); ++h) {
     HeadIndex& hi = seg.layer(layer).heads[h];
     if (hi.k == 0 || hi.rows_by_cluster()) continue;
-    GatherRowsInto(scratch, seg.mutable_keys(layer, h), hi.members, hd);
-    GatherRowsInto(scratch, seg.mutable_values(layer, h), hi.members, hd);
+    PermuteRows(scratch, seg.mutable_keys(layer, h), hi.members, hd);
+    PermuteRows(scratch, seg.mutable_values(layer, h), hi.members, hd);
     hi.row_of.assign(hi.members.size(), 0);
     for (size_t j = 0; j < hi.members.size(); ++j) {
       hi.row_of[hi.members[j]] = static_cast<int32_t>(j);

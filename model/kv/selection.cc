@@ -16,40 +16,26 @@ int32_t BlockSize(const Segment& seg, int layer, int kv_head, BlockKind kind,
   return static_cast<int32_t>(std::min<int64_t>(page_size, seg.size() - begin));
 }
 
-int32_t BlockRow(const Segment& seg, int layer, int kv_head, BlockKind kind,
-                 int32_t id, int32_t r, int page_size) {
-  if (kind == BlockKind::kCluster) {
-    const HeadIndex& h = seg.layer(layer).heads[kv_head];
-    const int32_t j = h.offsets[id] + r;
-    return h.rows_by_cluster() ? j : h.members[j];
-  }
-  return seg.StoredRow(layer, kv_head, id * page_size + r);
-}
-
 void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
                      int32_t id, int32_t begin, int32_t count, int page_size,
                      std::vector<int32_t>* out) {
-  const HeadIndex* h = seg.layer(layer).heads.empty()
-                           ? nullptr
-                           : &seg.layer(layer).heads[kv_head];
+  const auto& heads = seg.layer(layer).heads;
+  const HeadIndex* h = heads.empty() ? nullptr : &heads[kv_head];
   const bool by_cluster = h != nullptr && h->rows_by_cluster();
-  if (kind == BlockKind::kCluster && !by_cluster) {
-    const int32_t* first = h->members.data() + h->offsets[id] + begin;
-    out->insert(out->end(), first, first + count);
-    return;
-  }
-  // A contiguous run: a cluster stored by cluster, or a page in position
-  // order.
-  const int32_t row0 = kind == BlockKind::kCluster ? h->offsets[id] + begin
-                                                   : id * page_size + begin;
-  if (kind == BlockKind::kPage && by_cluster) {
-    const int32_t* first = h->row_of.data() + row0;
-    out->insert(out->end(), first, first + count);
+  // Row `begin` of the block as an index into `map`, or the stored row
+  // itself when there is no map (the block's rows are then contiguous).
+  const bool cluster = kind == BlockKind::kCluster;
+  const int32_t first =
+      cluster ? h->offsets[id] + begin : id * page_size + begin;
+  const int32_t* map = cluster ? (by_cluster ? nullptr : h->members.data())
+                               : (by_cluster ? h->row_of.data() : nullptr);
+  if (map != nullptr) {
+    out->insert(out->end(), map + first, map + first + count);
     return;
   }
   const size_t old = out->size();
   out->resize(old + count);
-  std::iota(out->begin() + old, out->end(), row0);
+  std::iota(out->begin() + old, out->end(), first);
 }
 
 void SortBestBlocks(std::vector<ScoredBlock>* order, size_t prefix) {

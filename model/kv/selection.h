@@ -41,12 +41,8 @@ struct PlanContext {
 // Number of rows of a block (whole block, before begin/count).
 int32_t BlockSize(const Segment& seg, int layer, int kv_head, BlockKind kind,
                   int32_t id, int page_size);
-// Stored row (Segment::keys index) of row r of a block.
-int32_t BlockRow(const Segment& seg, int layer, int kv_head, BlockKind kind,
-                 int32_t id, int32_t r, int page_size);
-
-// Appends the stored rows of rows [begin, begin + count) of a block to
-// `out` (BlockRow of each, in bulk: the hot path of every decode step).
+// Appends the stored rows (Segment::keys indices) of rows [begin, begin +
+// count) of a block to `out`, in bulk: the hot path of every decode step.
 void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
                      int32_t id, int32_t begin, int32_t count, int page_size,
                      std::vector<int32_t>* out);

@@ -237,7 +237,10 @@ TEST(KvStore, ClusteredRowsAreStoredByCluster) {
       for (int c = 0; c < h.k; ++c) {
         for (int32_t r = 0; r < h.offsets[c + 1] - h.offsets[c]; ++r) {
           const int32_t stored = h.offsets[c] + r;
-          EXPECT_EQ(BlockRow(seg, 1, g, BlockKind::kCluster, c, r, 16), stored);
+          std::vector<int32_t> row_of_block;
+          AppendBlockRows(seg, 1, g, BlockKind::kCluster, c, r, 1, 16,
+                          &row_of_block);
+          EXPECT_EQ(row_of_block, std::vector<int32_t>{stored});
           const int32_t row = h.members[stored];
           EXPECT_EQ(seg.StoredRow(1, g, row), stored);
           EXPECT_EQ(seg.SegmentRow(1, g, stored), row);

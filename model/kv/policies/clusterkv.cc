@@ -43,8 +43,9 @@ class ClusterKvPolicy final : public SelectionPolicy {
   // next to ordering), aiming at no more than 2 * prefix clusters.
   void OrderBest(int64_t prefix);
   int64_t CountAtLeast(float t) const;
-  // order_ = every cluster in ScoreBefore order (when the best fall short).
-  void OrderAll();
+  // order_ = the clusters scoring >= t in ScoreBefore order (t = -inf:
+  // every cluster, when the best fall short of the budget).
+  void OrderAtLeast(float t);
 
   KvStoreConfig config_;
   std::vector<float> q_sum_, scores_;
@@ -79,7 +80,6 @@ int64_t ClusterKvPolicy::CountAtLeast(float t) const {
 }
 
 void ClusterKvPolicy::OrderBest(int64_t prefix) {
-  order_.clear();
   const int64_t n = static_cast<int64_t>(scores_.size());
   float lo = INFINITY, hi = -INFINITY;  // over the finite scores
   for (const float x : scores_) {
@@ -103,23 +103,17 @@ void ClusterKvPolicy::OrderBest(int64_t prefix) {
       if (count <= 2 * prefix) break;
     }
   }
-  for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
-    for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
-      if (scores_[c] >= lo) {
-        order_.push_back({scores_[c], static_cast<int32_t>(s),
-                          static_cast<int32_t>(c - seg_first_[s])});
-      }
-    }
-  }
-  std::sort(order_.begin(), order_.end(), kScoreBefore);
+  OrderAtLeast(lo);
 }
 
-void ClusterKvPolicy::OrderAll() {
+void ClusterKvPolicy::OrderAtLeast(float t) {
   order_.clear();
   for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
     for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
-      order_.push_back({scores_[c], static_cast<int32_t>(s),
-                        static_cast<int32_t>(c - seg_first_[s])});
+      if (scores_[c] >= t) {
+        order_.push_back({scores_[c], static_cast<int32_t>(s),
+                          static_cast<int32_t>(c - seg_first_[s])});
+      }
     }
   }
   std::sort(order_.begin(), order_.end(), kScoreBefore);
@@ -147,7 +141,7 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
   for (size_t i = 0; out->tokens < budget; ++i) {
     if (i == order_.size()) {
       if (complete) break;
-      OrderAll();  // its head is the order so far: i continues
+      OrderAtLeast(-INFINITY);  // its head is the order so far: i continues
       complete = true;
       if (i == order_.size()) break;
     }
