@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
+#include "bench/engine_prefill_cache.h"
 #include "model/kv/clustered_store.h"
 #include "model/kv/policies/registry.h"
 #include "model/kv/quality.h"
@@ -63,7 +64,32 @@ struct Prefilled {
   double kmeans_ms = 0, kmeans_wall_ms = 0, pages_ms = 0;
   int64_t kmeans_iterations = 0, kmeans_problems = 0;  // summed over heads
   double attention_share = 0;  // of the prefill's forward steps
+  bool reused = false;         // restored from --engine_prefill_cache
 };
+
+// The measurements of a prefill, saved beside it (engine_prefill_cache.h).
+Json PrefillStats(const Prefilled& p, int threads) {
+  return Json{{"prefill_ms", p.prefill_ms},
+              {"index_wait_ms", p.index_wait_ms},
+              {"kmeans_ms", p.kmeans_ms},
+              {"kmeans_wall_ms", p.kmeans_wall_ms},
+              {"pages_ms", p.pages_ms},
+              {"kmeans_iterations", p.kmeans_iterations},
+              {"kmeans_problems", p.kmeans_problems},
+              {"attention_share", p.attention_share},
+              {"threads", threads}};
+}
+
+void SetPrefillStats(const Json& j, Prefilled* p) {
+  p->prefill_ms = j.value("prefill_ms", 0.0);
+  p->index_wait_ms = j.value("index_wait_ms", 0.0);
+  p->kmeans_ms = j.value("kmeans_ms", 0.0);
+  p->kmeans_wall_ms = j.value("kmeans_wall_ms", 0.0);
+  p->pages_ms = j.value("pages_ms", 0.0);
+  p->kmeans_iterations = j.value("kmeans_iterations", int64_t{0});
+  p->kmeans_problems = j.value("kmeans_problems", int64_t{0});
+  p->attention_share = j.value("attention_share", 0.0);
+}
 
 // Sums of the stores' counters over the sessions of a batch.
 struct BatchCounters {
@@ -81,6 +107,9 @@ class EngineBench {
 
  private:
   absl::Status LoadAndDescribe();
+  KvStoreConfig PrefillConfig(int64_t ctx) const;
+  // Prefill(ctx), or the saved one (--engine_prefill_cache), saving it.
+  absl::StatusOr<Prefilled> PrefillOrReuse(int64_t ctx);
   absl::StatusOr<Prefilled> Prefill(int64_t ctx);
   absl::Status Decode(const Prefilled& p, const PolicyChoice& pc, int budget,
                       int batch);
@@ -141,13 +170,49 @@ absl::Status EngineBench::LoadAndDescribe() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
+KvStoreConfig EngineBench::PrefillConfig(int64_t ctx) const {
   KvStoreConfig c;
   c.policy = KvPolicy::kClusterKv;
   c.build_all_indexes = true;
   c.dense_layers = o_.dense_layers;
   c.seed = o_.seed;
   c.max_tokens = ctx + o_.decode_steps + 8;
+  return c;
+}
+
+absl::StatusOr<Prefilled> EngineBench::PrefillOrReuse(int64_t ctx) {
+  if (o_.engine_prefill_cache.empty()) return Prefill(ctx);
+  const KvStoreConfig c = PrefillConfig(ctx);
+  auto path = SavedPrefillPath(o_.engine_prefill_cache, *model_, c, ctx,
+                               o_.seed, o_.prefill_chunk);
+  if (!path.ok()) return path.status();
+  auto saved = LoadPrefill(*path, *model_, c.max_tokens, worker_);
+  if (saved.ok()) {
+    Prefilled p;
+    p.context = ctx;
+    p.store = std::move(saved->store);
+    p.reused = true;
+    SetPrefillStats(saved->stats, &p);
+    std::fprintf(stderr,
+                 "cluster_bench: engine prefill %lld tokens restored from %s "
+                 "(prefilled in %.1f s)\n",
+                 static_cast<long long>(ctx), path->c_str(),
+                 p.prefill_ms / 1e3);
+    return p;
+  }
+  if (!absl::IsNotFound(saved.status())) return saved.status();
+  auto p = Prefill(ctx);
+  if (!p.ok()) return p.status();
+  if (auto s =
+          SavePrefill(*path, *model_, *p->store, PrefillStats(*p, threads_));
+      !s.ok()) {
+    return s;
+  }
+  return p;
+}
+
+absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
+  const KvStoreConfig c = PrefillConfig(ctx);
   Prefilled p;
   p.context = ctx;
   p.store =
@@ -309,6 +374,7 @@ absl::Status EngineBench::Decode(const Prefilled& p, const PolicyChoice& pc,
       {"h2d_bytes_per_step", (after.cache.h2d_bytes - before.h2d_bytes) / n},
       {"prefill_attention_share", p.attention_share},
       {"prefill_index_wait_ms", p.index_wait_ms},
+      {"prefill_reused", p.reused},
       {"quest_pages_ms", p.pages_ms},
       {"session_host_bytes", mem.host_bytes},
       {"session_host_shared_bytes", mem.host_shared_bytes},
@@ -328,7 +394,7 @@ absl::Status EngineBench::Run() {
   // one stretch of the run, not minutes apart on a shared machine.
   std::vector<Prefilled> prefilled;
   for (int64_t ctx : o_.engine_contexts) {
-    auto p = Prefill(ctx);
+    auto p = PrefillOrReuse(ctx);
     if (!p.ok()) return p.status();
     prefilled.push_back(*std::move(p));
   }

@@ -77,6 +77,11 @@ ABSL_FLAG(int, prefill_chunk, Defaults().prefill_chunk,
           "engine: max tokens per forward step during prefill");
 ABSL_FLAG(bool, engine_quality, Defaults().engine_quality,
           "engine: measure recall on session 0 of the first batch size");
+ABSL_FLAG(std::string, engine_prefill_cache, Defaults().engine_prefill_cache,
+          "engine: folder of saved prefills; a context prefilled before with "
+          "the same model, store layout, seed and chunk is restored from "
+          "there instead of prefilled again (its prefill figures are the "
+          "saved ones); empty: always prefill");
 ABSL_FLAG(std::string, text_model, Defaults().text_model,
           "text: GGUF model with real attention");
 ABSL_FLAG(std::string, text_file, Defaults().text_file,
@@ -167,6 +172,7 @@ absl::Status ReadScalars(ClusterBenchOptions& o) {
   o.dense_layers = absl::GetFlag(FLAGS_dense_layers);
   o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   o.engine_quality = absl::GetFlag(FLAGS_engine_quality);
+  o.engine_prefill_cache = absl::GetFlag(FLAGS_engine_prefill_cache);
   o.text_model = absl::GetFlag(FLAGS_text_model);
   o.text_file = absl::GetFlag(FLAGS_text_file);
   o.text_prompt_tokens = absl::GetFlag(FLAGS_text_prompt_tokens);

@@ -74,6 +74,7 @@ struct ClusterBenchOptions {
   int decode_steps = 8;  // timed, after one untimed step
   int prefill_chunk = 256;
   bool engine_quality = true;  // measure recall on session 0 (first batch)
+  std::string engine_prefill_cache;  // folder of saved prefills; empty: none
 
   // text: a real model on real text (bench/cluster_text.h); off unless
   // --workloads names it.

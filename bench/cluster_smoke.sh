@@ -3,7 +3,9 @@
 #   cluster_smoke.sh CLUSTER_BENCH PLOT_CLUSTER_PY BUILD_DIR
 # Runs a tiny configuration (keys at 1k, engine at 512 tokens with one layer,
 # text: one short window of the trained demo model on its held-out text),
-# plots the JSON, checks that the JSON and the four PNGs exist.
+# plots the JSON, checks that the JSON and the four PNGs exist; then runs
+# the engine twice with a saved-prefill folder (the second run must restore
+# the prefill and decode identically).
 # Exits 77 (ctest: skipped) when no python3 with matplotlib is found.
 set -eu
 bench=$1
@@ -21,6 +23,24 @@ rm -f "$json" "$dir"/*.png
   --text-metric-budgets 64 --work-dir "$dir" --json "$json" \
   >"$dir/cluster.log" 2>&1 || { cat "$dir/cluster.log" >&2; exit 1; }
 test -s "$json" || { echo "missing $json" >&2; exit 1; }
+# Saved prefills: the second run restores the first run's prefill and
+# decodes exactly the same (equal recall figures).
+rm -rf "$dir/prefills"
+for run in 1 2; do
+  "$bench" --workloads engine --engine-contexts 512 --layers 1 --batches 1 \
+    --decode-steps 2 --budgets 64 --engine-policies clusterkv \
+    --engine-prefill-cache "$dir/prefills" --work-dir "$dir" \
+    --json "$dir/reuse$run.json" >"$dir/reuse$run.log" 2>&1 ||
+    { cat "$dir/reuse$run.log" >&2; exit 1; }
+done
+grep -q "restored from" "$dir/reuse2.log" ||
+  { echo "second run did not restore the saved prefill" >&2; exit 1; }
+recall() { grep "engine decode *clusterkv" "$1" | sed 's/ step .*//'; }
+if [ -z "$(recall "$dir/reuse1.log")" ] ||
+  [ "$(recall "$dir/reuse1.log")" != "$(recall "$dir/reuse2.log")" ]; then
+  echo "restored prefill decoded differently:" >&2
+  recall "$dir/reuse1.log" >&2; recall "$dir/reuse2.log" >&2; exit 1
+fi
 for py in "${PYTHON:-}" python3 /usr/bin/python3; do
   if [ -n "$py" ] && "$py" -c 'import matplotlib' 2>/dev/null; then
     "$py" "$plot" "$json" >/dev/null
