@@ -26,7 +26,7 @@ struct KMeansProblem {
   int64_t stride = 0;
   int64_t n = 0;
   int dim = 0;
-  int k = 1;              // requested clusters, 1 <= k <= n
+  int k = 1;  // requested clusters, 1 <= k <= n
   int max_iters = 20;
   uint64_t seed = 0;
   ClusterMetric metric = ClusterMetric::kCosine;
@@ -49,6 +49,10 @@ struct KMeansResult {
   std::vector<float> centroids;     // [k][dim]
   std::vector<int32_t> assignment;  // [n], values in [0, k)
   std::vector<int32_t> sizes;       // [k], all >= 1
+  // Keys scored against every centroid, summed over iterations: n per
+  // iteration in the reference; the fast path skips keys whose assignment
+  // provably cannot change (kmeans.cc).
+  int64_t key_scorings = 0;
 };
 
 // scores[c] = sum_d q[d] * centroids[c*dim + d] for c < n.
@@ -57,8 +61,8 @@ struct KMeansResult {
 
 namespace ref {
 void KMeans(const KMeansProblem& p, KMeansResult* out);
-void CentroidScores(const float* q, const float* centroids, int64_t n,
-                    int dim, float* scores);
+void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
+                    float* scores);
 // Pages of `page_size` rows cut from rows [0, n) (the last may be shorter);
 // page_min/page_max: [ceil(n/page_size)][dim].
 void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
@@ -70,8 +74,8 @@ void QuestScores(const float* q, const float* page_min, const float* page_max,
 // Solves all problems, in parallel across problems (and within large ones).
 void KMeansBatch(ThreadPool* pool, const KMeansProblem* problems, int count,
                  KMeansResult* results);
-void CentroidScores(const float* q, const float* centroids, int64_t n,
-                    int dim, float* scores);
+void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
+                    float* scores);
 void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
                      int dim, int page_size, float* page_min, float* page_max);
 void QuestScores(const float* q, const float* page_min, const float* page_max,

@@ -179,6 +179,7 @@ void KMeans(const KMeansProblem& p, KMeansResult* out) {
   std::vector<int32_t> assignment(p.n, -1), sizes(k, 0);
   for (int it = 1; it <= std::max(1, p.max_iters); ++it) {
     const bool changed = AssignAll(p, keys, k, centroids, &assignment);
+    out->key_scorings += p.n;
     internal::UpdateCentroids(keys.data(), p.n, p.dim, assignment.data(), k,
                               centroids.data(), sizes.data());
     out->iterations = it;

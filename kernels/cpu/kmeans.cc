@@ -14,6 +14,18 @@
 // within the margin of the best, which provably contains the exact winner. Ties
 // thus resolve exactly as in the reference (lowest index among equal doubles).
 //
+// Skipping keys whose assignment cannot change (kCosine, kInnerProduct):
+// after a key's winner was decided by the F32 gap, its exact scores satisfy
+// t_win >= lower and t_c <= upper for every other c (lower/upper = best /
+// runner-up F32 score -/+ the per-score error bound). When the centroids
+// move, the exact score of every key against centroid c moves by at most
+// |x| * delta_c, delta_c = |y'_c - y_c| (y: the centroid operand in double),
+// so lower -= |x| delta_win and upper += |x| max_c delta_c stay valid. A key
+// with lower > upper (plus a slack far above double rounding) keeps its
+// cluster as the strict exact argmax -- the reference would assign it the
+// same -- and is not scored; the others are packed into blocks and scored as
+// above. kL2 scores every key every iteration.
+//
 // Update: internal::UpdateCentroids (shared with the reference): double
 // sums per cluster and channel in key order, so centroids are bitwise equal.
 //
@@ -56,6 +68,13 @@ class Solver {
  private:
   void PrepareKeys();
   void PackCentroids();
+  // Widens every key's bounds by how far the centroids moved since
+  // prev_operand_ (the operand the bounds were made with).
+  void ShiftBounds();
+  // active_ = the keys whose assignment may change (every key without
+  // bounds); the others keep theirs in next_. Packs the active keys' operand
+  // into active_xt_ when not every key is active.
+  void SelectActive();
   void AssignBlocks(int64_t b0, int64_t b1);
   double Margin(int64_t i) const;
   int32_t Settle(int64_t i, const float* s, double threshold) const;
@@ -77,6 +96,15 @@ class Solver {
   double ymax_ = 0.0;             // max_c |y_c|
   double musq_max_ = 0.0;         // max_c |mu_c|^2
   std::vector<int32_t> assignment_, next_;
+  // Pruning (kCosine, kInnerProduct): per key, bounds on the exact score of
+  // its cluster (lower) and of every other (upper); lower = -inf: none.
+  const bool prune_ = p_.metric != ClusterMetric::kL2;
+  std::vector<double> lower_, upper_;
+  std::vector<double> operand_, prev_operand_;  // [k][dim] y in double
+  std::vector<int64_t> active_;                 // keys scored this iteration
+  std::vector<float> active_xt_;                // their operand, blocks as xt_
+  const float* score_xt_ = nullptr;             // xt_ or active_xt_
+  int64_t score_blocks_ = 0;
 };
 
 void Solver::PrepareKeys() {
@@ -116,6 +144,7 @@ void Solver::PackCentroids() {
   const int dim = p_.dim;
   panels_.assign(int64_t{n_panels_} * dim_a_ * width_, 0.0f);
   inv_norm_.resize(k_);
+  if (prune_) operand_.resize(int64_t{k_} * dim);
   ymax_ = musq_max_ = 0.0;
   std::vector<float> y(dim_a_);
   for (int c = 0; c < k_; ++c) {
@@ -127,6 +156,7 @@ void Solver::PackCentroids() {
     for (int d = 0; d < dim; ++d) {
       musq += double{mu[d]} * mu[d];
       y[d] = static_cast<float>(mu[d] * scale);
+      if (prune_) operand_[int64_t{c} * dim + d] = mu[d] * scale;
     }
     if (dim_a_ > dim) y[dim] = static_cast<float>(-0.5 * musq);
     for (int d = 0; d < dim_a_; ++d) ys += double{y[d]} * y[d];
@@ -168,28 +198,90 @@ int32_t Solver::Settle(int64_t i, const float* s, double threshold) const {
   return std::max(arg, 0);
 }
 
+void Solver::ShiftBounds() {
+  const int dim = p_.dim;
+  std::vector<double> delta(k_);
+  double max_delta = 0.0;
+  for (int c = 0; c < k_; ++c) {
+    double ss = 0.0;
+    for (int d = 0; d < dim; ++d) {
+      const double diff =
+          operand_[int64_t{c} * dim + d] - prev_operand_[int64_t{c} * dim + d];
+      ss += diff * diff;
+    }
+    // The slack covers the rounding of this sum (relative ~dim * 2^-53).
+    delta[c] = std::sqrt(ss) * (1.0 + 1e-9) + 1e-12 * ymax_;
+    max_delta = std::max(max_delta, delta[c]);
+  }
+  for (int64_t i = 0; i < p_.n; ++i) {
+    if (lower_[i] == -INFINITY) continue;
+    const double x = xnorm_[i] * (1.0 + 1e-6);  // |x| of the exact key
+    lower_[i] -= x * delta[assignment_[i]];
+    upper_[i] += x * max_delta;
+  }
+}
+
+void Solver::SelectActive() {
+  active_.clear();
+  for (int64_t i = 0; i < p_.n; ++i) {
+    // Far above the double rounding of the reference's scores.
+    const double slack = 1e-9 * (xnorm_[i] * ymax_ + 1e-30);
+    if (prune_ && lower_[i] - upper_[i] > slack) {
+      next_[i] = assignment_[i];
+    } else {
+      active_.push_back(i);
+    }
+  }
+  const int64_t n_active = static_cast<int64_t>(active_.size());
+  score_blocks_ = (n_active + kScoreRows - 1) / kScoreRows;
+  if (n_active == p_.n) {  // every key, in place
+    score_xt_ = xt_.data();
+    return;
+  }
+  active_xt_.assign(score_blocks_ * dim_a_ * kScoreRows, 0.0f);
+  for (int64_t j = 0; j < n_active; ++j) {
+    const int64_t i = active_[j];
+    const float* src =
+        xt_.data() + (i / kScoreRows) * dim_a_ * kScoreRows + i % kScoreRows;
+    float* dst = active_xt_.data() + (j / kScoreRows) * dim_a_ * kScoreRows +
+                 j % kScoreRows;
+    for (int d = 0; d < dim_a_; ++d) dst[d * kScoreRows] = src[d * kScoreRows];
+  }
+  score_xt_ = active_xt_.data();
+}
+
+// Scores blocks [b0, b1) of score_xt_ (rows: active_ keys) and assigns them.
 void Solver::AssignBlocks(int64_t b0, int64_t b1) {
   static thread_local std::vector<float> s;
   const int64_t lds = int64_t{n_panels_} * width_;
+  const int64_t n_active = static_cast<int64_t>(active_.size());
   s.resize(kScoreRows * lds);
   for (int64_t b = b0; b < b1; ++b) {
-    const float* xt = xt_.data() + b * dim_a_ * kScoreRows;
+    const float* xt = score_xt_ + b * dim_a_ * kScoreRows;
     if (width_ == kScoreColsNarrow) {
       ks_.score_block_narrow(xt, panels_.data(), dim_a_, s.data(), lds);
     } else {
       ks_.score_block(xt, panels_.data(), n_panels_, dim_a_, s.data(), lds);
     }
     for (int r = 0; r < kScoreRows; ++r) {
-      const int64_t i = b * kScoreRows + r;
-      if (i >= p_.n) break;
+      const int64_t j = b * kScoreRows + r;
+      if (j >= n_active) break;
+      const int64_t i = active_[j];
       const float* row = s.data() + r * lds;
       float best, second;
       int idx;
       ks_.top2(row, k_, &best, &idx, &second);
       const double margin = Margin(i);
-      next_[i] = double{best} - second > margin
-                     ? idx
-                     : Settle(i, row, double{best} - margin);
+      if (double{best} - second > margin) {
+        next_[i] = idx;
+        if (prune_) {  // per-score error <= margin / 8: use margin / 4
+          lower_[i] = double{best} - margin / 4;
+          upper_[i] = double{second} + margin / 4;
+        }
+      } else {
+        next_[i] = Settle(i, row, double{best} - margin);
+        if (prune_) lower_[i] = -INFINITY;  // scored again next time
+      }
     }
   }
 }
@@ -207,16 +299,24 @@ void Solver::Run(ThreadPool* pool, KMeansResult* out) {
   }
   assignment_.assign(p_.n, -1);
   next_.resize(p_.n);
+  if (prune_) {
+    lower_.assign(p_.n, -INFINITY);
+    upper_.assign(p_.n, INFINITY);
+  }
   std::vector<int32_t> sizes(k_);
   for (int it = 1; it <= std::max(1, p_.max_iters); ++it) {
     PackCentroids();
-    if (pool != nullptr && pool->size() > 1 && n_blocks_ > 1) {
-      pool->ParallelFor(n_blocks_, 1, [this](int64_t b0, int64_t b1) {
+    if (prune_ && it > 1) ShiftBounds();
+    SelectActive();
+    out->key_scorings += static_cast<int64_t>(active_.size());
+    if (pool != nullptr && pool->size() > 1 && score_blocks_ > 1) {
+      pool->ParallelFor(score_blocks_, 1, [this](int64_t b0, int64_t b1) {
         AssignBlocks(b0, b1);
       });
     } else {
-      AssignBlocks(0, n_blocks_);
+      AssignBlocks(0, score_blocks_);
     }
+    if (prune_) prev_operand_.swap(operand_);  // the bounds' centroids
     const bool changed = next_ != assignment_;
     assignment_.swap(next_);
     internal::UpdateCentroids(raw_.data(), p_.n, dim, assignment_.data(), k_,

@@ -178,6 +178,17 @@ TEST(KMeansTest, FastEqualsRefOnClusteredKeysAndManyClusters) {
       const KMeansResult want = Ref(keys.p);
       CheckInvariants(keys, want);
       ExpectFastMatches(keys, want);
+      // The equality above covered skipped keys: after the first iteration
+      // the fast path scores only keys whose cluster may change (cosine and
+      // inner product; on these keys cosine skips some).
+      EXPECT_EQ(want.key_scorings, n * want.iterations);
+      const KMeansResult fast = Fast(keys.p, 1);
+      EXPECT_GE(fast.key_scorings, n);  // the first iteration scores all
+      if (m == ClusterMetric::kL2) {
+        EXPECT_EQ(fast.key_scorings, want.key_scorings);
+      } else if (m == ClusterMetric::kCosine) {
+        EXPECT_LT(fast.key_scorings, want.key_scorings);
+      }
     }
   }
 }
