@@ -63,6 +63,9 @@ struct Prefilled {
   double index_wait_ms = 0;  // clustering still running after it
   double kmeans_ms = 0, kmeans_wall_ms = 0, pages_ms = 0;
   int64_t kmeans_iterations = 0, kmeans_problems = 0;  // summed over heads
+  // Keys scored / (keys x iterations), summed over heads: the share of
+  // Lloyd's assignment work k-means did not skip.
+  int64_t kmeans_key_scorings = 0, kmeans_key_iterations = 0;
   double attention_share = 0;  // of the prefill's forward steps
   bool reused = false;         // restored from --engine_prefill_cache
 };
@@ -73,9 +76,15 @@ Json PrefillStats(const Prefilled& p, int threads) {
               {"index_wait_ms", p.index_wait_ms},
               {"kmeans_ms", p.kmeans_ms},
               {"kmeans_wall_ms", p.kmeans_wall_ms},
+              {"kmeans_scored_share",
+               Num(p.kmeans_key_iterations > 0
+                       ? double(p.kmeans_key_scorings) / p.kmeans_key_iterations
+                       : kNotMeasured)},
               {"pages_ms", p.pages_ms},
               {"kmeans_iterations", p.kmeans_iterations},
               {"kmeans_problems", p.kmeans_problems},
+              {"kmeans_key_scorings", p.kmeans_key_scorings},
+              {"kmeans_key_iterations", p.kmeans_key_iterations},
               {"attention_share", p.attention_share},
               {"threads", threads}};
 }
@@ -88,6 +97,8 @@ void SetPrefillStats(const Json& j, Prefilled* p) {
   p->pages_ms = j.value("pages_ms", 0.0);
   p->kmeans_iterations = j.value("kmeans_iterations", int64_t{0});
   p->kmeans_problems = j.value("kmeans_problems", int64_t{0});
+  p->kmeans_key_scorings = j.value("kmeans_key_scorings", int64_t{0});
+  p->kmeans_key_iterations = j.value("kmeans_key_iterations", int64_t{0});
   p->attention_share = j.value("attention_share", 0.0);
 }
 
@@ -240,6 +251,8 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
         if (h.k == 0) continue;
         p.kmeans_iterations += h.kmeans_iterations;
         ++p.kmeans_problems;
+        p.kmeans_key_scorings += h.kmeans_key_scorings;
+        p.kmeans_key_iterations += int64_t{h.kmeans_iterations} * seg->size();
       }
     }
   }
@@ -249,13 +262,16 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
   std::fprintf(stderr,
                "cluster_bench: engine prefill %lld tokens: %.1f s (attention "
                "%.0f%%), k-means %.2f s of CPU (%.1f%% of prefill; %.2f s "
-               "wall on the worker; %.1f Lloyd iterations per head), index "
-               "wait %.2f s\n",
+               "wall on the worker; %.1f Lloyd iterations per head, %.0f%% of "
+               "their key assignments scored), index wait %.2f s\n",
                static_cast<long long>(ctx), p.prefill_ms / 1e3,
                100 * p.attention_share, p.kmeans_ms / 1e3,
                100 * p.kmeans_ms / p.prefill_ms, p.kmeans_wall_ms / 1e3,
                p.kmeans_problems > 0
                    ? double(p.kmeans_iterations) / p.kmeans_problems
+                   : 0.0,
+               p.kmeans_key_iterations > 0
+                   ? 100.0 * p.kmeans_key_scorings / p.kmeans_key_iterations
                    : 0.0,
                p.index_wait_ms / 1e3);
   return p;
@@ -364,6 +380,10 @@ absl::Status EngineBench::Decode(const Prefilled& p, const PolicyChoice& pc,
   r.extra = Json{
       {"tokens_per_s", batch * 1e3 / r.step_ms},
       {"kmeans_wall_ms", p.kmeans_wall_ms},
+      {"kmeans_scored_share",
+       Num(p.kmeans_key_iterations > 0
+               ? double(p.kmeans_key_scorings) / p.kmeans_key_iterations
+               : kNotMeasured)},
       {"step_ms_median", ms[ms.size() / 2]},
       {"attention_ms", prof.attention_ns / 1e6 / n},
       {"attention_share",

@@ -201,7 +201,10 @@ int32_t Solver::Settle(int64_t i, const float* s, double threshold) const {
 void Solver::ShiftBounds() {
   const int dim = p_.dim;
   std::vector<double> delta(k_);
-  double max_delta = 0.0;
+  // The largest move, and the largest of the others (for the keys of the
+  // cluster that moved most: their other clusters moved less).
+  double max_delta = 0.0, second_delta = 0.0;
+  int max_c = -1;
   for (int c = 0; c < k_; ++c) {
     double ss = 0.0;
     for (int d = 0; d < dim; ++d) {
@@ -211,13 +214,20 @@ void Solver::ShiftBounds() {
     }
     // The slack covers the rounding of this sum (relative ~dim * 2^-53).
     delta[c] = std::sqrt(ss) * (1.0 + 1e-9) + 1e-12 * ymax_;
-    max_delta = std::max(max_delta, delta[c]);
+    if (delta[c] > max_delta) {
+      second_delta = max_delta;
+      max_delta = delta[c];
+      max_c = c;
+    } else {
+      second_delta = std::max(second_delta, delta[c]);
+    }
   }
   for (int64_t i = 0; i < p_.n; ++i) {
     if (lower_[i] == -INFINITY) continue;
     const double x = xnorm_[i] * (1.0 + 1e-6);  // |x| of the exact key
-    lower_[i] -= x * delta[assignment_[i]];
-    upper_[i] += x * max_delta;
+    const int32_t a = assignment_[i];
+    lower_[i] -= x * delta[a];
+    upper_[i] += x * (a == max_c ? second_delta : max_delta);
   }
 }
 

@@ -108,6 +108,7 @@ int64_t ThreadCpuNanos() {
 void FillClusters(const cpu::KMeansResult& r, HeadIndex& h) {
   h.k = r.k;
   h.kmeans_iterations = r.iterations;
+  h.kmeans_key_scorings = r.key_scorings;
   h.centroids.assign(r.centroids.begin(), r.centroids.end());
   h.offsets.assign(r.k + 1, 0);
   for (int c = 0; c < r.k; ++c) h.offsets[c + 1] = h.offsets[c] + r.sizes[c];

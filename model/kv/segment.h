@@ -50,6 +50,9 @@ struct HeadIndex {
   std::vector<int32_t> offsets;
   std::vector<int32_t> members;
   int kmeans_iterations = 0;
+  // Keys scored against every centroid over the iterations (k-means skips
+  // keys whose cluster cannot change): a statistic, not in snapshots.
+  int64_t kmeans_key_scorings = 0;
   // Empty: K,V stored in position order (stored row r = segment row r).
   // Else stored by cluster (SortRowsByCluster): stored row j holds segment
   // row members[j], so cluster c is the contiguous stored rows [offsets[c],
