@@ -102,6 +102,21 @@ void SetPrefillStats(const Json& j, Prefilled* p) {
   p->attention_share = j.value("attention_share", 0.0);
 }
 
+// The sessions of one decode configuration at one context, timed in
+// rounds (EngineBench::Decode).
+struct DecodeSeries {
+  const Prefilled* p = nullptr;
+  std::vector<std::unique_ptr<ClusteredKvStore>> sessions;
+  std::vector<int32_t> tokens;
+  std::vector<double> ms;  // per timed step
+  ForwardProfile prof;     // summed over the timed steps
+  CacheStats before;       // cache counters before the timed steps
+  int rounds = 0;
+};
+
+// Timed steps of every context are spread over this many interleaved rounds.
+constexpr int kDecodeRounds = 8;
+
 // Sums of the stores' counters over the sessions of a batch.
 struct BatchCounters {
   SelectTimings select;
@@ -122,8 +137,15 @@ class EngineBench {
   // Prefill(ctx), or the saved one (--engine_prefill_cache), saving it.
   absl::StatusOr<Prefilled> PrefillOrReuse(int64_t ctx);
   absl::StatusOr<Prefilled> Prefill(int64_t ctx);
-  absl::Status Decode(const Prefilled& p, const PolicyChoice& pc, int budget,
-                      int batch);
+  // Decodes `pc` at every prefilled context (interleaved rounds) and
+  // records one RunRecord per context.
+  absl::Status Decode(const PolicyChoice& pc, int budget, int batch);
+  absl::StatusOr<DecodeSeries> StartSeries(const Prefilled& p,
+                                           const PolicyChoice& pc, int budget,
+                                           int batch);
+  absl::Status TimeSteps(DecodeSeries& s, int steps);
+  absl::Status FinishSeries(DecodeSeries& s, const PolicyChoice& pc, int budget,
+                            int batch);
   absl::Status Step(std::vector<std::unique_ptr<ClusteredKvStore>>& sessions,
                     std::vector<int32_t>& tokens);
   void Quality(const ClusteredKvStore& s, RunRecord* r) const;
@@ -137,6 +159,7 @@ class EngineBench {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Transformer> tr_;
   std::vector<std::vector<float>> logits_;
+  std::vector<Prefilled> prefilled_;
 };
 
 absl::Status EngineBench::LoadAndDescribe() {
@@ -328,34 +351,49 @@ void EngineBench::Quality(const ClusteredKvStore& s, RunRecord* r) const {
   r->output_rel_err = err / n;
 }
 
-absl::Status EngineBench::Decode(const Prefilled& p, const PolicyChoice& pc,
-                                 int budget, int batch) {
+absl::StatusOr<DecodeSeries> EngineBench::StartSeries(const Prefilled& p,
+                                                      const PolicyChoice& pc,
+                                                      int budget, int batch) {
   KvStoreConfig c = p.store->config();
   c.policy = pc.policy;
   c.budget = std::max(budget, 1);
-  std::vector<std::unique_ptr<ClusteredKvStore>> sessions;
-  std::vector<int32_t> tokens;
+  DecodeSeries s;
+  s.p = &p;
   for (int i = 0; i < batch; ++i) {
     auto fork = p.store->Fork(c);
     if (!fork.ok()) return fork.status();
-    sessions.push_back(*std::move(fork));
-    tokens.push_back(3 + (17 * i + 5) % 256);  // distinct questions
+    s.sessions.push_back(*std::move(fork));
+    s.tokens.push_back(3 + (17 * i + 5) % 256);  // distinct questions
   }
+  if (auto st = Step(s.sessions, s.tokens); !st.ok()) return st;  // untimed
+  for (auto& session : s.sessions) session->ResetSelectTimings();
+  s.before = Counters(s.sessions).cache;
+  return s;
+}
+
+absl::Status EngineBench::TimeSteps(DecodeSeries& s, int steps) {
+  tr_->ResetProfile();
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = Clock::now();
+    if (auto st = Step(s.sessions, s.tokens); !st.ok()) return st;
+    s.ms.push_back(MsSince(t0));
+  }
+  const ForwardProfile& prof = tr_->profile();
+  s.prof.steps += prof.steps;
+  s.prof.total_ns += prof.total_ns;
+  s.prof.attention_ns += prof.attention_ns;
+  s.prof.select_ns += prof.select_ns;
+  return absl::OkStatus();
+}
+
+absl::Status EngineBench::FinishSeries(DecodeSeries& s, const PolicyChoice& pc,
+                                       int budget, int batch) {
+  const Prefilled& p = *s.p;
   const bool quality = o_.engine_quality && pc.policy != KvPolicy::kFull &&
                        batch == o_.batches.front();
-  if (auto s = Step(sessions, tokens); !s.ok()) return s;  // untimed
-  for (auto& s : sessions) s->ResetSelectTimings();
-  const CacheStats before = Counters(sessions).cache;
-  tr_->ResetProfile();
-  std::vector<double> ms;
-  for (int i = 0; i < o_.decode_steps; ++i) {
-    const auto t0 = Clock::now();
-    if (auto s = Step(sessions, tokens); !s.ok()) return s;
-    ms.push_back(MsSince(t0));
-  }
-  const BatchCounters after = Counters(sessions);
-  const ForwardProfile prof = tr_->profile();  // before the quality step
-  const double n = o_.decode_steps;
+  const BatchCounters after = Counters(s.sessions);
+  const ForwardProfile& prof = s.prof;
+  const double n = static_cast<double>(s.ms.size());
   RunRecord r;
   r.workload = "engine";
   r.experiment = "decode";
@@ -364,19 +402,21 @@ absl::Status EngineBench::Decode(const Prefilled& p, const PolicyChoice& pc,
   r.budget = budget;
   r.batch = batch;
   double total = 0;
-  for (double x : ms) total += x;
+  for (double x : s.ms) total += x;
   r.step_ms = total / n;
   r.select_ms = prof.select_ns / 1e6 / n;
   r.cluster_ms = p.kmeans_ms;
   r.prefill_ms = p.prefill_ms;
   if (quality) {  // one more, untimed step records session 0's selection
-    sessions[0]->set_record_selection(true);
-    if (auto s = Step(sessions, tokens); !s.ok()) return s;
-    Quality(*sessions[0], &r);
+    s.sessions[0]->set_record_selection(true);
+    if (auto st = Step(s.sessions, s.tokens); !st.ok()) return st;
+    Quality(*s.sessions[0], &r);
   }
+  std::vector<double> ms = s.ms;
   std::sort(ms.begin(), ms.end());
+  const CacheStats& before = s.before;
   const int64_t lookups = after.cache.lookups - before.lookups;
-  const KvMemoryStats mem = sessions[0]->memory();
+  const KvMemoryStats mem = s.sessions[0]->memory();
   r.extra = Json{
       {"tokens_per_s", batch * 1e3 / r.step_ms},
       {"kmeans_wall_ms", p.kmeans_wall_ms},
@@ -402,9 +442,37 @@ absl::Status EngineBench::Decode(const Prefilled& p, const PolicyChoice& pc,
       {"session_host_bytes", mem.host_bytes},
       {"session_host_shared_bytes", mem.host_shared_bytes},
       {"session_device_bytes", mem.device_bytes},
-      {"timed_steps", o_.decode_steps}};
+      {"timed_steps", o_.decode_steps},
+      {"timed_rounds", s.rounds}};
   PrintRecord(r, stderr);
   report_->runs.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+// Every context's sessions of one configuration are decoded in interleaved
+// rounds (context A's next steps, then B's, ...), so that the contexts'
+// step times -- compared with each other for flatness -- share the same
+// stretch of a noisy machine's time instead of following one another.
+absl::Status EngineBench::Decode(const PolicyChoice& pc, int budget,
+                                 int batch) {
+  std::vector<DecodeSeries> series;
+  for (const Prefilled& p : prefilled_) {
+    auto s = StartSeries(p, pc, budget, batch);
+    if (!s.ok()) return s.status();
+    series.push_back(*std::move(s));
+  }
+  const int steps = o_.decode_steps;
+  const int rounds = std::max(1, std::min(steps, kDecodeRounds));
+  for (int r = 0; r < rounds; ++r) {
+    for (DecodeSeries& s : series) {
+      const int n = steps * (r + 1) / rounds - steps * r / rounds;
+      if (auto st = TimeSteps(s, n); !st.ok()) return st;
+      s.rounds = rounds;
+    }
+  }
+  for (DecodeSeries& s : series) {
+    if (auto st = FinishSeries(s, pc, budget, batch); !st.ok()) return st;
+  }
   return absl::OkStatus();
 }
 
@@ -413,24 +481,20 @@ absl::Status EngineBench::Run() {
   if (!policies.ok()) return policies.status();
   if (auto s = LoadAndDescribe(); !s.ok()) return s;
   // Every context is prefilled before any is decoded, so that the decode
-  // timings of all contexts (compared with each other: flatness) come from
-  // one stretch of the run, not minutes apart on a shared machine.
-  std::vector<Prefilled> prefilled;
+  // timings of all contexts come from one stretch of the run (Decode).
   for (int64_t ctx : o_.engine_contexts) {
     auto p = PrefillOrReuse(ctx);
     if (!p.ok()) return p.status();
-    prefilled.push_back(*std::move(p));
+    prefilled_.push_back(*std::move(p));
   }
-  for (const Prefilled& p : prefilled) {
-    for (int batch : o_.batches) {
-      if (auto s = Decode(p, kFullPolicy, 0, batch); !s.ok()) return s;
-    }
-    for (const PolicyChoice& pc : *policies) {
-      for (int b : o_.budgets) {
-        for (int batch : o_.batches) {
-          if (pc.evaluation_only && batch != o_.batches.front()) continue;
-          if (auto s = Decode(p, pc, b, batch); !s.ok()) return s;
-        }
+  for (int batch : o_.batches) {
+    if (auto s = Decode(kFullPolicy, 0, batch); !s.ok()) return s;
+  }
+  for (const PolicyChoice& pc : *policies) {
+    for (int b : o_.budgets) {
+      for (int batch : o_.batches) {
+        if (pc.evaluation_only && batch != o_.batches.front()) continue;
+        if (auto s = Decode(pc, b, batch); !s.ok()) return s;
       }
     }
   }
