@@ -200,6 +200,13 @@ void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
   }
 }
 
+void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
+                         int64_t n, int dim, float* scores) {
+  for (int j = 0; j < n_q; ++j) {
+    CentroidScores(qs + int64_t{j} * dim, centroids, n, dim, scores + j * n);
+  }
+}
+
 void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
                      int dim, int page_size, float* page_min, float* page_max) {
   const std::vector<float> rows = RowsToF32(keys, dtype, stride, n, dim);

@@ -14,6 +14,25 @@ void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
                        scores);
 }
 
+// Blocks of centroids that stay in L2 while every query scores them. Blocks
+// start at multiples of 4 rows, so each row gets exactly the arithmetic of
+// CentroidScores (the gemv kernels group rows by 4 from their first).
+void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
+                         int64_t n, int dim, float* scores) {
+  if (n <= 0 || dim <= 0) return;
+  constexpr int64_t kBlockBytes = 64 * 1024;
+  const int64_t row_bytes = int64_t{dim} * 4;
+  const int64_t block = std::max<int64_t>(4, kBlockBytes / row_bytes / 4 * 4);
+  const KernelSet& ks = ActiveKernels();
+  for (int64_t b = 0; b < n; b += block) {
+    const int64_t nb = std::min(block, n - b);
+    for (int j = 0; j < n_q; ++j) {
+      ks.gemv(DType::kF32, centroids + b * dim, row_bytes, nb, dim,
+              qs + int64_t{j} * dim, scores + j * n + b);
+    }
+  }
+}
+
 void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
                      int dim, int page_size, float* page_min, float* page_max) {
   const KernelSet& ks = ActiveKernels();

@@ -128,5 +128,40 @@ TEST(CentroidScoresTest, FastMatchesRef) {
   }
 }
 
+TEST(CentroidScoresTest, MultiMatchesOneQueryAtATime) {
+  std::mt19937 rng(29);
+  for (int dim : {3, 32, 128}) {
+    for (int64_t n : {1, 7, 1638}) {
+      for (int n_q : {1, 2, 4, 5, 8}) {
+        const auto qs = RandomFloats(rng, n_q * dim, -2, 2);
+        const auto mu = RandomFloats(rng, n * dim);
+        std::vector<float> want(n_q * n, NAN), got(n_q * n, NAN);
+        ref::CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim,
+                                 want.data());
+        for (int j = 0; j < n_q; ++j) {
+          std::vector<float> one(n, NAN);
+          ref::CentroidScores(qs.data() + j * dim, mu.data(), n, dim,
+                              one.data());
+          for (int64_t c = 0; c < n; ++c) ASSERT_EQ(want[j * n + c], one[c]);
+        }
+        for (const KernelSet* ks : AvailableKernelSets()) {
+          ScopedKernels scoped(ks);
+          CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim, got.data());
+          for (int j = 0; j < n_q; ++j) {  // bit-equal to one at a time
+            std::vector<float> one(n, NAN);
+            CentroidScores(qs.data() + j * dim, mu.data(), n, dim, one.data());
+            for (int64_t c = 0; c < n; ++c) {
+              ASSERT_EQ(got[j * n + c], one[c])
+                  << ks->name << " dim=" << dim << " n=" << n << " j=" << j;
+              ASSERT_NEAR(got[j * n + c], want[j * n + c], 1e-5 * dim)
+                  << ks->name;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckv::kernels::cpu
