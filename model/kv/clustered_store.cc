@@ -368,18 +368,16 @@ void ClusteredKvStore::PlanHeads(int layer, const float* q) {
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
     const PlanContext ctx{&seg_view_, layer, g, hd};
     const float* group_q = q + size_t{1} * g * group * hd;
-    for (int j = 0; j < (shared ? 1 : group); ++j) {
-      const float* qh = group_q + size_t{1} * j * hd;
-      plan_qs_.clear();
-      for (int i = 0; i < (shared ? group : 1); ++i) {
-        plan_qs_.push_back(qh + size_t{1} * i * hd);
-      }
-      policy_->Plan(ctx, plan_qs_.data(), static_cast<int>(plan_qs_.size()),
-                    &plans_[g * group + j]);
+    plan_qs_.clear();
+    for (int i = 0; i < group; ++i) {
+      plan_qs_.push_back(group_q + size_t{1} * i * hd);
     }
-    if (shared) {
-      for (int j = 1; j < group; ++j) plans_[g * group + j] = plans_[g * group];
+    if (!shared) {
+      policy_->PlanEach(ctx, plan_qs_.data(), group, &plans_[g * group]);
+      continue;
     }
+    policy_->Plan(ctx, plan_qs_.data(), group, &plans_[g * group]);
+    for (int j = 1; j < group; ++j) plans_[g * group + j] = plans_[g * group];
   }
 }
 

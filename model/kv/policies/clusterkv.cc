@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cluster_ops.h"
 #include "model/kv/policies/policy.h"
+#include "model/kv/policies/score_order.h"
 
 namespace ckv {
 namespace {
@@ -31,96 +32,80 @@ class ClusterKvPolicy final : public SelectionPolicy {
     }
     PlanQuery(ctx, q_sum_.data(), out);
   }
+  void PlanEach(const PlanContext& ctx, const float* const* qs, int n_q,
+                HeadPlan* out) override;
 
  private:
   void PlanQuery(const PlanContext& ctx, const float* q, HeadPlan* out);
-  // Scores every cluster of every segment into scores_ (segment s's
-  // clusters from seg_first_[s]).
+  // The plan of the query whose cluster scores are in order_.
+  void PlanFromScores(const PlanContext& ctx, HeadPlan* out);
+  // seg_first_[s] = the index of segment s's first cluster in the
+  // concatenation of every segment's clusters; returns their count.
+  int64_t IndexSegments(const PlanContext& ctx);
+  // Scores every cluster of every segment into order_ (segment s's clusters
+  // from seg_first_[s]).
   void ScoreClusters(const PlanContext& ctx, const float* q);
-  // order_ = every cluster whose score is >= a threshold t that at least
-  // `prefix` clusters reach, in ScoreBefore order: exactly the head of the
-  // full order. t comes from bisecting on counts (plain compare loops, cheap
-  // next to ordering), aiming at no more than 2 * prefix clusters.
-  void OrderBest(int64_t prefix);
-  int64_t CountAtLeast(float t) const;
-  // order_ = the clusters scoring >= t in ScoreBefore order (t = -inf:
-  // every cluster, when the best fall short of the budget).
-  void OrderAtLeast(float t);
-
   KvStoreConfig config_;
   std::vector<float> q_sum_, scores_;
+  std::vector<float> group_q_, group_scores_, seg_scores_;  // PlanEach
   std::vector<int64_t> seg_first_;
-  std::vector<ScoredBlock> order_;
+  ScoreOrder order_;
 };
 
-void ClusterKvPolicy::ScoreClusters(const PlanContext& ctx, const float* q) {
+int64_t ClusterKvPolicy::IndexSegments(const PlanContext& ctx) {
   const auto& segs = *ctx.segments;
   seg_first_.assign(segs.size() + 1, 0);
   for (size_t s = 0; s < segs.size(); ++s) {
     seg_first_[s + 1] =
         seg_first_[s] + segs[s]->layer(ctx.layer).heads[ctx.kv_head].k;
   }
-  scores_.resize(seg_first_.back());
+  return seg_first_.back();
+}
+
+void ClusterKvPolicy::ScoreClusters(const PlanContext& ctx, const float* q) {
+  const auto& segs = *ctx.segments;
+  scores_.resize(IndexSegments(ctx));
   for (size_t s = 0; s < segs.size(); ++s) {
     const HeadIndex& h = segs[s]->layer(ctx.layer).heads[ctx.kv_head];
     kernels::cpu::CentroidScores(q, h.centroids.data(), h.k, ctx.head_dim,
                                  scores_.data() + seg_first_[s]);
   }
-  // A NaN score (non-finite activations) ranks last: the orderings below
-  // need a strict weak order.
-  for (float& x : scores_) {
-    if (std::isnan(x)) x = -INFINITY;
-  }
+  order_.Reset(scores_.data(), seg_first_);
 }
 
-int64_t ClusterKvPolicy::CountAtLeast(float t) const {
-  int64_t n = 0;
-  for (const float x : scores_) n += x >= t;
-  return n;
-}
-
-void ClusterKvPolicy::OrderBest(int64_t prefix) {
-  const int64_t n = static_cast<int64_t>(scores_.size());
-  float lo = INFINITY, hi = -INFINITY;  // over the finite scores
-  for (const float x : scores_) {
-    if (x == -INFINITY) continue;  // NaN became -inf (ScoreClusters)
-    lo = std::min(lo, x);
-    hi = std::max(hi, x);
+void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
+                               int n_q, HeadPlan* out) {
+  const auto& segs = *ctx.segments;
+  const int hd = ctx.head_dim;
+  const int64_t total = IndexSegments(ctx);
+  group_q_.resize(size_t{1} * n_q * hd);
+  for (int i = 0; i < n_q; ++i) {
+    std::copy_n(qs[i], hd, group_q_.data() + size_t{1} * i * hd);
   }
-  // Invariant: CountAtLeast(lo) >= prefix (else take every cluster).
-  if (prefix >= n || !(lo <= hi) || CountAtLeast(lo) < prefix) {
-    lo = -INFINITY;
-  } else {
-    for (int it = 0; it < 32 && lo < hi; ++it) {
-      const float mid = lo + (hi - lo) / 2;
-      if (mid <= lo || mid >= hi) break;
-      const int64_t count = CountAtLeast(mid);
-      if (count < prefix) {
-        hi = mid;
-        continue;
-      }
-      lo = mid;
-      if (count <= 2 * prefix) break;
+  group_scores_.resize(size_t{1} * n_q * total);
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const HeadIndex& h = segs[s]->layer(ctx.layer).heads[ctx.kv_head];
+    seg_scores_.resize(size_t{1} * n_q * h.k);
+    kernels::cpu::CentroidScoresMulti(group_q_.data(), n_q, h.centroids.data(),
+                                      h.k, hd, seg_scores_.data());
+    for (int i = 0; i < n_q; ++i) {
+      std::copy_n(seg_scores_.data() + size_t{1} * i * h.k, h.k,
+                  group_scores_.data() + i * total + seg_first_[s]);
     }
   }
-  OrderAtLeast(lo);
-}
-
-void ClusterKvPolicy::OrderAtLeast(float t) {
-  order_.clear();
-  for (size_t s = 0; s + 1 < seg_first_.size(); ++s) {
-    for (int64_t c = seg_first_[s]; c < seg_first_[s + 1]; ++c) {
-      if (scores_[c] >= t) {
-        order_.push_back({scores_[c], static_cast<int32_t>(s),
-                          static_cast<int32_t>(c - seg_first_[s])});
-      }
-    }
+  for (int i = 0; i < n_q; ++i) {
+    order_.Reset(group_scores_.data() + i * total, seg_first_);
+    PlanFromScores(ctx, out + i);
   }
-  std::sort(order_.begin(), order_.end(), kScoreBefore);
 }
 
 void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
                                 HeadPlan* out) {
+  ScoreClusters(ctx, q);
+  PlanFromScores(ctx, out);
+}
+
+void ClusterKvPolicy::PlanFromScores(const PlanContext& ctx, HeadPlan* out) {
   out->blocks.clear();
   out->tokens = 0;
   const auto& segs = *ctx.segments;
@@ -129,23 +114,23 @@ void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
   const std::vector<int64_t> recent_begin =
       AddRecentRows(ctx, std::min<int64_t>(config_.recent_tokens, budget),
                     config_.quest_page_size, out);
-  ScoreClusters(ctx, q);
   // Only the best clusters are consumed: order a head expected to cover the
   // budget (twice the mean cluster size's worth), the rest only if the head
   // falls short. Same order as a full sort (ScoreBefore is total).
-  const int64_t n = static_cast<int64_t>(scores_.size());
+  const int64_t n = order_.size();
   const int64_t mean_size =
       std::max<int64_t>(1, clustered / std::max<int64_t>(1, n));
-  OrderBest(std::min(n, 2 * (budget / mean_size) + 8));
-  bool complete = static_cast<int64_t>(order_.size()) == n;
+  const std::vector<ScoredBlock>* order =
+      &order_.Best(std::min(n, 2 * (budget / mean_size) + 8));
+  bool complete = static_cast<int64_t>(order->size()) == n;
   for (size_t i = 0; out->tokens < budget; ++i) {
-    if (i == order_.size()) {
+    if (i == order->size()) {
       if (complete) break;
-      OrderAtLeast(-INFINITY);  // its head is the order so far: i continues
+      order = &order_.All();  // its head is the order so far: i continues
       complete = true;
-      if (i == order_.size()) break;
+      if (i == order->size()) break;
     }
-    const ScoredBlock& o = order_[i];
+    const ScoredBlock& o = (*order)[i];
     const HeadIndex& h = segs[o.segment]->layer(ctx.layer).heads[ctx.kv_head];
     const int32_t* first = h.members.data() + h.offsets[o.id];
     const int32_t* last = h.members.data() + h.offsets[o.id + 1];

@@ -33,6 +33,14 @@ class SelectionPolicy {
   // plan. Called only when selects(); never with an index missing.
   virtual void Plan(const PlanContext& ctx, const float* const* qs, int n_q,
                     HeadPlan* out) = 0;
+  // gqa_selection = per_query_head: plans each of the group's n_q query
+  // heads on its own, out[i] = the plan of qs[i] alone, exactly as
+  // Plan(ctx, &qs[i], 1, &out[i]) would. A policy may share work between
+  // the heads (clusterkv scores them in one pass over the centroids).
+  virtual void PlanEach(const PlanContext& ctx, const float* const* qs, int n_q,
+                        HeadPlan* out) {
+    for (int i = 0; i < n_q; ++i) Plan(ctx, qs + i, 1, out + i);
+  }
 };
 
 }  // namespace ckv
