@@ -57,9 +57,9 @@ struct KMeansResult {
 
 // scores[c] = sum_d q[d] * centroids[c*dim + d] for c < n.
 // CentroidScoresMulti: the same for n_q queries (qs: [n_q][dim]) into
-// scores[j * n + c], each equal to CentroidScores' to the bit, reading the
-// centroids from memory once (the query heads of a GQA group share their
-// KV head's centroids).
+// scores[j * ld + c] (ld >= n), each equal to CentroidScores' to the bit,
+// reading the centroids from memory once (the query heads of a GQA group
+// share their KV head's centroids).
 // Quest page bounds over rows [begin, end) of one page: per channel min/max.
 // Quest score of a page: sum_d max(q[d]*max[d], q[d]*min[d]).
 
@@ -68,7 +68,7 @@ void KMeans(const KMeansProblem& p, KMeansResult* out);
 void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
                     float* scores);
 void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
-                         int64_t n, int dim, float* scores);
+                         int64_t n, int dim, float* scores, int64_t ld);
 // Pages of `page_size` rows cut from rows [0, n) (the last may be shorter);
 // page_min/page_max: [ceil(n/page_size)][dim].
 void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
@@ -83,7 +83,7 @@ void KMeansBatch(ThreadPool* pool, const KMeansProblem* problems, int count,
 void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
                     float* scores);
 void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
-                         int64_t n, int dim, float* scores);
+                         int64_t n, int dim, float* scores, int64_t ld);
 void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
                      int dim, int page_size, float* page_min, float* page_max);
 void QuestScores(const float* q, const float* page_min, const float* page_max,

@@ -201,9 +201,9 @@ void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
 }
 
 void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
-                         int64_t n, int dim, float* scores) {
+                         int64_t n, int dim, float* scores, int64_t ld) {
   for (int j = 0; j < n_q; ++j) {
-    CentroidScores(qs + int64_t{j} * dim, centroids, n, dim, scores + j * n);
+    CentroidScores(qs + int64_t{j} * dim, centroids, n, dim, scores + j * ld);
   }
 }
 

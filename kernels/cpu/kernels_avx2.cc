@@ -109,26 +109,33 @@ float DotOne(DType t, const void* row, int64_t row_bytes, int64_t n_in,
   }
 }
 
+// Rows in groups of 4 (DotRows4); returns the first row left undone.
+template <DType T>
+int64_t GemvRows4(const char* w, int64_t row_bytes, int64_t n_rows,
+                  int64_t n_in, const float* x, float* y) {
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    DotRows4<T>(w + r * row_bytes, row_bytes, n_in, x, y + r);
+  }
+  return r;
+}
+
 void Gemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
           int64_t n_in, const float* x, float* y) {
   const char* base = static_cast<const char*>(w);
-  int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) {
-    const char* rows = base + r * row_bytes;
-    switch (t) {
-      case DType::kF32:
-        DotRows4<DType::kF32>(rows, row_bytes, n_in, x, y + r);
-        continue;
-      case DType::kF16:
-        DotRows4<DType::kF16>(rows, row_bytes, n_in, x, y + r);
-        continue;
-      case DType::kBF16:
-        DotRows4<DType::kBF16>(rows, row_bytes, n_in, x, y + r);
-        continue;
-      default:
-        break;
-    }
-    break;  // block types: row by row below
+  int64_t r = 0;  // block types: every row one by one
+  switch (t) {
+    case DType::kF32:
+      r = GemvRows4<DType::kF32>(base, row_bytes, n_rows, n_in, x, y);
+      break;
+    case DType::kF16:
+      r = GemvRows4<DType::kF16>(base, row_bytes, n_rows, n_in, x, y);
+      break;
+    case DType::kBF16:
+      r = GemvRows4<DType::kBF16>(base, row_bytes, n_rows, n_in, x, y);
+      break;
+    default:
+      break;
   }
   for (; r < n_rows; ++r) {
     y[r] = DotOne(t, base + r * row_bytes, row_bytes, n_in, x);

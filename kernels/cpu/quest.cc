@@ -18,7 +18,7 @@ void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
 // start at multiples of 4 rows, so each row gets exactly the arithmetic of
 // CentroidScores (the gemv kernels group rows by 4 from their first).
 void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
-                         int64_t n, int dim, float* scores) {
+                         int64_t n, int dim, float* scores, int64_t ld) {
   if (n <= 0 || dim <= 0) return;
   constexpr int64_t kBlockBytes = 64 * 1024;
   const int64_t row_bytes = int64_t{dim} * 4;
@@ -28,7 +28,7 @@ void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
     const int64_t nb = std::min(block, n - b);
     for (int j = 0; j < n_q; ++j) {
       ks.gemv(DType::kF32, centroids + b * dim, row_bytes, nb, dim,
-              qs + int64_t{j} * dim, scores + j * n + b);
+              qs + int64_t{j} * dim, scores + j * ld + b);
     }
   }
 }

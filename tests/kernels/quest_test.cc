@@ -136,8 +136,8 @@ TEST(CentroidScoresTest, MultiMatchesOneQueryAtATime) {
         const auto qs = RandomFloats(rng, n_q * dim, -2, 2);
         const auto mu = RandomFloats(rng, n * dim);
         std::vector<float> want(n_q * n, NAN), got(n_q * n, NAN);
-        ref::CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim,
-                                 want.data());
+        ref::CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim, want.data(),
+                                 n);
         for (int j = 0; j < n_q; ++j) {
           std::vector<float> one(n, NAN);
           ref::CentroidScores(qs.data() + j * dim, mu.data(), n, dim,
@@ -146,7 +146,7 @@ TEST(CentroidScoresTest, MultiMatchesOneQueryAtATime) {
         }
         for (const KernelSet* ks : AvailableKernelSets()) {
           ScopedKernels scoped(ks);
-          CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim, got.data());
+          CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim, got.data(), n);
           for (int j = 0; j < n_q; ++j) {  // bit-equal to one at a time
             std::vector<float> one(n, NAN);
             CentroidScores(qs.data() + j * dim, mu.data(), n, dim, one.data());

@@ -47,7 +47,7 @@ class ClusterKvPolicy final : public SelectionPolicy {
   void ScoreClusters(const PlanContext& ctx, const float* q);
   KvStoreConfig config_;
   std::vector<float> q_sum_, scores_;
-  std::vector<float> group_q_, group_scores_, seg_scores_;  // PlanEach
+  std::vector<float> group_q_, group_scores_;  // PlanEach
   std::vector<int64_t> seg_first_;
   ScoreOrder order_;
 };
@@ -82,16 +82,12 @@ void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
   for (int i = 0; i < n_q; ++i) {
     std::copy_n(qs[i], hd, group_q_.data() + size_t{1} * i * hd);
   }
-  group_scores_.resize(size_t{1} * n_q * total);
+  group_scores_.resize(size_t{1} * n_q * total);  // [n_q][total]
   for (size_t s = 0; s < segs.size(); ++s) {
     const HeadIndex& h = segs[s]->layer(ctx.layer).heads[ctx.kv_head];
-    seg_scores_.resize(size_t{1} * n_q * h.k);
-    kernels::cpu::CentroidScoresMulti(group_q_.data(), n_q, h.centroids.data(),
-                                      h.k, hd, seg_scores_.data());
-    for (int i = 0; i < n_q; ++i) {
-      std::copy_n(seg_scores_.data() + size_t{1} * i * h.k, h.k,
-                  group_scores_.data() + i * total + seg_first_[s]);
-    }
+    kernels::cpu::CentroidScoresMulti(
+        group_q_.data(), n_q, h.centroids.data(), h.k, hd,
+        group_scores_.data() + seg_first_[s], total);
   }
   for (int i = 0; i < n_q; ++i) {
     order_.Reset(group_scores_.data() + i * total, seg_first_);
