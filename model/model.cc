@@ -23,6 +23,19 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path) {
   return model;
 }
 
+absl::StatusOr<SnapshotExpect> SnapshotExpectFor(const Model& model,
+                                                 int64_t max_tokens) {
+  auto fingerprint =
+      ModelFingerprint(model.file->path(), model.file->tensors());
+  if (!fingerprint.ok()) return fingerprint.status();
+  SnapshotExpect e;
+  e.model_fingerprint = *fingerprint;
+  e.shape = KvShapeOf(model.config);
+  e.vocab_size = model.config.vocab_size;
+  e.max_tokens = max_tokens;
+  return e;
+}
+
 DenseKvCacheOptions DenseCacheOptions(const ModelConfig& c,
                                       kernels::DType dtype,
                                       int64_t max_tokens) {

@@ -9,6 +9,7 @@
 #include "model/dense_kv_cache.h"
 #include "model/gguf/gguf.h"
 #include "model/kv/clustered_store.h"
+#include "model/kv/snapshot.h"
 #include "model/model_config.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/weights.h"
@@ -25,10 +26,15 @@ struct Model {
 // Opens and validates a GGUF model (weights and tokenizer).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path);
 
+// What a reader of `model`'s session snapshots requires: its fingerprint,
+// KV shape and vocabulary, and the store token limit `max_tokens`
+// (checksums verified). IO errors of the fingerprint name the model's path.
+absl::StatusOr<SnapshotExpect> SnapshotExpectFor(const Model& model,
+                                                 int64_t max_tokens);
+
 // Options of a dense cache shaped for `config`.
 DenseKvCacheOptions DenseCacheOptions(const ModelConfig& config,
-                                      kernels::DType dtype,
-                                      int64_t max_tokens);
+                                      kernels::DType dtype, int64_t max_tokens);
 
 // The KV cache a session of `config` uses: policy full -> a dense cache of
 // `dense_type` (F32 allowed); otherwise the clustered store (its host tier

@@ -42,16 +42,10 @@ absl::StatusOr<std::unique_ptr<SessionSnapshots>> SessionSnapshots::Open(
     return absl::FailedPreconditionError(absl::StrCat(
         "--snapshot-dir '", dir, "' is not a usable folder: ", ec.message()));
   }
-  auto fingerprint =
-      ModelFingerprint(model.file->path(), model.file->tensors());
-  if (!fingerprint.ok()) return fingerprint.status();
-  SnapshotExpect e;
-  e.model_fingerprint = *fingerprint;
-  e.shape = KvShapeOf(model.config);
-  e.vocab_size = model.config.vocab_size;
-  e.max_tokens = max_session_tokens;
+  auto e = SnapshotExpectFor(model, max_session_tokens);
+  if (!e.ok()) return e.status();
   std::unique_ptr<SessionSnapshots> s(
-      new SessionSnapshots(dir, e, std::move(info), std::move(error)));
+      new SessionSnapshots(dir, *e, std::move(info), std::move(error)));
   s->Scan();
   return s;
 }
