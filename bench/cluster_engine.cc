@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -55,10 +56,9 @@ absl::StatusOr<std::vector<PolicyChoice>> SparsePolicies(
   return out;
 }
 
-// The prefilled parent session of one context.
-struct Prefilled {
-  std::unique_ptr<ClusteredKvStore> store;
-  int64_t context = 0;
+// The measurements of a prefill, saved beside it when it is saved
+// (engine_prefill_cache.h) and reported again when it is reused.
+struct PrefillStats {
   double prefill_ms = 0;     // the Forward call
   double index_wait_ms = 0;  // clustering still running after it
   double kmeans_ms = 0, kmeans_wall_ms = 0, pages_ms = 0;
@@ -67,40 +67,26 @@ struct Prefilled {
   // Lloyd's assignment work k-means did not skip.
   int64_t kmeans_key_scorings = 0, kmeans_key_iterations = 0;
   double attention_share = 0;  // of the prefill's forward steps
-  bool reused = false;         // restored from --engine_prefill_cache
+  int threads = 0;
+
+  double ScoredShare() const {
+    return kmeans_key_iterations > 0
+               ? double(kmeans_key_scorings) / kmeans_key_iterations
+               : kNotMeasured;
+  }
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
+    PrefillStats, prefill_ms, index_wait_ms, kmeans_ms, kmeans_wall_ms,
+    pages_ms, kmeans_iterations, kmeans_problems, kmeans_key_scorings,
+    kmeans_key_iterations, attention_share, threads)
 
-// The measurements of a prefill, saved beside it (engine_prefill_cache.h).
-Json PrefillStats(const Prefilled& p, int threads) {
-  return Json{{"prefill_ms", p.prefill_ms},
-              {"index_wait_ms", p.index_wait_ms},
-              {"kmeans_ms", p.kmeans_ms},
-              {"kmeans_wall_ms", p.kmeans_wall_ms},
-              {"kmeans_scored_share",
-               Num(p.kmeans_key_iterations > 0
-                       ? double(p.kmeans_key_scorings) / p.kmeans_key_iterations
-                       : kNotMeasured)},
-              {"pages_ms", p.pages_ms},
-              {"kmeans_iterations", p.kmeans_iterations},
-              {"kmeans_problems", p.kmeans_problems},
-              {"kmeans_key_scorings", p.kmeans_key_scorings},
-              {"kmeans_key_iterations", p.kmeans_key_iterations},
-              {"attention_share", p.attention_share},
-              {"threads", threads}};
-}
-
-void SetPrefillStats(const Json& j, Prefilled* p) {
-  p->prefill_ms = j.value("prefill_ms", 0.0);
-  p->index_wait_ms = j.value("index_wait_ms", 0.0);
-  p->kmeans_ms = j.value("kmeans_ms", 0.0);
-  p->kmeans_wall_ms = j.value("kmeans_wall_ms", 0.0);
-  p->pages_ms = j.value("pages_ms", 0.0);
-  p->kmeans_iterations = j.value("kmeans_iterations", int64_t{0});
-  p->kmeans_problems = j.value("kmeans_problems", int64_t{0});
-  p->kmeans_key_scorings = j.value("kmeans_key_scorings", int64_t{0});
-  p->kmeans_key_iterations = j.value("kmeans_key_iterations", int64_t{0});
-  p->attention_share = j.value("attention_share", 0.0);
-}
+// The prefilled parent session of one context.
+struct Prefilled {
+  std::unique_ptr<ClusteredKvStore> store;
+  int64_t context = 0;
+  PrefillStats stats;
+  bool reused = false;  // restored from --engine_prefill_cache
+};
 
 // The sessions of one decode configuration at one context, timed in
 // rounds (EngineBench::Decode).
@@ -160,6 +146,7 @@ class EngineBench {
   std::unique_ptr<Transformer> tr_;
   std::vector<std::vector<float>> logits_;
   std::vector<Prefilled> prefilled_;
+  std::optional<PrefillCache> cache_;  // --engine_prefill_cache
 };
 
 absl::Status EngineBench::LoadAndDescribe() {
@@ -180,6 +167,11 @@ absl::Status EngineBench::LoadAndDescribe() {
   to.prefill_chunk = o_.prefill_chunk;
   to.profile = true;
   tr_ = std::make_unique<Transformer>(model_->config, model_->weights, to);
+  if (!o_.engine_prefill_cache.empty()) {
+    auto cache = PrefillCache::Open(o_.engine_prefill_cache, *model_);
+    if (!cache.ok()) return cache.status();
+    cache_ = *std::move(cache);
+  }
   const ModelConfig& c = model_->config;
   report_->engine_model = Json{
       {"path", *path},
@@ -215,33 +207,27 @@ KvStoreConfig EngineBench::PrefillConfig(int64_t ctx) const {
 }
 
 absl::StatusOr<Prefilled> EngineBench::PrefillOrReuse(int64_t ctx) {
-  if (o_.engine_prefill_cache.empty()) return Prefill(ctx);
+  if (!cache_.has_value()) return Prefill(ctx);
   const KvStoreConfig c = PrefillConfig(ctx);
-  auto path = SavedPrefillPath(o_.engine_prefill_cache, *model_, c, ctx,
-                               o_.seed, o_.prefill_chunk);
-  if (!path.ok()) return path.status();
-  auto saved = LoadPrefill(*path, *model_, c.max_tokens, worker_);
+  const std::string path = cache_->PathOf(c, ctx, o_.seed, o_.prefill_chunk);
+  auto saved = cache_->Load(path, c.max_tokens, worker_);
   if (saved.ok()) {
     Prefilled p;
     p.context = ctx;
     p.store = std::move(saved->store);
     p.reused = true;
-    SetPrefillStats(saved->stats, &p);
+    p.stats = saved->stats.get<PrefillStats>();
     std::fprintf(stderr,
                  "cluster_bench: engine prefill %lld tokens restored from %s "
                  "(prefilled in %.1f s)\n",
-                 static_cast<long long>(ctx), path->c_str(),
-                 p.prefill_ms / 1e3);
+                 static_cast<long long>(ctx), path.c_str(),
+                 p.stats.prefill_ms / 1e3);
     return p;
   }
   if (!absl::IsNotFound(saved.status())) return saved.status();
   auto p = Prefill(ctx);
   if (!p.ok()) return p.status();
-  if (auto s =
-          SavePrefill(*path, *model_, *p->store, PrefillStats(*p, threads_));
-      !s.ok()) {
-    return s;
-  }
+  if (auto s = cache_->Save(path, *p->store, p->stats); !s.ok()) return s;
   return p;
 }
 
@@ -249,6 +235,8 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
   const KvStoreConfig c = PrefillConfig(ctx);
   Prefilled p;
   p.context = ctx;
+  PrefillStats& st = p.stats;
+  st.threads = threads_;
   p.store =
       std::make_unique<ClusteredKvStore>(KvShapeOf(model_->config), c, worker_);
   std::mt19937_64 rng(o_.seed * 31 + ctx);
@@ -261,42 +249,39 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
   tr_->ResetProfile();
   auto t0 = Clock::now();
   if (auto s = tr_->Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
-  p.prefill_ms = MsSince(t0);
+  st.prefill_ms = MsSince(t0);
   t0 = Clock::now();
   for (int l = 0; l < model_->config.n_layers; ++l) p.store->WaitForIndex(l);
-  p.index_wait_ms = MsSince(t0);
+  st.index_wait_ms = MsSince(t0);
   for (const auto& seg : p.store->segments()) {
-    p.kmeans_ms += seg->kmeans_cpu_nanos() / 1e6;
-    p.kmeans_wall_ms += seg->kmeans_nanos() / 1e6;
-    p.pages_ms += seg->pages_nanos() / 1e6;
+    st.kmeans_ms += seg->kmeans_cpu_nanos() / 1e6;
+    st.kmeans_wall_ms += seg->kmeans_nanos() / 1e6;
+    st.pages_ms += seg->pages_nanos() / 1e6;
     for (int l = 0; l < model_->config.n_layers; ++l) {
       for (const HeadIndex& h : seg->layer(l).heads) {
         if (h.k == 0) continue;
-        p.kmeans_iterations += h.kmeans_iterations;
-        ++p.kmeans_problems;
-        p.kmeans_key_scorings += h.kmeans_key_scorings;
-        p.kmeans_key_iterations += int64_t{h.kmeans_iterations} * seg->size();
+        st.kmeans_iterations += h.kmeans_iterations;
+        ++st.kmeans_problems;
+        st.kmeans_key_scorings += h.kmeans_key_scorings;
+        st.kmeans_key_iterations += int64_t{h.kmeans_iterations} * seg->size();
       }
     }
   }
   const ForwardProfile& prof = tr_->profile();
-  p.attention_share =
+  st.attention_share =
       prof.total_ns > 0 ? double(prof.attention_ns) / prof.total_ns : 0;
   std::fprintf(stderr,
                "cluster_bench: engine prefill %lld tokens: %.1f s (attention "
                "%.0f%%), k-means %.2f s of CPU (%.1f%% of prefill; %.2f s "
                "wall on the worker; %.1f Lloyd iterations per head, %.0f%% of "
                "their key assignments scored), index wait %.2f s\n",
-               static_cast<long long>(ctx), p.prefill_ms / 1e3,
-               100 * p.attention_share, p.kmeans_ms / 1e3,
-               100 * p.kmeans_ms / p.prefill_ms, p.kmeans_wall_ms / 1e3,
-               p.kmeans_problems > 0
-                   ? double(p.kmeans_iterations) / p.kmeans_problems
+               static_cast<long long>(ctx), st.prefill_ms / 1e3,
+               100 * st.attention_share, st.kmeans_ms / 1e3,
+               100 * st.kmeans_ms / st.prefill_ms, st.kmeans_wall_ms / 1e3,
+               st.kmeans_problems > 0
+                   ? double(st.kmeans_iterations) / st.kmeans_problems
                    : 0.0,
-               p.kmeans_key_iterations > 0
-                   ? 100.0 * p.kmeans_key_scorings / p.kmeans_key_iterations
-                   : 0.0,
-               p.index_wait_ms / 1e3);
+               100 * std::max(0.0, st.ScoredShare()), st.index_wait_ms / 1e3);
   return p;
 }
 
@@ -405,8 +390,8 @@ absl::Status EngineBench::FinishSeries(DecodeSeries& s, const PolicyChoice& pc,
   for (double x : s.ms) total += x;
   r.step_ms = total / n;
   r.select_ms = prof.select_ns / 1e6 / n;
-  r.cluster_ms = p.kmeans_ms;
-  r.prefill_ms = p.prefill_ms;
+  r.cluster_ms = p.stats.kmeans_ms;
+  r.prefill_ms = p.stats.prefill_ms;
   if (quality) {  // one more, untimed step records session 0's selection
     s.sessions[0]->set_record_selection(true);
     if (auto st = Step(s.sessions, s.tokens); !st.ok()) return st;
@@ -419,11 +404,8 @@ absl::Status EngineBench::FinishSeries(DecodeSeries& s, const PolicyChoice& pc,
   const KvMemoryStats mem = s.sessions[0]->memory();
   r.extra = Json{
       {"tokens_per_s", batch * 1e3 / r.step_ms},
-      {"kmeans_wall_ms", p.kmeans_wall_ms},
-      {"kmeans_scored_share",
-       Num(p.kmeans_key_iterations > 0
-               ? double(p.kmeans_key_scorings) / p.kmeans_key_iterations
-               : kNotMeasured)},
+      {"kmeans_wall_ms", p.stats.kmeans_wall_ms},
+      {"kmeans_scored_share", Num(p.stats.ScoredShare())},
       {"step_ms_median", ms[ms.size() / 2]},
       {"attention_ms", prof.attention_ns / 1e6 / n},
       {"attention_share",
@@ -435,10 +417,10 @@ absl::Status EngineBench::FinishSeries(DecodeSeries& s, const PolicyChoice& pc,
        Num(lookups > 0 ? double(after.cache.hits - before.hits) / lookups
                        : kNotMeasured)},
       {"h2d_bytes_per_step", (after.cache.h2d_bytes - before.h2d_bytes) / n},
-      {"prefill_attention_share", p.attention_share},
-      {"prefill_index_wait_ms", p.index_wait_ms},
+      {"prefill_attention_share", p.stats.attention_share},
+      {"prefill_index_wait_ms", p.stats.index_wait_ms},
       {"prefill_reused", p.reused},
-      {"quest_pages_ms", p.pages_ms},
+      {"quest_pages_ms", p.stats.pages_ms},
       {"session_host_bytes", mem.host_bytes},
       {"session_host_shared_bytes", mem.host_shared_bytes},
       {"session_device_bytes", mem.device_bytes},
@@ -467,10 +449,10 @@ absl::Status EngineBench::Decode(const PolicyChoice& pc, int budget,
     for (DecodeSeries& s : series) {
       const int n = steps * (r + 1) / rounds - steps * r / rounds;
       if (auto st = TimeSteps(s, n); !st.ok()) return st;
-      s.rounds = rounds;
     }
   }
   for (DecodeSeries& s : series) {
+    s.rounds = rounds;
     if (auto st = FinishSeries(s, pc, budget, batch); !st.ok()) return st;
   }
   return absl::OkStatus();

@@ -11,35 +11,44 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "bench/cluster_report.h"
 #include "model/kv/clustered_store.h"
+#include "model/kv/snapshot.h"
 #include "model/model.h"
+#include "nlohmann/json.hpp"
 
 namespace ckv::bench {
 
 struct SavedPrefill {
   std::unique_ptr<ClusteredKvStore> store;
-  Json stats;  // what SavePrefill was given
+  nlohmann::json stats;  // what Save was given
 };
 
-// Where the prefill of `context` random tokens (seed) into a store of
-// `config` for `model`, `prefill_chunk` tokens per forward step, is saved
-// under `dir`: the file name carries the model's and the store layout's
-// fingerprints, so another model or layout never matches.
-absl::StatusOr<std::string> SavedPrefillPath(const std::string& dir,
-                                             const Model& model,
-                                             const KvStoreConfig& config,
-                                             int64_t context, uint64_t seed,
-                                             int prefill_chunk);
+class PrefillCache {
+ public:
+  // The cache folder `dir` for `model` (its fingerprint is read once, here).
+  static absl::StatusOr<PrefillCache> Open(const std::string& dir,
+                                           const Model& model);
 
-// NOT_FOUND when nothing is saved at `path`; other errors for a file that
-// exists but cannot be used (it is not deleted).
-absl::StatusOr<SavedPrefill> LoadPrefill(const std::string& path,
-                                         const Model& model, int64_t max_tokens,
-                                         ClusterWorker* worker);
+  // Where the prefill of `context` random tokens (seed) into a store of
+  // `config`, `prefill_chunk` tokens per forward step, is saved: the file
+  // name carries the model's and the store layout's fingerprints, so another
+  // model or layout never matches.
+  std::string PathOf(const KvStoreConfig& config, int64_t context,
+                     uint64_t seed, int prefill_chunk) const;
+  // NOT_FOUND when nothing is saved at `path`; other errors for a file that
+  // exists but cannot be used (it is not deleted).
+  absl::StatusOr<SavedPrefill> Load(const std::string& path, int64_t max_tokens,
+                                    ClusterWorker* worker) const;
+  // Writes `store` (every index built) and `stats` next to it, atomically.
+  absl::Status Save(const std::string& path, const ClusteredKvStore& store,
+                    const nlohmann::json& stats) const;
 
-// Writes `store` (every index built) and `stats` next to it, atomically.
-absl::Status SavePrefill(const std::string& path, const Model& model,
-                         const ClusteredKvStore& store, const Json& stats);
+ private:
+  PrefillCache(std::string dir, SnapshotExpect expect)
+      : dir_(std::move(dir)), expect_(std::move(expect)) {}
+
+  std::string dir_;
+  SnapshotExpect expect_;  // the model's; max_tokens set per Load
+};
 
 }  // namespace ckv::bench

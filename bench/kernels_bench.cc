@@ -134,18 +134,28 @@ void BenchCentroidScores() {
   }
 }
 
+// One contiguous span of n_ctx random K/V rows per KV head; the bytes are
+// kept in `storage`.
+std::vector<KvSpan> RandomKv(DType t, int n_kv, int hd, int64_t n_ctx,
+                             std::vector<std::vector<uint8_t>>* storage) {
+  const int64_t rb = RowBytes(t, hd);
+  std::vector<KvSpan> spans(n_kv);
+  for (int h = 0; h < n_kv; ++h) {
+    storage->push_back(RandomBytes(rb * n_ctx, t));
+    const void* k = storage->back().data();
+    storage->push_back(RandomBytes(rb * n_ctx, t));
+    spans[h] = KvSpan{k, storage->back().data(), t, hd, n_ctx, 0, nullptr};
+  }
+  return spans;
+}
+
 // 8 query heads over 2 KV heads (head_dim 64), contiguous K/V per KV head.
 void BenchAttention(ThreadPool* pool, int threads, DType t, int64_t n_ctx,
                     int n_q) {
   const int n_heads = 8, n_kv = 2, hd = 64;
   const int64_t rb = RowBytes(t, hd);
-  std::vector<std::vector<uint8_t>> k, v;
-  std::vector<KvSpan> spans(n_kv);
-  for (int h = 0; h < n_kv; ++h) {
-    k.push_back(RandomBytes(rb * n_ctx, t));
-    v.push_back(RandomBytes(rb * n_ctx, t));
-    spans[h] = KvSpan{k[h].data(), v[h].data(), t, hd, n_ctx, 0, nullptr};
-  }
+  std::vector<std::vector<uint8_t>> storage;
+  const std::vector<KvSpan> spans = RandomKv(t, n_kv, hd, n_ctx, &storage);
   std::vector<KvSpanList> lists(n_heads);
   for (int h = 0; h < n_heads; ++h) lists[h] = {&spans[h / 4], 1};
   std::vector<float> q(int64_t{n_q} * n_heads * hd, 0.1f);
@@ -183,13 +193,8 @@ void BenchSparseDecode(ThreadPool* pool, int threads) {
   const int64_t n_ctx = 32768, run = 80, runs = 13;
   const DType t = DType::kF16;
   const int64_t rb = RowBytes(t, hd);
-  std::vector<std::vector<uint8_t>> k, v;
-  std::vector<KvSpan> dense(n_kv);
-  for (int g = 0; g < n_kv; ++g) {
-    k.push_back(RandomBytes(rb * n_ctx, t));
-    v.push_back(RandomBytes(rb * n_ctx, t));
-    dense[g] = KvSpan{k[g].data(), v[g].data(), t, hd, n_ctx, 0, nullptr};
-  }
+  std::vector<std::vector<uint8_t>> storage;
+  const std::vector<KvSpan> dense = RandomKv(t, n_kv, hd, n_ctx, &storage);
   // 4 selections (68 MB of rows in all, more than the L3), used in turn,
   // so that a step does not find the previous step's rows in the cache.
   constexpr int kSets = 4;
