@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/kernel_set.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_kernels.h"
@@ -148,7 +149,12 @@ const char* QuantDotPath(DType t) {
   const KernelSet& ks = ActiveKernels();
   if (!IsQuantized(t) || ks.quant_gemv == nullptr) return "f32 dot";
   // A row length that is a multiple of 256 suits every block type.
-  if (&ks == Avx2Kernels() && avx2q::HasFusedDot(t, kChunk)) {
+  if (&ks == Avx512Kernels() && GetCpuFeatures().avx512_vnni &&
+      avx512q::HasFusedDot(t, kChunk)) {
+    return "int8 dot, fused blocks (VNNI)";
+  }
+  if ((&ks == Avx2Kernels() || &ks == Avx512Kernels()) &&
+      avx2q::HasFusedDot(t, kChunk)) {
     return "int8 dot, fused blocks";
   }
   return "int8 dot, unpacked blocks";

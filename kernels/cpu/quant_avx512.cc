@@ -1,7 +1,9 @@
-// AVX-512 VNNI quantised GEMV: weight chunks unpacked to int8 (quant_unpack
-// .inc) times 8-bit activations with vpdpbusd. The unsigned operand is the
-// weight plus 128; the extra 128 * sum(x) is removed through the group's
-// bias term. Compiled with -mavx512vnni; used only when the CPU has it.
+// AVX-512 VNNI quantised GEMV: the fused dots (quant_dot_avx512.cc, else
+// quant_dot_avx2.cc) where a type has one; otherwise weight chunks unpacked
+// to int8 (quant_unpack.inc) times 8-bit activations with vpdpbusd. The
+// unsigned operand is the weight plus 128; the extra 128 * sum(x) is removed
+// through the group's bias term. Compiled with -mavx512vnni; used only when the
+// CPU has it.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -84,6 +86,14 @@ void RowTokens(DType t, const void* row, int64_t n_in, const QuantizedActs* a,
 void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy) {
+  if (HasFusedDot(t, n_in)) {
+    FusedGemv(t, w, row_bytes, n_rows, n_in, acts, n_tok, y, ldy);
+    return;
+  }
+  if (avx2q::HasFusedDot(t, n_in)) {
+    avx2q::FusedGemv(t, w, row_bytes, n_rows, n_in, acts, n_tok, y, ldy);
+    return;
+  }
   for (int64_t r = 0; r < n_rows; ++r) {
     const void* row = static_cast<const char*>(w) + r * row_bytes;
     for (int t0 = 0; t0 < n_tok; t0 += kTokTile) {
