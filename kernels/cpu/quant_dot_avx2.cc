@@ -21,6 +21,8 @@ namespace {
 
 using avx2util::Sum8;
 
+#include "kernels/cpu/quant_scales.inc"
+
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
 inline __m256i Load32(const void* p) {
@@ -165,25 +167,6 @@ inline __m256i WordBroadcast(__m256i v, int j) {
       v, _mm256_set1_epi16(static_cast<int16_t>(((2 * j + 1) << 8) | 2 * j)));
 }
 
-// The 8 scales and 8 mins (6 bits each) of a Q4_K/Q5_K block as bytes:
-// sub-blocks 0-3 hold theirs in the low 6 bits of bytes 0-3 (scales) and
-// 4-7 (mins); sub-blocks 4-7 take 4 bits from bytes 8-11 (low nibble scale,
-// high nibble min) and their top 2 bits from the top of bytes 0-3 / 4-7.
-inline void ScalesMinsK4(const uint8_t* p, uint8_t sc[8], uint8_t mn[8]) {
-  uint32_t a, b, c;
-  std::memcpy(&a, p, 4);
-  std::memcpy(&b, p + 4, 4);
-  std::memcpy(&c, p + 8, 4);
-  const uint32_t s_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
-  const uint32_t s_hi = (c & 0x0F0F0F0Fu) | (((a >> 6) & 0x03030303u) << 4);
-  const uint32_t m_hi =
-      ((c >> 4) & 0x0F0F0F0Fu) | (((b >> 6) & 0x03030303u) << 4);
-  std::memcpy(sc, &s_lo, 4);
-  std::memcpy(sc + 4, &s_hi, 4);
-  std::memcpy(mn, &m_lo, 4);
-  std::memcpy(mn + 4, &m_hi, 4);
-}
-
 // sum over sub-blocks j < 8 of mn[j] * (sum of the activations of
 // sub-block j), from the 16 per-16 activation sums.
 inline int32_t MinsDotSums(const uint8_t mn[8], const int16_t* sums16) {
@@ -211,14 +194,14 @@ float DotQ45K(const Block* w, int64_t nb, const QuantizedActs& a) {
   for (int64_t b = 0; b < nb; ++b) {
     const Block& k = w[b];
     const int8_t* x = xq + kQK_K * b;
-    uint8_t sc[8], mn[8];
-    ScalesMinsK4(k.scales, sc, mn);
+    uint64_t sc8, mn8;
+    ScalesMinsK4(k.scales, &sc8, &mn8);
+    uint8_t mn[8];
+    std::memcpy(mn, &mn8, 8);
     const float dx = a.dk[b];
     acc_min += Half(k.dmin) * dx * MinsDotSums(mn, xs + 16 * b);
     __m256i hv = _mm256_setzero_si256();
     if constexpr (kHighBit) hv = Load32(k.qh);
-    uint64_t sc8;
-    std::memcpy(&sc8, sc, 8);
     const __m256i sc16 = _mm256_broadcastsi128_si256(
         _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
     __m256i sumi = _mm256_setzero_si256();
@@ -358,25 +341,6 @@ float DotQ2K(const BlockQ2_K* w, int64_t nb, const QuantizedActs& a) {
                           _mm256_cvtepi32_ps(sumi), acc);
   }
   return Sum8(acc) - acc_min;
-}
-
-// The 16 signed scales (6 bits minus 32) of a Q3_K block (the layout of
-// UnpackScalesQ3K): scale i has the low nibble (i < 8) or high nibble of
-// byte i % 8 and, as bits 4-5, bits 2 * (i / 4) of byte 8 + i % 4.
-inline __m128i ScalesQ3K(const uint8_t* p) {
-  uint64_t lo;
-  uint32_t hi;
-  std::memcpy(&lo, p, 8);
-  std::memcpy(&hi, p + 8, 4);
-  const uint64_t nib = 0x0F0F0F0F0F0F0F0Full;
-  const auto top = [hi](int shift) {
-    return static_cast<uint64_t>((hi >> shift) & 0x03030303u);
-  };
-  const uint64_t s0 = (lo & nib) | ((top(0) | top(2) << 32) << 4);
-  const uint64_t s1 = ((lo >> 4) & nib) | ((top(4) | top(6) << 32) << 4);
-  const __m128i v =
-      _mm_set_epi64x(static_cast<int64_t>(s1), static_cast<int64_t>(s0));
-  return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
 // Q3_K: x = d * (sc - 32) * v, v = low 2 bits - 4 * (high bit clear), taken

@@ -21,6 +21,8 @@ namespace {
 
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
+#include "kernels/cpu/quant_scales.inc"
+
 inline __m512i Load64(const void* p) { return _mm512_loadu_si512(p); }
 inline __m256i Load32(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
@@ -64,93 +66,124 @@ void LaneOffsets(const int8_t* x, int64_t n, int offset, int32_t* out) {
 
 // The activations of one token as a fused dot reads them.
 struct Acts {
-  const int8_t* q;     // block or super-block form
-  const float* d;      // its scales
-  const int16_t* s16;  // super-block form: sums per 16 (mins of Q4_K/Q5_K)
-  const int32_t* off;  // LaneOffsets of q for the row type's offset
+  const int8_t* q;       // block or super-block form
+  const float* d;        // its scales
+  const int32_t* sum16;  // block form: sums per 16 (Q4_1/Q5_1's m term)
+  const int16_t* s16;    // super-block form: sums per 16 (the mins)
+  const int32_t* off;    // LaneOffsets of q for the row type's offset
 };
 
 // ---- 32-element blocks (block form: one activation scale per 32) ----
 
-// Eight blocks' scales times the activation scales: lanes 0-7 as F32.
-template <typename Block>
-inline __m256 BlockScales8(const Block* w, const float* xd) {
+// The F16 field F of eight blocks as 8 F32 lanes.
+template <typename Block, uint16_t Block::*F>
+inline __m256 Halves8(const Block* w) {
   const __m128i h = _mm_setr_epi16(
-      static_cast<int16_t>(w[0].d), static_cast<int16_t>(w[1].d),
-      static_cast<int16_t>(w[2].d), static_cast<int16_t>(w[3].d),
-      static_cast<int16_t>(w[4].d), static_cast<int16_t>(w[5].d),
-      static_cast<int16_t>(w[6].d), static_cast<int16_t>(w[7].d));
-  return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(xd));
+      static_cast<int16_t>(w[0].*F), static_cast<int16_t>(w[1].*F),
+      static_cast<int16_t>(w[2].*F), static_cast<int16_t>(w[3].*F),
+      static_cast<int16_t>(w[4].*F), static_cast<int16_t>(w[5].*F),
+      static_cast<int16_t>(w[6].*F), static_cast<int16_t>(w[7].*F));
+  return _mm256_cvtph_ps(h);
 }
 
-// Unsigned weights (q = w + offset) of blocks b and b + 1 as 64 bytes.
-inline __m512i PairQ8_0(const BlockQ8_0* w) {
-  return _mm512_xor_si512(Concat(Load32(w[0].qs), Load32(w[1].qs)),
-                          _mm512_set1_epi8(static_cast<char>(0x80)));
-}
-inline __m512i PairQ4_0(const BlockQ4_0* w) {
-  // [lo(a), hi(a), lo(b), hi(b)] in 128-bit quarters.
+// Two blocks' 16 bytes of nibbles as 64 bytes in element order: low nibbles
+// of a (elements 0-15), high of a (16-31), then b's.
+inline __m512i PairNibbles(const uint8_t* qa, const uint8_t* qb) {
   const __m256i ab = _mm256_inserti128_si256(
       _mm256_castsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[0].qs))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[1].qs)), 1);
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(qa))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(qb)), 1);
   const __m512i z = Concat(ab, _mm256_srli_epi16(ab, 4));  // a, b, a>>4, b>>4
   return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, 0xD8),
                           _mm512_set1_epi8(0x0F));
 }
 
-// Symmetric 32-element types: sum over blocks of dw * dx * dot(w, x), in
-// groups of 8 blocks (tail blocks get a zero scale and zero weights).
-template <typename Block, __m512i (*Pair)(const Block*)>
+// Two blocks' 32 high bits (little-endian uint32 each, bit j for element j)
+// as a byte mask in element order.
+inline __mmask64 PairHighBits(const uint8_t* qha, const uint8_t* qhb) {
+  uint32_t a, b;
+  std::memcpy(&a, qha, 4);
+  std::memcpy(&b, qhb, 4);
+  return _cvtu64_mask64(a | static_cast<uint64_t>(b) << 32);
+}
+
+// The IQ4 code book plus 128 (unsigned) looked up for 64 4-bit indices.
+inline __m512i Iq4Unsigned(__m512i idx) {
+  const __m512i table = _mm512_broadcast_i32x4(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  return _mm512_xor_si512(_mm512_shuffle_epi8(table, idx),
+                          _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+
+// Unsigned weights q (w = q - offset, or x = d * q + m) of blocks w[0] and
+// w[1] as 64 bytes.
+inline __m512i PairQ8_0(const BlockQ8_0* w) {
+  return _mm512_xor_si512(Concat(Load32(w[0].qs), Load32(w[1].qs)),
+                          _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+inline __m512i PairQ4_0(const BlockQ4_0* w) {
+  return PairNibbles(w[0].qs, w[1].qs);
+}
+inline __m512i PairQ4_1(const BlockQ4_1* w) {
+  return PairNibbles(w[0].qs, w[1].qs);
+}
+template <typename Block>
+inline __m512i PairQ5(const Block* w) {
+  const __m512i v = PairNibbles(w[0].qs, w[1].qs);
+  return _mm512_mask_add_epi8(v, PairHighBits(w[0].qh, w[1].qh), v,
+                              _mm512_set1_epi8(16));
+}
+inline __m512i PairIQ4NL(const BlockIQ4_NL* w) {
+  return Iq4Unsigned(PairNibbles(w[0].qs, w[1].qs));
+}
+
+// Activation sums of blocks b .. b + 7 (from the sums per 16) as F32.
+inline __m256 BlockSums8(const int32_t* sum16) {
+  const __m256i pairs = _mm256_hadd_epi32(Load32(sum16), Load32(sum16 + 8));
+  return _mm256_cvtepi32_ps(_mm256_permute4x64_epi64(pairs, 0xD8));
+}
+
+// 32-element types: sum over blocks of dw * dx * dot(q - offset, x), plus
+// for the affine ones (Q4_1, Q5_1) m * dx * (sum of the block's x). In
+// groups of 8 blocks; a short last group is copied into zero blocks (zero
+// scale, zero weights) so that no load leaves the row.
+template <typename Block, __m512i (*Pair)(const Block*), bool kAffine>
 float DotBlocks32(const Block* w, int64_t nb, const Acts& a) {
   __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  const auto pair_term = [&](const Block* wp, int64_t b, __m512 scales, int p) {
-    const __m512i q = Pair(wp);
-    const __m512i dp =
-        _mm512_dpbusd_epi32(Load64(a.off + 8 * b), q, Load64(a.q + 32 * b));
-    const __m512 s = _mm512_permutexvar_ps(GroupIndex(kIdx8, p), scales);
-    acc[p & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc[p & 1]);
+  __m256 acc_m = _mm256_setzero_ps();
+  const auto group = [&](const Block* g, int64_t b, int n) {
+    const __m256 dx = _mm256_loadu_ps(a.d + b);
+    const __m512 scales =
+        _mm512_castps256_ps512(_mm256_mul_ps(Halves8<Block, &Block::d>(g), dx));
+    if constexpr (kAffine) {
+      acc_m = _mm256_fmadd_ps(_mm256_mul_ps(Halves8<Block, &Block::m>(g), dx),
+                              BlockSums8(a.sum16 + 2 * b), acc_m);
+    }
+    for (int p = 0; 2 * p < n; ++p) {
+      const int64_t bp = b + 2 * p;
+      const __m512i x = Load64(a.q + 32 * bp);
+      const __m512i dp =
+          a.off != nullptr
+              ? _mm512_dpbusd_epi32(Load64(a.off + 8 * bp), Pair(g + 2 * p), x)
+              : _mm512_dpbusd_epi32(_mm512_setzero_si512(), Pair(g + 2 * p), x);
+      const __m512 s = _mm512_permutexvar_ps(GroupIndex(kIdx8, p), scales);
+      acc[p & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc[p & 1]);
+    }
   };
   int64_t b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    const __m512 scales = _mm512_castps256_ps512(BlockScales8(w + b, a.d + b));
-    for (int p = 0; p < 4; ++p) pair_term(w + b + 2 * p, b + 2 * p, scales, p);
-  }
+  for (; b + 8 <= nb; b += 8) group(w + b, b, 8);
   if (b < nb) {
-    // Copy the tail into a zero-padded group so that no load leaves the row.
     Block tail[8];
     std::memset(tail, 0, sizeof(tail));
     std::memcpy(tail, w + b, (nb - b) * sizeof(Block));
-    const __m512 scales = _mm512_castps256_ps512(BlockScales8(tail, a.d + b));
-    for (int p = 0; 2 * p < nb - b; ++p)
-      pair_term(tail + 2 * p, b + 2 * p, scales, p);
+    group(tail, b, static_cast<int>(nb - b));
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+  const __m512 sum = _mm512_add_ps(acc[0], acc[1]);
+  return _mm512_reduce_add_ps(
+      _mm512_add_ps(sum, _mm512_zextps256_ps512(acc_m)));
 }
 
 // ---- 256-element super-blocks (super-block form: one scale per 256) ----
-
-// The 8 scales and 8 mins (6 bits each) of a Q4_K/Q5_K block; see
-// quant_dot_avx2.cc for the packing.
-inline void ScalesMinsK4(const uint8_t* p, uint64_t* sc, uint64_t* mn) {
-  uint32_t a, b, c;
-  std::memcpy(&a, p, 4);
-  std::memcpy(&b, p + 4, 4);
-  std::memcpy(&c, p + 8, 4);
-  const uint32_t s_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
-  const uint32_t s_hi = (c & 0x0F0F0F0Fu) | (((a >> 6) & 0x03030303u) << 4);
-  const uint32_t m_hi =
-      ((c >> 4) & 0x0F0F0F0Fu) | (((b >> 6) & 0x03030303u) << 4);
-  *sc = s_lo | static_cast<uint64_t>(s_hi) << 32;
-  *mn = m_lo | static_cast<uint64_t>(m_hi) << 32;
-}
-
-// 8 unsigned bytes as 8 F32 lanes times f.
-inline __m256 BytesTimes(uint64_t bytes, float f) {
-  const __m256i v =
-      _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(bytes)));
-  return _mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(f));
-}
 
 // Q4_K / Q5_K: x = d * sc * q - dmin * mn over 8 sub-blocks of 32. The
 // weights of elements 128j .. 128j + 127 come from qs[64j .. 64j + 63]: the
@@ -162,21 +195,33 @@ float DotQ45K(const Block* w, int64_t nb, const Acts& a) {
   constexpr bool kHighBit = std::is_same_v<Block, BlockQ5_K>;
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
                    _mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m256 acc_min = _mm256_setzero_ps();
+  __m512 acc_min = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const Block& k = w[b];
     const int8_t* x = a.q + kQK_K * b;
-    const float dx = a.d[b];
     uint64_t sc, mn;
     ScalesMinsK4(k.scales, &sc, &mn);
+    // d and dmin (adjacent F16 fields) times dx, then lanes 0-7:
+    // d * dx * sc[j], lanes 8-15: dmin * dx * mn[j].
+    uint32_t d_dmin;
+    std::memcpy(&d_dmin, &k.d, 4);
+    const __m128 dd = _mm_mul_ps(
+        _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int32_t>(d_dmin))),
+        _mm_set1_ps(a.d[b]));
     const __m512 scales =
-        _mm512_castps256_ps512(BytesTimes(sc, Half(k.d) * dx));
-    // dmin * dx * sum_j mn[j] * (activation sum of sub-block j).
-    const __m256i sums = _mm256_madd_epi16(
-        Load32(a.s16 + 16 * b), _mm256_set1_epi16(1));  // sub-block sums
-    acc_min = _mm256_fmadd_ps(BytesTimes(mn, Half(k.dmin) * dx),
-                              _mm256_cvtepi32_ps(sums), acc_min);
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(
+                          static_cast<int64_t>(mn), static_cast<int64_t>(sc)))),
+                      _mm512_permutexvar_ps(GroupIndex(kIdx8, 0),
+                                            _mm512_castps128_ps512(dd)));
+    // Sub-block activation sums in lanes 8-15: acc_min gathers
+    // dmin * dx * mn[j] * sum_j (lanes 0-7 stay zero).
+    const __m256i sums =
+        _mm256_madd_epi16(Load32(a.s16 + 16 * b), _mm256_set1_epi16(1));
+    acc_min = _mm512_fmadd_ps(
+        scales,
+        _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_setzero_si512(), sums, 1)),
+        acc_min);
     __m512i qh;
     if constexpr (kHighBit) qh = _mm512_broadcast_i64x4(Load32(k.qh));
     for (int j = 0; j < 2; ++j) {
@@ -202,11 +247,7 @@ float DotQ45K(const Block* w, int64_t nb, const Acts& a) {
   }
   const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
                                    _mm512_add_ps(acc[2], acc[3]));
-  const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(acc_min),
-                               _mm256_extractf128_ps(acc_min, 1));
-  const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
-  const float mins = _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
-  return _mm512_reduce_add_ps(sum) - mins;
+  return _mm512_reduce_add_ps(_mm512_sub_ps(sum, acc_min));
 }
 
 // Q6_K: x = d * sc[g] * (q - 32) over 16 groups of 16, q < 64. For half h,
@@ -250,29 +291,164 @@ float DotQ6K(const BlockQ6_K* w, int64_t nb, const Acts& a) {
                                             _mm512_add_ps(acc[2], acc[3])));
 }
 
+// Q2_K: x = d * sc[g] * q - dmin * mn[g] over 16 groups of 16, q < 4, sc
+// and mn the nibbles of scales[g]. Bits 2s, 2s + 1 of qs[32h + l] are
+// element 128h + 32s + l.
+float DotQ2K(const BlockQ2_K* w, int64_t nb, const Acts& a) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc_min = _mm512_setzero_ps();
+  const __m256i three = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ2_K& k = w[b];
+    const int8_t* x = a.q + kQK_K * b;
+    const float dx = a.d[b];
+    const __m512i sm = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.scales)));
+    const __m512 scales = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_and_si512(sm, _mm512_set1_epi32(0xF))),
+        _mm512_set1_ps(Half(k.d) * dx));
+    const __m512 mins =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(sm, 4)),
+                      _mm512_set1_ps(Half(k.dmin) * dx));
+    acc_min = _mm512_fmadd_ps(
+        mins, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(Load32(a.s16 + 16 * b))),
+        acc_min);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = Load32(k.qs + 32 * h);
+      const auto bits = [&](int s) {
+        return _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), three);
+      };
+      const __m512i v[2] = {Concat(bits(0), bits(1)), Concat(bits(2), bits(3))};
+      for (int i = 0; i < 2; ++i) {
+        const int e = 2 * h + i;
+        const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[i],
+                                               Load64(x + 64 * e));
+        const __m512 s = _mm512_permutexvar_ps(GroupIndex(kIdx4, e), scales);
+        acc[e] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc[e]);
+      }
+    }
+  }
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
+                                   _mm512_add_ps(acc[2], acc[3]));
+  return _mm512_reduce_add_ps(_mm512_sub_ps(sum, acc_min));
+}
+
+// Q3_K: x = d * (sc[g] - 32) * (u - 4), u = low 2 bits (as Q2_K) | the
+// high bit << 2, u < 8; the high bit of element 128h + 32s + l is bit
+// 4h + s of hmask[l]. The -4 comes in through LaneOffsets.
+float DotQ3K(const BlockQ3_K* w, int64_t nb, const Acts& a) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
+                   _mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m512i four = _mm512_set1_epi8(4);
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ3_K& k = w[b];
+    const int8_t* x = a.q + kQK_K * b;
+    const int32_t* off = a.off + (kQK_K / 4) * b;
+    const __m512 scales = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ScalesQ3K(k.scales))),
+        _mm512_set1_ps(Half(k.d) * a.d[b]));
+    const __m512i hm = _mm512_broadcast_i64x4(Load32(k.hmask));
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = Load32(k.qs + 32 * h);
+      const auto bits = [&](int s) {
+        return _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), three);
+      };
+      for (int i = 0; i < 2; ++i) {
+        const int e = 2 * h + i, s0 = 2 * i;  // runs s0, s0 + 1
+        const __m512i low = Concat(bits(s0), bits(s0 + 1));
+        const __m512i sel = Concat(_mm256_set1_epi8(1 << (4 * h + s0)),
+                                   _mm256_set1_epi8(1 << (4 * h + s0 + 1)));
+        const __m512i u = _mm512_mask_add_epi8(
+            low, _mm512_test_epi8_mask(hm, sel), low, four);
+        const __m512i dp =
+            _mm512_dpbusd_epi32(Load64(off + 16 * e), u, Load64(x + 64 * e));
+        const __m512 s = _mm512_permutexvar_ps(GroupIndex(kIdx4, e), scales);
+        acc[e] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc[e]);
+      }
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
+                                            _mm512_add_ps(acc[2], acc[3])));
+}
+
+// IQ4_XS: sub-block j (< 8) of 32 is x = d * (ls_j - 32) * kIq4Values[q],
+// its 16 bytes of nibbles at qs[16j] as IQ4_NL's; 6-bit ls_j = nibble j of
+// scales_l (little-endian) | bits 2j, 2j + 1 of scales_h << 4. The code
+// book's +128 comes out through LaneOffsets.
+float DotIQ4XS(const BlockIQ4_XS* w, int64_t nb, const Acts& a) {
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m256i nib_shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m256i pair_shift = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockIQ4_XS& k = w[b];
+    uint32_t sl;
+    std::memcpy(&sl, k.scales_l, 4);
+    const __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int32_t>(sl)),
+                          nib_shift),
+        _mm256_set1_epi32(0xF));
+    const __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(k.scales_h), pair_shift),
+        _mm256_set1_epi32(3));
+    const __m256i ls = _mm256_sub_epi32(
+        _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    const __m512 scales = _mm512_castps256_ps512(_mm256_mul_ps(
+        _mm256_cvtepi32_ps(ls), _mm256_set1_ps(Half(k.d) * a.d[b])));
+    const int8_t* x = a.q + kQK_K * b;
+    const int32_t* off = a.off + (kQK_K / 4) * b;
+    for (int p = 0; p < 4; ++p) {
+      const __m512i u =
+          Iq4Unsigned(PairNibbles(k.qs + 32 * p, k.qs + 32 * p + 16));
+      const __m512i dp =
+          _mm512_dpbusd_epi32(Load64(off + 16 * p), u, Load64(x + 64 * p));
+      const __m512 s = _mm512_permutexvar_ps(GroupIndex(kIdx8, p), scales);
+      acc[p & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc[p & 1]);
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+}
+
 // The offset whose LaneOffsets a type's dot starts from (0: none).
 int WeightOffset(DType t) {
   switch (t) {
     case DType::kQ8_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
       return 128;
     case DType::kQ4_0:
       return 8;
+    case DType::kQ5_0:
+      return 16;
     case DType::kQ6_K:
       return 32;
+    case DType::kQ3_K:
+      return 4;
     default:
       return 0;
   }
 }
 
+struct RowsArgs {
+  const void* w;
+  int64_t row_bytes, n_rows, n_in;
+  const Acts* acts;
+  int n_tok;
+  float* y;
+  int64_t ldy;
+};
+
+// y[k * ldy + r] = Dot(row r, acts[k]) for r < n_rows, k < n_tok.
 template <typename Block, int kElems,
           float (*Dot)(const Block*, int64_t, const Acts&)>
-void Rows(const void* w, int64_t row_bytes, int64_t n_rows, int64_t n_in,
-          const Acts* acts, int n_tok, float* y, int64_t ldy) {
-  const int64_t nb = n_in / kElems;
-  for (int64_t r = 0; r < n_rows; ++r) {
+void Rows(const RowsArgs& g) {
+  const int64_t nb = g.n_in / kElems;
+  for (int64_t r = 0; r < g.n_rows; ++r) {
     const auto* row = reinterpret_cast<const Block*>(
-        static_cast<const char*>(w) + r * row_bytes);
-    for (int k = 0; k < n_tok; ++k) y[k * ldy + r] = Dot(row, nb, acts[k]);
+        static_cast<const char*>(g.w) + r * g.row_bytes);
+    for (int k = 0; k < g.n_tok; ++k)
+      g.y[k * g.ldy + r] = Dot(row, nb, g.acts[k]);
   }
 }
 
@@ -282,10 +458,17 @@ bool HasFusedDot(DType t, int64_t n_in) {
   switch (t) {
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL:
       return n_in % 32 == 0;
+    case DType::kQ2_K:
+    case DType::kQ3_K:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kIQ4_XS:
       return n_in % kQK_K == 0;
     default:
       return false;
@@ -308,6 +491,7 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
     Acts& f = forms[k];
     f.q = super ? q.qk.data() : q.q.data();
     f.d = super ? q.dk.data() : q.d.data();
+    f.sum16 = super ? nullptr : q.sum16.data();
     f.s16 = super ? q.sumk16.data() : nullptr;
     f.off = nullptr;
     if (offset != 0) {
@@ -317,22 +501,35 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
     }
   }
   const Acts* a = forms.data();
+  const RowsArgs g{w, row_bytes, n_rows, n_in, a, n_tok, y, ldy};
   switch (t) {
     case DType::kQ8_0:
-      return Rows<BlockQ8_0, 32, DotBlocks32<BlockQ8_0, PairQ8_0>>(
-          w, row_bytes, n_rows, n_in, a, n_tok, y, ldy);
+      return Rows<BlockQ8_0, 32, DotBlocks32<BlockQ8_0, PairQ8_0, false>>(g);
     case DType::kQ4_0:
-      return Rows<BlockQ4_0, 32, DotBlocks32<BlockQ4_0, PairQ4_0>>(
-          w, row_bytes, n_rows, n_in, a, n_tok, y, ldy);
+      return Rows<BlockQ4_0, 32, DotBlocks32<BlockQ4_0, PairQ4_0, false>>(g);
+    case DType::kQ4_1:
+      return Rows<BlockQ4_1, 32, DotBlocks32<BlockQ4_1, PairQ4_1, true>>(g);
+    case DType::kQ5_0:
+      return Rows<BlockQ5_0, 32,
+                  DotBlocks32<BlockQ5_0, PairQ5<BlockQ5_0>, false>>(g);
+    case DType::kQ5_1:
+      return Rows<BlockQ5_1, 32,
+                  DotBlocks32<BlockQ5_1, PairQ5<BlockQ5_1>, true>>(g);
+    case DType::kIQ4_NL:
+      return Rows<BlockIQ4_NL, 32, DotBlocks32<BlockIQ4_NL, PairIQ4NL, false>>(
+          g);
+    case DType::kQ2_K:
+      return Rows<BlockQ2_K, kQK_K, DotQ2K>(g);
+    case DType::kQ3_K:
+      return Rows<BlockQ3_K, kQK_K, DotQ3K>(g);
     case DType::kQ4_K:
-      return Rows<BlockQ4_K, kQK_K, DotQ45K<BlockQ4_K>>(w, row_bytes, n_rows,
-                                                        n_in, a, n_tok, y, ldy);
+      return Rows<BlockQ4_K, kQK_K, DotQ45K<BlockQ4_K>>(g);
     case DType::kQ5_K:
-      return Rows<BlockQ5_K, kQK_K, DotQ45K<BlockQ5_K>>(w, row_bytes, n_rows,
-                                                        n_in, a, n_tok, y, ldy);
+      return Rows<BlockQ5_K, kQK_K, DotQ45K<BlockQ5_K>>(g);
     case DType::kQ6_K:
-      return Rows<BlockQ6_K, kQK_K, DotQ6K>(w, row_bytes, n_rows, n_in, a,
-                                            n_tok, y, ldy);
+      return Rows<BlockQ6_K, kQK_K, DotQ6K>(g);
+    case DType::kIQ4_XS:
+      return Rows<BlockIQ4_XS, kQK_K, DotIQ4XS>(g);
     default:
       return;
   }

@@ -34,8 +34,8 @@ void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy);
 void QuantToF32(DType t, const void* src, int64_t n, float* dst);
-// Whether FusedGemv handles rows of n_in elements of type t (Q8_0, Q4_0,
-// Q4_K, Q5_K, Q6_K; quant_dot_avx512.cc).
+// Whether FusedGemv handles rows of n_in elements of type t (the types of
+// avx2q::HasFusedDot; quant_dot_avx512.cc).
 bool HasFusedDot(DType t, int64_t n_in);
 // As avx2q::FusedGemv, with vpdpbusd.
 void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
