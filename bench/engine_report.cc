@@ -19,9 +19,12 @@ int64_t KvBytesPerToken(const ModelConfig& c, kernels::DType kv_type) {
 
 const char* KvTypeName(kernels::DType t) {
   switch (t) {
-    case kernels::DType::kF32: return "f32";
-    case kernels::DType::kBF16: return "bf16";
-    default: return "f16";
+    case kernels::DType::kF32:
+      return "f32";
+    case kernels::DType::kBF16:
+      return "bf16";
+    default:
+      return "f16";
   }
 }
 
@@ -98,7 +101,7 @@ void PrintDepthRow(const BenchReport& r, int threads, const DepthResult& d,
                   d.prefill.TokensPerSecond());
   }
   const double med = d.decode.MedianSeconds();
-  const double floor = r.DecodeFloorSeconds(d.decode.depth);
+  const double floor = r.DecodeFloorSeconds(d.decode);
   constexpr char kRow[] =
       "%4d %7lld  %-15s %13s  %8.2f / %-8.2f %10.1f %9.2f %6.2f\n";
   std::fprintf(out, kRow, threads, static_cast<long long>(d.decode.depth),
@@ -107,16 +110,16 @@ void PrintDepthRow(const BenchReport& r, int threads, const DepthResult& d,
 }
 
 void PrintRuns(const BenchReport& r, std::FILE* out) {
-  std::fprintf(out, "%4s %7s  %-15s %13s  %-19s %10s %9s %6s\n", "thr",
-               "depth", "prefill tokens", "prefill tok/s", "decode ms med/mean",
+  std::fprintf(out, "%4s %7s  %-15s %13s  %-19s %10s %9s %6s\n", "thr", "depth",
+               "prefill tokens", "prefill tok/s", "decode ms med/mean",
                "decode tok/s", "floor ms", "eff");
   for (const ThreadRun& run : r.runs) {
     for (const DepthResult& d : run.depths) {
       PrintDepthRow(r, run.threads, d, out);
     }
   }
-  std::fprintf(out, "\nfixed-size prefill:\n%4s %7s %7s %13s\n", "thr",
-               "depth", "tokens", "prefill tok/s");
+  std::fprintf(out, "\nfixed-size prefill:\n%4s %7s %7s %13s\n", "thr", "depth",
+               "tokens", "prefill tok/s");
   for (const ThreadRun& run : r.runs) {
     for (const PrefillResult& p : run.pp) {
       std::fprintf(out, "%4d %7lld %7lld %13.1f\n", run.threads,
@@ -188,31 +191,30 @@ Json ModelJson(const BenchReport& r) {
 
 Json ConfigJson(const BenchReport& r) {
   const EngineBenchOptions& o = *r.options;
-  return Json{{"threads", o.threads},
-              {"depths", o.depths},
-              {"decode_tokens", o.decode_tokens},
-              {"prefill_chunk", o.prefill_chunk},
-              {"pp_tokens", o.pp_tokens},
-              {"kv_type", KvTypeName(o.kv_type)},
-              {"kv_bytes_per_token",
-               KvBytesPerToken(r.model->config, o.kv_type)},
-              {"quick", o.quick},
-              {"seed", o.seed}};
+  return Json{
+      {"threads", o.threads},
+      {"depths", o.depths},
+      {"decode_tokens", o.decode_tokens},
+      {"prefill_chunk", o.prefill_chunk},
+      {"pp_tokens", o.pp_tokens},
+      {"kv_type", KvTypeName(o.kv_type)},
+      {"kv_bytes_per_token", KvBytesPerToken(r.model->config, o.kv_type)},
+      {"quick", o.quick},
+      {"seed", o.seed}};
 }
 
 Json SystemJson(const BenchReport& r) {
   const BandwidthResult& b = r.bandwidth;
-  return Json{{"cpu_features", kernels::cpu::DescribeCpuFeatures()},
-              {"kernel_set", kernels::cpu::KernelSetName()},
-              {"decode_matmul",
-               kernels::cpu::QuantDotPath(WeightType(*r.model))},
-              {"hardware_threads", std::thread::hardware_concurrency()},
-              {"bandwidth",
-               Json{{"threads", 1},
-                    {"bytes", b.bytes},
-                    {"repeats", b.repeats},
-                    {"best_seconds", b.best_seconds},
-                    {"gb_per_s", b.bytes_per_second / 1e9}}}};
+  return Json{
+      {"cpu_features", kernels::cpu::DescribeCpuFeatures()},
+      {"kernel_set", kernels::cpu::KernelSetName()},
+      {"decode_matmul", kernels::cpu::QuantDotPath(WeightType(*r.model))},
+      {"hardware_threads", std::thread::hardware_concurrency()},
+      {"bandwidth", Json{{"threads", 1},
+                         {"bytes", b.bytes},
+                         {"repeats", b.repeats},
+                         {"best_seconds", b.best_seconds},
+                         {"gb_per_s", b.bytes_per_second / 1e9}}}};
 }
 
 Json PrefillJson(const PrefillResult& p) {
@@ -225,7 +227,7 @@ Json PrefillJson(const PrefillResult& p) {
 Json DecodeJson(const BenchReport& r, const DecodeResult& d) {
   const double med = d.MedianSeconds();
   const double mean = d.MeanSeconds();
-  const double floor = r.DecodeFloorSeconds(d.depth);
+  const double floor = r.DecodeFloorSeconds(d);
   return Json{{"depth", d.depth},
               {"tokens", d.step_seconds.size()},
               {"median_ms", 1e3 * med},
@@ -234,6 +236,7 @@ Json DecodeJson(const BenchReport& r, const DecodeResult& d) {
               {"tok_per_s_mean", Ratio(1.0, mean)},
               {"bytes_per_token", r.DecodeBytes(d.depth)},
               {"achieved_gb_per_s", Ratio(r.DecodeBytes(d.depth), med) / 1e9},
+              {"probe_gb_per_s", d.probe_bytes_per_second / 1e9},
               {"floor_ms", 1e3 * floor},
               {"efficiency", Ratio(floor, med)},
               {"step_ms", [&d] {
@@ -265,18 +268,17 @@ Json SpeedupsJson(const BenchReport& r) {
     if (&run == &base) continue;
     Json pp = Json::array();
     for (size_t i = 0; i < run.pp.size() && i < base.pp.size(); ++i) {
-      pp.push_back(
-          Json{{"from", run.pp[i].from},
-               {"prefill",
-                SpeedupValue(PrefillSpeedup(base.pp[i], run.pp[i]))}});
+      pp.push_back(Json{
+          {"from", run.pp[i].from},
+          {"prefill", SpeedupValue(PrefillSpeedup(base.pp[i], run.pp[i]))}});
     }
     Json depths = Json::array();
     for (size_t i = 0; i < run.depths.size() && i < base.depths.size(); ++i) {
-      depths.push_back(Json{
-          {"depth", run.depths[i].depth},
-          {"prefill", SpeedupValue(PrefillSpeedup(base.depths[i].prefill,
-                                                  run.depths[i].prefill))},
-          {"decode", SpeedupValue(DecodeSpeedup(base, run, i))}});
+      depths.push_back(
+          Json{{"depth", run.depths[i].depth},
+               {"prefill", SpeedupValue(PrefillSpeedup(base.depths[i].prefill,
+                                                       run.depths[i].prefill))},
+               {"decode", SpeedupValue(DecodeSpeedup(base, run, i))}});
     }
     out.push_back(Json{{"threads", run.threads},
                        {"base_threads", base.threads},
@@ -293,9 +295,9 @@ int64_t BenchReport::DecodeBytes(int64_t depth) const {
          depth * KvBytesPerToken(model->config, options->kv_type);
 }
 
-double BenchReport::DecodeFloorSeconds(int64_t depth) const {
-  return Ratio(static_cast<double>(DecodeBytes(depth)),
-               bandwidth.bytes_per_second);
+double BenchReport::DecodeFloorSeconds(const DecodeResult& d) const {
+  return Ratio(static_cast<double>(DecodeBytes(d.depth)),
+               d.probe_bytes_per_second);
 }
 
 const ThreadRun& BenchReport::BaseRun() const {
@@ -314,18 +316,16 @@ void PrintReport(const BenchReport& report, std::FILE* out) {
   PrintCpuShares(report, out);
   std::fprintf(out,
                "\nfloor = (weight matrices + KV at depth) / 1-thread read "
-               "bandwidth; eff = floor / median decode step\n");
+               "bandwidth probed just before that row's steps; eff = floor / "
+               "median decode step\n");
 }
 
 Json ReportJson(const BenchReport& r) {
   Json runs = Json::array();
   for (const ThreadRun& run : r.runs) runs.push_back(RunJson(r, run));
-  return Json{{"benchmark", "engine_bench"},
-              {"timestamp", UtcTimestamp()},
-              {"system", SystemJson(r)},
-              {"model", ModelJson(r)},
-              {"config", ConfigJson(r)},
-              {"runs", runs},
+  return Json{{"benchmark", "engine_bench"}, {"timestamp", UtcTimestamp()},
+              {"system", SystemJson(r)},     {"model", ModelJson(r)},
+              {"config", ConfigJson(r)},     {"runs", runs},
               {"speedups", SpeedupsJson(r)}};
 }
 

@@ -26,8 +26,8 @@ struct BenchReport {
   // Bytes decode must read per token at `depth`: every weight matrix once
   // plus the K and V rows of `depth` cached tokens in every layer.
   int64_t DecodeBytes(int64_t depth) const;
-  // DecodeBytes / measured single-thread read bandwidth.
-  double DecodeFloorSeconds(int64_t depth) const;
+  // DecodeBytes / the single-thread read bandwidth probed just before d.
+  double DecodeFloorSeconds(const DecodeResult& d) const;
   // The run speedups are relative to: 1 thread, else the fewest threads.
   const ThreadRun& BaseRun() const;
 };

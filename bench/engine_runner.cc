@@ -8,6 +8,7 @@
 
 #include <time.h>
 
+#include "bench/mem_bandwidth.h"
 #include "model/dense_kv_cache.h"
 #include "model/transformer.h"
 
@@ -57,14 +58,13 @@ class Runner {
   int32_t Argmax() const;
   // One forward call over `tokens` (a prefill: kPrompt; a decode step:
   // kGenerated), last-row logits into logits_; returns its wall time.
-  absl::StatusOr<double> Timed(KvCache& cache,
-                               absl::Span<const int32_t> tokens,
+  absl::StatusOr<double> Timed(KvCache& cache, absl::Span<const int32_t> tokens,
                                AppendKind kind);
   absl::StatusOr<PrefillResult> Prefill(KvCache& cache, int64_t n);
   absl::StatusOr<DecodeResult> Decode(KvCache& cache, int32_t* next);
   absl::Status WarmUp();
-  absl::Status MeasureDepth(DenseKvCache& cache, int64_t depth,
-                            int32_t* next, ThreadRun* run);
+  absl::Status MeasureDepth(DenseKvCache& cache, int64_t depth, int32_t* next,
+                            ThreadRun* run);
 
   const ModelConfig& config_;
   const EngineBenchOptions& o_;
@@ -124,6 +124,9 @@ absl::StatusOr<PrefillResult> Runner::Prefill(KvCache& cache, int64_t n) {
 absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
   DecodeResult r;
   r.depth = cache.num_tokens();
+  r.probe_bytes_per_second =
+      MeasureReadBandwidth(o_.bandwidth_bytes, o_.bandwidth_repeats)
+          .bytes_per_second;
   for (int i = 0; i < o_.decode_tokens; ++i) {
     auto seconds =
         Timed(cache, absl::MakeConstSpan(next, 1), AppendKind::kGenerated);
@@ -140,8 +143,8 @@ absl::Status Runner::WarmUp() {
   if (!prefill.ok()) return prefill.status();
   int32_t next = Argmax();
   for (int i = 0; i < 2; ++i) {
-    if (auto s = Timed(cache, absl::MakeConstSpan(&next, 1),
-                       AppendKind::kGenerated);
+    if (auto s =
+            Timed(cache, absl::MakeConstSpan(&next, 1), AppendKind::kGenerated);
         !s.ok()) {
       return s.status();
     }

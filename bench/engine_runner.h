@@ -31,6 +31,10 @@ struct PrefillResult {
 struct DecodeResult {
   int64_t depth = 0;  // cache depth before the first step
   std::vector<double> step_seconds;
+  // The 1-thread read-bandwidth probe taken just before the steps: the
+  // floor of these steps is computed against it, so that a shared
+  // machine's drift between measurements does not move their ratio.
+  double probe_bytes_per_second = 0;
 
   double MedianSeconds() const;
   double MeanSeconds() const;
