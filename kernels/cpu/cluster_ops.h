@@ -57,9 +57,12 @@ struct KMeansResult {
 
 // scores[c] = sum_d q[d] * centroids[c*dim + d] for c < n.
 // CentroidScoresMulti: the same for n_q queries (qs: [n_q][dim]) into
-// scores[j * ld + c] (ld >= n), each equal to CentroidScores' to the bit,
-// reading the centroids from memory once (the query heads of a GQA group
-// share their KV head's centroids).
+// scores[j * ld + c] (ld >= n). The fast forms read the centroids packed
+// by PackCentroidPanels (panels of kCentroidPanel centroids, element-major,
+// zero-padded: kernel_set.h) and compute every score as the FMA chain over
+// d of KernelSet::centroid_scores -- the same bits for one query or many,
+// on every kernel table (the query heads of a GQA group share their KV
+// head's centroids and are scored in one pass).
 // Quest page bounds over rows [begin, end) of one page: per channel min/max.
 // Quest score of a page: sum_d max(q[d]*max[d], q[d]*min[d]).
 
@@ -80,9 +83,11 @@ void QuestScores(const float* q, const float* page_min, const float* page_max,
 // Solves all problems, in parallel across problems (and within large ones).
 void KMeansBatch(ThreadPool* pool, const KMeansProblem* problems, int count,
                  KMeansResult* results);
-void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
+void PackCentroidPanels(const float* centroids, int64_t n, int dim,
+                        std::vector<float>* panels);
+void CentroidScores(const float* q, const float* panels, int64_t n, int dim,
                     float* scores);
-void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
+void CentroidScoresMulti(const float* qs, int n_q, const float* panels,
                          int64_t n, int dim, float* scores, int64_t ld);
 void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
                      int dim, int page_size, float* page_min, float* page_max);

@@ -22,6 +22,10 @@ inline constexpr int kScoreCols = 32;
 // Narrow panels for few centroids (k <= kScoreColsNarrow: the default 320-
 // token segment at 80 tokens per cluster has k = 4).
 inline constexpr int kScoreColsNarrow = 8;
+// Centroid scoring (clusterkv selection): panels of kCentroidPanel
+// centroids, up to kCentroidQueries queries per call.
+inline constexpr int kCentroidPanel = 16;
+inline constexpr int kCentroidQueries = 8;
 
 struct KernelSet {
   const char* name;
@@ -92,6 +96,13 @@ struct KernelSet {
   // for p < n_pages, in F32.
   void (*quest_scores)(const float* q, const float* mn, const float* mx,
                        int64_t n_pages, int dim, float* scores);
+  // Cluster scores of n_q <= kCentroidQueries queries (qs: [n_q][dim])
+  // against n centroids in panels: panels[(p * dim + d) * kCentroidPanel +
+  // c] is element d of centroid p * kCentroidPanel + c. For j < n_q, c < n:
+  // s[j * lds + c] = the chain acc = fma(qs[j][d], centroid_c[d], acc) over
+  // d = 0 .. dim - 1 from acc = 0 -- the same bits in every table.
+  void (*centroid_scores)(const float* qs, int n_q, const float* panels,
+                          int64_t n, int dim, float* s, int64_t lds);
 
   // Block-type weights (IsQuantized(t)) times 8-bit activations (quant.h):
   // y[k * ldy + r] = sum_i W_r[i] * x_k[i] for r < n_rows, k < n_tok, with

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernels/cpu/avx2_util.h"
+#include "kernels/cpu/count_dispatch.h"
 #include "kernels/cpu/kernel_set.h"
 #include "kernels/cpu/kernels_avx2_attn.h"
 #include "kernels/cpu/quant_kernels.h"
@@ -311,6 +312,47 @@ void QuestScores(const float* q, const float* mn, const float* mx,
   }
 }
 
+// One panel of 16 centroids (two vectors of 8 lanes) for NQ queries, in d
+// order; the first `cols` scores are stored.
+template <int NQ>
+void CentroidPanel(const float* qs, const float* panel, int dim, int cols,
+                   float* s, int64_t lds) {
+  __m256 acc[NQ][2];
+  for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+  for (int d = 0; d < dim; ++d) {
+    const __m256 c0 = _mm256_loadu_ps(panel + d * kCentroidPanel);
+    const __m256 c1 = _mm256_loadu_ps(panel + d * kCentroidPanel + 8);
+    for (int j = 0; j < NQ; ++j) {
+      const __m256 q = _mm256_broadcast_ss(qs + j * dim + d);
+      acc[j][0] = _mm256_fmadd_ps(q, c0, acc[j][0]);
+      acc[j][1] = _mm256_fmadd_ps(q, c1, acc[j][1]);
+    }
+  }
+  for (int j = 0; j < NQ; ++j) {
+    alignas(32) float out[kCentroidPanel];
+    _mm256_store_ps(out, acc[j][0]);
+    _mm256_store_ps(out + 8, acc[j][1]);
+    std::memcpy(s + j * lds, out, sizeof(float) * cols);
+  }
+}
+
+template <int NQ>
+void CentroidScoresT(const float* qs, const float* panels, int64_t n, int dim,
+                     float* s, int64_t lds) {
+  static_assert(kCentroidPanel == 16);
+  for (int64_t c = 0; c < n; c += kCentroidPanel) {
+    const int cols = static_cast<int>(std::min<int64_t>(kCentroidPanel, n - c));
+    CentroidPanel<NQ>(qs, panels + c * dim, dim, cols, s + c, lds);
+  }
+}
+
+void CentroidScores(const float* qs, int n_q, const float* panels, int64_t n,
+                    int dim, float* s, int64_t lds) {
+  WithCount<kCentroidQueries>(n_q, [&](auto nq) {
+    CentroidScoresT<decltype(nq)::value>(qs, panels, n, dim, s, lds);
+  });
+}
+
 }  // namespace
 }  // namespace avx2
 
@@ -332,6 +374,7 @@ const KernelSet* Avx2Kernels() {
       .top2 = s.top2,
       .page_minmax = avx2::PageMinMax,
       .quest_scores = avx2::QuestScores,
+      .centroid_scores = avx2::CentroidScores,
       .quant_gemv = avx2q::QuantGemv,
       .qk_rowmajor = avx2::QkRowMajor,
       .qk_direct = avx2::QkDirect,

@@ -28,6 +28,8 @@ void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
                 float* mn, float* mx);
 void QuestScores(const float* q, const float* mn, const float* mx,
                  int64_t n_pages, int dim, float* scores);
+void CentroidScores(const float* qs, int n_q, const float* panels, int64_t n,
+                    int dim, float* s, int64_t lds);
 
 namespace {
 
@@ -225,6 +227,7 @@ const KernelSet* Avx512Kernels() {
       .top2 = avx512::Top2,
       .page_minmax = avx512::PageMinMax,
       .quest_scores = avx512::QuestScores,
+      .centroid_scores = avx512::CentroidScores,
       .quant_gemv =
           GetCpuFeatures().avx512_vnni ? avx512q::QuantGemv : avx2q::QuantGemv,
       // The few-row forms exist for AVX2 only; not measured on an AVX-512

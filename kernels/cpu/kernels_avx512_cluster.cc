@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/avx512_util.h"
+#include "kernels/cpu/count_dispatch.h"
 #include "kernels/cpu/kernel_set.h"
 
 namespace ckv::kernels::cpu::avx512 {
@@ -135,6 +136,58 @@ void QuestScores(const float* q, const float* mn, const float* mx,
   for (; p < n_pages; ++p) {
     QuestPages<1>(q, mn + p * dim, mx + p * dim, dim, scores + p);
   }
+}
+
+// NP panels of 16 centroids (one per lane) for NQ queries: per element d
+// one vector per panel times each query's element d, in d order (NP > 1
+// gives few queries independent FMA chains). Panel i stores the lanes of
+// masks[i].
+template <int NQ, int NP>
+void CentroidPanels(const float* qs, const float* panels, int dim,
+                    const __mmask16* masks, float* s, int64_t lds) {
+  __m512 acc[NP][NQ];
+  for (auto& per_panel : acc) {
+    for (auto& a : per_panel) a = _mm512_setzero_ps();
+  }
+  for (int d = 0; d < dim; ++d) {
+    for (int i = 0; i < NP; ++i) {
+      const __m512 c = _mm512_loadu_ps(panels + (i * dim + d) * kCentroidPanel);
+      for (int j = 0; j < NQ; ++j) {
+        acc[i][j] =
+            _mm512_fmadd_ps(_mm512_set1_ps(qs[j * dim + d]), c, acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < NP; ++i) {
+    for (int j = 0; j < NQ; ++j) {
+      _mm512_mask_storeu_ps(s + j * lds + i * kCentroidPanel, masks[i],
+                            acc[i][j]);
+    }
+  }
+}
+
+template <int NQ>
+void CentroidScoresT(const float* qs, const float* panels, int64_t n, int dim,
+                     float* s, int64_t lds) {
+  static_assert(kCentroidPanel == 16);
+  constexpr int kPanels = NQ <= 2 ? 4 / NQ : 1;
+  int64_t c = 0;
+  for (; c + kPanels * kCentroidPanel <= n; c += kPanels * kCentroidPanel) {
+    __mmask16 all[kPanels];
+    for (auto& m : all) m = 0xFFFF;
+    CentroidPanels<NQ, kPanels>(qs, panels + c * dim, dim, all, s + c, lds);
+  }
+  for (; c < n; c += kCentroidPanel) {
+    const __mmask16 m = TailMask(n - c);
+    CentroidPanels<NQ, 1>(qs, panels + c * dim, dim, &m, s + c, lds);
+  }
+}
+
+void CentroidScores(const float* qs, int n_q, const float* panels, int64_t n,
+                    int dim, float* s, int64_t lds) {
+  WithCount<kCentroidQueries>(n_q, [&](auto nq) {
+    CentroidScoresT<decltype(nq)::value>(qs, panels, n, dim, s, lds);
+  });
 }
 
 }  // namespace ckv::kernels::cpu::avx512

@@ -253,6 +253,21 @@ void QuestScores(const float* q, const float* mn, const float* mx,
   }
 }
 
+void CentroidScores(const float* qs, int n_q, const float* panels, int64_t n,
+                    int dim, float* s, int64_t lds) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float* col = panels + (c / kCentroidPanel) * dim * kCentroidPanel +
+                       c % kCentroidPanel;
+    for (int j = 0; j < n_q; ++j) {
+      float acc = 0.0f;
+      for (int d = 0; d < dim; ++d) {
+        acc = std::fma(qs[j * dim + d], col[d * kCentroidPanel], acc);
+      }
+      s[j * lds + c] = acc;
+    }
+  }
+}
+
 }  // namespace
 
 const KernelSet& ScalarKernels() {
@@ -272,6 +287,7 @@ const KernelSet& ScalarKernels() {
       .top2 = Top2,
       .page_minmax = PageMinMax,
       .quest_scores = QuestScores,
+      .centroid_scores = CentroidScores,
       .quant_gemv = nullptr,
       .qk_rowmajor = QkRowMajor,
       .qk_direct = QkDirect,

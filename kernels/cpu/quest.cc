@@ -7,29 +7,33 @@
 
 namespace ckv::kernels::cpu {
 
-void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
-                    float* scores) {
-  if (n <= 0) return;
-  ActiveKernels().gemv(DType::kF32, centroids, int64_t{dim} * 4, n, dim, q,
-                       scores);
+void PackCentroidPanels(const float* centroids, int64_t n, int dim,
+                        std::vector<float>* panels) {
+  const int64_t n_panels = (n + kCentroidPanel - 1) / kCentroidPanel;
+  panels->assign(n_panels * kCentroidPanel * dim, 0.0f);
+  for (int64_t c = 0; c < n; ++c) {
+    float* col = panels->data() + (c / kCentroidPanel) * dim * kCentroidPanel +
+                 c % kCentroidPanel;
+    for (int d = 0; d < dim; ++d)
+      col[d * kCentroidPanel] = centroids[c * dim + d];
+  }
 }
 
-// Blocks of centroids that stay in L2 while every query scores them. Blocks
-// start at multiples of 4 rows, so each row gets exactly the arithmetic of
-// CentroidScores (the gemv kernels group rows by 4 from their first).
-void CentroidScoresMulti(const float* qs, int n_q, const float* centroids,
+void CentroidScores(const float* q, const float* panels, int64_t n, int dim,
+                    float* scores) {
+  CentroidScoresMulti(q, 1, panels, n, dim, scores, n);
+}
+
+// Every query reads a panel while it is in L1; the centroids stream from
+// memory once per kCentroidQueries queries.
+void CentroidScoresMulti(const float* qs, int n_q, const float* panels,
                          int64_t n, int dim, float* scores, int64_t ld) {
   if (n <= 0 || dim <= 0) return;
-  constexpr int64_t kBlockBytes = 64 * 1024;
-  const int64_t row_bytes = int64_t{dim} * 4;
-  const int64_t block = std::max<int64_t>(4, kBlockBytes / row_bytes / 4 * 4);
   const KernelSet& ks = ActiveKernels();
-  for (int64_t b = 0; b < n; b += block) {
-    const int64_t nb = std::min(block, n - b);
-    for (int j = 0; j < n_q; ++j) {
-      ks.gemv(DType::kF32, centroids + b * dim, row_bytes, nb, dim,
-              qs + int64_t{j} * dim, scores + j * ld + b);
-    }
+  for (int j = 0; j < n_q; j += kCentroidQueries) {
+    ks.centroid_scores(qs + int64_t{j} * dim,
+                       std::min(kCentroidQueries, n_q - j), panels, n, dim,
+                       scores + j * ld, ld);
   }
 }
 

@@ -11,8 +11,8 @@ namespace ckv {
 namespace cpu = kernels::cpu;
 
 int64_t HeadIndex::bytes() const {
-  return static_cast<int64_t>(centroids.size() + page_min.size() +
-                              page_max.size()) *
+  return static_cast<int64_t>(centroids.size() + centroid_panels.size() +
+                              page_min.size() + page_max.size()) *
              sizeof(float) +
          static_cast<int64_t>(offsets.size() + members.size() + row_of.size()) *
              sizeof(int32_t);
@@ -149,6 +149,14 @@ void SortRowsByCluster(Segment& seg, int layer) {
   }
 }
 
+void PackCentroidPanels(Segment& seg, int layer) {
+  const int hd = seg.shape().head_dim;
+  for (HeadIndex& hi : seg.layer(layer).heads) {
+    if (hi.k == 0) continue;
+    cpu::PackCentroidPanels(hi.centroids.data(), hi.k, hd, &hi.centroid_panels);
+  }
+}
+
 void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
                         Segment& seg, const std::vector<int>& layers,
                         cpu::ThreadPool* pool) {
@@ -204,6 +212,7 @@ void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
       FillClusters(results[i++], seg.layer(l).heads[h]);
     }
     SortRowsByCluster(seg, l);
+    PackCentroidPanels(seg, l);
   }
   // With a pool, other threads' k-means time is not in this thread's clock:
   // count the wall time then.

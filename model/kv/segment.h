@@ -47,6 +47,10 @@ struct HeadIndex {
   // segment rows in ascending order; centroids are [k][head_dim].
   int k = 0;
   std::vector<float> centroids;
+  // The centroids as clusterkv scores them: panels of
+  // kernels::cpu::kCentroidPanel, element-major (PackCentroidPanels).
+  // Derived, not in snapshots.
+  std::vector<float> centroid_panels;
   std::vector<int32_t> offsets;
   std::vector<int32_t> members;
   int kmeans_iterations = 0;
@@ -137,5 +141,10 @@ void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
 // The members must partition the segment rows (as k-means and the checked
 // snapshot reader make them). Nobody may read the layer's rows meanwhile.
 void SortRowsByCluster(Segment& seg, int layer);
+
+// Fills centroid_panels of every clustered head of `layer` from its
+// centroids (kernels::cpu::PackCentroidPanels): run once they are final,
+// after k-means and after a snapshot restore.
+void PackCentroidPanels(Segment& seg, int layer);
 
 }  // namespace ckv

@@ -225,7 +225,10 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Restore(
   }
   for (const auto& seg : parts.segments) {
     store->open_first_pos_ += seg->size();
-    for (int l = 0; l < s.n_layers; ++l) SortRowsByCluster(*seg, l);
+    for (int l = 0; l < s.n_layers; ++l) {
+      SortRowsByCluster(*seg, l);
+      PackCentroidPanels(*seg, l);
+    }
   }
   store->segments_ = std::move(parts.segments);
   return store;

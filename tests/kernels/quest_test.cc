@@ -104,13 +104,26 @@ TEST(QuestTest, ScoresMatchBruteForce) {
   }
 }
 
+// The score KernelSet::centroid_scores defines: an FMA chain over d.
+float FmaChain(const float* q, const float* c, int dim) {
+  float acc = 0.0f;
+  for (int d = 0; d < dim; ++d) acc = std::fma(q[d], c[d], acc);
+  return acc;
+}
+
+// Every table's scores from the packed panels are the FMA chain to the bit
+// (odd dims and counts: partial last panels) and near the float64
+// reference.
 TEST(CentroidScoresTest, FastMatchesRef) {
   std::mt19937 rng(23);
   for (int dim : {3, 64, 128}) {
-    for (int64_t n : {1, 5, 410}) {
+    for (int64_t n : {1, 5, 17, 410}) {
       const auto q = RandomFloats(rng, dim, -2, 2);
       const auto mu = RandomFloats(rng, n * dim);
-      std::vector<float> want(n, NAN), got(n, NAN);
+      std::vector<float> panels;
+      PackCentroidPanels(mu.data(), n, dim, &panels);
+      ASSERT_EQ(panels.size() % (kCentroidPanel * dim), 0u);
+      std::vector<float> want(n, NAN), got(n + 1, NAN);
       ref::CentroidScores(q.data(), mu.data(), n, dim, want.data());
       for (int64_t c = 0; c < n; ++c) {
         double acc = 0.0;
@@ -119,37 +132,40 @@ TEST(CentroidScoresTest, FastMatchesRef) {
       }
       for (const KernelSet* ks : AvailableKernelSets()) {
         ScopedKernels scoped(ks);
-        CentroidScores(q.data(), mu.data(), n, dim, got.data());
+        CentroidScores(q.data(), panels.data(), n, dim, got.data());
         for (int64_t c = 0; c < n; ++c) {
+          ASSERT_EQ(got[c], FmaChain(q.data(), mu.data() + c * dim, dim))
+              << ks->name << " dim=" << dim << " n=" << n << " c=" << c;
           EXPECT_NEAR(got[c], want[c], 1e-5 * dim) << ks->name;
         }
+        EXPECT_TRUE(std::isnan(got[n])) << ks->name << ": wrote past n";
       }
     }
   }
 }
 
+// Several queries at once (more than kCentroidQueries: two calls) equal
+// one query at a time to the bit, on every table.
 TEST(CentroidScoresTest, MultiMatchesOneQueryAtATime) {
   std::mt19937 rng(29);
   for (int dim : {3, 32, 128}) {
     for (int64_t n : {1, 7, 1638}) {
-      for (int n_q : {1, 2, 4, 5, 8}) {
+      for (int n_q : {1, 2, 4, 5, 8, 11}) {
         const auto qs = RandomFloats(rng, n_q * dim, -2, 2);
         const auto mu = RandomFloats(rng, n * dim);
+        std::vector<float> panels;
+        PackCentroidPanels(mu.data(), n, dim, &panels);
         std::vector<float> want(n_q * n, NAN), got(n_q * n, NAN);
         ref::CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim, want.data(),
                                  n);
-        for (int j = 0; j < n_q; ++j) {
-          std::vector<float> one(n, NAN);
-          ref::CentroidScores(qs.data() + j * dim, mu.data(), n, dim,
-                              one.data());
-          for (int64_t c = 0; c < n; ++c) ASSERT_EQ(want[j * n + c], one[c]);
-        }
         for (const KernelSet* ks : AvailableKernelSets()) {
           ScopedKernels scoped(ks);
-          CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim, got.data(), n);
-          for (int j = 0; j < n_q; ++j) {  // bit-equal to one at a time
+          CentroidScoresMulti(qs.data(), n_q, panels.data(), n, dim, got.data(),
+                              n);
+          for (int j = 0; j < n_q; ++j) {
             std::vector<float> one(n, NAN);
-            CentroidScores(qs.data() + j * dim, mu.data(), n, dim, one.data());
+            CentroidScores(qs.data() + j * dim, panels.data(), n, dim,
+                           one.data());
             for (int64_t c = 0; c < n; ++c) {
               ASSERT_EQ(got[j * n + c], one[c])
                   << ks->name << " dim=" << dim << " n=" << n << " j=" << j;

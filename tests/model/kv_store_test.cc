@@ -88,9 +88,11 @@ std::vector<std::vector<int64_t>> Selected(ClusteredKvStore& store, int layer,
   return out;
 }
 
+// The cluster score as KernelSet::centroid_scores defines it: an FMA chain
+// in element order.
 float Dot(const float* a, const float* b, int n) {
   float s = 0;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  for (int i = 0; i < n; ++i) s = std::fma(a[i], b[i], s);
   return s;
 }
 

@@ -67,7 +67,7 @@ void ClusterKvPolicy::ScoreClusters(const PlanContext& ctx, const float* q) {
   scores_.resize(IndexSegments(ctx));
   for (size_t s = 0; s < segs.size(); ++s) {
     const HeadIndex& h = segs[s]->layer(ctx.layer).heads[ctx.kv_head];
-    kernels::cpu::CentroidScores(q, h.centroids.data(), h.k, ctx.head_dim,
+    kernels::cpu::CentroidScores(q, h.centroid_panels.data(), h.k, ctx.head_dim,
                                  scores_.data() + seg_first_[s]);
   }
   order_.Reset(scores_.data(), seg_first_);
@@ -86,7 +86,7 @@ void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
   for (size_t s = 0; s < segs.size(); ++s) {
     const HeadIndex& h = segs[s]->layer(ctx.layer).heads[ctx.kv_head];
     kernels::cpu::CentroidScoresMulti(
-        group_q_.data(), n_q, h.centroids.data(), h.k, hd,
+        group_q_.data(), n_q, h.centroid_panels.data(), h.k, hd,
         group_scores_.data() + seg_first_[s], total);
   }
   for (int i = 0; i < n_q; ++i) {
