@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -68,7 +69,8 @@ TEST(ScoreOrderTest, BestIsTheHeadOfTheFullOrder) {
       }
       const std::vector<int64_t> first = RandomSegments(rng, n);
       const std::vector<ScoredBlock> want = FullOrder(scores, first);
-      order.Reset(scores.data(), first);
+      order.SetSegments(first);
+      order.Reset(scores.data());
       ASSERT_EQ(order.size(), n);
       for (int64_t prefix : {int64_t{1}, int64_t{8}, int64_t{33}, n / 2, n}) {
         SCOPED_TRACE(::testing::Message()
@@ -82,13 +84,54 @@ TEST(ScoreOrderTest, BestIsTheHeadOfTheFullOrder) {
   }
 }
 
+// A threshold hint changes only the work: with hints that are good, too
+// high, too low, infinite or NaN, Best is still exactly the head of the
+// full order, and a searched threshold is stored back into the hint.
+TEST(ScoreOrderTest, HintsNeverChangeTheHead) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  ScoreOrder order;
+  for (int64_t n : {7, 100, 1638}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> scores(n);
+      for (float& x : scores) {
+        x = g(rng);
+        if (kind == 1) x = std::round(x * 4) / 4;
+        if (kind == 2 && rng() % 4 == 0) x = rng() % 2 ? NAN : -INFINITY;
+      }
+      const std::vector<int64_t> first = RandomSegments(rng, n);
+      const std::vector<ScoredBlock> want = FullOrder(scores, first);
+      for (int64_t prefix : {int64_t{1}, int64_t{33}, n / 2}) {
+        std::vector<float> sorted = scores;
+        std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+        const float good = sorted[std::min<int64_t>(n - 1, prefix)];
+        for (float h : {good, 10.0f, -10.0f, INFINITY, -INFINITY, NAN,
+                        sorted[0], sorted[n - 1]}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "n=" << n << " kind=" << kind << " prefix=" << prefix
+                       << " hint=" << h);
+          order.SetSegments(first);
+          order.Reset(scores.data());
+          float hint = h;
+          ExpectSameHead(order.Best(prefix, &hint), want, prefix);
+          // A second step from the stored hint: still the exact head.
+          order.SetSegments(first);
+          order.Reset(scores.data());
+          ExpectSameHead(order.Best(prefix, &hint), want, prefix);
+        }
+      }
+    }
+  }
+}
+
 TEST(ScoreOrderTest, BestStaysNearOneAndAHalfPrefix) {
   std::mt19937 rng(6);
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> scores(8192);
   for (float& x : scores) x = g(rng);
   ScoreOrder order;
-  order.Reset(scores.data(), {0, 4096, 8192});
+  order.SetSegments({0, 4096, 8192});
+  order.Reset(scores.data());
   const size_t got = order.Best(33).size();
   EXPECT_GE(got, 33u);
   EXPECT_LE(got, 3u * 33);  // not the whole order

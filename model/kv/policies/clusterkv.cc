@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "kernels/cpu/cluster_ops.h"
 #include "model/kv/policies/policy.h"
 #include "model/kv/policies/score_order.h"
@@ -37,8 +38,13 @@ class ClusterKvPolicy final : public SelectionPolicy {
 
  private:
   void PlanQuery(const PlanContext& ctx, const float* q, HeadPlan* out);
-  // The plan of the query whose cluster scores are in order_.
-  void PlanFromScores(const PlanContext& ctx, HeadPlan* out);
+  // The plan of the query whose cluster scores are in order_; `query`: its
+  // place in its KV group (0 for a shared plan), whose threshold hint it
+  // uses.
+  void PlanFromScores(const PlanContext& ctx, int query, HeadPlan* out);
+  // The ScoreOrder threshold that suited (layer, KV head, query) at its
+  // last step: consecutive decode queries score alike, so it usually holds.
+  float* Hint(const PlanContext& ctx, int query);
   // seg_first_[s] = the index of segment s's first cluster in the
   // concatenation of every segment's clusters; returns their count.
   int64_t IndexSegments(const PlanContext& ctx);
@@ -50,6 +56,7 @@ class ClusterKvPolicy final : public SelectionPolicy {
   std::vector<float> group_q_, group_scores_;  // PlanEach
   std::vector<int64_t> seg_first_;
   ScoreOrder order_;
+  absl::flat_hash_map<int64_t, float> hints_;
 };
 
 int64_t ClusterKvPolicy::IndexSegments(const PlanContext& ctx) {
@@ -70,7 +77,8 @@ void ClusterKvPolicy::ScoreClusters(const PlanContext& ctx, const float* q) {
     kernels::cpu::CentroidScores(q, h.centroid_panels.data(), h.k, ctx.head_dim,
                                  scores_.data() + seg_first_[s]);
   }
-  order_.Reset(scores_.data(), seg_first_);
+  order_.SetSegments(seg_first_);
+  order_.Reset(scores_.data());
 }
 
 void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
@@ -89,19 +97,27 @@ void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
         group_q_.data(), n_q, h.centroid_panels.data(), h.k, hd,
         group_scores_.data() + seg_first_[s], total);
   }
+  order_.SetSegments(seg_first_);
   for (int i = 0; i < n_q; ++i) {
-    order_.Reset(group_scores_.data() + i * total, seg_first_);
-    PlanFromScores(ctx, out + i);
+    order_.Reset(group_scores_.data() + i * total);
+    PlanFromScores(ctx, i, out + i);
   }
 }
 
 void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
                                 HeadPlan* out) {
   ScoreClusters(ctx, q);
-  PlanFromScores(ctx, out);
+  PlanFromScores(ctx, 0, out);
 }
 
-void ClusterKvPolicy::PlanFromScores(const PlanContext& ctx, HeadPlan* out) {
+float* ClusterKvPolicy::Hint(const PlanContext& ctx, int query) {
+  const int64_t key =
+      (int64_t{ctx.layer} << 40) | (int64_t{ctx.kv_head} << 16) | query;
+  return &hints_.try_emplace(key, NAN).first->second;
+}
+
+void ClusterKvPolicy::PlanFromScores(const PlanContext& ctx, int query,
+                                     HeadPlan* out) {
   out->blocks.clear();
   out->tokens = 0;
   const auto& segs = *ctx.segments;
@@ -117,7 +133,7 @@ void ClusterKvPolicy::PlanFromScores(const PlanContext& ctx, HeadPlan* out) {
   const int64_t mean_size =
       std::max<int64_t>(1, clustered / std::max<int64_t>(1, n));
   const std::vector<ScoredBlock>* order =
-      &order_.Best(std::min(n, 2 * (budget / mean_size) + 8));
+      &order_.Best(std::min(n, 2 * (budget / mean_size) + 8), Hint(ctx, query));
   bool complete = static_cast<int64_t>(order->size()) == n;
   for (size_t i = 0; out->tokens < budget; ++i) {
     if (i == order->size()) {
