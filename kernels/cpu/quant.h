@@ -21,7 +21,7 @@ void DequantizeRowRef(DType t, const void* src, int64_t n, float* dst);
 void QuantizeRow(DType t, const float* src, int64_t n, void* dst);
 
 // Activations quantised for the integer dot products, in two forms.
-// Block form (legacy 32-element weight types, and the unpacking kernels):
+// Block form (the 32-element weight types):
 // per block of 32, x[i] ~= d[i / 32] * q[i]; sum16[g] = sum of q over
 // elements 16g..16g+15; padded with zeros to a multiple of kChunk elements.
 // Super-block form (K-quant and IQ4_XS weights, filled only when

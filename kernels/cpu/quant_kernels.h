@@ -10,12 +10,13 @@
 
 namespace ckv::kernels::cpu {
 
+// QuantGemv (both): FusedGemv, which covers every block type.
 namespace avx2q {
 void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy);
 void QuantToF32(DType t, const void* src, int64_t n, float* dst);
-// Whether FusedDot handles rows of n_in elements of type t (Q8_0, Q4_0,
+// Whether FusedGemv handles rows of n_in elements of type t (Q8_0, Q4_0,
 // Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS; quant_dot_avx2.cc).
 bool HasFusedDot(DType t, int64_t n_in);
 // quant_gemv's contract (kernel_set.h) for the types of HasFusedDot, with
@@ -28,8 +29,6 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
 
 // Needs AVX-512 F/BW/VL and VNNI.
 namespace avx512q {
-// QuantGemv: FusedGemv where HasFusedDot, else avx2q's fused dot where it
-// has one, else the unpacking kernel.
 void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy);
