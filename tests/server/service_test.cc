@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "model/generation.h"
+#include "model/make_random.h"
 #include "model/model.h"
 #include "server/metrics.h"
 #include "server/server_runner.h"
@@ -204,9 +205,9 @@ class ServiceTest : public ::testing::Test {
 
 // In-process reference: model/generation.h Generate() with the server's
 // default KV settings and sampling.
-GenerationResult ReferenceGenerate(const std::string& prompt,
+GenerationResult ReferenceGenerate(const ServerConfig& c,
+                                   const std::string& prompt,
                                    std::string* text) {
-  const ServerConfig c = BaseConfig();
   auto model = LoadModel(c.model_path);
   EXPECT_TRUE(model.ok());
   const Model& m = **model;
@@ -238,7 +239,8 @@ GenerationResult ReferenceGenerate(const std::string& prompt,
 TEST_F(ServiceTest, GreedyTokensEqualInProcessGenerate) {
   const std::string prompt = Prompt(1) + Prompt(2) + Prompt(3);
   std::string ref_text;
-  const GenerationResult ref = ReferenceGenerate(prompt, &ref_text);
+  const GenerationResult ref =
+      ReferenceGenerate(BaseConfig(), prompt, &ref_text);
   ASSERT_FALSE(ref.tokens.empty());
 
   v1::GenerateRequest g;
@@ -256,6 +258,39 @@ TEST_F(ServiceTest, GreedyTokensEqualInProcessGenerate) {
   EXPECT_EQ(summary.prompt_tokens(), ref.prompt_tokens);
   EXPECT_EQ(summary.session_tokens(), ref.prompt_tokens);
   EXPECT_GT(summary.clusters_built(), 0);
+  const Answer streamed = Decode(id);
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
+  EXPECT_EQ(streamed.ids, ref.tokens);
+  EXPECT_EQ(streamed.text, ref_text);
+}
+
+// A Q4_K_M file as make-random writes it (llama.cpp's mix: Q4_K matrices,
+// Q6_K output and half of ffn_down) is served like any other: the model
+// loads, and its greedy tokens over the wire, one-shot and as
+// Prefill + Decode, equal the in-process generation's.
+TEST_F(ServiceTest, ServesAQ4KMModel) {
+  RandomModelSpec spec = Spec();
+  spec.dim = 256;  // K-quant rows are multiples of 256
+  spec.ffn = 512;
+  ASSERT_TRUE(ParseRandomDType("q4_k_m", &spec));
+  ServerConfig c = BaseConfig();
+  c.model_path = ckv::testing::RandomModelPath("svc_q4km", spec);
+  auto model = LoadModel(c.model_path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->weights.layers[0].w_up.type, kernels::DType::kQ4_K);
+  EXPECT_EQ((*model)->weights.output.type, kernels::DType::kQ6_K);
+  StartServer(c);
+  const std::string prompt = Prompt(4) + Prompt(5);
+  std::string ref_text;
+  const GenerationResult ref = ReferenceGenerate(c, prompt, &ref_text);
+  ASSERT_FALSE(ref.tokens.empty());
+  v1::GenerateRequest g;
+  g.set_prompt(prompt);
+  const Answer one_shot = Generate(g);
+  ASSERT_TRUE(one_shot.status.ok()) << one_shot.status.error_message();
+  EXPECT_EQ(one_shot.ids, ref.tokens);
+  const std::string id = Create();
+  ASSERT_TRUE(Prefill(id, prompt).ok());
   const Answer streamed = Decode(id);
   ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
   EXPECT_EQ(streamed.ids, ref.tokens);
