@@ -61,11 +61,15 @@ void DotRows4(const char* w, int64_t row_bytes, int64_t n, const float* x,
   __m256 acc[4][2];
   for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
   int64_t i = 0;
+  constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
   for (; i + 16 <= n; i += 16) {
     const __m256 x0 = _mm256_loadu_ps(x + i);
     const __m256 x1 = _mm256_loadu_ps(x + i + 8);
     for (int r = 0; r < 4; ++r) {
       const char* row = w + r * row_bytes;
+      // The same part of the next 4 rows (a decode GEMV streams the
+      // matrix once): its memory latency overlaps this group's work.
+      _mm_prefetch(row + 4 * row_bytes + i * kElemBytes, _MM_HINT_T0);
       acc[r][0] = _mm256_fmadd_ps(Load8<T>(row, i), x0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(Load8<T>(row, i + 8), x1, acc[r][1]);
     }

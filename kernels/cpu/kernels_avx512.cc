@@ -85,11 +85,17 @@ void GemvRows(const char* w, int64_t row_bytes, int64_t n_in, const float* x,
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   int64_t i = 0;
+  constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
   for (; i + 32 <= n_in; i += 32) {
     const __m512 x0 = _mm512_loadu_ps(x + i);
     const __m512 x1 = _mm512_loadu_ps(x + i + 16);
     for (int r = 0; r < R; ++r) {
       const char* row = w + r * row_bytes;
+      // The same part of the next group of rows (a decode GEMV streams the
+      // matrix once): its memory latency overlaps this group's work.
+      for (int64_t off = 0; off < 32 * kElemBytes; off += 64) {
+        _mm_prefetch(row + R * row_bytes + i * kElemBytes + off, _MM_HINT_T0);
+      }
       acc[r][0] = _mm512_fmadd_ps(Load16<T>(row, i), x0, acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(Load16<T>(row, i + 16), x1, acc[r][1]);
     }

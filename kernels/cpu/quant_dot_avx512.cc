@@ -9,6 +9,7 @@
 // in F32. Used only on CPUs with AVX-512 F/BW/VL and VNNI.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -430,6 +431,10 @@ int WeightOffset(DType t) {
   }
 }
 
+// How far ahead of the row being computed Rows prefetches (at least one
+// row).
+constexpr int64_t kPrefetchBytes = 1024;
+
 struct RowsArgs {
   const void* w;
   int64_t row_bytes, n_rows, n_in;
@@ -444,9 +449,16 @@ template <typename Block, int kElems,
           float (*Dot)(const Block*, int64_t, const Acts&)>
 void Rows(const RowsArgs& g) {
   const int64_t nb = g.n_in / kElems;
+  const char* w = static_cast<const char*>(g.w);
+  const int64_t rows_ahead =
+      std::max<int64_t>(1, kPrefetchBytes / std::max<int64_t>(1, g.row_bytes));
   for (int64_t r = 0; r < g.n_rows; ++r) {
-    const auto* row = reinterpret_cast<const Block*>(
-        static_cast<const char*>(g.w) + r * g.row_bytes);
+    const auto* row = reinterpret_cast<const Block*>(w + r * g.row_bytes);
+    // A decode GEMV streams the matrix once: fetch a later row meanwhile.
+    const char* ahead = w + (r + rows_ahead) * g.row_bytes;
+    for (int64_t off = 0; off < g.row_bytes; off += 64) {
+      _mm_prefetch(ahead + off, _MM_HINT_T0);
+    }
     for (int k = 0; k < g.n_tok; ++k)
       g.y[k * g.ldy + r] = Dot(row, nb, g.acts[k]);
   }
