@@ -31,15 +31,10 @@ int64_t BlockCache::device_bytes() const {
 int64_t BlockCache::Allocate(int32_t rows) {
   const int64_t capacity = static_cast<int64_t>(pos_.size());
   if (end_ + rows > capacity) {
-    if (live_rows_ + rows <= capacity && end_ > 2 * live_rows_) {
-      Compact();
-    }
-    if (end_ + rows > capacity) {
-      const int64_t grown = std::max(end_ + rows, capacity * 2);
-      k_.resize(grown * head_dim_);
-      v_.resize(grown * head_dim_);
-      pos_.resize(grown);
-    }
+    const int64_t grown = std::max(end_ + rows, capacity * 2);
+    k_.resize(grown * head_dim_);
+    v_.resize(grown * head_dim_);
+    pos_.resize(grown);
   }
   const int64_t offset = end_;
   end_ += rows;
@@ -72,6 +67,13 @@ void BlockCache::Compact() {
 
 int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
                            int kv_head, const BlockRef& block) {
+  if (step != step_) {
+    // A new step: no offset of it has been handed out yet, so this is the
+    // only time live blocks may move (the step's offsets must hold until
+    // its attention has read the arena).
+    step_ = step;
+    if (copy_rows_ && end_ > 2 * live_rows_) Compact();
+  }
   ++stats_.lookups;
   const Key key{seg.uid(), block.kind, block.id};
   auto it = entries_.find(key);

@@ -75,6 +75,7 @@ class BlockCache {
   std::vector<int64_t> pos_;     // [capacity]
   std::vector<int32_t> rows_;    // Ensure scratch: a block's stored rows
   int64_t end_ = 0;              // rows in use up to here (with holes)
+  int64_t step_ = -1;            // the step of the last Ensure
   int64_t live_rows_ = 0;
   absl::flat_hash_map<Key, Entry> entries_;
   CacheStats stats_;

@@ -214,6 +214,33 @@ TEST(KvStore, ClusterKvSelectionMatchesBruteForce) {
   }
 }
 
+// Many steps on one store with a different query each: blocks come and go,
+// so the copy arena grows, frees holes and compacts while a step is being
+// gathered; every step's selection must still be the brute-force one.
+TEST(KvStore, SelectionStaysExactAcrossManySteps) {
+  for (CacheMode mode : {CacheMode::kZeroCopy, CacheMode::kCopy}) {
+    for (int steps : {1, 2}) {
+      KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+      c.cache_mode = mode;
+      c.cache_steps = steps;
+      c.budget = 40;
+      ClusteredKvStore store(kShape, c, nullptr);
+      Feeder f(11);
+      f.Add(store, 400, AppendKind::kPrompt);
+      for (int step = 0; step < 40; ++step) {
+        const auto q = RandomQuery(100 + step);
+        const auto got = Selected(store, 1, q);
+        for (int h = 0; h < kShape.n_heads; ++h) {
+          ASSERT_EQ(got[h], BruteForceClusterKv(store, 1, h / 2,
+                                                q.data() + h * 16, c.budget))
+              << "mode " << static_cast<int>(mode) << " cache_steps " << steps
+              << " step " << step << " head " << h;
+        }
+      }
+    }
+  }
+}
+
 // A clustered segment stores its rows by cluster: cluster c is the stored
 // rows [offsets[c], offsets[c+1]) holding members in order; the row map and
 // the host spans (what dense attention reads) still give every position its
