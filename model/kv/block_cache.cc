@@ -74,9 +74,12 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
     step_ = step;
     if (copy_rows_ && end_ > 2 * live_rows_) Compact();
   }
-  ++stats_.lookups;
   const Key key{seg.uid(), block.kind, block.id};
   auto it = entries_.find(key);
+  if (it != entries_.end() && it->second.last_used == step) {
+    return it->second.offset;  // already looked up in this step
+  }
+  ++stats_.lookups;
   if (it != entries_.end()) {
     ++stats_.hits;
     stats_.hit_tokens += it->second.size;

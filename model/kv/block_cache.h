@@ -31,7 +31,8 @@ class BlockCache {
   BlockCache(int head_dim, int cache_steps, int page_size, bool copy_rows);
 
   // Makes the block resident; returns its first arena row (-1 without
-  // copies). Marks it used in `step`.
+  // copies). Marks it used in `step`; the statistics count a block once per
+  // step however often it is asked for.
   int64_t Ensure(int64_t step, const Segment& seg, int layer, int kv_head,
                  const BlockRef& block);
   // Evicts blocks not used in the last `cache_steps` steps (all when 0).

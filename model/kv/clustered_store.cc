@@ -399,7 +399,6 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
   std::vector<size_t> first_span(shape_.n_heads);
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
     BlockCache& cache = caches_[layer][g];
-    step_blocks_.clear();  // one lookup per distinct block of the group
     for (int h = g * group; h < (g + 1) * group; ++h) {
       if (!shared || h == g * group) GatherRows(layer, g, h, step, cache);
     }
@@ -433,17 +432,12 @@ void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
   for (auto& b : by_segment_) b.clear();
   sel_rows_[h].clear();
   for (const BlockRef& b : plans_[h].blocks) {
-    const auto key = std::make_tuple(b.segment, b.kind, b.id);
-    auto it = step_blocks_.find(key);
-    if (it == step_blocks_.end()) {
-      it = step_blocks_
-               .emplace(key,
-                        cache.Ensure(step, *seg_view_[b.segment], layer, g, b))
-               .first;
-    }
+    // Counted once per step however many of the group's heads take it.
+    const int64_t offset =
+        cache.Ensure(step, *seg_view_[b.segment], layer, g, b);
     if (copy) {
       for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
-        sel_rows_[h].push_back(static_cast<int32_t>(it->second + r));
+        sel_rows_[h].push_back(static_cast<int32_t>(offset + r));
       }
     } else {
       AppendBlockRows(*seg_view_[b.segment], layer, g, b.kind, b.id, b.begin,

@@ -11,10 +11,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <tuple>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "model/kv/block_cache.h"
 #include "model/kv/cluster_worker.h"
@@ -205,8 +203,6 @@ class ClusteredKvStore : public KvCache {
   std::vector<std::vector<RowRun>> sel_runs_;
   std::vector<std::vector<int32_t>> by_segment_;  // GatherRows scratch
   std::vector<const float*> plan_qs_;
-  absl::flat_hash_map<std::tuple<int32_t, BlockKind, int32_t>, int64_t>
-      step_blocks_;  // block -> arena row, for the KV head being selected
   bool Records(int layer) const {
     return record_selection_ || layer == record_layer_;
   }
