@@ -379,7 +379,7 @@ const KernelSet* Avx2Kernels() {
       .page_minmax = avx2::PageMinMax,
       .quest_scores = avx2::QuestScores,
       .centroid_scores = avx2::CentroidScores,
-      .quant_gemv = avx2q::QuantGemv,
+      .quant_gemv = avx2q::FusedGemv,
       .qk_rowmajor = avx2::QkRowMajor,
       .qk_direct = avx2::QkDirect,
       .pv_direct = avx2::PvDirect,

@@ -149,15 +149,10 @@ const char* QuantDotPath(DType t) {
   const KernelSet& ks = ActiveKernels();
   if (!IsQuantized(t) || ks.quant_gemv == nullptr) return "f32 dot";
   // A row length that is a multiple of 256 suits every block type.
-  if (&ks == Avx512Kernels() && GetCpuFeatures().avx512_vnni &&
-      avx512q::HasFusedDot(t, kChunk)) {
-    return "int8 dot, fused blocks (VNNI)";
-  }
-  if ((&ks == Avx2Kernels() || &ks == Avx512Kernels()) &&
-      avx2q::HasFusedDot(t, kChunk)) {
-    return "int8 dot, fused blocks";
-  }
-  return "int8 dot, unpacked blocks";
+  // Both SIMD tables have a fused dot for every block type.
+  return &ks == Avx512Kernels() && GetCpuFeatures().avx512_vnni
+             ? "int8 dot, fused blocks (VNNI)"
+             : "int8 dot, fused blocks";
 }
 
 void MatMul(ThreadPool* pool, DType wtype, const void* w, int64_t n_in,

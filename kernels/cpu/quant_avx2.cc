@@ -1,6 +1,5 @@
-// AVX2 side of the quantised-weight primitives: QuantGemv is the fused dot
-// of every block type (quant_dot_avx2.cc); QuantToF32 unpacks rows through
-// quant_unpack.inc compiled with this file's ISA.
+// AVX2 QuantToF32: rows unpacked through quant_unpack.inc compiled with this
+// file's ISA (the quantised GEMV is quant_dot_avx2.cc).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,12 +15,6 @@ namespace {
 #include "kernels/cpu/quant_unpack.inc"
 
 }  // namespace
-
-void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
-               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
-               int64_t ldy) {
-  FusedGemv(t, w, row_bytes, n_rows, n_in, acts, n_tok, y, ldy);
-}
 
 void QuantToF32(DType t, const void* src, int64_t n, float* dst) {
   QuantRowToF32(t, src, n, dst);

@@ -22,7 +22,7 @@ namespace {
 
 using avx2util::Sum8;
 
-#include "kernels/cpu/quant_scales.inc"
+#include "kernels/cpu/quant_dot_common.inc"
 
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -382,10 +382,6 @@ float DotQ3K(const BlockQ3_K* w, int64_t nb, const QuantizedActs& a) {
   return Sum8(acc);
 }
 
-// How far ahead of the row being computed Rows prefetches (at least one
-// row).
-constexpr int64_t kPrefetchBytes = 1024;
-
 struct GemvArgs {
   const void* w;
   int64_t row_bytes, n_rows, n_in;
@@ -401,15 +397,10 @@ template <typename Block, int kElems,
 void Rows(const GemvArgs& g) {
   const int64_t nb = g.n_in / kElems;
   const char* w = static_cast<const char*>(g.w);
-  const int64_t rows_ahead =
-      std::max<int64_t>(1, kPrefetchBytes / std::max<int64_t>(1, g.row_bytes));
+  const int64_t rows_ahead = RowsAhead(g.row_bytes);
   for (int64_t r = 0; r < g.n_rows; ++r) {
     const auto* row = reinterpret_cast<const Block*>(w + r * g.row_bytes);
-    // A decode GEMV streams the matrix once: fetch a later row meanwhile.
-    const char* ahead = w + (r + rows_ahead) * g.row_bytes;
-    for (int64_t off = 0; off < g.row_bytes; off += 64) {
-      _mm_prefetch(ahead + off, _MM_HINT_T0);
-    }
+    PrefetchRow(w + (r + rows_ahead) * g.row_bytes, g.row_bytes);
     for (int k = 0; k < g.n_tok; ++k) {
       g.y[k * g.ldy + r] = Dot(row, nb, g.acts[k]);
     }
@@ -417,27 +408,6 @@ void Rows(const GemvArgs& g) {
 }
 
 }  // namespace
-
-bool HasFusedDot(DType t, int64_t n_in) {
-  switch (t) {
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kIQ4_NL:
-      return n_in % 32 == 0;
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-    case DType::kIQ4_XS:
-      return n_in % kQK_K == 0;
-    default:
-      return false;
-  }
-}
 
 void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,

@@ -22,7 +22,7 @@ namespace {
 
 inline float Half(uint16_t h) { return _cvtsh_ss(h); }
 
-#include "kernels/cpu/quant_scales.inc"
+#include "kernels/cpu/quant_dot_common.inc"
 
 inline __m512i Load64(const void* p) { return _mm512_loadu_si512(p); }
 inline __m256i Load32(const void* p) {
@@ -431,10 +431,6 @@ int WeightOffset(DType t) {
   }
 }
 
-// How far ahead of the row being computed Rows prefetches (at least one
-// row).
-constexpr int64_t kPrefetchBytes = 1024;
-
 struct RowsArgs {
   const void* w;
   int64_t row_bytes, n_rows, n_in;
@@ -450,42 +446,16 @@ template <typename Block, int kElems,
 void Rows(const RowsArgs& g) {
   const int64_t nb = g.n_in / kElems;
   const char* w = static_cast<const char*>(g.w);
-  const int64_t rows_ahead =
-      std::max<int64_t>(1, kPrefetchBytes / std::max<int64_t>(1, g.row_bytes));
+  const int64_t rows_ahead = RowsAhead(g.row_bytes);
   for (int64_t r = 0; r < g.n_rows; ++r) {
     const auto* row = reinterpret_cast<const Block*>(w + r * g.row_bytes);
-    // A decode GEMV streams the matrix once: fetch a later row meanwhile.
-    const char* ahead = w + (r + rows_ahead) * g.row_bytes;
-    for (int64_t off = 0; off < g.row_bytes; off += 64) {
-      _mm_prefetch(ahead + off, _MM_HINT_T0);
-    }
+    PrefetchRow(w + (r + rows_ahead) * g.row_bytes, g.row_bytes);
     for (int k = 0; k < g.n_tok; ++k)
       g.y[k * g.ldy + r] = Dot(row, nb, g.acts[k]);
   }
 }
 
 }  // namespace
-
-bool HasFusedDot(DType t, int64_t n_in) {
-  switch (t) {
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kIQ4_NL:
-      return n_in % 32 == 0;
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
-    case DType::kIQ4_XS:
-      return n_in % kQK_K == 0;
-    default:
-      return false;
-  }
-}
 
 void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
@@ -496,7 +466,7 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
   const int64_t lanes = (n_in + 63) / 64 * 16;
   thread_local std::vector<int32_t> offsets;
   thread_local std::vector<Acts> forms;
-  offsets.assign(offset != 0 ? lanes * n_tok : 0, 0);
+  offsets.resize(offset != 0 ? lanes * n_tok : 0);  // LaneOffsets fills it
   forms.resize(n_tok);
   for (int k = 0; k < n_tok; ++k) {
     const QuantizedActs& q = acts[k];

@@ -10,16 +10,10 @@
 
 namespace ckv::kernels::cpu {
 
-// QuantGemv (both): FusedGemv, which covers every block type.
 namespace avx2q {
-void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
-               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
-               int64_t ldy);
 void QuantToF32(DType t, const void* src, int64_t n, float* dst);
-// Whether FusedGemv handles rows of n_in elements of type t (Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS; quant_dot_avx2.cc).
-bool HasFusedDot(DType t, int64_t n_in);
-// quant_gemv's contract (kernel_set.h) for the types of HasFusedDot, with
+// KernelSet::quant_gemv (contract in kernel_set.h) for every block type (Q8_0,
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS; quant_dot_avx2.cc), with
 // the block form of the activations for the 32-element block types and the
 // super-block form for the K-quants and IQ4_XS.
 void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
@@ -29,13 +23,7 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
 
 // Needs AVX-512 F/BW/VL and VNNI.
 namespace avx512q {
-void QuantGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
-               int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
-               int64_t ldy);
 void QuantToF32(DType t, const void* src, int64_t n, float* dst);
-// Whether FusedGemv handles rows of n_in elements of type t (the types of
-// avx2q::HasFusedDot; quant_dot_avx512.cc).
-bool HasFusedDot(DType t, int64_t n_in);
 // As avx2q::FusedGemv, with vpdpbusd.
 void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,

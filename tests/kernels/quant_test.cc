@@ -15,7 +15,6 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
-#include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/quant_blocks.h"
 #include "tests/kernels/test_util.h"
@@ -159,7 +158,7 @@ TEST_P(QuantTypeTest, FastMatMulMatchesReferenceOnOddSizes) {
 INSTANTIATE_TEST_SUITE_P(Types, QuantTypeTest, ::testing::ValuesIn(kTypes),
                          TypeName);
 
-// The types with a fused AVX2 integer dot (avx2q::HasFusedDot).
+// The block types, each with a fused integer dot in both SIMD tables.
 const DType kFusedTypes[] = {DType::kQ8_0, DType::kQ4_0,   DType::kQ4_1,
                              DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,
                              DType::kQ3_K, DType::kQ4_K,   DType::kQ5_K,
@@ -281,9 +280,7 @@ TEST(FusedDotTest, QuantGemvMatchesReferenceDot) {
     const bool fused = ks == Avx2Kernels() || ks == Avx512Kernels();
     for (DType t : kFusedTypes) {
       if (fused) {
-        const bool vnni = ks == Avx512Kernels() &&
-                          GetCpuFeatures().avx512_vnni &&
-                          avx512q::HasFusedDot(t, kQK_K);
+        const bool vnni = ks == Avx512Kernels() && GetCpuFeatures().avx512_vnni;
         EXPECT_STREQ(QuantDotPath(t), vnni ? "int8 dot, fused blocks (VNNI)"
                                            : "int8 dot, fused blocks")
             << ks->name << " " << DTypeName(t);
