@@ -88,6 +88,18 @@ Answer ReadDecode(grpc::ClientReader<v1::DecodeResponse>* reader) {
   return a;
 }
 
+// The greedy generation of `prompt` in process (model and settings of c)
+// and by the running server, one-shot and as Prefill (in `parts` messages)
+// + Decode.
+struct ServedBothWays {
+  GenerationResult ref;
+  std::string ref_text;
+  Answer one_shot;
+  grpc::Status prefill;
+  v1::PrefillSummary summary;
+  Answer streamed;
+};
+
 class ServiceTest : public ::testing::Test {
  protected:
   void StartServer(const ServerConfig& config) {
@@ -198,6 +210,10 @@ class ServiceTest : public ::testing::Test {
     return bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : 0;
   }
 
+  // Defined below ReferenceGenerate.
+  ServedBothWays ServeBothWays(const ServerConfig& c, const std::string& prompt,
+                               int parts);
+
   std::unique_ptr<ClusterKvServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ClusterKv::Stub> stub_;
@@ -236,32 +252,38 @@ GenerationResult ReferenceGenerate(const ServerConfig& c,
   return out;
 }
 
-TEST_F(ServiceTest, GreedyTokensEqualInProcessGenerate) {
-  const std::string prompt = Prompt(1) + Prompt(2) + Prompt(3);
-  std::string ref_text;
-  const GenerationResult ref =
-      ReferenceGenerate(BaseConfig(), prompt, &ref_text);
-  ASSERT_FALSE(ref.tokens.empty());
-
+ServedBothWays ServiceTest::ServeBothWays(const ServerConfig& c,
+                                          const std::string& prompt,
+                                          int parts) {
+  ServedBothWays r;
+  r.ref = ReferenceGenerate(c, prompt, &r.ref_text);
   v1::GenerateRequest g;
   g.set_prompt(prompt);
-  const Answer one_shot = Generate(g);
-  ASSERT_TRUE(one_shot.status.ok()) << one_shot.status.error_message();
-  EXPECT_EQ(one_shot.ids, ref.tokens);
-  EXPECT_EQ(one_shot.text, ref_text);
-  EXPECT_EQ(one_shot.summary.text(), ref_text);
-  EXPECT_EQ(one_shot.summary.input_tokens(), ref.prompt_tokens);
-
+  r.one_shot = Generate(g);
   const std::string id = Create();
-  v1::PrefillSummary summary;
-  ASSERT_TRUE(Prefill(id, prompt, 4, &summary).ok());
-  EXPECT_EQ(summary.prompt_tokens(), ref.prompt_tokens);
-  EXPECT_EQ(summary.session_tokens(), ref.prompt_tokens);
-  EXPECT_GT(summary.clusters_built(), 0);
-  const Answer streamed = Decode(id);
-  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
-  EXPECT_EQ(streamed.ids, ref.tokens);
-  EXPECT_EQ(streamed.text, ref_text);
+  r.prefill = Prefill(id, prompt, parts, &r.summary);
+  r.streamed = Decode(id);
+  return r;
+}
+
+TEST_F(ServiceTest, GreedyTokensEqualInProcessGenerate) {
+  const ServedBothWays r =
+      ServeBothWays(BaseConfig(), Prompt(1) + Prompt(2) + Prompt(3), 4);
+  const GenerationResult& ref = r.ref;
+  ASSERT_FALSE(ref.tokens.empty());
+  ASSERT_TRUE(r.one_shot.status.ok()) << r.one_shot.status.error_message();
+  EXPECT_EQ(r.one_shot.ids, ref.tokens);
+  EXPECT_EQ(r.one_shot.text, r.ref_text);
+  EXPECT_EQ(r.one_shot.summary.text(), r.ref_text);
+  EXPECT_EQ(r.one_shot.summary.input_tokens(), ref.prompt_tokens);
+
+  ASSERT_TRUE(r.prefill.ok());
+  EXPECT_EQ(r.summary.prompt_tokens(), ref.prompt_tokens);
+  EXPECT_EQ(r.summary.session_tokens(), ref.prompt_tokens);
+  EXPECT_GT(r.summary.clusters_built(), 0);
+  ASSERT_TRUE(r.streamed.status.ok()) << r.streamed.status.error_message();
+  EXPECT_EQ(r.streamed.ids, ref.tokens);
+  EXPECT_EQ(r.streamed.text, r.ref_text);
 }
 
 // A Q4_K_M file as make-random writes it (llama.cpp's mix: Q4_K matrices,
@@ -280,21 +302,14 @@ TEST_F(ServiceTest, ServesAQ4KMModel) {
   EXPECT_EQ((*model)->weights.layers[0].w_up.type, kernels::DType::kQ4_K);
   EXPECT_EQ((*model)->weights.output.type, kernels::DType::kQ6_K);
   StartServer(c);
-  const std::string prompt = Prompt(4) + Prompt(5);
-  std::string ref_text;
-  const GenerationResult ref = ReferenceGenerate(c, prompt, &ref_text);
-  ASSERT_FALSE(ref.tokens.empty());
-  v1::GenerateRequest g;
-  g.set_prompt(prompt);
-  const Answer one_shot = Generate(g);
-  ASSERT_TRUE(one_shot.status.ok()) << one_shot.status.error_message();
-  EXPECT_EQ(one_shot.ids, ref.tokens);
-  const std::string id = Create();
-  ASSERT_TRUE(Prefill(id, prompt).ok());
-  const Answer streamed = Decode(id);
-  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
-  EXPECT_EQ(streamed.ids, ref.tokens);
-  EXPECT_EQ(streamed.text, ref_text);
+  const ServedBothWays r = ServeBothWays(c, Prompt(4) + Prompt(5), 3);
+  ASSERT_FALSE(r.ref.tokens.empty());
+  ASSERT_TRUE(r.one_shot.status.ok()) << r.one_shot.status.error_message();
+  EXPECT_EQ(r.one_shot.ids, r.ref.tokens);
+  ASSERT_TRUE(r.prefill.ok());
+  ASSERT_TRUE(r.streamed.status.ok()) << r.streamed.status.error_message();
+  EXPECT_EQ(r.streamed.ids, r.ref.tokens);
+  EXPECT_EQ(r.streamed.text, r.ref_text);
 }
 
 TEST_F(ServiceTest, UnknownSessionIsNotFound) {

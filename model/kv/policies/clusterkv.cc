@@ -45,47 +45,30 @@ class ClusterKvPolicy final : public SelectionPolicy {
   // The ScoreOrder threshold that suited (layer, KV head, query) at its
   // last step: consecutive decode queries score alike, so it usually holds.
   float* Hint(const PlanContext& ctx, int query);
-  // seg_first_[s] = the index of segment s's first cluster in the
-  // concatenation of every segment's clusters; returns their count.
-  int64_t IndexSegments(const PlanContext& ctx);
-  // Scores every cluster of every segment into order_ (segment s's clusters
-  // from seg_first_[s]).
-  void ScoreClusters(const PlanContext& ctx, const float* q);
+  // Scores every cluster of every segment for the n_q queries in one pass
+  // over the centroids: group_scores_[i * total + seg_first_[s] + c] is
+  // query i's score of cluster c of segment s (seg_first_[s]: the index of
+  // segment s's first cluster in the concatenation of every segment's);
+  // hands the segment list to order_ and returns `total`.
+  int64_t ScoreGroup(const PlanContext& ctx, const float* const* qs, int n_q);
   KvStoreConfig config_;
-  std::vector<float> q_sum_, scores_;
-  std::vector<float> group_q_, group_scores_;  // PlanEach
+  std::vector<float> q_sum_;
+  std::vector<float> group_q_, group_scores_;
   std::vector<int64_t> seg_first_;
   ScoreOrder order_;
   absl::flat_hash_map<int64_t, float> hints_;
 };
 
-int64_t ClusterKvPolicy::IndexSegments(const PlanContext& ctx) {
+int64_t ClusterKvPolicy::ScoreGroup(const PlanContext& ctx,
+                                    const float* const* qs, int n_q) {
   const auto& segs = *ctx.segments;
+  const int hd = ctx.head_dim;
   seg_first_.assign(segs.size() + 1, 0);
   for (size_t s = 0; s < segs.size(); ++s) {
     seg_first_[s + 1] =
         seg_first_[s] + segs[s]->layer(ctx.layer).heads[ctx.kv_head].k;
   }
-  return seg_first_.back();
-}
-
-void ClusterKvPolicy::ScoreClusters(const PlanContext& ctx, const float* q) {
-  const auto& segs = *ctx.segments;
-  scores_.resize(IndexSegments(ctx));
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const HeadIndex& h = segs[s]->layer(ctx.layer).heads[ctx.kv_head];
-    kernels::cpu::CentroidScores(q, h.centroid_panels.data(), h.k, ctx.head_dim,
-                                 scores_.data() + seg_first_[s]);
-  }
-  order_.SetSegments(seg_first_);
-  order_.Reset(scores_.data());
-}
-
-void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
-                               int n_q, HeadPlan* out) {
-  const auto& segs = *ctx.segments;
-  const int hd = ctx.head_dim;
-  const int64_t total = IndexSegments(ctx);
+  const int64_t total = seg_first_.back();
   group_q_.resize(size_t{1} * n_q * hd);
   for (int i = 0; i < n_q; ++i) {
     std::copy_n(qs[i], hd, group_q_.data() + size_t{1} * i * hd);
@@ -98,6 +81,12 @@ void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
         group_scores_.data() + seg_first_[s], total);
   }
   order_.SetSegments(seg_first_);
+  return total;
+}
+
+void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
+                               int n_q, HeadPlan* out) {
+  const int64_t total = ScoreGroup(ctx, qs, n_q);
   for (int i = 0; i < n_q; ++i) {
     order_.Reset(group_scores_.data() + i * total);
     PlanFromScores(ctx, i, out + i);
@@ -106,7 +95,8 @@ void ClusterKvPolicy::PlanEach(const PlanContext& ctx, const float* const* qs,
 
 void ClusterKvPolicy::PlanQuery(const PlanContext& ctx, const float* q,
                                 HeadPlan* out) {
-  ScoreClusters(ctx, q);
+  ScoreGroup(ctx, &q, 1);
+  order_.Reset(group_scores_.data());
   PlanFromScores(ctx, 0, out);
 }
 
