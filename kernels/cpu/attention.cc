@@ -180,7 +180,7 @@ void PrefetchRows(const KvSpan& sp, int64_t j0, int64_t j1, int hd) {
   // Consecutive rows of under 256 bytes are left to the hardware
   // prefetcher: on an AVX-512 Xeon, prefetching them made 8/2-head, head-
   // dim-64 F16 decode 18 % slower, while 128-dim rows and index lists gain
-  // 25-50 % from it (kernels_bench attn decode / sparse decode).
+  // 35-55 % from it (kernels_bench attn decode / sparse decode).
   if (sp.rows == nullptr && used < 256) return;
   for (int64_t r = j0; r < j1; ++r) {
     const int64_t i = sp.rows ? sp.rows[r] : r;
