@@ -46,7 +46,7 @@ int64_t BlockCache::Allocate(int32_t rows) {
 // moves: not host->device traffic).
 void BlockCache::Compact() {
   std::vector<Entry*> live;
-  for (auto& [key, e] : entries_) live.push_back(&e);
+  for (Entry& e : entries_) live.push_back(&e);
   std::sort(live.begin(), live.end(), [](const Entry* a, const Entry* b) {
     return a->offset < b->offset;
   });
@@ -65,6 +65,25 @@ void BlockCache::Compact() {
   end_ = next;
 }
 
+int32_t BlockCache::FindTable(int64_t segment_uid, BlockKind kind) {
+  const auto is = [&](int32_t t) {
+    return tables_[t].segment_uid == segment_uid && tables_[t].kind == kind;
+  };
+  if (last_table_ >= 0 && is(last_table_)) return last_table_;
+  const int32_t n = static_cast<int32_t>(tables_.size());
+  for (int32_t t = 0; t < n; ++t) {
+    if (is(t)) return last_table_ = t;
+  }
+  tables_.push_back({segment_uid, kind, {}});
+  return last_table_ = n;
+}
+
+int32_t& BlockCache::Slot(int32_t t, int32_t id) {
+  std::vector<int32_t>& slot = tables_[t].slot;
+  if (id >= static_cast<int32_t>(slot.size())) slot.resize(id + 1, -1);
+  return slot[id];
+}
+
 int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
                            int kv_head, const BlockRef& block) {
   if (step != step_) {
@@ -74,18 +93,18 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
     step_ = step;
     if (copy_rows_ && end_ > 2 * live_rows_) Compact();
   }
-  const Key key{seg.uid(), block.kind, block.id};
-  auto it = entries_.find(key);
-  if (it != entries_.end() && it->second.last_used == step) {
-    return it->second.offset;  // already looked up in this step
+  const int32_t table = FindTable(seg.uid(), block.kind);
+  int32_t& slot = Slot(table, block.id);
+  if (slot >= 0) {
+    Entry& e = entries_[slot];
+    if (e.last_used == step) return e.offset;  // already looked up this step
+    ++stats_.lookups;
+    ++stats_.hits;
+    stats_.hit_tokens += e.size;
+    e.last_used = step;
+    return e.offset;
   }
   ++stats_.lookups;
-  if (it != entries_.end()) {
-    ++stats_.hits;
-    stats_.hit_tokens += it->second.size;
-    it->second.last_used = step;
-    return it->second.offset;
-  }
   const int32_t size =
       BlockSize(seg, layer, kv_head, block.kind, block.id, page_size_);
   const size_t row_bytes = size_t{2} * head_dim_;
@@ -94,7 +113,8 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
   stats_.h2d_bytes += 2 * static_cast<int64_t>(row_bytes) * size;
   if (!copy_rows_) {
     live_rows_ += size;
-    entries_.emplace(key, Entry{-1, size, step});
+    slot = static_cast<int32_t>(entries_.size());
+    entries_.push_back({table, block.id, -1, size, step});
     return -1;
   }
   const int64_t offset = Allocate(size);
@@ -117,20 +137,44 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
     }
     r += run;
   }
-  entries_.emplace(key, Entry{offset, size, step});
+  slot = static_cast<int32_t>(entries_.size());
+  entries_.push_back({table, block.id, offset, size, step});
   return offset;
 }
 
 void BlockCache::EndStep(int64_t step) {
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    if (step - it->second.last_used >= cache_steps_) {
-      live_rows_ -= it->second.size;
-      entries_.erase(it++);
-    } else {
-      ++it;
+  size_t kept = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (step - e.last_used >= cache_steps_) {
+      live_rows_ -= e.size;
+      tables_[e.table].slot[e.id] = -1;
+      continue;
     }
+    tables_[e.table].slot[e.id] = static_cast<int32_t>(kept);
+    entries_[kept++] = e;
   }
+  entries_.resize(kept);
   if (entries_.empty()) end_ = 0;
+  DropUnusedTables();
+}
+
+// A table without resident blocks goes (its segment may be gone for good);
+// the tables keep their order, so entries only renumber theirs.
+void BlockCache::DropUnusedTables() {
+  table_map_.assign(tables_.size(), -1);
+  for (const Entry& e : entries_) table_map_[e.table] = 0;
+  int32_t kept = 0;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (table_map_[t] < 0) continue;
+    table_map_[t] = kept;
+    if (static_cast<int32_t>(t) != kept) tables_[kept] = std::move(tables_[t]);
+    ++kept;
+  }
+  if (kept == static_cast<int32_t>(tables_.size())) return;
+  tables_.resize(kept);
+  for (Entry& e : entries_) e.table = table_map_[e.table];
+  last_table_ = -1;
 }
 
 }  // namespace ckv

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "model/kv/selection.h"
 
 namespace ckv {
@@ -47,24 +46,27 @@ class BlockCache {
   int64_t device_bytes() const;
 
  private:
-  struct Key {
-    int64_t segment_uid;
-    BlockKind kind;
-    int32_t id;
-    bool operator==(const Key& o) const {
-      return segment_uid == o.segment_uid && kind == o.kind && id == o.id;
-    }
-    template <typename H>
-    friend H AbslHashValue(H h, const Key& k) {
-      return H::combine(std::move(h), k.segment_uid, k.kind, k.id);
-    }
-  };
   struct Entry {
+    int32_t table;  // tables_ index
+    int32_t id;     // block id within its table
     int64_t offset;
     int32_t size;
     int64_t last_used;
   };
+  // The blocks of one kind of one segment: slot[id] = entries_ index of
+  // block id, or -1 when it is not resident. Block ids are dense (cluster
+  // or page indices), so a lookup is two array reads.
+  struct Table {
+    int64_t segment_uid;
+    BlockKind kind;
+    std::vector<int32_t> slot;
+  };
 
+  // Index of the table of (uid, kind), created empty when missing.
+  int32_t FindTable(int64_t segment_uid, BlockKind kind);
+  // slot entry of block `id` of table t, grown to hold it.
+  int32_t& Slot(int32_t t, int32_t id);
+  void DropUnusedTables();
   int64_t Allocate(int32_t rows);
   void Compact();
 
@@ -78,7 +80,10 @@ class BlockCache {
   int64_t end_ = 0;              // rows in use up to here (with holes)
   int64_t step_ = -1;            // the step of the last Ensure
   int64_t live_rows_ = 0;
-  absl::flat_hash_map<Key, Entry> entries_;
+  std::vector<Table> tables_;
+  std::vector<Entry> entries_;      // the resident blocks
+  int32_t last_table_ = -1;         // FindTable's last answer
+  std::vector<int32_t> table_map_;  // DropUnusedTables scratch
   CacheStats stats_;
 };
 

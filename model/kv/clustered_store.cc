@@ -396,7 +396,8 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
   const int64_t step = steps_[layer]++;
   out->spans.clear();
   out->per_head.assign(shape_.n_heads, {});
-  std::vector<size_t> first_span(shape_.n_heads);
+  std::vector<size_t>& first_span = first_span_;
+  first_span.resize(shape_.n_heads);
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
     BlockCache& cache = caches_[layer][g];
     for (int h = g * group; h < (g + 1) * group; ++h) {

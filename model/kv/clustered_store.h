@@ -202,6 +202,7 @@ class ClusteredKvStore : public KvCache {
   };
   std::vector<std::vector<RowRun>> sel_runs_;
   std::vector<std::vector<int32_t>> by_segment_;  // GatherRows scratch
+  std::vector<size_t> first_span_;  // SelectSparse scratch: head -> span
   std::vector<const float*> plan_qs_;
   bool Records(int layer) const {
     return record_selection_ || layer == record_layer_;

@@ -56,10 +56,11 @@ int64_t ClusteredTokens(const PlanContext& ctx) {
   return n;
 }
 
-std::vector<int64_t> AddRecentRows(const PlanContext& ctx, int64_t n,
-                                   int page_size, HeadPlan* out) {
+void AddRecentRows(const PlanContext& ctx, int64_t n, int page_size,
+                   HeadPlan* out, std::vector<int64_t>* begins) {
   const auto& segs = *ctx.segments;
-  std::vector<int64_t> recent_begin(segs.size());
+  std::vector<int64_t>& recent_begin = *begins;
+  recent_begin.resize(segs.size());
   for (size_t i = 0; i < segs.size(); ++i) recent_begin[i] = segs[i]->size();
   for (int64_t s = static_cast<int64_t>(segs.size()) - 1; s >= 0 && n > 0;
        --s) {
@@ -80,7 +81,6 @@ std::vector<int64_t> AddRecentRows(const PlanContext& ctx, int64_t n,
       row = page_end;
     }
   }
-  return recent_begin;
 }
 
 }  // namespace ckv

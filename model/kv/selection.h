@@ -51,9 +51,10 @@ void AppendBlockRows(const Segment& seg, int layer, int kv_head, BlockKind kind,
 int64_t ClusteredTokens(const PlanContext& ctx);
 
 // Appends page blocks covering the last `n` clustered rows (in position
-// order); returns, per segment, the first row that is "recent".
-std::vector<int64_t> AddRecentRows(const PlanContext& ctx, int64_t n,
-                                   int page_size, HeadPlan* out);
+// order); *recent_begin = per segment, the first row that is "recent" (its
+// size when none is).
+void AddRecentRows(const PlanContext& ctx, int64_t n, int page_size,
+                   HeadPlan* out, std::vector<int64_t>* recent_begin);
 
 // A scored block (cluster or page) of one segment.
 struct ScoredBlock {

@@ -2,6 +2,7 @@
 // the window is never attended again). Needs no index.
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "model/kv/policies/policy.h"
 
@@ -19,11 +20,12 @@ class StreamingPolicy final : public SelectionPolicy {
     out->blocks.clear();
     out->tokens = 0;
     AddRecentRows(ctx, std::min<int64_t>(config_.budget, ClusteredTokens(ctx)),
-                  config_.quest_page_size, out);
+                  config_.quest_page_size, out, &recent_begin_);
   }
 
  private:
   KvStoreConfig config_;
+  std::vector<int64_t> recent_begin_;  // AddRecentRows scratch
 };
 
 }  // namespace
