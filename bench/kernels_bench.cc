@@ -120,7 +120,7 @@ void BenchCentroidScores() {
     std::uniform_real_distribution<float> d(-1, 1);
     for (float& v : mu) v = d(rng);
     for (float& v : q) v = d(rng);
-    std::vector<float> panels;
+    std::vector<uint16_t> panels;
     PackCentroidPanels(mu.data(), sh.n, sh.dim, &panels);
     const double fast = BestSeconds([&] {
       CentroidScores(q.data(), panels.data(), sh.n, sh.dim, scores.data());

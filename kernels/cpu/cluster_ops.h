@@ -83,11 +83,14 @@ void QuestScores(const float* q, const float* page_min, const float* page_max,
 // Solves all problems, in parallel across problems (and within large ones).
 void KMeansBatch(ThreadPool* pool, const KMeansProblem* problems, int count,
                  KMeansResult* results);
+// Centroids [n][dim] as F16 panels (KernelSet::centroid_scores): each
+// element rounded to nearest, saturating at +-65504 (finite centroids stay
+// finite). Half the bytes of F32: scoring streams them from memory.
 void PackCentroidPanels(const float* centroids, int64_t n, int dim,
-                        std::vector<float>* panels);
-void CentroidScores(const float* q, const float* panels, int64_t n, int dim,
+                        std::vector<uint16_t>* panels);
+void CentroidScores(const float* q, const uint16_t* panels, int64_t n, int dim,
                     float* scores);
-void CentroidScoresMulti(const float* qs, int n_q, const float* panels,
+void CentroidScoresMulti(const float* qs, int n_q, const uint16_t* panels,
                          int64_t n, int dim, float* scores, int64_t ld);
 void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
                      int dim, int page_size, float* page_min, float* page_max);

@@ -97,11 +97,12 @@ struct KernelSet {
   void (*quest_scores)(const float* q, const float* mn, const float* mx,
                        int64_t n_pages, int dim, float* scores);
   // Cluster scores of n_q <= kCentroidQueries queries (qs: [n_q][dim])
-  // against n centroids in panels: panels[(p * dim + d) * kCentroidPanel +
-  // c] is element d of centroid p * kCentroidPanel + c. For j < n_q, c < n:
-  // s[j * lds + c] = the chain acc = fma(qs[j][d], centroid_c[d], acc) over
-  // d = 0 .. dim - 1 from acc = 0 -- the same bits in every table.
-  void (*centroid_scores)(const float* qs, int n_q, const float* panels,
+  // against n centroids in F16 panels: panels[(p * dim + d) *
+  // kCentroidPanel + c] is element d of centroid p * kCentroidPanel + c.
+  // For j < n_q, c < n: s[j * lds + c] = the chain acc = fma(qs[j][d],
+  // F16ToF32(centroid_c[d]), acc) over d = 0 .. dim - 1 from acc = 0 -- the
+  // same bits in every table.
+  void (*centroid_scores)(const float* qs, int n_q, const uint16_t* panels,
                           int64_t n, int dim, float* s, int64_t lds);
 
   // Block-type weights (IsQuantized(t)) times 8-bit activations (quant.h):

@@ -319,13 +319,16 @@ void QuestScores(const float* q, const float* mn, const float* mx,
 // One panel of 16 centroids (two vectors of 8 lanes) for NQ queries, in d
 // order; the first `cols` scores are stored.
 template <int NQ>
-void CentroidPanel(const float* qs, const float* panel, int dim, int cols,
+void CentroidPanel(const float* qs, const uint16_t* panel, int dim, int cols,
                    float* s, int64_t lds) {
   __m256 acc[NQ][2];
   for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
   for (int d = 0; d < dim; ++d) {
-    const __m256 c0 = _mm256_loadu_ps(panel + d * kCentroidPanel);
-    const __m256 c1 = _mm256_loadu_ps(panel + d * kCentroidPanel + 8);
+    const uint16_t* row = panel + d * kCentroidPanel;
+    const __m256 c0 =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+    const __m256 c1 = _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 8)));
     for (int j = 0; j < NQ; ++j) {
       const __m256 q = _mm256_broadcast_ss(qs + j * dim + d);
       acc[j][0] = _mm256_fmadd_ps(q, c0, acc[j][0]);
@@ -341,8 +344,8 @@ void CentroidPanel(const float* qs, const float* panel, int dim, int cols,
 }
 
 template <int NQ>
-void CentroidScoresT(const float* qs, const float* panels, int64_t n, int dim,
-                     float* s, int64_t lds) {
+void CentroidScoresT(const float* qs, const uint16_t* panels, int64_t n,
+                     int dim, float* s, int64_t lds) {
   static_assert(kCentroidPanel == 16);
   for (int64_t c = 0; c < n; c += kCentroidPanel) {
     const int cols = static_cast<int>(std::min<int64_t>(kCentroidPanel, n - c));
@@ -350,7 +353,7 @@ void CentroidScoresT(const float* qs, const float* panels, int64_t n, int dim,
   }
 }
 
-void CentroidScores(const float* qs, int n_q, const float* panels, int64_t n,
+void CentroidScores(const float* qs, int n_q, const uint16_t* panels, int64_t n,
                     int dim, float* s, int64_t lds) {
   WithCount<kCentroidQueries>(n_q, [&](auto nq) {
     CentroidScoresT<decltype(nq)::value>(qs, panels, n, dim, s, lds);

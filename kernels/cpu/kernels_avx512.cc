@@ -29,7 +29,7 @@ void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
                 float* mn, float* mx);
 void QuestScores(const float* q, const float* mn, const float* mx,
                  int64_t n_pages, int dim, float* scores);
-void CentroidScores(const float* qs, int n_q, const float* panels, int64_t n,
+void CentroidScores(const float* qs, int n_q, const uint16_t* panels, int64_t n,
                     int dim, float* s, int64_t lds);
 
 namespace {

@@ -143,7 +143,7 @@ void QuestScores(const float* q, const float* mn, const float* mx,
 // gives few queries independent FMA chains). Panel i stores the lanes of
 // masks[i].
 template <int NQ, int NP>
-void CentroidPanels(const float* qs, const float* panels, int dim,
+void CentroidPanels(const float* qs, const uint16_t* panels, int dim,
                     const __mmask16* masks, float* s, int64_t lds) {
   __m512 acc[NP][NQ];
   for (auto& per_panel : acc) {
@@ -151,7 +151,9 @@ void CentroidPanels(const float* qs, const float* panels, int dim,
   }
   for (int d = 0; d < dim; ++d) {
     for (int i = 0; i < NP; ++i) {
-      const __m512 c = _mm512_loadu_ps(panels + (i * dim + d) * kCentroidPanel);
+      const __m512 c =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+              panels + (i * dim + d) * kCentroidPanel)));
       for (int j = 0; j < NQ; ++j) {
         acc[i][j] =
             _mm512_fmadd_ps(_mm512_set1_ps(qs[j * dim + d]), c, acc[i][j]);
@@ -167,8 +169,8 @@ void CentroidPanels(const float* qs, const float* panels, int dim,
 }
 
 template <int NQ>
-void CentroidScoresT(const float* qs, const float* panels, int64_t n, int dim,
-                     float* s, int64_t lds) {
+void CentroidScoresT(const float* qs, const uint16_t* panels, int64_t n,
+                     int dim, float* s, int64_t lds) {
   static_assert(kCentroidPanel == 16);
   constexpr int kPanels = NQ <= 2 ? 4 / NQ : 1;
   int64_t c = 0;
@@ -183,7 +185,7 @@ void CentroidScoresT(const float* qs, const float* panels, int64_t n, int dim,
   }
 }
 
-void CentroidScores(const float* qs, int n_q, const float* panels, int64_t n,
+void CentroidScores(const float* qs, int n_q, const uint16_t* panels, int64_t n,
                     int dim, float* s, int64_t lds) {
   WithCount<kCentroidQueries>(n_q, [&](auto nq) {
     CentroidScoresT<decltype(nq)::value>(qs, panels, n, dim, s, lds);

@@ -253,15 +253,15 @@ void QuestScores(const float* q, const float* mn, const float* mx,
   }
 }
 
-void CentroidScores(const float* qs, int n_q, const float* panels, int64_t n,
+void CentroidScores(const float* qs, int n_q, const uint16_t* panels, int64_t n,
                     int dim, float* s, int64_t lds) {
   for (int64_t c = 0; c < n; ++c) {
-    const float* col = panels + (c / kCentroidPanel) * dim * kCentroidPanel +
-                       c % kCentroidPanel;
+    const uint16_t* col = panels + (c / kCentroidPanel) * dim * kCentroidPanel +
+                          c % kCentroidPanel;
     for (int j = 0; j < n_q; ++j) {
       float acc = 0.0f;
       for (int d = 0; d < dim; ++d) {
-        acc = std::fma(qs[j * dim + d], col[d * kCentroidPanel], acc);
+        acc = std::fma(qs[j * dim + d], F16ToF32(col[d * kCentroidPanel]), acc);
       }
       s[j * lds + c] = acc;
     }

@@ -8,25 +8,30 @@
 namespace ckv::kernels::cpu {
 
 void PackCentroidPanels(const float* centroids, int64_t n, int dim,
-                        std::vector<float>* panels) {
+                        std::vector<uint16_t>* panels) {
+  constexpr float kF16Max = 65504.0f;
   const int64_t n_panels = (n + kCentroidPanel - 1) / kCentroidPanel;
-  panels->assign(n_panels * kCentroidPanel * dim, 0.0f);
+  panels->assign(n_panels * kCentroidPanel * dim, 0);
   for (int64_t c = 0; c < n; ++c) {
-    float* col = panels->data() + (c / kCentroidPanel) * dim * kCentroidPanel +
-                 c % kCentroidPanel;
-    for (int d = 0; d < dim; ++d)
-      col[d * kCentroidPanel] = centroids[c * dim + d];
+    uint16_t* col = panels->data() +
+                    (c / kCentroidPanel) * dim * kCentroidPanel +
+                    c % kCentroidPanel;
+    for (int d = 0; d < dim; ++d) {
+      const float x = centroids[c * dim + d];
+      col[d * kCentroidPanel] =
+          F32ToF16(x != x ? x : std::clamp(x, -kF16Max, kF16Max));
+    }
   }
 }
 
-void CentroidScores(const float* q, const float* panels, int64_t n, int dim,
+void CentroidScores(const float* q, const uint16_t* panels, int64_t n, int dim,
                     float* scores) {
   CentroidScoresMulti(q, 1, panels, n, dim, scores, n);
 }
 
 // Every query reads a panel while it is in L1; the centroids stream from
 // memory once per kCentroidQueries queries.
-void CentroidScoresMulti(const float* qs, int n_q, const float* panels,
+void CentroidScoresMulti(const float* qs, int n_q, const uint16_t* panels,
                          int64_t n, int dim, float* scores, int64_t ld) {
   if (n <= 0 || dim <= 0) return;
   const KernelSet& ks = ActiveKernels();

@@ -11,9 +11,10 @@ namespace ckv {
 namespace cpu = kernels::cpu;
 
 int64_t HeadIndex::bytes() const {
-  return static_cast<int64_t>(centroids.size() + centroid_panels.size() +
-                              page_min.size() + page_max.size()) *
+  return static_cast<int64_t>(centroids.size() + page_min.size() +
+                              page_max.size()) *
              sizeof(float) +
+         static_cast<int64_t>(centroid_panels.size()) * sizeof(uint16_t) +
          static_cast<int64_t>(offsets.size() + members.size() + row_of.size()) *
              sizeof(int32_t);
 }

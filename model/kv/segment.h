@@ -47,10 +47,10 @@ struct HeadIndex {
   // segment rows in ascending order; centroids are [k][head_dim].
   int k = 0;
   std::vector<float> centroids;
-  // The centroids as clusterkv scores them: panels of
+  // The centroids as clusterkv scores them: F16 panels of
   // kernels::cpu::kCentroidPanel, element-major (PackCentroidPanels).
   // Derived, not in snapshots.
-  std::vector<float> centroid_panels;
+  std::vector<uint16_t> centroid_panels;
   std::vector<int32_t> offsets;
   std::vector<int32_t> members;
   int kmeans_iterations = 0;

@@ -111,17 +111,45 @@ float FmaChain(const float* q, const float* c, int dim) {
   return acc;
 }
 
-// Every table's scores from the packed panels are the FMA chain to the bit
-// (odd dims and counts: partial last panels) and near the float64
-// reference.
+// The centroids as the panels hold them: each element through F16.
+std::vector<float> RoundedToF16(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = F16ToF32(F32ToF16(x[i]));
+  return out;
+}
+
+// Packing rounds to nearest F16, saturates what F16 cannot hold at +-65504
+// (a finite centroid keeps finite scores) and keeps NaN.
+TEST(CentroidScoresTest, PanelsRoundAndSaturate) {
+  const std::vector<float> mu = {1.0f,  1.0f + 1.0f / 4096, 3e-6f, -70000.0f,
+                                 1e30f, 65504.0f,           NAN,   -0.0f};
+  std::vector<uint16_t> panels;
+  PackCentroidPanels(mu.data(), 1, static_cast<int>(mu.size()), &panels);
+  ASSERT_EQ(panels.size(), kCentroidPanel * mu.size());
+  const auto at = [&](int d) { return F16ToF32(panels[d * kCentroidPanel]); };
+  EXPECT_EQ(at(0), 1.0f);
+  EXPECT_EQ(at(1), 1.0f);  // a tie rounds to even
+  EXPECT_EQ(at(2), F16ToF32(F32ToF16(3e-6f)));
+  EXPECT_EQ(at(3), -65504.0f);
+  EXPECT_EQ(at(4), 65504.0f);
+  EXPECT_EQ(at(5), 65504.0f);
+  EXPECT_TRUE(std::isnan(at(6)));
+  EXPECT_EQ(at(7), 0.0f);
+  for (size_t i = 1; i < kCentroidPanel; ++i) EXPECT_EQ(panels[i], 0) << i;
+}
+
+// Every table's scores from the packed panels are the FMA chain over the
+// F16-rounded centroids to the bit (odd dims and counts: partial last
+// panels) and near the float64 reference on those centroids.
 TEST(CentroidScoresTest, FastMatchesRef) {
   std::mt19937 rng(23);
   for (int dim : {3, 64, 128}) {
     for (int64_t n : {1, 5, 17, 410}) {
       const auto q = RandomFloats(rng, dim, -2, 2);
-      const auto mu = RandomFloats(rng, n * dim);
-      std::vector<float> panels;
-      PackCentroidPanels(mu.data(), n, dim, &panels);
+      const auto raw = RandomFloats(rng, n * dim);
+      std::vector<uint16_t> panels;
+      PackCentroidPanels(raw.data(), n, dim, &panels);
+      const auto mu = RoundedToF16(raw);
       ASSERT_EQ(panels.size() % (kCentroidPanel * dim), 0u);
       std::vector<float> want(n, NAN), got(n + 1, NAN);
       ref::CentroidScores(q.data(), mu.data(), n, dim, want.data());
@@ -152,9 +180,10 @@ TEST(CentroidScoresTest, MultiMatchesOneQueryAtATime) {
     for (int64_t n : {1, 7, 1638}) {
       for (int n_q : {1, 2, 4, 5, 8, 11}) {
         const auto qs = RandomFloats(rng, n_q * dim, -2, 2);
-        const auto mu = RandomFloats(rng, n * dim);
-        std::vector<float> panels;
-        PackCentroidPanels(mu.data(), n, dim, &panels);
+        const auto raw = RandomFloats(rng, n * dim);
+        std::vector<uint16_t> panels;
+        PackCentroidPanels(raw.data(), n, dim, &panels);
+        const auto mu = RoundedToF16(raw);
         std::vector<float> want(n_q * n, NAN), got(n_q * n, NAN);
         ref::CentroidScoresMulti(qs.data(), n_q, mu.data(), n, dim, want.data(),
                                  n);

@@ -111,8 +111,13 @@ std::vector<int64_t> BruteForceClusterKv(const ClusteredKvStore& store,
   for (size_t s = 0; s < segs.size(); ++s) {
     const HeadIndex& h = segs[s]->layer(layer).heads[kv_head];
     for (int c = 0; c < h.k; ++c) {
-      const float sc =
-          Dot(q, &h.centroids[c * kShape.head_dim], kShape.head_dim);
+      // clusterkv scores the centroids as its panels hold them: in F16.
+      std::vector<float> mu(kShape.head_dim);
+      for (int d = 0; d < kShape.head_dim; ++d) {
+        mu[d] = kernels::F16ToF32(
+            kernels::F32ToF16(h.centroids[c * kShape.head_dim + d]));
+      }
+      const float sc = Dot(q, mu.data(), kShape.head_dim);
       for (int i = h.offsets[c]; i < h.offsets[c + 1]; ++i) {
         toks.push_back(
             {sc, static_cast<int>(s), c, segs[s]->first_pos() + h.members[i]});
