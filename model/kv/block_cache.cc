@@ -65,17 +65,19 @@ void BlockCache::Compact() {
   end_ = next;
 }
 
+int64_t BlockCache::TableKey(int64_t segment_uid, BlockKind kind) {
+  return segment_uid * 2 + (kind == BlockKind::kPage ? 1 : 0);
+}
+
 int32_t BlockCache::FindTable(int64_t segment_uid, BlockKind kind) {
-  const auto is = [&](int32_t t) {
-    return tables_[t].segment_uid == segment_uid && tables_[t].kind == kind;
-  };
-  if (last_table_ >= 0 && is(last_table_)) return last_table_;
-  const int32_t n = static_cast<int32_t>(tables_.size());
-  for (int32_t t = 0; t < n; ++t) {
-    if (is(t)) return last_table_ = t;
+  if (last_table_ >= 0 && tables_[last_table_].segment_uid == segment_uid &&
+      tables_[last_table_].kind == kind) {
+    return last_table_;
   }
-  tables_.push_back({segment_uid, kind, {}});
-  return last_table_ = n;
+  const auto [it, added] = table_of_.try_emplace(
+      TableKey(segment_uid, kind), static_cast<int32_t>(tables_.size()));
+  if (added) tables_.push_back({segment_uid, kind, {}});
+  return last_table_ = it->second;
 }
 
 int32_t& BlockCache::Slot(int32_t t, int32_t id) {
@@ -174,6 +176,10 @@ void BlockCache::DropUnusedTables() {
   if (kept == static_cast<int32_t>(tables_.size())) return;
   tables_.resize(kept);
   for (Entry& e : entries_) e.table = table_map_[e.table];
+  table_of_.clear();
+  for (int32_t t = 0; t < kept; ++t) {
+    table_of_[TableKey(tables_[t].segment_uid, tables_[t].kind)] = t;
+  }
   last_table_ = -1;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "model/kv/selection.h"
 
 namespace ckv {
@@ -62,6 +63,7 @@ class BlockCache {
     std::vector<int32_t> slot;
   };
 
+  static int64_t TableKey(int64_t segment_uid, BlockKind kind);
   // Index of the table of (uid, kind), created empty when missing.
   int32_t FindTable(int64_t segment_uid, BlockKind kind);
   // slot entry of block `id` of table t, grown to hold it.
@@ -81,9 +83,10 @@ class BlockCache {
   int64_t step_ = -1;            // the step of the last Ensure
   int64_t live_rows_ = 0;
   std::vector<Table> tables_;
-  std::vector<Entry> entries_;      // the resident blocks
-  int32_t last_table_ = -1;         // FindTable's last answer
-  std::vector<int32_t> table_map_;  // DropUnusedTables scratch
+  absl::flat_hash_map<int64_t, int32_t> table_of_;  // TableKey -> tables_
+  std::vector<Entry> entries_;                      // the resident blocks
+  int32_t last_table_ = -1;                         // FindTable's last answer
+  std::vector<int32_t> table_map_;                  // DropUnusedTables scratch
   CacheStats stats_;
 };
 
