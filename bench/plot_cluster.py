@@ -184,7 +184,7 @@ def finish(fig, data, path):
             ax.grid(True, alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize="small")
-    fig.suptitle(subtitle(data), fontsize="small")
+    fig.suptitle(subtitle(data), fontsize="small", wrap=True)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -203,9 +203,22 @@ def main():
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     recall_plots(axes.flat, runs)
     finish(fig, data, os.path.join(out, "recall_vs_budget.png"))
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    engine_step_plots(list(axes.flat)[:3], runs)
-    layer_timing_plot(axes.flat[3], runs)
+    # One panel per engine batch size (at most 3) plus the layer timing,
+    # only those with data: no empty panels when one workload ran.
+    n_batches = min(3, len({r["batch"]
+                            for r in select(runs, workload="engine")}))
+    has_layer = bool(select(runs, workload="keys", experiment="layer_timing"))
+    panels = max(1, n_batches + has_layer)
+    cols = min(2, panels)
+    rows = (panels + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.5 * rows),
+                             squeeze=False)
+    axes = list(axes.flat)
+    engine_step_plots(axes[:n_batches], runs)
+    if has_layer:
+        layer_timing_plot(axes[n_batches], runs)
+    for ax in axes[n_batches + has_layer:]:
+        ax.set_visible(False)
     finish(fig, data, os.path.join(out, "step_time_vs_context.png"))
     fig, axes = plt.subplots(1, 2, figsize=(15, 5.5))
     overhead_plots(axes, runs)
