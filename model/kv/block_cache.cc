@@ -145,8 +145,9 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
 }
 
 void BlockCache::EndStep(int64_t step) {
+  const size_t before = entries_.size();
   size_t kept = 0;
-  for (size_t i = 0; i < entries_.size(); ++i) {
+  for (size_t i = 0; i < before; ++i) {
     const Entry& e = entries_[i];
     if (step - e.last_used >= cache_steps_) {
       live_rows_ -= e.size;
@@ -158,7 +159,8 @@ void BlockCache::EndStep(int64_t step) {
   }
   entries_.resize(kept);
   if (entries_.empty()) end_ = 0;
-  DropUnusedTables();
+  // A table loses its last block only by an eviction.
+  if (kept < before) DropUnusedTables();
 }
 
 // A table without resident blocks goes (its segment may be gone for good);

@@ -396,8 +396,7 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
   const int64_t step = steps_[layer]++;
   out->spans.clear();
   out->per_head.assign(shape_.n_heads, {});
-  std::vector<size_t>& first_span = first_span_;
-  first_span.resize(shape_.n_heads);
+  first_span_.resize(shape_.n_heads);
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
     BlockCache& cache = caches_[layer][g];
     for (int h = g * group; h < (g + 1) * group; ++h) {
@@ -407,7 +406,7 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
     // Arena pointers are stable only after the group's last Ensure.
     for (int h = g * group; h < (g + 1) * group; ++h) {
       const int src = shared ? g * group : h;  // same arrays: shared tiles
-      first_span[h] = out->spans.size();
+      first_span_[h] = out->spans.size();
       out->spans.push_back(SinkSpan(layer, g));
       AddSelectedSpans(layer, g, src, cache, &out->spans);
       out->spans.push_back(OpenSpan(layer, g));
@@ -416,9 +415,9 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
   }
   for (int h = 0; h < shape_.n_heads; ++h) {
     const size_t end =
-        h + 1 < shape_.n_heads ? first_span[h + 1] : out->spans.size();
-    out->per_head[h] = {&out->spans[first_span[h]],
-                        static_cast<int>(end - first_span[h])};
+        h + 1 < shape_.n_heads ? first_span_[h + 1] : out->spans.size();
+    out->per_head[h] = {&out->spans[first_span_[h]],
+                        static_cast<int>(end - first_span_[h])};
   }
   timings_.cache_ns += Lap(&t);
 }

@@ -57,16 +57,15 @@ int64_t ClusteredTokens(const PlanContext& ctx) {
 }
 
 void AddRecentRows(const PlanContext& ctx, int64_t n, int page_size,
-                   HeadPlan* out, std::vector<int64_t>* begins) {
+                   HeadPlan* out, std::vector<int64_t>* recent_begin) {
   const auto& segs = *ctx.segments;
-  std::vector<int64_t>& recent_begin = *begins;
-  recent_begin.resize(segs.size());
-  for (size_t i = 0; i < segs.size(); ++i) recent_begin[i] = segs[i]->size();
+  recent_begin->resize(segs.size());
+  for (size_t i = 0; i < segs.size(); ++i) (*recent_begin)[i] = segs[i]->size();
   for (int64_t s = static_cast<int64_t>(segs.size()) - 1; s >= 0 && n > 0;
        --s) {
     const int64_t size = segs[s]->size();
     const int64_t take = std::min(n, size);
-    recent_begin[s] = size - take;
+    (*recent_begin)[s] = size - take;
     n -= take;
     for (int64_t row = size - take; row < size;) {
       const int32_t page = static_cast<int32_t>(row / page_size);

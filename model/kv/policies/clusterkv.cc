@@ -116,7 +116,6 @@ void ClusterKvPolicy::PlanFromScores(const PlanContext& ctx, int query,
   const int64_t budget = std::min<int64_t>(config_.budget, clustered);
   AddRecentRows(ctx, std::min<int64_t>(config_.recent_tokens, budget),
                 config_.quest_page_size, out, &recent_begin_);
-  const std::vector<int64_t>& recent_begin = recent_begin_;
   // Only the best clusters are consumed: order a head expected to cover the
   // budget (1.5 times the mean cluster size's worth, plus 4), the rest only
   // if the head falls short (it did not once in 14,016 plans of the
@@ -142,9 +141,9 @@ void ClusterKvPolicy::PlanFromScores(const PlanContext& ctx, int query,
     // Members ascend, so the rows before the recent range form a prefix
     // (all of them when the segment has no recent rows).
     const int64_t available =
-        recent_begin[o.segment] >= segs[o.segment]->size()
+        recent_begin_[o.segment] >= segs[o.segment]->size()
             ? last - first
-            : std::lower_bound(first, last, recent_begin[o.segment]) - first;
+            : std::lower_bound(first, last, recent_begin_[o.segment]) - first;
     const int64_t take = std::min(available, budget - out->tokens);
     if (take <= 0) continue;
     out->blocks.push_back(
