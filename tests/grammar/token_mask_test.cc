@@ -1,0 +1,140 @@
+// Token masks against a brute-force check of every vocabulary entry with
+// the reference recogniser, on random grammar states.
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "model/grammar/gbnf.h"
+#include "model/grammar/json_schema.h"
+#include "model/grammar/matcher.h"
+#include "model/grammar/reference_recognizer.h"
+#include "tests/grammar/test_vocab.h"
+
+namespace ckv::grammar {
+namespace {
+
+bool Bit(const std::vector<uint64_t>& m, int32_t t) {
+  return (m[t >> 6] >> (t & 63)) & 1;
+}
+
+std::shared_ptr<const TokenConstraint> Bind(
+    const ConstraintSpec& spec, std::shared_ptr<const TokenIndex> vocab) {
+  auto c = CompileConstraint(spec, std::move(vocab));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : nullptr;
+}
+
+// Walks `steps` random allowed tokens; at every state compares the mask
+// with the reference run of each token's bytes.
+void CheckRandomWalks(const std::shared_ptr<const TokenConstraint>& c,
+                      int walks, int steps, uint32_t seed) {
+  const TokenIndex& v = *c->vocab;
+  std::mt19937 rng(seed);
+  int checked = 0, allowed_total = 0;
+  for (int w = 0; w < walks; ++w) {
+    Matcher m(c);
+    ReferenceRecognizer ref(*c->grammar);
+    for (int step = 0; step < steps; ++step) {
+      const std::vector<uint64_t> mask = m.Mask();
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < v.vocab_size(); ++t) {
+        bool want;
+        if (v.IsEog(t)) {
+          want = ref.Accepting() || !ref.CanContinue();
+        } else if (v.bytes(t).empty()) {
+          want = false;
+        } else {
+          ReferenceRecognizer r = ref;
+          want = true;
+          for (unsigned char b : v.bytes(t)) {
+            if (!r.Feed(b)) {
+              want = false;
+              break;
+            }
+          }
+        }
+        ASSERT_EQ(Bit(mask, t), want) << "token " << t << " '" << v.bytes(t)
+                                      << "' walk " << w << " step " << step;
+        if (want && !v.IsEog(t)) allowed.push_back(t);
+      }
+      ++checked;
+      allowed_total += static_cast<int>(allowed.size());
+      EXPECT_EQ(m.Finished(), ref.Accepting() && !ref.CanContinue());
+      if (allowed.empty()) break;
+      const int32_t t = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.Accept(t).ok());
+      for (unsigned char b : v.bytes(t)) ref.Feed(b);
+    }
+  }
+  EXPECT_GT(checked, walks);
+  EXPECT_GT(allowed_total, checked);  // the walks were not trivial
+}
+
+const char* kUtf8Grammar = R"(
+  root ::= ( word " " )* word "."
+  word ::= [a-z\u00e0-\u00ff\u03b1-\u03c9\u20ac]+ | "\"" [^"]{0,5} "\""
+)";
+
+TEST(TokenMask, SyntheticVocabularyEqualsBruteForce) {
+  auto vocab = testing::SyntheticIndex(400, 3);
+  CheckRandomWalks(Bind({ConstraintSpec::kGbnf, kUtf8Grammar}, vocab), 4, 20,
+                   1);
+  CheckRandomWalks(Bind({ConstraintSpec::kJsonObject, ""}, vocab), 4, 20, 2);
+}
+
+TEST(TokenMask, DemoVocabularyEqualsBruteForce) {
+  auto tok = testing::DemoTokenizer();
+  ASSERT_NE(tok, nullptr) << "models/kjv-llama.gguf is missing";
+  auto vocab = TokenIndex::For(*tok);
+  EXPECT_EQ(vocab, TokenIndex::For(*tok));  // cached
+  CheckRandomWalks(Bind({ConstraintSpec::kJsonObject, ""}, vocab), 2, 12, 4);
+  const std::string schema = R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":12},
+      "age":{"type":"integer","minimum":0,"maximum":150},
+      "tags":{"type":"array","items":{"enum":["a","bc",null]},"maxItems":3}},
+      "required":["name"],"additionalProperties":false})";
+  CheckRandomWalks(Bind({ConstraintSpec::kJsonSchema, schema}, vocab), 2, 12,
+                   5);
+  CheckRandomWalks(Bind({ConstraintSpec::kGbnf, kUtf8Grammar}, vocab), 2, 12,
+                   6);
+}
+
+TEST(TokenMask, EndOfGenerationOnlyWhenComplete) {
+  auto vocab = testing::SyntheticIndex(0, 1);
+  Matcher m(Bind({ConstraintSpec::kGbnf, R"(root ::= "ab" "c"?)"}, vocab));
+  EXPECT_FALSE(Bit(m.Mask(), 0));
+  EXPECT_TRUE(m.AcceptBytes("ab"));
+  EXPECT_TRUE(Bit(m.Mask(), 0));  // complete: may end
+  EXPECT_FALSE(m.Finished());     // or go on with "c"
+  EXPECT_TRUE(Bit(m.Mask(), 'c'));
+  EXPECT_TRUE(m.Accept('c').ok());
+  EXPECT_TRUE(m.Finished());
+  int allowed = 0;
+  for (uint64_t w : m.Mask()) allowed += __builtin_popcountll(w);
+  EXPECT_EQ(allowed, 1);  // only end-of-generation
+  EXPECT_EQ(m.Accept('c').code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(m.Accept(0).ok());
+}
+
+TEST(TokenMask, NoEndOfGenerationTokenIsAnError) {
+  auto vocab = std::make_shared<TokenIndex>(std::vector<std::string>{"a"},
+                                            std::vector<int32_t>{});
+  auto c = CompileConstraint({ConstraintSpec::kGbnf, "root ::= \"a\""}, vocab);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Small caches force compaction and mask eviction mid-walk; masks still
+// equal the brute force.
+TEST(TokenMask, CompactionAndEvictionKeepMasksExact) {
+  auto vocab = testing::SyntheticIndex(300, 9);
+  GrammarLimits limits;
+  limits.max_states = 8;
+  limits.max_stack_nodes = 64;
+  limits.mask_cache_entries = 2;
+  auto c = CompileConstraint({ConstraintSpec::kJsonObject, ""}, vocab, limits);
+  ASSERT_TRUE(c.ok()) << c.status();
+  CheckRandomWalks(*c, 3, 20, 11);
+}
+
+}  // namespace
+}  // namespace ckv::grammar
