@@ -71,6 +71,19 @@ bool Before(const std::pair<float, int32_t>& a,
 
 absl::Status ValidateSamplingParams(const SamplingParams& p, int vocab_size) {
   if (auto s = CheckRanges(p); !s.ok()) return s;
+  if (p.constraint != nullptr) {
+    if (p.ignore_eos) {
+      return absl::InvalidArgumentError(
+          "sampling.constraint cannot be combined with ignore_eos (a "
+          "constrained output ends when its grammar is complete)");
+    }
+    if (vocab_size > 0 && p.constraint->vocab->vocab_size() > vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.constraint is bound to a vocabulary of ",
+                       p.constraint->vocab->vocab_size(),
+                       " tokens, the model has ", vocab_size));
+    }
+  }
   for (const auto& s : p.stop) {
     if (s.empty()) return absl::InvalidArgumentError("empty stop string");
   }
@@ -86,7 +99,23 @@ int32_t ArgMax(absl::Span<const float> logits) {
 }
 
 Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed) {}
+    : params_(params), rng_(params.seed) {
+  if (params_.constraint != nullptr) {
+    matcher_ = std::make_unique<grammar::Matcher>(params_.constraint);
+  }
+}
+
+// Step 2b: -inf for every token the grammar does not allow next (ids past
+// the constraint's vocabulary included).
+void Sampler::ApplyConstraint() {
+  const std::vector<uint64_t>& mask = matcher_->Mask();
+  const size_t n = std::min(work_.size(), mask.size() * 64);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) {
+    if (!((mask[i >> 6] >> (i & 63)) & 1)) work_[i] = kMasked;
+  }
+  for (size_t i = n; i < work_.size(); ++i) work_[i] = kMasked;
+}
 
 void Sampler::Accept(int32_t token) {
   if (params_.penalty_last_n <= 0) return;
@@ -124,6 +153,7 @@ void Sampler::Process(absl::Span<const float> logits) {
   for (const auto& [id, bias] : params_.logit_bias) {
     if (id >= 0 && static_cast<size_t>(id) < work_.size()) work_[id] += bias;
   }
+  if (matcher_ != nullptr) ApplyConstraint();
 }
 
 void Sampler::Truncate() {
@@ -138,6 +168,10 @@ void Sampler::Truncate() {
   }
   std::partial_sort(c.begin(), c.begin() + keep, c.end(), Before);
   c.resize(keep);
+  // Masked tokens (-inf, from a constraint) are never candidates.
+  while (c.size() > 1 && std::isinf(c.back().first) && c.back().first < 0) {
+    c.pop_back();
+  }
   // Top-p over the softmax of the kept (untempered) logits.
   const double max_logit = c[0].first;
   if (params_.top_p < 1.0f) {
@@ -230,6 +264,9 @@ int32_t Sampler::Sample(absl::Span<const float> logits,
   if (logprobs != nullptr && params_.logprobs >= 0) {
     FillLogprobs(chosen, logprobs);
   }
+  // The chosen token is allowed (the mask is never empty); an
+  // end-of-generation token leaves the grammar as it is.
+  if (matcher_ != nullptr) matcher_->Accept(chosen).IgnoreError();
   return chosen;
 }
 

@@ -8,6 +8,12 @@
 //   6. temperature, then an inverse-CDF draw.
 // Greedy (temperature <= 0) takes the argmax after steps 1-2.
 //
+// With a constraint (docs/structured-outputs.md), step 2b sets the logit of
+// every token the grammar does not allow next to -inf (greedy and every
+// sampling mode), and Sample advances the grammar by the chosen token. The
+// end-of-generation tokens are allowed only when the text is complete, and
+// are the only ones once no byte can follow, so generation ends there.
+//
 // Log-probabilities (logprobs >= 0) are the log-softmax over the whole
 // vocabulary of the logits after steps 1-2: after penalties and logit_bias,
 // before truncation (top_k/top_p/min_p) and temperature. They do not depend
@@ -17,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -25,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/settings_schema.h"
+#include "model/grammar/matcher.h"
 
 namespace ckv {
 
@@ -55,11 +63,15 @@ struct SamplingParams {
   int penalty_last_n = 64;              // [0, 4096] context tokens; 0: off
   std::map<int32_t, float> logit_bias;  // id -> bias in [-100, 100]
   int logprobs = -1;  // -1: off; 0: the chosen token's; n <= 20: + top n
+  // Grammar the output must follow, bound to the model's vocabulary; null:
+  // none. Per request (never a session default); not with ignore_eos.
+  std::shared_ptr<const grammar::TokenConstraint> constraint;
 };
 
 // INVALID_ARGUMENT on out-of-range values, in the schema's wording
 // ("sampling.top_p must be in (0, 1], got 2"). With
-// vocab_size > 0, logit_bias ids must be in [0, vocab_size).
+// vocab_size > 0, logit_bias ids must be in [0, vocab_size) and a
+// constraint's vocabulary no larger than vocab_size.
 absl::Status ValidateSamplingParams(const SamplingParams& p,
                                     int vocab_size = 0);
 
@@ -83,9 +95,10 @@ class Sampler {
   // penalty window, which keeps the last penalty_last_n of them.
   void Accept(int32_t token);
 
-  // Picks a token from one row of logits (the chosen one is not accepted).
-  // Greedy ties take the lowest id. Fills `logprobs` when params.logprobs
-  // >= 0 and it is non-null.
+  // Picks a token from one row of logits (the chosen one is not accepted
+  // into the penalty window; a constraint is advanced by it). Greedy ties
+  // take the lowest id. Fills `logprobs` when params.logprobs >= 0 and it
+  // is non-null (with a constraint: of the masked logits).
   int32_t Sample(absl::Span<const float> logits,
                  TokenLogprobs* logprobs = nullptr);
 
@@ -95,8 +108,10 @@ class Sampler {
       absl::Span<const float> logits);
 
  private:
-  // work_ = logits after penalties and logit_bias (steps 1-2).
+  // work_ = logits after penalties, logit_bias and the constraint's mask
+  // (steps 1-2b).
   void Process(absl::Span<const float> logits);
+  void ApplyConstraint();
   // Steps 3-6 over work_: candidates_ and weights_ (unnormalised).
   void Truncate();
   void FillLogprobs(int32_t chosen, TokenLogprobs* out);
@@ -107,7 +122,8 @@ class Sampler {
   std::vector<float> work_;
   std::vector<std::pair<float, int32_t>> candidates_;
   std::vector<double> weights_;
-  std::vector<int32_t> counted_;  // scratch: sorted window
+  std::vector<int32_t> counted_;               // scratch: sorted window
+  std::unique_ptr<grammar::Matcher> matcher_;  // with params.constraint
 };
 
 int32_t ArgMax(absl::Span<const float> logits);

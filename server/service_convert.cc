@@ -11,6 +11,8 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "kernels/cpu/ops.h"
+#include "model/grammar/matcher.h"
+#include "model/grammar/token_index.h"
 #include "model/kv/policies/registry.h"
 #include "server/log_text.h"
 
@@ -150,7 +152,8 @@ absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
 
 absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
                                              const v1::SamplingParams& p,
-                                             int vocab_size) {
+                                             int vocab_size,
+                                             const Tokenizer* tokenizer) {
   if (auto s = RejectMistypedFields(p, "sampling"); !s.ok()) return s;
   // logprobs: unset is "off" (-1 in SamplingParams), a negative one is out
   // of range.
@@ -167,8 +170,49 @@ absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
     s.logit_bias.clear();
     for (const auto& [id, bias] : p.logit_bias()) s.logit_bias[id] = bias;
   }
+  if (p.has_constraint()) {
+    if (tokenizer == nullptr) {
+      return absl::InvalidArgumentError(
+          "sampling.constraint applies to one generation request (Decode, "
+          "Generate), not to a session's defaults");
+    }
+    auto spec = ConstraintFromProto(p.constraint());
+    if (!spec.ok()) return spec.status();
+    auto c =
+        grammar::CompileConstraint(*spec, grammar::TokenIndex::For(*tokenizer));
+    if (!c.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.constraint: ", c.status().message()));
+    }
+    s.constraint = *std::move(c);
+  }
   if (auto st = ValidateSampling(s, vocab_size); !st.ok()) return st;
   return s;
+}
+
+absl::StatusOr<grammar::ConstraintSpec> ConstraintFromProto(
+    const v1::Constraint& c) {
+  if (auto s = RejectMistypedFields(c, "sampling.constraint"); !s.ok()) {
+    return s;
+  }
+  switch (c.kind_case()) {
+    case v1::Constraint::kGbnf:
+      return grammar::ConstraintSpec{grammar::ConstraintSpec::kGbnf, c.gbnf()};
+    case v1::Constraint::kJsonSchema:
+      return grammar::ConstraintSpec{grammar::ConstraintSpec::kJsonSchema,
+                                     c.json_schema()};
+    case v1::Constraint::kJsonObject:
+      if (c.json_object()) {
+        return grammar::ConstraintSpec{grammar::ConstraintSpec::kJsonObject,
+                                       ""};
+      }
+      break;
+    case v1::Constraint::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "sampling.constraint is set but holds none of gbnf, json_schema, "
+      "json_object: true");
 }
 
 void ToProto(const KvStoreConfig& kv, v1::KvConfig* out) {
@@ -187,6 +231,21 @@ void ToProto(const SamplingParams& s, v1::SamplingParams* out) {
   for (const std::string& stop : s.stop) out->add_stop(stop);
   for (const auto& [id, bias] : s.logit_bias) {
     (*out->mutable_logit_bias())[id] = bias;
+  }
+  if (s.constraint != nullptr) {
+    const grammar::ConstraintSpec& spec = s.constraint->spec;
+    v1::Constraint* c = out->mutable_constraint();
+    switch (spec.kind) {
+      case grammar::ConstraintSpec::kGbnf:
+        c->set_gbnf(spec.text);
+        break;
+      case grammar::ConstraintSpec::kJsonSchema:
+        c->set_json_schema(spec.text);
+        break;
+      case grammar::ConstraintSpec::kJsonObject:
+        c->set_json_object(true);
+        break;
+    }
   }
 }
 

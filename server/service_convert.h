@@ -42,10 +42,17 @@ absl::Status RejectMistypedFields(const google::protobuf::Message& m,
 absl::StatusOr<KvStoreConfig> MergeKvConfig(const KvStoreConfig& base,
                                             const v1::KvConfig& p,
                                             int model_layers);
-// With vocab_size > 0, logit_bias ids are checked against it.
-absl::StatusOr<SamplingParams> MergeSampling(const SamplingParams& base,
-                                             const v1::SamplingParams& p,
-                                             int vocab_size = 0);
+// With vocab_size > 0, logit_bias ids are checked against it. A set
+// `constraint` is compiled and bound to `tokenizer`'s vocabulary
+// (INVALID_ARGUMENT "sampling.constraint: <reason>" when it does not
+// compile); without a tokenizer (a session's defaults) it is
+// INVALID_ARGUMENT: a constraint applies to one generation request.
+absl::StatusOr<SamplingParams> MergeSampling(
+    const SamplingParams& base, const v1::SamplingParams& p, int vocab_size = 0,
+    const Tokenizer* tokenizer = nullptr);
+// The wire constraint as a spec; INVALID_ARGUMENT when no kind is set.
+absl::StatusOr<grammar::ConstraintSpec> ConstraintFromProto(
+    const v1::Constraint& c);
 
 void ToProto(const KvStoreConfig& kv, v1::KvConfig* out);
 void ToProto(const SamplingParams& s, v1::SamplingParams* out);

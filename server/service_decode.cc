@@ -135,7 +135,8 @@ grpc::Status DecodeReactor::TryDecode(const v1::DecodeRequest& req) {
     return ToGrpcStatus(input.status());
   }
   auto sampling = MergeSampling((*lease)->sampling(), req.sampling(),
-                                backend_.model->config.vocab_size);
+                                backend_.model->config.vocab_size,
+                                backend_.model->tokenizer.get());
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());
   if (input->empty() && (*lease)->stats().tokens == 0) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -162,7 +163,8 @@ grpc::Status DecodeReactor::TryGenerate(const v1::GenerateRequest& req) {
   auto kv = MergeKvConfig(config.kv, req.kv(), backend_.model->config.n_layers);
   if (!kv.ok()) return ToGrpcStatus(kv.status());
   auto sampling = MergeSampling(config.sampling, req.sampling(),
-                                backend_.model->config.vocab_size);
+                                backend_.model->config.vocab_size,
+                                backend_.model->tokenizer.get());
   if (!sampling.ok()) return ToGrpcStatus(sampling.status());
   o.kv = *kv;
   o.sampling = *sampling;
