@@ -20,6 +20,7 @@ class ReferenceRecognizer {
   bool Accepting() const { return accepting_; }
   bool Alive() const { return accepting_ || !stacks_.empty(); }
   bool CanContinue() const { return !stacks_.empty(); }
+  size_t num_stacks() const { return stacks_.size(); }
 
  private:
   void Close(std::vector<int32_t> stack, std::set<std::vector<int32_t>>* out,
