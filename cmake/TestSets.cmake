@@ -28,7 +28,7 @@ set(CKV_RELEASE_TESTS
   deploy_config_test
   deploy_affinity_test
   engine_bench_smoke cluster_bench_smoke service_bench_smoke
-  stall_bench_smoke fuzz_smoke json_schema_corpus_test
+  stall_bench_smoke fuzz_smoke json_schema_corpus_test grammar_bench_smoke
   cuda_device_test cuda_ops_test)
 set(CKV_BOTH_SETS_TESTS)
 # Benchmarks that no smoke test runs: built by a plain build and

@@ -46,33 +46,44 @@ Matcher::Matcher(std::shared_ptr<const TokenConstraint> constraint)
       rec_(c_->grammar, c_->limits),
       state_(rec_.Start()) {
   walk_.resize(c_->vocab->max_depth() + 1);
+  rows_.resize(c_->vocab->max_depth() + 1);
 }
 
 void Matcher::ComputeMask(std::vector<uint64_t>* bits) {
   const TokenIndex& v = *c_->vocab;
   bits->assign((v.vocab_size() + 63) / 64, 0);
-  auto set = [bits](int32_t t) { (*bits)[t >> 6] |= uint64_t{1} << (t & 63); };
+  uint64_t* out = bits->data();
   bool any = false;
   if (state_ >= 0) {
+    // Per depth: the state and its transition row (null: not fetched or
+    // no dense row; Step then computes or looks up the transition).
     walk_[0] = state_;
+    rows_[0] = rec_.Row(state_);
+    const TokenIndex::Node* nodes = v.nodes();
+    const int32_t* tokens = v.tokens();
     const int32_t n = v.num_nodes();
     for (int32_t i = 1; i < n;) {
-      const Recognizer::State t =
-          rec_.Step(walk_[v.node_depth(i) - 1], v.node_byte(i));
+      const TokenIndex::Node& node = nodes[i];
+      const int32_t d = node.depth;
+      const int32_t* row = rows_[d - 1];
+      Recognizer::State t =
+          row != nullptr ? row[node.byte] : Recognizer::kUnknown;
+      if (t == Recognizer::kUnknown) t = rec_.Step(walk_[d - 1], node.byte);
       if (t == Recognizer::kDead) {
-        i = v.subtree_end(i);
+        i = node.end;
         continue;
       }
-      walk_[v.node_depth(i)] = t;
-      for (const int32_t* k = v.tokens_begin(i); k != v.tokens_end(i); ++k) {
-        set(*k);
+      walk_[d] = t;
+      if (node.end > i + 1) rows_[d] = rec_.Row(t);  // has children
+      for (int32_t k = node.token_start; k < nodes[i + 1].token_start; ++k) {
+        out[tokens[k] >> 6] |= uint64_t{1} << (tokens[k] & 63);
         any = true;
       }
       ++i;
     }
   }
   if (!any || Accepting()) {
-    for (int32_t id : v.eog_ids()) set(id);
+    for (int32_t id : v.eog_ids()) out[id >> 6] |= uint64_t{1} << (id & 63);
   }
 }
 
@@ -94,6 +105,7 @@ const std::vector<uint64_t>& Matcher::Mask() {
     slot_owner_[slot] = state_;
   }
   ComputeMask(&slots_[slot]);
+  ++masks_computed_;
   cached_[state_] = slot;
   current_ = slot;
   return slots_[slot];

@@ -73,6 +73,8 @@ class Matcher {
   // The grammar's state space overflowed GrammarLimits::max_stacks.
   bool Overflowed() const { return rec_.Overflowed(); }
   const TokenConstraint& constraint() const { return *c_; }
+  // Masks computed by a trie walk (the others came from the cache).
+  int64_t masks_computed() const { return masks_computed_; }
 
  private:
   void ComputeMask(std::vector<uint64_t>* bits);
@@ -83,12 +85,14 @@ class Matcher {
   Recognizer rec_;
   Recognizer::State state_;
   std::vector<Recognizer::State> walk_;  // state per trie depth
+  std::vector<const int32_t*> rows_;     // its transition row
   // Mask cache: state -> slot.
   absl::flat_hash_map<Recognizer::State, int> cached_;
   std::vector<std::vector<uint64_t>> slots_;
   std::vector<Recognizer::State> slot_owner_;
   int next_slot_ = 0;
   int current_ = -1;  // slot of state_'s mask, -1: not computed
+  int64_t masks_computed_ = 0;
 };
 
 }  // namespace ckv::grammar

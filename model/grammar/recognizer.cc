@@ -6,8 +6,6 @@
 namespace ckv::grammar {
 namespace {
 
-constexpr int32_t kUnknown = -2;
-
 uint64_t Key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) |
          static_cast<uint32_t>(b);
@@ -77,14 +75,17 @@ Recognizer::State Recognizer::InternState() {
   }
   State result = kDead;
   if (!scratch_.empty() || scratch_accepting_) {
-    std::vector<int32_t> key = scratch_;
-    if (scratch_accepting_) key.insert(key.begin(), -1);
-    auto [it, inserted] = state_ids_.try_emplace(
-        std::move(key), static_cast<State>(states_.size()));
-    if (inserted) {
+    key_.clear();
+    if (scratch_accepting_) key_.push_back(-1);
+    key_.insert(key_.end(), scratch_.begin(), scratch_.end());
+    auto it = state_ids_.find(key_);
+    if (it != state_ids_.end()) {
+      result = it->second;
+    } else {
+      result = static_cast<State>(states_.size());
+      state_ids_.emplace(key_, result);
       states_.push_back({scratch_, scratch_accepting_, -1});
     }
-    result = it->second;
   }
   scratch_.clear();
   scratch_accepting_ = false;
@@ -101,21 +102,27 @@ Recognizer::State Recognizer::Compute(State s, uint8_t byte) {
   return InternState();
 }
 
-Recognizer::State Recognizer::Step(State s, uint8_t byte) {
-  if (s == kDead) return kDead;
+const int32_t* Recognizer::Row(State s) {
   int32_t table = states_[s].table;
-  if (table >= 0) {
-    int32_t& t = tables_[table][byte];
-    if (t != kUnknown) return t;
-    const State next = Compute(s, byte);
-    tables_[table][byte] = next;  // `t` may dangle: Compute grows nothing
-    return next;                  // in tables_, but stay explicit
-  }
-  if (tables_.size() < static_cast<size_t>(limits_.max_states)) {
-    states_[s].table = static_cast<int32_t>(tables_.size());
+  if (table < 0) {
+    if (tables_.size() >= static_cast<size_t>(limits_.max_states)) {
+      return nullptr;
+    }
+    table = states_[s].table = static_cast<int32_t>(tables_.size());
     tables_.emplace_back();
     tables_.back().fill(kUnknown);
-    return Step(s, byte);
+  }
+  return tables_[table].data();
+}
+
+Recognizer::State Recognizer::Step(State s, uint8_t byte) {
+  if (s == kDead) return kDead;
+  if (Row(s) != nullptr) {
+    const int32_t table = states_[s].table;
+    if (tables_[table][byte] != kUnknown) return tables_[table][byte];
+    const State next = Compute(s, byte);
+    tables_[table][byte] = next;
+    return next;
   }
   auto it = sparse_.find(Key(s, byte));
   if (it != sparse_.end()) return it->second;

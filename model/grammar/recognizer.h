@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,7 @@ class Recognizer {
  public:
   using State = int32_t;
   static constexpr State kDead = -1;
+  static constexpr State kUnknown = -2;  // a table entry not computed yet
 
   Recognizer(std::shared_ptr<const Grammar> grammar,
              const GrammarLimits& limits);
@@ -36,6 +38,10 @@ class Recognizer {
   State Start() const { return start_; }
   // The state after `byte`, or kDead when no stack accepts it.
   State Step(State s, uint8_t byte);
+  // The dense transition row of `s` (kUnknown where not computed; Step
+  // fills it), or null when the table budget (max_states) is spent. Rows
+  // stay valid until Compact.
+  const int32_t* Row(State s);
   // The input so far is a sentence of the grammar.
   bool Accepting(State s) const { return states_[s].accepting; }
   // Some continuation is possible (a byte can follow).
@@ -75,13 +81,14 @@ class Recognizer {
   absl::flat_hash_map<std::vector<int32_t>, State> state_ids_;
   // Dense transition tables (kUnknown until computed) for the first
   // states stepped from; the others use `sparse_`.
-  std::vector<std::array<int32_t, 256>> tables_;
+  std::deque<std::array<int32_t, 256>> tables_;  // stable addresses
   absl::flat_hash_map<uint64_t, int32_t> sparse_;
   State start_ = kDead;
   bool overflowed_ = false;
   // Scratch of one Compute.
   std::vector<int32_t> scratch_;
   bool scratch_accepting_ = false;
+  std::vector<int32_t> key_;  // scratch: a state's lookup key
   std::vector<std::pair<int32_t, int32_t>> work_;
   absl::flat_hash_set<uint64_t> visited_;
 };

@@ -15,16 +15,17 @@ TokenIndex::TokenIndex(std::vector<std::string> token_bytes,
   std::sort(eog_ids_.begin(), eog_ids_.end());
   std::vector<int32_t> order;
   for (int32_t id = 0; id < vocab_size(); ++id) {
-    if (!bytes_[id].empty() && !IsEog(id)) order.push_back(id);
+    if (!bytes_[id].empty() && bytes_[id].size() <= 65535 && !IsEog(id)) {
+      order.push_back(id);
+    }
   }
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return bytes_[a] < bytes_[b] || (bytes_[a] == bytes_[b] && a < b);
   });
   // Preorder construction from the sorted strings: pop the path to the
   // common prefix with the previous string, push the rest.
-  byte_ = {0};
-  depth_ = {0};
-  end_ = {0};
+  std::vector<uint8_t> byte_ = {0};
+  std::vector<int32_t> depth_ = {0}, end_ = {0};
   std::vector<int32_t> node_of_token;  // parallel to `order`
   std::vector<int32_t> path{0};        // node per depth
   const std::string* prev = nullptr;
@@ -56,14 +57,20 @@ TokenIndex::TokenIndex(std::vector<std::string> token_bytes,
     path.pop_back();
   }
   // Tokens per node (CSR); `order` is already in node order.
-  token_start_.assign(byte_.size() + 1, 0);
-  for (int32_t n : node_of_token) ++token_start_[n + 1];
-  std::partial_sum(token_start_.begin(), token_start_.end(),
-                   token_start_.begin());
+  std::vector<int32_t> token_start(byte_.size() + 1, 0);
+  for (int32_t n : node_of_token) ++token_start[n + 1];
+  std::partial_sum(token_start.begin(), token_start.end(), token_start.begin());
   tokens_.resize(order.size());
-  std::vector<int32_t> fill(token_start_.begin(), token_start_.end() - 1);
+  std::vector<int32_t> fill(token_start.begin(), token_start.end() - 1);
   for (size_t k = 0; k < order.size(); ++k) {
     tokens_[fill[node_of_token[k]]++] = order[k];
+  }
+  nodes_.resize(byte_.size() + 1);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const bool real = i < byte_.size();
+    nodes_[i] = {real ? end_[i] : 0, token_start[i],
+                 static_cast<uint16_t>(real ? depth_[i] : 0),
+                 real ? byte_[i] : uint8_t{0}};
   }
 }
 

@@ -1,0 +1,303 @@
+// grammar_bench: the cost of constrained decoding per token, against the
+// demo model's decode step measured in the same run.
+//
+// What runs: for each vocabulary (the demo model's, and the tokenizer
+// fixtures' Llama-SPM 32k, Llama-3 BPE 128k and Gemma 256k vocabularies,
+// real byte strings) and each grammar (json_object, two corpus JSON
+// Schemas, a GBNF with UTF-8 classes), `generations` constrained
+// generations of up to `tokens` tokens are driven by random logits (N(0,2),
+// +4 on tokens that can close a value and on end-of-generation, as the
+// schema corpus test does; temperature 1 with the default top_k/top_p). Per
+// token it times Matcher::Mask (the trie walk or a cached mask) plus
+// Matcher::Accept, and the whole constrained Sampler::Sample against an
+// unconstrained Sample of the same logits. Then the demo model decodes
+// `decode_steps` tokens at `decode_context` tokens of dense KV (one thread),
+// and every mask time is reported as a share of that step. Writes --out_json
+// (plot: bench/plot_grammar.py).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_common.h"
+#include "kernels/cpu/cpu_features.h"
+#include "model/gguf/gguf.h"
+#include "model/grammar/matcher.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "model/transformer.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, out_json, "grammar_bench.json", "output JSON");
+ABSL_FLAG(std::string, vocabs, "demo,spm32k,bpe128k,gemma256k",
+          "vocabularies: demo, spm32k, bpe128k, gemma256k");
+ABSL_FLAG(int, generations, 4, "generations per vocabulary and grammar");
+ABSL_FLAG(int, tokens, 200, "max tokens per generation");
+ABSL_FLAG(int, decode_context, 8192, "dense KV tokens before decode steps");
+ABSL_FLAG(int, decode_steps, 16, "timed decode steps");
+ABSL_FLAG(bool, quick, false,
+          "smoke run: demo vocabulary, 1 generation of 40 tokens, decode "
+          "at 256 tokens");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ckv::grammar::ConstraintSpec;
+using json = nlohmann::json;
+
+double Us(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct VocabSource {
+  std::string name, path;
+};
+
+std::string Src(const std::string& rel) {
+  return std::string(CLUSTERKV_SOURCE_DIR) + "/" + rel;
+}
+
+VocabSource SourceOf(const std::string& name) {
+  if (name == "demo") return {name, Src("models/kjv-llama.gguf")};
+  if (name == "spm32k") {
+    return {name, Src("tests/fixtures/tokenizer/ggml-vocab-llama-spm.gguf")};
+  }
+  if (name == "bpe128k") {
+    return {name, Src("tests/fixtures/tokenizer/ggml-vocab-llama-bpe.gguf")};
+  }
+  if (name == "gemma256k") {
+    return {name, Src("tests/fixtures/tokenizer/ggml-vocab-gemma-4.gguf")};
+  }
+  return {name, ""};
+}
+
+struct Stats {
+  std::vector<double> v;
+  json ToJson() const {
+    std::vector<double> s = v;
+    std::sort(s.begin(), s.end());
+    double sum = 0;
+    for (double x : s) sum += x;
+    auto q = [&](double f) {
+      return s.empty() ? 0.0 : s[std::min(s.size() - 1, size_t(f * s.size()))];
+    };
+    return {{"n", s.size()},
+            {"mean_us", s.empty() ? 0.0 : sum / s.size()},
+            {"p50_us", q(0.5)},
+            {"p99_us", q(0.99)},
+            {"max_us", s.empty() ? 0.0 : s.back()}};
+  }
+};
+
+// One vocabulary x grammar: constrained generations with timings.
+json RunGrammar(const std::shared_ptr<const ckv::grammar::TokenIndex>& vocab,
+                const std::string& grammar_name, const ConstraintSpec& spec,
+                int generations, int max_tokens) {
+  const auto c0 = Clock::now();
+  auto c = ckv::grammar::CompileConstraint(spec, vocab);
+  const double compile_us = Us(c0, Clock::now());
+  if (!c.ok())
+    return {{"grammar", grammar_name}, {"error", c.status().message()}};
+  std::vector<float> bias(vocab->vocab_size(), 0.0f);
+  for (int32_t t = 0; t < vocab->vocab_size(); ++t) {
+    const std::string& b = vocab->bytes(t);
+    if (vocab->IsEog(t) || b.find_first_of("\"]},") != std::string::npos) {
+      bias[t] = 4.0f;
+    }
+  }
+  Stats mask, sample_constrained, sample_plain, first_mask;
+  int64_t tokens = 0, computed = 0, ended = 0;
+  for (int g = 0; g < generations; ++g) {
+    ckv::SamplingParams p;
+    p.temperature = 1.0f;  // top_k 40, top_p 0.95: the defaults
+    p.seed = g;
+    ckv::SamplingParams plain = p;
+    p.constraint = *c;
+    ckv::Sampler constrained(p), unconstrained(plain);
+    ckv::grammar::Matcher m(*c);  // replays the chosen tokens, timed alone
+    std::mt19937 rng(1000 + g);
+    std::normal_distribution<float> noise(0.0f, 2.0f);
+    std::vector<float> logits(vocab->vocab_size());
+    for (int step = 0; step < max_tokens; ++step) {
+      for (size_t t = 0; t < logits.size(); ++t)
+        logits[t] = noise(rng) + bias[t];
+      const auto t0 = Clock::now();
+      const int32_t tok = constrained.Sample(logits);
+      const auto t1 = Clock::now();
+      unconstrained.Sample(logits);
+      const auto t2 = Clock::now();
+      m.Mask();
+      if (!m.Accept(tok).ok()) std::abort();  // the same grammar state
+      const auto t3 = Clock::now();
+      sample_constrained.v.push_back(Us(t0, t1));
+      sample_plain.v.push_back(Us(t1, t2));
+      mask.v.push_back(Us(t2, t3));
+      if (step == 0) first_mask.v.push_back(Us(t2, t3));
+      ++tokens;
+      if (vocab->IsEog(tok)) {
+        ++ended;
+        break;
+      }
+      constrained.Accept(tok);
+      unconstrained.Accept(tok);
+    }
+    computed += m.masks_computed();
+  }
+  return {{"grammar", grammar_name},
+          {"compile_us", compile_us},
+          {"tokens", tokens},
+          {"generations", generations},
+          {"ended_with_eos", ended},
+          {"mask_cache_miss_share", tokens ? double(computed) / tokens : 0.0},
+          {"mask_plus_accept", mask.ToJson()},
+          {"first_mask", first_mask.ToJson()},
+          {"sample_constrained", sample_constrained.ToJson()},
+          {"sample_unconstrained", sample_plain.ToJson()}};
+}
+
+// Mean decode step of the demo model at `context` dense KV tokens.
+json DecodeStep(int context, int steps) {
+  auto model = ckv::LoadModel(Src("models/kjv-llama.gguf"));
+  if (!model.ok()) return {{"error", model.status().message()}};
+  ckv::TransformerOptions opt;
+  opt.threads = 1;
+  ckv::Transformer tf((*model)->config, (*model)->weights, opt);
+  ckv::DenseKvCache cache(ckv::DenseCacheOptions(
+      (*model)->config, ckv::kernels::DType::kF16, context + steps + 1));
+  std::mt19937 rng(5);
+  std::vector<int32_t> prompt(context);
+  for (auto& t : prompt) t = 3 + rng() % ((*model)->config.vocab_size - 3);
+  std::vector<float> logits;
+  const auto p0 = Clock::now();
+  ckv::SequenceInput in =
+      ckv::MakeInput(prompt, &cache, ckv::LogitsMode::kLast, &logits);
+  if (auto s = tf.Forward(absl::MakeSpan(&in, 1)); !s.ok()) {
+    return {{"error", s.message()}};
+  }
+  const double prefill_s = Us(p0, Clock::now()) / 1e6;
+  Stats step;
+  for (int i = 0; i < steps; ++i) {
+    const int32_t next[1] = {ckv::ArgMax(logits)};
+    ckv::SequenceInput d = ckv::MakeInput(next, &cache, ckv::LogitsMode::kLast,
+                                          &logits, ckv::AppendKind::kGenerated);
+    const auto t0 = Clock::now();
+    if (auto s = tf.Forward(absl::MakeSpan(&d, 1)); !s.ok()) {
+      return {{"error", s.message()}};
+    }
+    step.v.push_back(Us(t0, Clock::now()));
+  }
+  json j = step.ToJson();
+  j["model"] = "models/kjv-llama.gguf";
+  j["kv"] = "dense F16";
+  j["context"] = context;
+  j["threads"] = 1;
+  j["prefill_seconds"] = prefill_s;
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const bool quick = absl::GetFlag(FLAGS_quick);
+  std::vector<std::string> names =
+      absl::StrSplit(absl::GetFlag(FLAGS_vocabs), ',', absl::SkipEmpty());
+  int generations = absl::GetFlag(FLAGS_generations);
+  int tokens = absl::GetFlag(FLAGS_tokens);
+  int context = absl::GetFlag(FLAGS_decode_context);
+  int steps = absl::GetFlag(FLAGS_decode_steps);
+  if (quick) {
+    names = {"demo"};
+    generations = 1;
+    tokens = 40;
+    context = 256;
+    steps = 4;
+  }
+  const std::vector<std::pair<std::string, ConstraintSpec>> grammars = {
+      {"json_object", {ConstraintSpec::kJsonObject, ""}},
+      {"schema:product",
+       {ConstraintSpec::kJsonSchema,
+        ReadFile(Src("tests/grammar/schemas/00_product.json"))}},
+      {"schema:openai_ui_recursive",
+       {ConstraintSpec::kJsonSchema,
+        ReadFile(Src("tests/grammar/schemas/21_openai_ui_recursive.json"))}},
+      {"gbnf:utf8_words",
+       {ConstraintSpec::kGbnf,
+        "root ::= ( word \" \" )* word \".\"\nword ::= "
+        "[a-z\\u00e0-\\u00ff\\u03b1-\\u03c9]+ | \"\\\"\" [^\"]{0,20} "
+        "\"\\\"\""}},
+  };
+  json out;
+  out["benchmark"] = "grammar_bench";
+  out["timestamp"] = ckv::bench::UtcTimestamp();
+  out["machine"] = {{"cpu_features", ckv::kernels::cpu::DescribeCpuFeatures()}};
+  out["config"] = {{"generations", generations},
+                   {"tokens", tokens},
+                   {"quick", quick},
+                   {"driver",
+                    "random logits N(0,2), +4 on closing tokens "
+                    "and EOS; temperature 1, top_k 40, top_p 0.95"}};
+  for (const std::string& name : names) {
+    const VocabSource src = SourceOf(name);
+    auto file = ckv::gguf::GgufFile::Open(src.path);
+    if (!file.ok()) {
+      std::cerr << "grammar_bench: " << name << ": " << file.status() << "\n";
+      return 1;
+    }
+    auto tok = ckv::Tokenizer::FromGguf(**file);
+    if (!tok.ok()) {
+      std::cerr << "grammar_bench: " << name << ": " << tok.status() << "\n";
+      return 1;
+    }
+    const auto b0 = Clock::now();
+    auto vocab = ckv::grammar::TokenIndex::For(**tok);
+    json v = {
+        {"name", name},
+        {"source",
+         src.path.substr(std::string(CLUSTERKV_SOURCE_DIR).size() + 1)},
+        {"kind", "real tokenizer vocabulary (byte strings of its pieces)"},
+        {"vocab_size", vocab->vocab_size()},
+        {"trie_nodes", vocab->num_nodes()},
+        {"index_build_ms", Us(b0, Clock::now()) / 1e3}};
+    for (const auto& [gname, spec] : grammars) {
+      json r = RunGrammar(vocab, gname, spec, generations, tokens);
+      std::fprintf(stderr,
+                   "%-10s %-28s mask+accept mean %8.1f us p99 %8.1f "
+                   "(miss %.2f)\n",
+                   name.c_str(), gname.c_str(),
+                   r.value("/mask_plus_accept/mean_us"_json_pointer, 0.0),
+                   r.value("/mask_plus_accept/p99_us"_json_pointer, 0.0),
+                   r.value("mask_cache_miss_share", 0.0));
+      v["grammars"].push_back(r);
+    }
+    out["vocabularies"].push_back(v);
+  }
+  out["decode_step"] = DecodeStep(context, steps);
+  std::fprintf(stderr, "decode step at %d dense tokens: %.1f us\n", context,
+               out["decode_step"].value("mean_us", 0.0));
+  const double step_us = out["decode_step"].value("mean_us", 0.0);
+  for (auto& v : out["vocabularies"]) {
+    for (auto& g : v["grammars"]) {
+      if (g.contains("error") || step_us <= 0) continue;
+      g["mask_share_of_decode_step"] =
+          g["mask_plus_accept"]["mean_us"].get<double>() / step_us;
+    }
+  }
+  std::ofstream(absl::GetFlag(FLAGS_out_json)) << out.dump(1) << "\n";
+  return 0;
+}
