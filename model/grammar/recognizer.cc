@@ -84,7 +84,7 @@ Recognizer::State Recognizer::InternState() {
     } else {
       result = static_cast<State>(states_.size());
       state_ids_.emplace(key_, result);
-      states_.push_back({scratch_, scratch_accepting_, -1});
+      states_.push_back({scratch_, scratch_accepting_, nullptr});
     }
   }
   scratch_.clear();
@@ -102,26 +102,22 @@ Recognizer::State Recognizer::Compute(State s, uint8_t byte) {
   return InternState();
 }
 
-const int32_t* Recognizer::Row(State s) {
-  int32_t table = states_[s].table;
-  if (table < 0) {
-    if (tables_.size() >= static_cast<size_t>(limits_.max_states)) {
-      return nullptr;
-    }
-    table = states_[s].table = static_cast<int32_t>(tables_.size());
-    tables_.emplace_back();
-    tables_.back().fill(kUnknown);
+const int32_t* Recognizer::NewRow(State s) {
+  if (tables_.size() >= static_cast<size_t>(limits_.max_states)) {
+    return nullptr;
   }
-  return tables_[table].data();
+  tables_.emplace_back();
+  tables_.back().fill(kUnknown);
+  states_[s].row = tables_.back().data();
+  return states_[s].row;
 }
 
 Recognizer::State Recognizer::Step(State s, uint8_t byte) {
   if (s == kDead) return kDead;
   if (Row(s) != nullptr) {
-    const int32_t table = states_[s].table;
-    if (tables_[table][byte] != kUnknown) return tables_[table][byte];
+    if (states_[s].row[byte] != kUnknown) return states_[s].row[byte];
     const State next = Compute(s, byte);
-    tables_[table][byte] = next;
+    states_[s].row[byte] = next;
     return next;
   }
   auto it = sparse_.find(Key(s, byte));

@@ -41,7 +41,10 @@ class Recognizer {
   // The dense transition row of `s` (kUnknown where not computed; Step
   // fills it), or null when the table budget (max_states) is spent. Rows
   // stay valid until Compact.
-  const int32_t* Row(State s);
+  const int32_t* Row(State s) {
+    const int32_t* row = states_[s].row;
+    return row != nullptr ? row : NewRow(s);
+  }
   // The input so far is a sentence of the grammar.
   bool Accepting(State s) const { return states_[s].accepting; }
   // Some continuation is possible (a byte can follow).
@@ -63,13 +66,14 @@ class Recognizer {
   struct StateData {
     std::vector<int32_t> stacks;  // node ids, sorted
     bool accepting = false;
-    int32_t table = -1;  // index into tables_, -1: not allocated
+    int32_t* row = nullptr;  // in tables_; null: not allocated
   };
 
   int32_t Intern(int32_t pos, int32_t parent);
   // Adds the stacks reached from (pos, parent) to scratch_.
   void Expand(int32_t pos, int32_t parent);
   State InternState();
+  const int32_t* NewRow(State s);
   State Compute(State s, uint8_t byte);
   void Reset();
 
