@@ -45,6 +45,27 @@ def main():
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path.rsplit(".", 1)[0] + ".png", dpi=110)
+    print_table(d)
+
+
+def print_table(d):
+    """The mask-cost table (markdown) on stdout."""
+    step = d["decode_step"].get("mean_us", 0)
+    print(f"decode step (mean of all, us): {step:.1f}")
+    print("| vocabulary | grammar | mask+accept mean us | p50 | p99 | "
+          "cache-miss share | decode step after (us) | mean mask / step |")
+    print("|---|---|---|---|---|---|---|---|")
+    for v in d["vocabularies"]:
+        for g in v["grammars"]:
+            if "error" in g:
+                continue
+            m = g["mask_plus_accept"]
+            share = g.get("mask_share_of_decode_step", 0)
+            print(f"| {v['name']} ({v['vocab_size']}) | {g['grammar']} | "
+                  f"{m['mean_us']:.1f} | {m['p50_us']:.1f} | "
+                  f"{m['p99_us']:.1f} | {g['mask_cache_miss_share']:.2f} | "
+                  f"{g.get('decode_step_us_after', 0):.0f} | "
+                  f"{100 * share:.1f} % |")
 
 
 if __name__ == "__main__":
