@@ -79,7 +79,7 @@ TEST(TokenMask, SyntheticVocabularyEqualsBruteForce) {
   auto vocab = testing::SyntheticIndex(400, 3);
   CheckRandomWalks(Bind({ConstraintSpec::kGbnf, kUtf8Grammar}, vocab), 4, 20,
                    1);
-  CheckRandomWalks(Bind({ConstraintSpec::kJsonObject, ""}, vocab), 4, 20, 2);
+  CheckRandomWalks(Bind({ConstraintSpec::kJsonObject, ""}, vocab), 3, 12, 2);
 }
 
 TEST(TokenMask, DemoVocabularyEqualsBruteForce) {
@@ -87,7 +87,7 @@ TEST(TokenMask, DemoVocabularyEqualsBruteForce) {
   ASSERT_NE(tok, nullptr) << "models/kjv-llama.gguf is missing";
   auto vocab = TokenIndex::For(*tok);
   EXPECT_EQ(vocab, TokenIndex::For(*tok));  // cached
-  CheckRandomWalks(Bind({ConstraintSpec::kJsonObject, ""}, vocab), 2, 12, 4);
+  CheckRandomWalks(Bind({ConstraintSpec::kJsonObject, ""}, vocab), 1, 10, 4);
   const std::string schema = R"({"type":"object","properties":{
       "name":{"type":"string","maxLength":12},
       "age":{"type":"integer","minimum":0,"maximum":150},
@@ -133,7 +133,7 @@ TEST(TokenMask, CompactionAndEvictionKeepMasksExact) {
   limits.mask_cache_entries = 2;
   auto c = CompileConstraint({ConstraintSpec::kJsonObject, ""}, vocab, limits);
   ASSERT_TRUE(c.ok()) << c.status();
-  CheckRandomWalks(*c, 3, 20, 11);
+  CheckRandomWalks(*c, 2, 15, 11);
 }
 
 }  // namespace
