@@ -105,6 +105,11 @@ def health(channel):
     return raw[1] if len(raw) >= 2 and raw[0] == 0x08 else 0
 
 
+def fresh_health(address):
+    with grpc.insecure_channel(address) as channel:
+        return health(channel)
+
+
 def check_user_and_compilers(image, ctr):
     cfg = json.loads(buildah("inspect", "--type", "image", image).stdout)
     user = cfg["OCIv1"]["config"].get("User", "")
@@ -332,8 +337,10 @@ def main():
             ctr, cfg, workdir)
         channel = grpc.insecure_channel("127.0.0.1:%d" % grpc_port)
         try:
+            # A fresh channel per try: a failed one backs off for seconds.
             du.wait_for(lambda: proc.poll() is not None or
-                        health(channel) == 1, 120, "health SERVING")
+                        fresh_health("127.0.0.1:%d" % grpc_port) == 1, 120,
+                        "health SERVING")
         except TimeoutError as e:
             fail("%s; log:\n%s" % (e, open(log_path).read()))
         if proc.poll() is not None:
