@@ -25,7 +25,7 @@ set(CKV_RELEASE_TESTS
   kv_oracle_test sampler_test
   tokenizer_test chat_template_test
   cli_test python_client_test openai_client_test status_page_test
-  deploy_config_test
+  deploy_config_test deploy_k8s_schema_test
   deploy_affinity_test
   engine_bench_smoke cluster_bench_smoke service_bench_smoke
   stall_bench_smoke fuzz_smoke json_schema_corpus_test grammar_bench_smoke
