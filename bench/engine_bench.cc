@@ -18,6 +18,7 @@
 #include "bench/engine_runner.h"
 #include "bench/mem_bandwidth.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/model.h"
 
 namespace ckv::bench {
@@ -35,6 +36,9 @@ absl::Status Run(const EngineBenchOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("this CPU or build cannot run --kernels ", o.kernels));
   }
+  kernels::cpu::SetDefaultPoolSchedule(
+      o.pool_schedule == "static" ? kernels::cpu::PoolSchedule::kStatic
+                                  : kernels::cpu::PoolSchedule::kDynamic);
   BenchReport report;
   report.options = &o;
   report.random_model = o.model.empty();

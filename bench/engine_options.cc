@@ -63,6 +63,10 @@ ABSL_FLAG(double, background_load, Defaults().background.fraction,
 ABSL_FLAG(double, background_period_ms, Defaults().background.period_ms,
           "duty-cycle period of --background_load (ms)");
 
+ABSL_FLAG(std::string, pool_schedule, Defaults().pool_schedule,
+          "thread pool schedule: dynamic (chunks claimed one at a time) or "
+          "static (one fixed range per thread; the former policy)");
+
 namespace ckv::bench {
 namespace {
 
@@ -123,6 +127,11 @@ absl::Status ReadScalars(EngineBenchOptions& o) {
   auto kv = ParseKvType(absl::GetFlag(FLAGS_kv_type));
   if (!kv.ok()) return kv.status();
   o.kv_type = *kv;
+  o.pool_schedule = absl::GetFlag(FLAGS_pool_schedule);
+  if (o.pool_schedule != "dynamic" && o.pool_schedule != "static") {
+    return absl::InvalidArgumentError(
+        "--pool_schedule must be dynamic or static");
+  }
   o.kernels = absl::GetFlag(FLAGS_kernels);
   if (o.kernels != "auto" && o.kernels != "scalar" && o.kernels != "avx2" &&
       o.kernels != "avx512") {

@@ -37,6 +37,8 @@ struct EngineBenchOptions {
   // Controlled load beside the timed runs (--background-load F): a process
   // busy F of one core (background_load.h); fraction 0: none.
   BackgroundLoadOptions background;
+  // ThreadPool schedule (kernels/cpu/thread_pool.h): dynamic|static.
+  std::string pool_schedule = "dynamic";
 
   int64_t max_depth() const { return depths.empty() ? 0 : depths.back(); }
 };

@@ -129,6 +129,7 @@ absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
       MeasureReadBandwidth(o_.bandwidth_bytes, o_.bandwidth_repeats)
           .bytes_per_second;
   const double delay0 = ProcessRunDelaySeconds();
+  tf_.pool()->ResetStats();
   for (int i = 0; i < o_.decode_tokens; ++i) {
     auto seconds =
         Timed(cache, absl::MakeConstSpan(next, 1), AppendKind::kGenerated);
@@ -137,6 +138,7 @@ absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
     *next = Argmax();
   }
   r.run_delay_seconds = ProcessRunDelaySeconds() - delay0;
+  r.pool = tf_.pool()->stats();
   return r;
 }
 

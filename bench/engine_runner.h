@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "bench/engine_options.h"
 #include "bench/step_stats.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/model.h"
 
 namespace ckv::bench {
@@ -39,6 +40,8 @@ struct DecodeResult {
   // Time the process's threads waited runnable for a CPU during the steps
   // (/proc/self/task/*/schedstat), summed over threads.
   double run_delay_seconds = 0;
+  // The thread pool's counters over the steps (kernels/cpu/thread_pool.h).
+  kernels::cpu::ThreadPoolStats pool;
 
   double MedianSeconds() const;
   double MeanSeconds() const;
