@@ -1,18 +1,24 @@
 #!/bin/sh
 # Smoke test of engine_bench (ctest engine_bench_smoke):
-#   engine_smoke.sh ENGINE_BENCH PLOT_ENGINE_PY BUILD_DIR
+#   engine_smoke.sh ENGINE_BENCH PLOT_ENGINE_PY BUILD_DIR POOL_AB_BENCH
+#                   PLOT_POOL_AB_PY
 # Runs `engine_bench --quick`, checks that decode tok/s is 1 / mean step with
 # median, p90, p99 and max beside it; a second run under --background-load
 # 0.5 must report the load it got. Plots the JSON, checks that both files
-# exist. Exits 77 (ctest: skipped) when no python3 with matplotlib is found.
+# exist. pool_ab_bench then runs both pool schedules on the quick model (it
+# fails when their logits differ) and its JSON is plotted. Exits 77 (ctest:
+# skipped) when no python3 with matplotlib is found.
 set -eu
 bench=$1
 plot=$2
 dir=$3
+pool_ab=$4
+plot_pool_ab=$5
+pool_json="$dir/pool_ab_smoke.json"
 json="$dir/engine_smoke.json"
 png="$dir/engine_smoke.png"
 loaded="$dir/engine_smoke_loaded.json"
-rm -f "$json" "$png" "$loaded"
+rm -f "$json" "$png" "$loaded" "$pool_json" "$dir/pool_ab_smoke.png"
 "$bench" --quick --work-dir "$dir/engine_smoke_work" --out-json "$json" \
   >/dev/null
 test -s "$json" || { echo "missing $json" >&2; exit 1; }
@@ -20,6 +26,10 @@ test -s "$json" || { echo "missing $json" >&2; exit 1; }
   --background-load 0.5 --background-period-ms 5 \
   --work-dir "$dir/engine_smoke_work" --out-json "$loaded" >/dev/null
 test -s "$loaded" || { echo "missing $loaded" >&2; exit 1; }
+model=$(ls "$dir"/engine_smoke_work/random-2x64-*.gguf | head -1)
+"$pool_ab" --model "$model" --threads 2 --steps 8 --out-json "$pool_json" \
+  >/dev/null
+test -s "$pool_json" || { echo "missing $pool_json" >&2; exit 1; }
 check_fields() {
   "$1" - "$json" "$loaded" <<'PY'
 import json, sys
@@ -48,6 +58,8 @@ for py in "${PYTHON:-}" python3 /usr/bin/python3; do
     check_fields "$py"
     "$py" "$plot" "$json"
     test -s "$png" || { echo "missing $png" >&2; exit 1; }
+    "$py" "$plot_pool_ab" "$pool_json"
+    test -s "$dir/pool_ab_smoke.png" || { echo "missing pool_ab png" >&2; exit 1; }
     echo "ok: $json $png"
     exit 0
   fi
