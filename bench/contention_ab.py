@@ -11,6 +11,7 @@ mean relative to the first, and a PNG of the step-time distributions.
 usage: contention_ab.py --model M.gguf --variant NAME=BIN[:FLAGS] ...
          [--loads 0,0.5] [--threads 1,2] [--steps 128] [--rounds 2]
          [--out bench/results/contention]
+       contention_ab.py --plot RESULTS.json   (re-plot; needs matplotlib)
 A background load uses engine_bench's own --background-load (a process
 busy that fraction of one core, 10 ms duty cycle), so a variant's binary
 must have the flag; a binary without it (an old build) gets the load from
@@ -97,15 +98,20 @@ def parse_variant(text):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--variant", action="append", required=True,
-                   type=parse_variant)
+    p.add_argument("--model")
+    p.add_argument("--variant", action="append", type=parse_variant)
     p.add_argument("--loads", default="0,0.5")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--steps", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", default="bench/results/contention")
+    p.add_argument("--plot", metavar="JSON",
+                   help="only plot an earlier run's JSON (next to it)")
     args = p.parse_args()
+    if args.plot:
+        with open(args.plot, encoding="utf-8") as f:
+            plot(json.load(f), os.path.splitext(args.plot)[0] + ".png")
+        return
     loads = [float(x) for x in args.loads.split(",")]
     threads = [int(x) for x in args.threads.split(",")]
     steps = {}
@@ -165,6 +171,11 @@ def main():
     with open(args.out + ".txt", "w", encoding="utf-8") as f:
         f.write(text)
     print(text)
+    plot(result, args.out + ".png")
+
+
+def plot(result, path):
+    """Sorted step times per (load, threads) cell, one line per variant."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -172,28 +183,35 @@ def main():
     except ImportError:
         print("no matplotlib: no PNG", file=sys.stderr)
         return
+    cells = result["step_ms"]
+    loads = sorted({c["load"] for c in cells})
+    threads = sorted({c["threads"] for c in cells})
     fig, axes = plt.subplots(len(loads), len(threads), squeeze=False,
                              figsize=(6 * len(threads), 4 * len(loads)))
     for i, load in enumerate(loads):
         for j, thr in enumerate(threads):
             ax = axes[i][j]
-            for v in args.variant:
-                s = sorted(steps[(v[0], load, thr)])
+            for c in cells:
+                if c["load"] != load or c["threads"] != thr:
+                    continue
+                s = sorted(c["step_ms"])
                 q = [100 * (k + 1) / len(s) for k in range(len(s))]
                 st = stats(s)
-                ax.plot(q, s, label=f"{v[0]}: mean {st['mean_ms']:.1f} p99 "
-                                    f"{st['p99_ms']:.1f} max {st['max_ms']:.1f}")
+                ax.plot(q, s, label=f"{c['variant']}: mean {st['mean_ms']:.1f}"
+                                    f" p99 {st['p99_ms']:.1f} max "
+                                    f"{st['max_ms']:.1f}")
             ax.set_title(f"{thr} thr, background load {load:.2f} of a core")
             ax.set_xlabel("percentile of decode steps")
             ax.set_ylabel("step ms")
             ax.set_yscale("log")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize="small")
-    fig.suptitle(f"decode step times, {os.path.basename(args.model)}, "
-                 f"{args.rounds} x {args.steps} steps per cell, interleaved")
+    fig.suptitle(f"decode step times, {os.path.basename(result['model'])}, "
+                 f"{result['rounds']} x {result['steps_per_run']} steps per "
+                 f"cell, interleaved runs")
     fig.tight_layout()
-    fig.savefig(args.out + ".png", dpi=100)
-    print(f"wrote {args.out}.json/.txt/.png", file=sys.stderr)
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
