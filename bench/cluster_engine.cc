@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
 #include "bench/engine_prefill_cache.h"
+#include "bench/step_stats.h"
 #include "model/kv/clustered_store.h"
 #include "model/kv/policies/registry.h"
 #include "model/kv/quality.h"
@@ -407,6 +408,9 @@ absl::Status EngineBench::FinishSeries(DecodeSeries& s, const PolicyChoice& pc,
       {"kmeans_wall_ms", p.stats.kmeans_wall_ms},
       {"kmeans_scored_share", Num(p.stats.ScoredShare())},
       {"step_ms_median", ms[ms.size() / 2]},
+      {"step_ms_p90", SortedPercentile(ms, 90)},
+      {"step_ms_p99", SortedPercentile(ms, 99)},
+      {"step_ms_max", ms.back()},
       {"attention_ms", prof.attention_ns / 1e6 / n},
       {"attention_share",
        prof.total_ns > 0 ? double(prof.attention_ns) / prof.total_ns : 0.0},

@@ -56,6 +56,17 @@ ABSL_FLAG(std::string, dtype, "f16",
 ABSL_FLAG(std::string, kernels, Defaults().kernels,
           "CPU kernels: auto|scalar|avx2|avx512 (scalar: the reference path)");
 
+ABSL_FLAG(double, background_load, Defaults().background.fraction,
+          "run a second process busy this fraction of one core (0..1, duty "
+          "cycle of --background_period_ms) during the whole benchmark: the "
+          "contention rows; 0: none");
+ABSL_FLAG(double, background_period_ms, Defaults().background.period_ms,
+          "duty-cycle period of --background_load (ms)");
+
+ABSL_FLAG(std::string, pool_schedule, Defaults().pool_schedule,
+          "thread pool schedule: dynamic (chunks claimed one at a time) or "
+          "static (one fixed range per thread; the former policy)");
+
 namespace ckv::bench {
 namespace {
 
@@ -99,6 +110,13 @@ absl::Status ReadScalars(EngineBenchOptions& o) {
   o.pp_tokens = absl::GetFlag(FLAGS_pp_tokens);
   o.bandwidth_bytes = absl::GetFlag(FLAGS_bandwidth_mb) << 20;
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.background.fraction = absl::GetFlag(FLAGS_background_load);
+  o.background.period_ms = absl::GetFlag(FLAGS_background_period_ms);
+  if (!(o.background.fraction >= 0 && o.background.fraction <= 1) ||
+      !(o.background.period_ms > 0)) {
+    return absl::InvalidArgumentError(
+        "--background_load must be in [0, 1] and --background_period_ms > 0");
+  }
   if (o.decode_tokens < 1 || o.prefill_chunk < 1 || o.pp_tokens < 1) {
     return absl::InvalidArgumentError(
         "--decode_tokens, --prefill_chunk and --pp_tokens must be >= 1");
@@ -109,6 +127,11 @@ absl::Status ReadScalars(EngineBenchOptions& o) {
   auto kv = ParseKvType(absl::GetFlag(FLAGS_kv_type));
   if (!kv.ok()) return kv.status();
   o.kv_type = *kv;
+  o.pool_schedule = absl::GetFlag(FLAGS_pool_schedule);
+  if (o.pool_schedule != "dynamic" && o.pool_schedule != "static") {
+    return absl::InvalidArgumentError(
+        "--pool_schedule must be dynamic or static");
+  }
   o.kernels = absl::GetFlag(FLAGS_kernels);
   if (o.kernels != "auto" && o.kernels != "scalar" && o.kernels != "avx2" &&
       o.kernels != "avx512") {

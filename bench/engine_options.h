@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/background_load.h"
 #include "bench/bench_common.h"
 #include "kernels/dtype.h"
 #include "model/make_random.h"
@@ -33,6 +34,11 @@ struct EngineBenchOptions {
   uint64_t seed = 1;  // random token ids
   // CPU kernel set (kernels::cpu::SelectKernels): auto|scalar|avx2|avx512.
   std::string kernels = "auto";
+  // Controlled load beside the timed runs (--background-load F): a process
+  // busy F of one core (background_load.h); fraction 0: none.
+  BackgroundLoadOptions background;
+  // ThreadPool schedule (kernels/cpu/thread_pool.h): dynamic|static.
+  std::string pool_schedule = "dynamic";
 
   int64_t max_depth() const { return depths.empty() ? 0 : depths.back(); }
 };

@@ -1,9 +1,11 @@
 #include "bench/engine_report.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
+#include "bench/step_stats.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 
@@ -35,10 +37,10 @@ kernels::DType WeightType(const Model& m) {
 
 double Ratio(double num, double den) { return den > 0 ? num / den : 0.0; }
 
-// Speedup of `run` over `base` in decode (median step time) at depth i.
+// Speedup of `run` over `base` in decode (mean step time) at depth i.
 double DecodeSpeedup(const ThreadRun& base, const ThreadRun& run, size_t i) {
-  return Ratio(base.depths[i].decode.MedianSeconds(),
-               run.depths[i].decode.MedianSeconds());
+  return Ratio(base.depths[i].decode.MeanSeconds(),
+               run.depths[i].decode.MeanSeconds());
 }
 
 // 0 when either side has no prefill (e.g. the empty segment at depth 0).
@@ -79,14 +81,25 @@ void PrintHeader(const BenchReport& r, std::FILE* out) {
                kernels::cpu::QuantDotPath(WeightType(*r.model)),
                std::thread::hardware_concurrency());
   std::fprintf(out,
-               "threads: %s | kv: %s | prefill chunk %d | decode tokens %d\n",
+               "threads: %s | kv: %s | prefill chunk %d | decode tokens %d | "
+               "pool schedule %s\n",
                absl::StrJoin(o.threads, ",").c_str(), KvTypeName(o.kv_type),
-               o.prefill_chunk, o.decode_tokens);
+               o.prefill_chunk, o.decode_tokens, o.pool_schedule.c_str());
   std::fprintf(out,
                "memory read bandwidth (1 thread, %lld MiB, best of %d): "
-               "%.2f GB/s\n\n",
+               "%.2f GB/s\n",
                static_cast<long long>(r.bandwidth.bytes >> 20),
                r.bandwidth.repeats, r.bandwidth.bytes_per_second / 1e9);
+  if (o.background.fraction > 0) {
+    std::fprintf(out,
+                 "background load: one process busy %.2f of a core (period "
+                 "%.1f ms); it got %.2f of a core\n",
+                 o.background.fraction, o.background.period_ms,
+                 r.background_cpu_share);
+  } else {
+    std::fprintf(out, "background load: none\n");
+  }
+  std::fprintf(out, "\n");
 }
 
 void PrintDepthRow(const BenchReport& r, int threads, const DepthResult& d,
@@ -100,19 +113,27 @@ void PrintDepthRow(const BenchReport& r, int threads, const DepthResult& d,
     std::snprintf(prefill, sizeof(prefill), "%.1f",
                   d.prefill.TokensPerSecond());
   }
-  const double med = d.decode.MedianSeconds();
+  const StepStats st = d.decode.Stats();
   const double floor = r.DecodeFloorSeconds(d.decode);
+  const double steps = std::max<size_t>(1, d.decode.step_seconds.size());
   constexpr char kRow[] =
-      "%4d %7lld  %-15s %13s  %8.2f / %-8.2f %10.1f %9.2f %6.2f\n";
+      "%4d %7lld  %-15s %13s  %8.2f %7.2f %7.2f %7.2f %8.2f %10.1f %8.3f "
+      "%8.3f %9.2f %6.2f\n";
   std::fprintf(out, kRow, threads, static_cast<long long>(d.decode.depth),
-               segment, prefill, 1e3 * med, 1e3 * d.decode.MeanSeconds(),
-               Ratio(1.0, med), 1e3 * floor, Ratio(floor, med));
+               segment, prefill, 1e3 * st.mean, 1e3 * st.median, 1e3 * st.p90,
+               1e3 * st.p99, 1e3 * st.max, st.Rate(),
+               1e3 * d.decode.run_delay_seconds / steps,
+               d.decode.pool.caller_wait_ns / 1e6 / steps, 1e3 * floor,
+               Ratio(floor, st.mean));
 }
 
 void PrintRuns(const BenchReport& r, std::FILE* out) {
-  std::fprintf(out, "%4s %7s  %-15s %13s  %-19s %10s %9s %6s\n", "thr", "depth",
-               "prefill tokens", "prefill tok/s", "decode ms med/mean",
-               "decode tok/s", "floor ms", "eff");
+  std::fprintf(out,
+               "%4s %7s  %-15s %13s  %8s %7s %7s %7s %8s %10s %8s %8s %9s "
+               "%6s\n",
+               "thr", "depth", "prefill tokens", "prefill tok/s", "mean ms",
+               "median", "p90", "p99", "max", "dec tok/s", "rdelay", "barrier",
+               "floor ms", "eff");
   for (const ThreadRun& run : r.runs) {
     for (const DepthResult& d : run.depths) {
       PrintDepthRow(r, run.threads, d, out);
@@ -200,7 +221,12 @@ Json ConfigJson(const BenchReport& r) {
       {"kv_type", KvTypeName(o.kv_type)},
       {"kv_bytes_per_token", KvBytesPerToken(r.model->config, o.kv_type)},
       {"quick", o.quick},
-      {"seed", o.seed}};
+      {"seed", o.seed},
+      {"pool_schedule", o.pool_schedule},
+      {"background_load",
+       Json{{"fraction", o.background.fraction},
+            {"period_ms", o.background.period_ms},
+            {"measured_core_share", r.background_cpu_share}}}};
 }
 
 Json SystemJson(const BenchReport& r) {
@@ -225,25 +251,38 @@ Json PrefillJson(const PrefillResult& p) {
 }
 
 Json DecodeJson(const BenchReport& r, const DecodeResult& d) {
-  const double med = d.MedianSeconds();
-  const double mean = d.MeanSeconds();
+  const StepStats st = d.Stats();
+  const double mean = st.mean;
   const double floor = r.DecodeFloorSeconds(d);
-  return Json{{"depth", d.depth},
-              {"tokens", d.step_seconds.size()},
-              {"median_ms", 1e3 * med},
-              {"mean_ms", 1e3 * mean},
-              {"tok_per_s", Ratio(1.0, med)},
-              {"tok_per_s_mean", Ratio(1.0, mean)},
-              {"bytes_per_token", r.DecodeBytes(d.depth)},
-              {"achieved_gb_per_s", Ratio(r.DecodeBytes(d.depth), med) / 1e9},
-              {"probe_gb_per_s", d.probe_bytes_per_second / 1e9},
-              {"floor_ms", 1e3 * floor},
-              {"efficiency", Ratio(floor, med)},
-              {"step_ms", [&d] {
-                 std::vector<double> ms;
-                 for (double s : d.step_seconds) ms.push_back(1e3 * s);
-                 return ms;
-               }()}};
+  const double steps = std::max<size_t>(1, d.step_seconds.size());
+  return Json{
+      {"depth", d.depth},
+      {"tokens", d.step_seconds.size()},
+      {"mean_ms", 1e3 * mean},
+      {"median_ms", 1e3 * st.median},
+      {"p90_ms", 1e3 * st.p90},
+      {"p99_ms", 1e3 * st.p99},
+      {"max_ms", 1e3 * st.max},
+      {"tok_per_s", st.Rate()},
+      {"tok_per_s_median", Ratio(1.0, st.median)},
+      {"run_delay_ms_per_step", 1e3 * d.run_delay_seconds / steps},
+      {"pool",
+       Json{
+           {"jobs_per_step", d.pool.jobs / steps},
+           {"caller_wait_ms_per_step", d.pool.caller_wait_ns / 1e6 / steps},
+           {"max_wait_ms", d.pool.max_wait_ns / 1e6},
+           {"caller_sleeps_per_step", d.pool.caller_sleeps / steps},
+           {"caller_chunk_share", Ratio(d.pool.caller_chunks, d.pool.chunks)}}},
+      {"bytes_per_token", r.DecodeBytes(d.depth)},
+      {"achieved_gb_per_s", Ratio(r.DecodeBytes(d.depth), mean) / 1e9},
+      {"probe_gb_per_s", d.probe_bytes_per_second / 1e9},
+      {"floor_ms", 1e3 * floor},
+      {"efficiency", Ratio(floor, mean)},
+      {"step_ms", [&d] {
+         std::vector<double> ms;
+         for (double s : d.step_seconds) ms.push_back(1e3 * s);
+         return ms;
+       }()}};
 }
 
 Json RunJson(const BenchReport& r, const ThreadRun& run) {
@@ -314,10 +353,16 @@ void PrintReport(const BenchReport& report, std::FILE* out) {
   PrintRuns(report, out);
   if (report.runs.size() > 1) PrintSpeedups(report, out);
   PrintCpuShares(report, out);
-  std::fprintf(out,
-               "\nfloor = (weight matrices + KV at depth) / 1-thread read "
-               "bandwidth probed just before that row's steps; eff = floor / "
-               "median decode step\n");
+  std::fprintf(
+      out,
+      "\ndecode: step times in ms (mean, median, p90, p99, max); dec tok/s "
+      "= 1 / mean step (as llama-bench); rdelay = ms per step the "
+      "process's threads waited runnable for a CPU (schedstat); barrier = ms "
+      "per step the engine thread waited for chunks held by the "
+      "pool's other threads\n"
+      "floor = (weight matrices + KV at depth) / 1-thread read "
+      "bandwidth probed just before that row's steps; eff = floor / "
+      "mean decode step\n");
 }
 
 Json ReportJson(const BenchReport& r) {

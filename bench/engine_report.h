@@ -22,6 +22,9 @@ struct BenchReport {
   bool random_model = false;
   BandwidthResult bandwidth;
   std::vector<ThreadRun> runs;
+  // CPU share of one core the --background-load process actually used
+  // over the runs (0: no load).
+  double background_cpu_share = 0;
 
   // Bytes decode must read per token at `depth`: every weight matrix once
   // plus the K and V rows of `depth` cached tokens in every layer.

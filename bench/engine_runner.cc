@@ -8,6 +8,7 @@
 
 #include <time.h>
 
+#include "bench/background_load.h"
 #include "bench/mem_bandwidth.h"
 #include "model/dense_kv_cache.h"
 #include "model/transformer.h"
@@ -127,6 +128,8 @@ absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
   r.probe_bytes_per_second =
       MeasureReadBandwidth(o_.bandwidth_bytes, o_.bandwidth_repeats)
           .bytes_per_second;
+  const double delay0 = ProcessRunDelaySeconds();
+  tf_.pool()->ResetStats();
   for (int i = 0; i < o_.decode_tokens; ++i) {
     auto seconds =
         Timed(cache, absl::MakeConstSpan(next, 1), AppendKind::kGenerated);
@@ -134,6 +137,8 @@ absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
     r.step_seconds.push_back(*seconds);
     *next = Argmax();
   }
+  r.run_delay_seconds = ProcessRunDelaySeconds() - delay0;
+  r.pool = tf_.pool()->stats();
   return r;
 }
 
@@ -199,9 +204,12 @@ absl::Status Runner::MeasureDepth(DenseKvCache& cache, int64_t depth,
   auto dec = Decode(cache, next);
   if (!dec.ok()) return dec.status();
   d.decode = *std::move(dec);
-  std::fprintf(stderr, "  [%d thr] decode at depth %lld: %.2f ms/token\n",
+  const StepStats st = d.decode.Stats();
+  std::fprintf(stderr,
+               "  [%d thr] decode at depth %lld: mean %.2f ms/token (median "
+               "%.2f, p99 %.2f, max %.2f)\n",
                run->threads, static_cast<long long>(d.decode.depth),
-               1e3 * d.decode.MedianSeconds());
+               1e3 * st.mean, 1e3 * st.median, 1e3 * st.p99, 1e3 * st.max);
   run->depths.push_back(std::move(d));
   return absl::OkStatus();
 }

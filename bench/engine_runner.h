@@ -14,6 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "bench/engine_options.h"
+#include "bench/step_stats.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/model.h"
 
 namespace ckv::bench {
@@ -35,9 +37,15 @@ struct DecodeResult {
   // floor of these steps is computed against it, so that a shared
   // machine's drift between measurements does not move their ratio.
   double probe_bytes_per_second = 0;
+  // Time the process's threads waited runnable for a CPU during the steps
+  // (/proc/self/task/*/schedstat), summed over threads.
+  double run_delay_seconds = 0;
+  // The thread pool's counters over the steps (kernels/cpu/thread_pool.h).
+  kernels::cpu::ThreadPoolStats pool;
 
   double MedianSeconds() const;
   double MeanSeconds() const;
+  StepStats Stats() const { return ComputeStepStats(step_seconds); }
 };
 
 struct DepthResult {

@@ -78,12 +78,17 @@ def engine_step_plots(axes, runs):
         for pol in ("full", "clusterkv", "quest", "streaming"):
             rs = [r for r in select(eng, policy=pol, batch=batch)
                   if pol == "full" or r["budget"] == TARGET_BUDGET]
-            pts = sorted((r["context"], r["step_ms"]) for r in rs)
+            pts = sorted((r["context"], r["step_ms"],
+                          r.get("step_ms_p99", r["step_ms"])) for r in rs)
             if pts:
-                ax.plot(*zip(*pts), "o-", color=POLICY_COLORS[pol],
+                x, mean, p99 = zip(*pts)
+                ax.plot(x, mean, "o-", color=POLICY_COLORS[pol],
                         label=pol if pol == "full"
                         else f"{pol} B={TARGET_BUDGET}")
-        ax.set_title(f"engine decode step, {batch} session(s)")
+                # The distribution beside the mean: p99 of the steps.
+                ax.plot(x, p99, "v:", color=POLICY_COLORS[pol], alpha=0.6)
+        ax.set_title(f"engine decode step (mean; dotted: p99), {batch} "
+                     "session(s)")
         ax.set_xlabel("context (tokens)")
         ax.set_ylabel("ms per step")
         ax.set_xscale("log", base=2)

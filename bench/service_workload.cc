@@ -122,6 +122,8 @@ absl::StatusOr<RunSample> Summarize(const RawRun& run, int64_t prompt_tokens) {
   s.ttft_p99_ms = Percentile(ttft, 99);
   s.itl_p50_ms = Percentile(itl, 50);
   s.itl_p99_ms = Percentile(itl, 99);
+  s.itl_p90_ms = Percentile(itl, 90);
+  s.itl_max_ms = itl.empty() ? 0.0 : *std::max_element(itl.begin(), itl.end());
   double sum = 0.0;
   for (double x : itl) sum += x;
   s.itl_mean_ms = itl.empty() ? 0.0 : sum / static_cast<double>(itl.size());

@@ -75,6 +75,7 @@ struct RunSample {
   double tokens_per_second = 0.0;
   double ttft_p50_ms = 0.0, ttft_p99_ms = 0.0;  // Decode request -> 1st token
   double itl_p50_ms = 0.0, itl_p99_ms = 0.0;    // all sessions' gaps pooled
+  double itl_p90_ms = 0.0, itl_max_ms = 0.0;
   double itl_mean_ms = 0.0;
   int eos_sessions = 0;  // sessions that ended early on end-of-generation
   Usage usage;           // decode phase
