@@ -53,6 +53,12 @@ ABSL_FLAG(int, tenant_max_sessions, kLimits.tenant_max_sessions,
           "sessions of one tenant at most (0: no per-tenant limit)");
 ABSL_FLAG(int64_t, tenant_max_host_kv_bytes, kLimits.tenant_max_host_kv_bytes,
           "host-tier KV bytes of one tenant's sessions at most (0: none)");
+ABSL_FLAG(int64_t, prefix_cache_bytes, kLimits.prefix_cache_bytes,
+          "host bytes the automatic prefix cache of session-less requests "
+          "may hold, counted in --max-host-kv-bytes (0: off)");
+ABSL_FLAG(int64_t, prefix_cache_block_tokens, kLimits.prefix_cache_block_tokens,
+          "tokens per prefix-cache block: session-less prompts are cached "
+          "and reused in whole blocks");
 ABSL_FLAG(std::string, tls_cert, kDefaults.tls.cert_file,
           "PEM certificate chain: serve gRPC over TLS (with --tls-key)");
 ABSL_FLAG(std::string, tls_key, kDefaults.tls.key_file,
@@ -132,6 +138,16 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
   if (l.tenant_max_sessions < 0 || l.tenant_max_host_kv_bytes < 0) {
     return absl::InvalidArgumentError(
         "--tenant-max-sessions and --tenant-max-host-kv-bytes must be >= 0");
+  }
+  l.prefix_cache_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
+  l.prefix_cache_block_tokens = absl::GetFlag(FLAGS_prefix_cache_block_tokens);
+  if (l.prefix_cache_bytes < 0) {
+    return absl::InvalidArgumentError("--prefix-cache-bytes must be >= 0");
+  }
+  if (auto s =
+          Positive("prefix-cache-block-tokens", l.prefix_cache_block_tokens);
+      !s.ok()) {
+    return s;
   }
   return absl::OkStatus();
 }

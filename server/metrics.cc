@@ -113,6 +113,16 @@ class ServerMetricsImpl final : public ServerMetrics {
         host_to_device_bytes_(SingleCounter(
             *registry_, "clusterkv_host_to_device_bytes_total",
             "Bytes of KV cache copied from host to device memory.")),
+        prefix_hits_(SingleCounter(
+            *registry_, "clusterkv_prefix_cache_hits_total",
+            "Session-less requests that reused a cached prompt prefix.")),
+        prefix_misses_(SingleCounter(
+            *registry_, "clusterkv_prefix_cache_misses_total",
+            "Session-less requests that found no cached prompt prefix.")),
+        prefix_reused_tokens_(SingleCounter(
+            *registry_, "clusterkv_prefix_cache_reused_tokens_total",
+            "Prompt tokens taken from the prefix cache instead of "
+            "prefilled.")),
         ttft_(SingleHistogram(
             *registry_, "clusterkv_time_to_first_token_seconds",
             "Time from request arrival to its first generated token.",
@@ -223,6 +233,10 @@ class ServerMetricsImpl final : public ServerMetrics {
   void AddHostToDeviceBytes(int64_t bytes) override {
     host_to_device_bytes_.Increment(static_cast<double>(bytes));
   }
+  void AddPrefixCacheLookup(bool hit, int64_t reused_tokens) override {
+    (hit ? prefix_hits_ : prefix_misses_).Increment();
+    prefix_reused_tokens_.Increment(static_cast<double>(reused_tokens));
+  }
 
   MetricsTotals Totals() const override;
 
@@ -248,6 +262,9 @@ class ServerMetricsImpl final : public ServerMetrics {
   Counter& cache_lookups_;
   Counter& cache_hits_;
   Counter& host_to_device_bytes_;
+  Counter& prefix_hits_;
+  Counter& prefix_misses_;
+  Counter& prefix_reused_tokens_;
   Histogram& ttft_;
   Histogram& inter_token_;
   Histogram& prefill_;

@@ -79,6 +79,11 @@ class ServerMetrics {
   // clusterkv_host_to_device_bytes_total.
   virtual void AddCacheLookups(int64_t lookups, int64_t hits) = 0;
   virtual void AddHostToDeviceBytes(int64_t bytes) = 0;
+  // Counters: clusterkv_prefix_cache_hits_total,
+  // clusterkv_prefix_cache_misses_total,
+  // clusterkv_prefix_cache_reused_tokens_total (server/prefix_cache.h): one
+  // lookup of a session-less request.
+  virtual void AddPrefixCacheLookup(bool hit, int64_t reused_tokens) = 0;
 
   // Counter and histogram totals as numbers (no text round trip).
   virtual MetricsTotals Totals() const = 0;

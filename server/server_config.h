@@ -22,6 +22,14 @@ struct ServerLimits {
   // Per tenant (server/auth.h); 0: only the server-wide limits apply.
   int tenant_max_sessions = 0;
   int64_t tenant_max_host_kv_bytes = 0;
+  // Automatic prefix cache of session-less requests (server/prefix_cache.h):
+  // host bytes it may hold (counted in max_host_kv_bytes and the tenant's
+  // tenant_max_host_kv_bytes), 0: off; and its block size in tokens. 1 GiB
+  // is 1/16 of the default max_host_kv_bytes: for an 8B-class model (128
+  // KiB of KV per token) 8k tokens, one long document; for the demo model
+  // (16 KiB per token) 64k tokens.
+  int64_t prefix_cache_bytes = int64_t{1} << 30;
+  int64_t prefix_cache_block_tokens = 512;
 };
 
 // TLS on the gRPC port. Empty cert_file: plain TCP.

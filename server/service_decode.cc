@@ -60,6 +60,7 @@ class DecodeReactor final : public DecodeBase {
 
   ServiceBackend backend_;
   std::string ephemeral_id_;   // Generate's session, closed at the end
+  int64_t cached_tokens_ = 0;  // Generate: prompt tokens from the cache
   ConversationUpdate update_;  // Decode: the session's conversation
   Clock::time_point last_token_;
   bool any_token_ = false;  // engine thread only
@@ -206,13 +207,6 @@ grpc::Status DecodeReactor::Submit(SessionLease lease,
                                    std::vector<int32_t> input, AppendKind kind,
                                    const SamplingParams& sampling,
                                    bool keep_partial_on_cancel) {
-  AdmissionRequest a;
-  a.input_tokens = static_cast<int64_t>(input.size());
-  a.max_new_tokens = sampling.max_tokens;
-  a.session_tokens = lease->stats().tokens;
-  a.kv = lease->kv();
-  a.tenant = lease->tenant();
-  rec_.input_tokens = a.input_tokens;
   JobSpec spec;
   spec.lease = std::move(lease);
   spec.input = std::move(input);
@@ -220,6 +214,16 @@ grpc::Status DecodeReactor::Submit(SessionLease lease,
   spec.generate = true;
   spec.sampling = sampling;
   spec.keep_partial_on_cancel = keep_partial_on_cancel;
+  if (!ephemeral_id_.empty()) {  // Generate: a session-less request
+    cached_tokens_ = backend_.sessions->UsePrefixCache(spec, state_.metrics());
+  }
+  AdmissionRequest a;
+  a.input_tokens = static_cast<int64_t>(spec.input.size());
+  a.max_new_tokens = sampling.max_tokens;
+  a.session_tokens = spec.lease->stats().tokens;
+  a.kv = spec.lease->kv();
+  a.tenant = spec.lease->tenant();
+  rec_.input_tokens = a.input_tokens;
   spec.callbacks.on_token = [this](int32_t id, absl::string_view text,
                                    const TokenLogprobs* logprobs) {
     OnToken(id, text, logprobs);
@@ -272,7 +276,8 @@ void DecodeReactor::OnJobDone(const JobResult& r) {
   v1::DecodeResponse resp;
   v1::DecodeSummary* s = resp.mutable_summary();
   s->set_finish_reason(ToProto(r.finish));
-  s->set_input_tokens(r.input_tokens);
+  s->set_input_tokens(r.input_tokens + cached_tokens_);
+  s->set_cached_tokens(cached_tokens_);
   s->set_generated_tokens(r.generated_tokens);
   s->set_session_tokens(r.session_tokens);
   s->set_time_to_first_token_seconds(r.time_to_first_token_seconds);

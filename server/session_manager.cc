@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/model.h"
+#include "server/engine_loop.h"
 #include "server/limits.h"
+#include "server/metrics.h"
 
 namespace ckv::server {
 
@@ -17,7 +19,9 @@ SessionManager::SessionManager(const ModelConfig& model,
                                ClusterWorker* worker)
     : shape_(KvShapeOf(model)),  // with the model's sliding-window layers
       limits_(limits),
-      worker_(worker) {}
+      worker_(worker),
+      prefix_cache_(limits.prefix_cache_bytes,
+                    limits.prefix_cache_block_tokens) {}
 
 int64_t SessionManager::HostBytesPerToken() const {
   return int64_t{2} * 2 * shape_.head_dim * shape_.n_kv_heads * shape_.n_layers;
@@ -284,14 +288,16 @@ int SessionManager::SnapshotAll() {
 }
 
 // Host bytes: every session's private part plus each shared segment once.
-MemoryTotals SessionManager::Totals() const { return Sum(List()); }
+MemoryTotals SessionManager::Totals() const { return Sum(List(), nullptr); }
 
 MemoryTotals SessionManager::TenantTotals(absl::string_view tenant) const {
-  return Sum(ListTenant(tenant));
+  const std::string t(tenant);
+  return Sum(ListTenant(tenant), &t);
 }
 
 MemoryTotals SessionManager::Sum(
-    const std::vector<std::shared_ptr<Session>>& list) {
+    const std::vector<std::shared_ptr<Session>>& list,
+    const std::string* tenant) const {
   MemoryTotals t;
   absl::flat_hash_set<int64_t> seen;
   for (const auto& s : list) {
@@ -303,7 +309,50 @@ MemoryTotals SessionManager::Sum(
     }
     ++t.sessions;
   }
+  std::vector<std::pair<int64_t, int64_t>> cached;
+  prefix_cache_.AppendSegments(tenant, &cached);
+  for (const auto& [uid, bytes] : cached) {
+    if (seen.insert(uid).second) t.host_bytes += bytes;
+  }
   return t;
+}
+
+int64_t SessionManager::UsePrefixCache(JobSpec& spec, ServerMetrics* metrics) {
+  Session* session = spec.lease.get();
+  if (!prefix_cache_.enabled() || session == nullptr ||
+      spec.kind != AppendKind::kPrompt || spec.input.empty() ||
+      session->store().num_tokens() != 0) {
+    return 0;
+  }
+  const int64_t block = prefix_cache_.block_tokens();
+  const int64_t n = static_cast<int64_t>(spec.input.size());
+  const PrefixCache::Match match = prefix_cache_.Lookup(
+      session->tenant(), session->kv(), spec.input, (n - 1) / block);
+  int64_t reused = 0;
+  if (match.store != nullptr) {
+    auto store = match.store->Fork(session->kv());
+    if (store.ok()) {
+      session->set_store(*std::move(store));
+      reused = match.tokens;
+    }
+  }
+  session->store().set_prompt_block_tokens(block);
+  if (metrics != nullptr) metrics->AddPrefixCacheLookup(reused > 0, reused);
+  // The whole prompt, for the blocks this job adds to the cache.
+  auto prompt = std::make_shared<std::vector<int32_t>>(spec.input);
+  spec.input.erase(spec.input.begin(), spec.input.begin() + reused);
+  session->PublishStats();
+  auto after = std::move(spec.callbacks.before_release);
+  spec.callbacks.before_release = [this, prompt, after](const JobResult& r,
+                                                        Session& s) {
+    if (r.status.ok()) {
+      const int64_t blocks =
+          static_cast<int64_t>(prompt->size()) / prefix_cache_.block_tokens();
+      prefix_cache_.Insert(s.tenant(), *prompt, blocks, s.store());
+    }
+    if (after) after(r, s);
+  };
+  return reused;
 }
 
 }  // namespace ckv::server

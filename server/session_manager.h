@@ -22,11 +22,15 @@
 #include "absl/strings/string_view.h"
 #include "model/kv/cluster_worker.h"
 #include "model/model_config.h"
+#include "server/prefix_cache.h"
 #include "server/server_config.h"
 #include "server/session.h"
 #include "server/session_snapshots.h"
 
 namespace ckv::server {
+
+struct JobSpec;  // server/engine_loop.h
+class ServerMetrics;
 
 // The tenant of every call when authentication is off.
 inline constexpr absl::string_view kAnonymousTenant = "";
@@ -104,8 +108,26 @@ class SessionManager {
   // Snapshots every session that is not busy (drain); returns how many.
   int SnapshotAll();
 
+  // The automatic prefix cache (server/prefix_cache.h) for a session-less
+  // request: `spec` leases the empty session created for this one request
+  // (closed when it ends) and carries its whole prompt as input
+  // (AppendKind::kPrompt). Seeds the session with the tenant's longest
+  // cached run of whole blocks of the prompt (never all of it: at least one
+  // token is prefilled, for the logits), removes those tokens from
+  // spec.input, makes the session close its prompt segments at block
+  // boundaries, and arranges (through spec.callbacks.before_release) for
+  // the prompt's whole blocks to be cached when the job succeeds. Counts the
+  // hit or miss in `metrics` (may be null). Returns the prompt tokens
+  // reused, the request's cached_tokens (0: a miss, the cache is off, or
+  // `spec` is not such a request). Call it after the lease, before building
+  // the AdmissionRequest from the session and spec.input.
+  int64_t UsePrefixCache(JobSpec& spec, ServerMetrics* metrics);
+  const PrefixCache& prefix_cache() const { return prefix_cache_; }
+
+  // Sessions and the prefix cache's blocks (each segment once).
   MemoryTotals Totals() const;
-  // The same over one tenant's sessions (its per-tenant KV usage).
+  // The same over one tenant's sessions and cached blocks (its per-tenant
+  // KV usage).
   MemoryTotals TenantTotals(absl::string_view tenant) const;
   // Bytes per token of a session's KV in the host tier (all layers).
   int64_t HostBytesPerToken() const;
@@ -118,7 +140,9 @@ class SessionManager {
   std::string NewId();
   // max_sessions, then tenant_max_sessions for `tenant`. Needs mu_.
   absl::Status CheckSessionLimitsLocked(absl::string_view tenant) const;
-  static MemoryTotals Sum(const std::vector<std::shared_ptr<Session>>& list);
+  // `tenant`: whose cached blocks to add (null: every tenant's).
+  MemoryTotals Sum(const std::vector<std::shared_ptr<Session>>& list,
+                   const std::string* tenant) const;
   std::shared_ptr<Session> Find(const std::string& id) const;
   absl::StatusOr<std::shared_ptr<Session>> Restore(const std::string& id,
                                                    absl::string_view tenant);
@@ -135,6 +159,7 @@ class SessionManager {
   uint64_t id_counter_ = 0;
   SessionSnapshots* snapshots_ = nullptr;  // null: off
   std::mutex restore_mu_;  // one restore at a time: an id is loaded once
+  PrefixCache prefix_cache_;
 };
 
 }  // namespace ckv::server

@@ -114,6 +114,7 @@ absl::StatusOr<ServerStatus> CollectStatus(const ServiceState& state,
                  state.draining(), &s.info);
   s.info.set_has_chat_template(b->chat != nullptr && b->chat->has_template());
   s.totals = b->sessions->Totals();
+  s.prefix_cache = b->sessions->prefix_cache().stats();
   std::vector<std::shared_ptr<Session>> mine = b->sessions->ListTenant(tenant);
   s.tenant_sessions = static_cast<int>(mine.size());
   std::vector<std::pair<int64_t, const Session*>> recent;

@@ -69,7 +69,11 @@ struct ServerStatus {
   // Model, backend, kernels, threads, limits, capacity, default KV config,
   // version, draining: what GetServerInfo answers.
   ::clusterkv::v1::ServerInfo info;
-  MemoryTotals totals;  // every tenant's sessions
+  MemoryTotals totals;  // every tenant's sessions and cached prefixes
+  // The automatic prefix cache, all tenants (server/prefix_cache.h); its
+  // bytes are part of totals.host_bytes (segments that sessions share with
+  // it counted once there).
+  PrefixCacheStats prefix_cache;
   // The caller's tenant's sessions, most recently used first, at most the
   // number asked; `tenant_sessions` counts them all.
   std::vector<SessionStatus> sessions;

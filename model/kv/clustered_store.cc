@@ -148,23 +148,35 @@ void ClusteredKvStore::Append(int layer, int64_t n, const float* k,
 }
 
 // The prompt's last rows of `layer` are in: copy them into the pending
-// segment and start indexing that layer (on the worker when there is one).
+// segments (one per prompt block, or one) and start indexing that layer (on
+// the worker when there is one).
 void ClusteredKvStore::FinishPromptLayer(int layer) {
   const int64_t rows = open_rows_[layer];
   if (rows == 0) return;  // the whole prompt went to the sinks
-  if (pending_ == nullptr) {
-    pending_ = std::make_shared<Segment>(Segment::NextUid(), open_first_pos_,
-                                         rows, shape_);
+  if (pending_.empty()) {
+    const int64_t end = open_first_pos_ + rows;
+    for (int64_t pos = open_first_pos_; pos < end;) {
+      const int64_t next =
+          prompt_block_ > 0
+              ? std::min(end, (pos / prompt_block_ + 1) * prompt_block_)
+              : end;
+      pending_.push_back(std::make_shared<Segment>(Segment::NextUid(), pos,
+                                                   next - pos, shape_));
+      pos = next;
+    }
   }
   const int hd = shape_.head_dim;
-  for (int h = 0; h < shape_.n_kv_heads; ++h) {
-    const size_t src = size_t{1} * h * open_[layer].capacity * hd;
-    std::memcpy(pending_->mutable_keys(layer, h), &open_[layer].k[src],
-                size_t{2} * rows * hd);
-    std::memcpy(pending_->mutable_values(layer, h), &open_[layer].v[src],
-                size_t{2} * rows * hd);
+  for (const auto& seg : pending_) {
+    const int64_t first = seg->first_pos() - open_first_pos_;
+    for (int h = 0; h < shape_.n_kv_heads; ++h) {
+      const size_t src = (size_t{1} * h * open_[layer].capacity + first) * hd;
+      std::memcpy(seg->mutable_keys(layer, h), &open_[layer].k[src],
+                  size_t{2} * seg->size() * hd);
+      std::memcpy(seg->mutable_values(layer, h), &open_[layer].v[src],
+                  size_t{2} * seg->size() * hd);
+    }
+    if (NeedsIndex(layer)) ScheduleIndex(seg, {layer});
   }
-  if (NeedsIndex(layer)) ScheduleIndex(pending_, {layer});
 }
 
 void ClusteredKvStore::ScheduleIndex(const std::shared_ptr<Segment>& seg,
@@ -212,10 +224,12 @@ void ClusteredKvStore::Commit(int64_t n) {
   std::fill(uncommitted_.begin(), uncommitted_.end(), 0);
   if (committed_in_call_ < reserved_) return;
   if (kind_ == AppendKind::kPrompt) {
-    if (pending_ != nullptr) {
-      open_first_pos_ += pending_->size();
-      segments_.push_back(std::move(pending_));
-      pending_ = nullptr;
+    if (!pending_.empty()) {
+      for (auto& seg : pending_) {
+        open_first_pos_ += seg->size();
+        segments_.push_back(std::move(seg));
+      }
+      pending_.clear();
       std::fill(open_rows_.begin(), open_rows_.end(), 0);
     }
   } else {
@@ -626,6 +640,27 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Fork(
   child->open_rows_ = open_rows_;
   child->open_first_pos_ = open_first_pos_;
   child->segments_ = segments_;
+  return child;
+}
+
+absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::ForkPrefix(
+    size_t n_segments) const {
+  if (reserved_ != 0) {
+    return absl::FailedPreconditionError("cannot fork during a call");
+  }
+  if (n_segments < 1 || n_segments > segments_.size() ||
+      sink_count() != config_.sink_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ForkPrefix: ", n_segments, " of ", segments_.size(),
+                     " segments, ", sink_count(), " sink rows"));
+  }
+  auto child = std::make_unique<ClusteredKvStore>(shape_, config_, worker_);
+  const Segment& last = *segments_[n_segments - 1];
+  child->n_tokens_ = last.first_pos() + last.size();
+  child->sinks_ = sinks_;
+  child->sink_rows_ = sink_rows_;
+  child->open_first_pos_ = child->n_tokens_;
+  child->segments_.assign(segments_.begin(), segments_.begin() + n_segments);
   return child;
 }
 

@@ -89,6 +89,21 @@ class ClusteredKvStore : public KvCache {
   }
   absl::StatusOr<std::unique_ptr<ClusteredKvStore>> Fork(
       const KvStoreConfig& child_config) const;
+  // A fork holding only the sinks and the first `n_segments` segments (1 ..
+  // segments().size()), with an empty tail: this store's state right after
+  // those segments closed (the prefix cache's entries, server/prefix_cache.h).
+  // FAILED_PRECONDITION during a call; INVALID_ARGUMENT for a bad count or
+  // when the sinks are not full.
+  absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ForkPrefix(
+      size_t n_segments) const;
+
+  // Prompt calls (AppendKind::kPrompt) close one segment per run of `tokens`
+  // positions aligned to multiples of `tokens` (the first from the sinks'
+  // end), so that stores fed the same prompt prefix hold the same
+  // segments up to its last whole block; 0 (default): one segment per call.
+  // Not copied by forks, not in snapshots.
+  void set_prompt_block_tokens(int64_t tokens) { prompt_block_ = tokens; }
+  int64_t prompt_block_tokens() const { return prompt_block_; }
 
   // This store's parts, after waiting for every layer's index (segments are
   // shared, not copied). FAILED_PRECONDITION during a call.
@@ -181,7 +196,9 @@ class ClusteredKvStore : public KvCache {
   int64_t reserved_ = 0;
   int64_t committed_in_call_ = 0;
   AppendKind kind_ = AppendKind::kGenerated;
-  std::shared_ptr<Segment> pending_;  // the prompt segment being built
+  // The prompt segments being built (one per block, or one).
+  std::vector<std::shared_ptr<Segment>> pending_;
+  int64_t prompt_block_ = 0;  // set_prompt_block_tokens
   // Host tier.
   std::vector<RowBuffer> sinks_, open_;
   std::vector<int64_t> sink_rows_, open_rows_;  // per layer, incl. uncommitted

@@ -94,6 +94,11 @@ Answer ReadDecode(grpc::ClientReader<v1::DecodeResponse>* reader) {
 struct ServedBothWays {
   GenerationResult ref;
   std::string ref_text;
+  // The reference with the one-shot's layout: with the prefix cache on, a
+  // session-less prompt closes a segment at every cache block
+  // (docs/design.md "Prefix cache").
+  GenerationResult ref_one_shot;
+  std::string ref_one_shot_text;
   Answer one_shot;
   grpc::Status prefill;
   v1::PrefillSummary summary;
@@ -220,10 +225,11 @@ class ServiceTest : public ::testing::Test {
 };
 
 // In-process reference: model/generation.h Generate() with the server's
-// default KV settings and sampling.
+// default KV settings and sampling; `prompt_block` > 0: the prompt's
+// segments close at multiples of it.
 GenerationResult ReferenceGenerate(const ServerConfig& c,
-                                   const std::string& prompt,
-                                   std::string* text) {
+                                   const std::string& prompt, std::string* text,
+                                   int64_t prompt_block = 0) {
   auto model = LoadModel(c.model_path);
   EXPECT_TRUE(model.ok());
   const Model& m = **model;
@@ -235,6 +241,11 @@ GenerationResult ReferenceGenerate(const ServerConfig& c,
   KvStoreConfig kv = c.kv;
   kv.max_tokens = c.limits.max_session_tokens;
   auto cache = NewKvCache(m.config, kv, kernels::DType::kF16, &worker);
+  if (prompt_block > 0) {
+    auto* store = dynamic_cast<ClusteredKvStore*>(cache.get());
+    EXPECT_NE(store, nullptr);
+    if (store != nullptr) store->set_prompt_block_tokens(prompt_block);
+  }
   auto ids = m.tokenizer->Encode(prompt, true, true);
   EXPECT_TRUE(ids.ok());
   auto r = Generate(tf, *m.tokenizer, *cache, *ids, c.sampling,
@@ -257,6 +268,9 @@ ServedBothWays ServiceTest::ServeBothWays(const ServerConfig& c,
                                           int parts) {
   ServedBothWays r;
   r.ref = ReferenceGenerate(c, prompt, &r.ref_text);
+  r.ref_one_shot = ReferenceGenerate(
+      c, prompt, &r.ref_one_shot_text,
+      c.limits.prefix_cache_bytes > 0 ? c.limits.prefix_cache_block_tokens : 0);
   v1::GenerateRequest g;
   g.set_prompt(prompt);
   r.one_shot = Generate(g);
@@ -272,10 +286,14 @@ TEST_F(ServiceTest, GreedyTokensEqualInProcessGenerate) {
   const GenerationResult& ref = r.ref;
   ASSERT_FALSE(ref.tokens.empty());
   ASSERT_TRUE(r.one_shot.status.ok()) << r.one_shot.status.error_message();
-  EXPECT_EQ(r.one_shot.ids, ref.tokens);
-  EXPECT_EQ(r.one_shot.text, r.ref_text);
-  EXPECT_EQ(r.one_shot.summary.text(), r.ref_text);
+  // The prompt spans two prefix-cache blocks: the one-shot's layout
+  // differs from one segment, and so may its output.
+  ASSERT_GT(ref.prompt_tokens, BaseConfig().limits.prefix_cache_block_tokens);
+  EXPECT_EQ(r.one_shot.ids, r.ref_one_shot.tokens);
+  EXPECT_EQ(r.one_shot.text, r.ref_one_shot_text);
+  EXPECT_EQ(r.one_shot.summary.text(), r.ref_one_shot_text);
   EXPECT_EQ(r.one_shot.summary.input_tokens(), ref.prompt_tokens);
+  EXPECT_EQ(r.one_shot.summary.cached_tokens(), 0);
 
   ASSERT_TRUE(r.prefill.ok());
   EXPECT_EQ(r.summary.prompt_tokens(), ref.prompt_tokens);
