@@ -61,6 +61,8 @@ class ConnectionBase : public std::enable_shared_from_this<ConnectionBase> {
   // I/O thread.
   virtual void Deliver(HttpExchange* exchange, HttpResponse response) = 0;
   virtual void Close() = 0;
+  // Closes now if idle, else after the answer being written.
+  virtual void Drain() = 0;
   const std::shared_ptr<IoLoop>& loop() const { return loop_; }
 
  protected:
@@ -182,6 +184,11 @@ class Connection final : public ConnectionBase {
     Shut();
   }
 
+  void Drain() override {
+    if (exchange_ == nullptr && !writing_) Shut();
+    // Otherwise ServerClosing() closes it once the answer is written.
+  }
+
   void Deliver(HttpExchange* exchange, HttpResponse r) override {
     if (closed_ || exchange != exchange_.get()) {
       if (r.stream != nullptr) r.stream->Cancel();
@@ -190,7 +197,9 @@ class Connection final : public ConnectionBase {
     const bool close = close_after_ || ServerClosing();
     close_after_ = close;
     if (r.stream == nullptr) {
-      Write(ResponseHead(r, false, close) + r.body);
+      // HEAD: the header of the GET answer, no body.
+      const bool head = exchange_->request().method == "HEAD";
+      Write(ResponseHead(r, false, close) + (head ? std::string() : r.body));
       response_complete_ = true;
       return;
     }
@@ -227,7 +236,7 @@ class Connection final : public ConnectionBase {
   }
   bool ServerClosing() const {
     const auto& f = transport_.options().closing;
-    return f && f();
+    return transport_.stopping() || (f && f());
   }
 
   // ---- timers ----
@@ -432,6 +441,7 @@ class Connection final : public ConnectionBase {
   // Half-closes, then reads (and drops) what the client still sends for a
   // moment, so that the answer is not lost to a reset.
   void Linger() {
+    if (transport_.stopping()) return Shut();
     phase_ = Phase::kLinger;
     error_code ignored;
     socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -708,9 +718,10 @@ void HttpTransport::Stop() {
   stopped_ = true;
   stopping_.store(true);
   // On the acceptor's loop, where connections are tracked: no connection
-  // is added after the snapshot.
-  loops_[0]->Post([this]() {
-    acceptor_->Close();
+  // is added after the snapshot. First idle connections close and busy ones
+  // finish writing their answer (the engine's jobs have ended by now);
+  // after kStopGrace the rest are closed.
+  auto each = [this](void (ConnectionBase::*action)()) {
     std::vector<std::shared_ptr<ConnectionBase>> open;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -718,7 +729,21 @@ void HttpTransport::Stop() {
         if (auto c = weak.lock()) open.push_back(std::move(c));
       }
     }
-    for (auto& c : open) c->loop()->Post([c]() { c->Close(); });
+    for (auto& c : open)
+      c->loop()->Post([c, action]() { (c.get()->*action)(); });
+  };
+  loops_[0]->Post([this, each]() {
+    acceptor_->Close();
+    each(&ConnectionBase::Drain);
+  });
+  constexpr auto kStopGrace = std::chrono::seconds(2);
+  const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
+  while (open_connections() > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  loops_[0]->Post([this, each]() {
+    each(&ConnectionBase::Close);
     // Closed connections finish their handlers; then run() returns.
     for (auto& loop : loops_) {
       loop->Post([loop]() { loop->guard.reset(); });
