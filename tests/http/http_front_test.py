@@ -6,7 +6,8 @@ slow clients (408) while others are served, many concurrent SSE streams
 without head-of-line waiting, the per-address connection cap (429), a
 client that disconnects (streaming or not) being cancelled with its session
 rolled back. curl: a 10 MB prompt (400, no Retry-After), capacity (429 with
-Retry-After), /health, /tokenize and /detokenize. The `openai` npm package
+Retry-After), /health, /tokenize and /detokenize, HTTPS with a certificate
+made by openssl. The `openai` npm package
 (installed into WORK_DIR/npm): openai_semantics.mjs.
 
 Usage: http_front_test.py SERVER_BIN MODEL_TOOL WORK_DIR
@@ -332,9 +333,40 @@ def check_capacity(binary, model, work):
         server.stop()
 
 
+def check_tls(binary, model, work):
+    """HTTPS with a self-signed certificate made here (openssl)."""
+    key, cert = os.path.join(work, "key.pem"), os.path.join(work, "cert.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048",
+                    "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+                    "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True,
+                   capture_output=True, timeout=60)
+    server = Server(binary, model, work, ["--tls-cert", cert,
+                                          "--tls-key", key])
+    try:
+        base = "https://127.0.0.1:%d" % server.port
+        r = subprocess.run(["curl", "-sS", "--cacert", cert, "-N",
+                            "-H", "Authorization: Bearer " + TOKEN,
+                            "-d", json.dumps({"prompt": "hi", "max_tokens": 3,
+                                              "stream": True}),
+                            base + "/v1/completions"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0 or not r.stdout.endswith("data: [DONE]\n\n"):
+            fail("HTTPS stream: rc %d %r %s" % (r.returncode, r.stdout[-200:],
+                                                 r.stderr))
+        plain = subprocess.run(["curl", "-sS", "--max-time", "10",
+                                "http://127.0.0.1:%d/health" % server.port],
+                               capture_output=True, text=True, timeout=30)
+        if plain.returncode == 0:
+            fail("plain HTTP answered on the HTTPS port: %r" % plain.stdout)
+        print("ok HTTPS: a streamed completion over TLS; plain HTTP refused")
+    finally:
+        server.stop()
+
+
 def main():
     server_bin, model_tool, work = sys.argv[1:4]
-    for tool in ("node", "npm", "curl"):
+    for tool in ("node", "npm", "curl", "openssl"):
         if shutil.which(tool) is None:
             fail(tool + " is not installed (scripts/setup.sh; node 20)")
     os.makedirs(work, exist_ok=True)
@@ -363,6 +395,7 @@ def main():
     finally:
         server.stop()
     check_capacity(server_bin, model, work)
+    check_tls(server_bin, model, work)
     print("PASS")
 
 
