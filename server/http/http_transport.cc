@@ -432,6 +432,8 @@ class Connection final : public ConnectionBase {
 
   void FinishExchange() {
     exchange_ = nullptr;
+    response_complete_ = false;  // a 100 Continue of the next request is not
+                                 // its answer
     if (close_after_ || ServerClosing()) return Linger();
     BeginIdle();
     Parse();  // a pipelined request already read

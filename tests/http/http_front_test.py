@@ -136,6 +136,25 @@ def check_framing(port):
            b"\r\n\r\n")
     expect_status(c.read_until_closed(), 431, "header bytes")
     c.close()
+    c = Conn(port)  # Expect: 100-continue on a kept-alive connection
+    c.send(request("GET", "/health"))
+    if c.response()[0] != 200:
+        fail("/health before the 100-continue request")
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    c.send(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + AUTH +
+           b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+    c.s.settimeout(10)
+    while b"\r\n\r\n" not in c.buf:
+        c.buf += c.s.recv(4096)
+    if not c.buf.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"):
+        fail("no 100 Continue: %r" % c.buf[:80])
+    c.buf = c.buf[len(b"HTTP/1.1 100 Continue\r\n\r\n"):]
+    time.sleep(0.3)  # the body after a pause, on the same connection
+    c.send(body)
+    status, _, answer = c.response()
+    if status != 200 or "choices" not in json.loads(answer):
+        fail("100-continue request: %d %r" % (status, answer[:200]))
+    c.close()
     c = Conn(port)  # a valid chunked body is read
     body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
     c.send(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n" + AUTH +
@@ -145,7 +164,7 @@ def check_framing(port):
         fail("chunked request body not served")
     c.close()
     print("ok framing: duplicate CL, CL+TE, bad chunk, no Host -> 400 and "
-          "close; 413, 414, 431; chunked body read")
+          "close; 413, 414, 431; 100-continue and chunked bodies read")
 
 
 def timed_get(port, path="/v1/models"):
