@@ -17,14 +17,15 @@
 # LLVMFuzzerInitialize (the script sets it to the corpus folder). Fixture
 # files are added where relevant: the first 64 KiB of each fixture GGUF for
 # gguf* fuzzers, the tokenizer test strings for *tokenizer* fuzzers, the chat
-# templates (with a short conversation) for *chat* fuzzers.
+# templates (with a short conversation) for *chat* fuzzers; every fuzzer also
+# gets its committed seeds from tests/fuzz/corpus/NAME/.
 #
 # Exit status: 0 when every fuzzer ran N executions without a crash, leak,
 # timeout or out-of-memory; 1 otherwise (the log and crashing input are kept
 # and their paths printed); 2 on a usage error.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 bin_dir="" runs="" target="" seed="" max_time="" max_len=65536
 fixtures="$(cd "$(dirname "$0")/.." && pwd)/tests/fixtures"
@@ -57,9 +58,17 @@ if [[ ${#fuzzers[@]} -eq 0 ]]; then
   exit 1
 fi
 
-# Adds fixture files relevant to fuzzer $1 to corpus folder $2.
+# Adds fixture files relevant to fuzzer $1 to corpus folder $2, and the
+# fuzzer's committed seeds (tests/fuzz/corpus/NAME/).
 add_fixture_seeds() {
   local name="$1" corpus="$2" f
+  local committed
+  committed="$(cd "$(dirname "$0")/.." && pwd)/tests/fuzz/corpus/$name"
+  if [[ -d "$committed" ]]; then
+    for f in "$committed"/*; do
+      [[ -f "$f" ]] && cp "$f" "$corpus/seed_$(basename "$f")"
+    done
+  fi
   [[ -d "$fixtures" ]] || return 0
   case "$name" in
     gguf*)

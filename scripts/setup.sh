@@ -11,7 +11,7 @@ PACKAGES=(
   prometheus-cpp-dev prometheus python3 python3-matplotlib
   nginx python3-yaml python3-grpcio python3-protobuf curl openssl
   python3-pip python3-setuptools python3-wheel python3-venv python3-pytest
-  libcpp-httplib-dev
+  libcpp-httplib-dev libboost-dev libssl-dev
   libhwy-dev
   python3-jsonschema
   chromium

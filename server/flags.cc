@@ -23,6 +23,35 @@ ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
 ABSL_FLAG(std::string, http_listen, kDefaults.http_listen_address,
           "OpenAI-compatible HTTP API address host:port, e.g. "
           "127.0.0.1:8080 (empty: off)");
+// The HTTP API's transport (HttpConfig).
+ABSL_FLAG(int, http_io_threads, kDefaults.http.io_threads,
+          "HTTP event-loop threads (every connection is served by one)");
+ABSL_FLAG(int, http_header_timeout_seconds,
+          kDefaults.http.header_timeout_seconds,
+          "HTTP: a request line and header must arrive within this (408)");
+ABSL_FLAG(int, http_body_timeout_seconds, kDefaults.http.body_timeout_seconds,
+          "HTTP: a request body must arrive within this after its header "
+          "(408)");
+ABSL_FLAG(int, http_idle_timeout_seconds, kDefaults.http.idle_timeout_seconds,
+          "HTTP: idle keep-alive connections are closed after this");
+ABSL_FLAG(int, http_write_timeout_seconds, kDefaults.http.write_timeout_seconds,
+          "HTTP: a connection whose client reads nothing for this is closed");
+ABSL_FLAG(int64_t, http_max_uri_bytes, kDefaults.http.max_uri_bytes,
+          "HTTP: longest request-target (414)");
+ABSL_FLAG(int64_t, http_max_header_bytes, kDefaults.http.max_header_bytes,
+          "HTTP: request line and header bytes at most (431)");
+ABSL_FLAG(int, http_max_header_count, kDefaults.http.max_header_count,
+          "HTTP: header fields at most (431)");
+ABSL_FLAG(int64_t, http_max_body_bytes, kDefaults.http.max_body_bytes,
+          "HTTP: request body bytes at most (413)");
+ABSL_FLAG(int, http_max_connections, kDefaults.http.max_connections,
+          "HTTP: open connections at most (more: 503 and closed)");
+ABSL_FLAG(int, http_max_connections_per_address,
+          kDefaults.http.max_connections_per_address,
+          "HTTP: open connections per client IP at most (more: 429)");
+ABSL_FLAG(int64_t, context_length, kDefaults.context_length,
+          "tokens of context per sequence (prompt + completion); 0: the "
+          "model file's context_length");
 ABSL_FLAG(int, threads, kDefaults.threads, "compute threads (0: all cores)");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
@@ -152,6 +181,39 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
   return absl::OkStatus();
 }
 
+absl::Status ReadHttpFlags(HttpConfig& h) {
+  h.io_threads = absl::GetFlag(FLAGS_http_io_threads);
+  h.header_timeout_seconds = absl::GetFlag(FLAGS_http_header_timeout_seconds);
+  h.body_timeout_seconds = absl::GetFlag(FLAGS_http_body_timeout_seconds);
+  h.idle_timeout_seconds = absl::GetFlag(FLAGS_http_idle_timeout_seconds);
+  h.write_timeout_seconds = absl::GetFlag(FLAGS_http_write_timeout_seconds);
+  h.max_uri_bytes = absl::GetFlag(FLAGS_http_max_uri_bytes);
+  h.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
+  h.max_header_count = absl::GetFlag(FLAGS_http_max_header_count);
+  h.max_body_bytes = absl::GetFlag(FLAGS_http_max_body_bytes);
+  h.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  h.max_connections_per_address =
+      absl::GetFlag(FLAGS_http_max_connections_per_address);
+  for (auto [flag, v] :
+       {std::pair<const char*, int64_t>{"http-io-threads", h.io_threads},
+        {"http-header-timeout-seconds", h.header_timeout_seconds},
+        {"http-body-timeout-seconds", h.body_timeout_seconds},
+        {"http-idle-timeout-seconds", h.idle_timeout_seconds},
+        {"http-write-timeout-seconds", h.write_timeout_seconds},
+        {"http-max-uri-bytes", h.max_uri_bytes},
+        {"http-max-header-bytes", h.max_header_bytes},
+        {"http-max-header-count", h.max_header_count},
+        {"http-max-body-bytes", h.max_body_bytes},
+        {"http-max-connections", h.max_connections},
+        {"http-max-connections-per-address", h.max_connections_per_address}}) {
+    if (auto s = Positive(flag, v); !s.ok()) return s;
+  }
+  if (h.max_header_bytes > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError("--http-max-header-bytes is too large");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadSecurityFlags(ServerConfig& c) {
   c.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   c.tls.key_file = absl::GetFlag(FLAGS_tls_key);
@@ -191,6 +253,11 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
     return absl::InvalidArgumentError("--recall-sample-every must be >= 0");
   }
   if (auto s = ReadLimitFlags(c.limits); !s.ok()) return s;
+  if (auto s = ReadHttpFlags(c.http); !s.ok()) return s;
+  c.context_length = absl::GetFlag(FLAGS_context_length);
+  if (c.context_length < 0) {
+    return absl::InvalidArgumentError("--context-length must be >= 0");
+  }
   if (auto s = ReadSecurityFlags(c); !s.ok()) return s;
   if (auto s = ReadKvFlags(c.kv, c.limits.max_session_tokens); !s.ok()) {
     return s;

@@ -29,7 +29,11 @@ constexpr char kUsageLimits[] =
     "  [--drain-grace-seconds N]\n"
     "  [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]] [--insecure]\n"
     "  [--auth-tokens-file F] [--tenant-max-sessions N]\n"
-    "  [--tenant-max-host-kv-bytes N]\n";
+    "  [--tenant-max-host-kv-bytes N] [--context-length N]\n"
+    "  [--http-io-threads N] [--http-{header,body,idle,write}-timeout-seconds "
+    "N]\n"
+    "  [--http-max-{uri,header,body}-bytes N] [--http-max-header-count N]\n"
+    "  [--http-max-connections N] [--http-max-connections-per-address N]\n";
 
 // The policy names come from the registry (the ones a server serves), the
 // other KV flags from the settings schema.

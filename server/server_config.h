@@ -40,13 +40,30 @@ struct TlsConfig {
   bool enabled() const { return !cert_file.empty(); }
 };
 
+// The HTTP API's transport (server/http/, docs/http-api.md).
+struct HttpConfig {
+  int io_threads = 2;  // event loops; every connection is served by one
+  // A request's line and header must arrive within this (from its first
+  // byte), its body within body_timeout_seconds after the header: else 408.
+  int header_timeout_seconds = 10;
+  int body_timeout_seconds = 30;
+  int idle_timeout_seconds = 30;     // keep-alive between requests
+  int write_timeout_seconds = 60;    // a write (an SSE chunk) that stalls
+  int64_t max_uri_bytes = 8192;      // 414
+  int64_t max_header_bytes = 16384;  // request line and fields: 431
+  int max_header_count = 100;        // 431
+  int64_t max_body_bytes = int64_t{16} << 20;  // 413
+  int max_connections = 4096;  // open at once; more are closed with 503
+  int max_connections_per_address = 512;  // per client IP: 429
+};
+
 struct ServerConfig {
   std::string model_path;
   std::string listen_address = "127.0.0.1:50051";
   std::string metrics_address = "127.0.0.1:9464";  // empty: no /metrics
-  int threads = 0;                 // 0: all cores
-  int prefill_chunk = 256;         // tokens per prefill step
-  int drain_grace_seconds = 10;    // SIGTERM: finish streams this long
+  int threads = 0;                                 // 0: all cores
+  int prefill_chunk = 256;                         // tokens per prefill step
+  int drain_grace_seconds = 10;  // SIGTERM: finish streams this long
   // Threads that run unary RPCs (server/blocking_pool.h): snapshot files,
   // session restore and tokenizing never block a gRPC callback thread.
   int blocking_threads = 4;
@@ -60,8 +77,8 @@ struct ServerConfig {
   // to 128k (0.72%; 0.12% at 32k). A sample stalls its batch step for its
   // duration (~15 steps at 128k).
   int recall_sample_every = 2048;
-  KvStoreConfig kv;                // default KV policy of new sessions
-  SamplingParams sampling;         // default sampling of new sessions
+  KvStoreConfig kv;         // default KV policy of new sessions
+  SamplingParams sampling;  // default sampling of new sessions
   ServerLimits limits;
   // Durable sessions (server/session_snapshots.h): snapshots are written
   // here on drain, before idle expiry and on SnapshotSession, and restored
@@ -77,6 +94,11 @@ struct ServerConfig {
   // ephemeral); empty: off. Same TLS files, tokens and loopback rule as
   // the gRPC port.
   std::string http_listen_address;
+  HttpConfig http;
+  // Tokens of context per sequence (prompt + generated); 0: the model
+  // file's <arch>.context_length. Requests over it: 400
+  // context_length_exceeded.
+  int64_t context_length = 0;
 };
 
 }  // namespace ckv::server

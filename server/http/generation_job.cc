@@ -49,9 +49,9 @@ absl::Status GenerationJob::Submit(JobSpec spec,
   session_ = spec.lease.shared();
   before_ = session_->stats();
   std::shared_ptr<GenerationJob> self = shared_from_this();
-  spec.callbacks.on_token = [self](int32_t, absl::string_view text,
-                                   const TokenLogprobs*) {
-    self->OnToken(text);
+  spec.callbacks.on_token = [self](int32_t token, absl::string_view text,
+                                   const TokenLogprobs* logprobs) {
+    self->OnToken(token, text, logprobs);
   };
   spec.callbacks.on_done = [self](const JobResult& r) { self->OnDone(r); };
   auto handle = backend_.engine->Submit(std::move(spec));
@@ -73,10 +73,40 @@ absl::Status GenerationJob::Submit(JobSpec spec,
   return absl::OkStatus();
 }
 
-void GenerationJob::OnToken(absl::string_view text) {
-  if (text.empty()) return;
-  absl::MutexLock lock(&mu_);
-  pending_.append(text.data(), text.size());
+void GenerationJob::OnToken(int32_t token, absl::string_view text,
+                            const TokenLogprobs* logprobs) {
+  if (text.empty() && logprobs == nullptr) return;
+  {
+    absl::MutexLock lock(&mu_);
+    TokenPiece& p = pending_.emplace_back();
+    p.token = token;
+    p.text.assign(text.data(), text.size());
+    if (logprobs != nullptr) {
+      p.has_logprobs = true;
+      p.logprobs = *logprobs;
+    }
+  }
+  Wake();
+}
+
+void GenerationJob::Wake() {
+  std::shared_ptr<std::function<void()>> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    listener = listener_;
+    // After the end there is nothing more to report: dropping the listener
+    // breaks the cycle job -> listener -> exchange -> job.
+    if (done_) listener_ = nullptr;
+  }
+  if (listener != nullptr) (*listener)();
+}
+
+void GenerationJob::SetListener(std::function<void()> wake) {
+  {
+    absl::MutexLock lock(&mu_);
+    listener_ = std::make_shared<std::function<void()>>(std::move(wake));
+  }
+  Wake();
 }
 
 // Engine thread; the lease was released before, so a created session can be
@@ -100,6 +130,7 @@ void GenerationJob::OnDone(const JobResult& r) {
     done_ = true;
   }
   EndStream();
+  Wake();
 }
 
 // Same accounting as the gRPC streams (server/stream_reactor.h).
@@ -126,19 +157,11 @@ void GenerationJob::CloseCreated() {
   created_id_.clear();
 }
 
-bool GenerationJob::Next(std::string* out, absl::Duration timeout) {
+bool GenerationJob::Take(std::vector<TokenPiece>* out) {
   absl::MutexLock lock(&mu_);
-  auto ready = [this]() { return done_ || !pending_.empty(); };
-  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-  out->append(pending_);
+  for (TokenPiece& p : pending_) out->push_back(std::move(p));
   pending_.clear();
   return done_;
-}
-
-const JobResult& GenerationJob::Wait() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(&done_));
-  return result_;
 }
 
 void GenerationJob::Cancel() {

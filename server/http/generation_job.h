@@ -1,17 +1,21 @@
 // One generation started by the HTTP API on the shared engine: the engine's
-// callbacks (engine thread, never blocking) append text and report the end;
-// the HTTP thread that serves the request waits on it. Owned by a
-// shared_ptr held by both, so either side may finish first.
+// callbacks (engine thread, never blocking) append tokens and report the
+// end and wake the listener; the connection's I/O thread then takes what is
+// there (never waiting). Owned by a shared_ptr held by both, so either side
+// may finish first.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/admission.h"
 #include "server/engine_loop.h"
+#include "server/http/openai_json.h"
 #include "server/request_log.h"
 #include "server/service_state.h"
 #include "server/session.h"
@@ -36,17 +40,22 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // logs the request). Once submitted, the job logs it when it ends.
   absl::Status Submit(JobSpec spec, const AdmissionRequest& admission);
 
-  // Waits up to `timeout` for text or the end. Moves the text produced since
-  // the last call into `out`; returns true once the job has ended (all text
-  // then taken).
-  bool Next(std::string* out, absl::Duration timeout);
-  // Blocks until the job ends.
-  const JobResult& Wait();
+  // `wake` runs (on the engine thread or here, never blocking; it must not
+  // call back into this job) whenever tokens or the end arrive, and once
+  // now. Set once.
+  void SetListener(std::function<void()> wake);
+  // Never blocks: moves the pieces produced since the last call into
+  // `out`; true once the job has ended (everything then taken).
+  bool Take(std::vector<TokenPiece>* out);
+  // The result; valid once Take returned true.
+  const JobResult& result() const { return result_; }
   // Cancels the job (client gone); it still ends through on_done.
   void Cancel();
 
  private:
-  void OnToken(absl::string_view text);
+  void OnToken(int32_t token, absl::string_view text,
+               const TokenLogprobs* logprobs);
+  void Wake();
   void OnDone(const JobResult& r);
   void RecordMetrics(const JobResult& r);
   void CloseCreated();
@@ -63,9 +72,10 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   bool stream_counted_ = true;  // guarded by mu_
 
   absl::Mutex mu_;
-  std::string pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<TokenPiece> pending_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<std::function<void()>> listener_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
-  JobResult result_ ABSL_GUARDED_BY(mu_);
+  JobResult result_;  // written once under mu_ before done_
   std::shared_ptr<JobHandle> handle_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };

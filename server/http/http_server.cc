@@ -7,12 +7,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
-#include "httplib.h"
 #include "server/auth.h"
+#include "server/http/http_transport.h"
 #include "server/http/openai_frontend.h"
 #include "server/http/openai_json.h"
 #include "server/http/status_json.h"
@@ -26,9 +27,6 @@ namespace ckv::server::http {
 namespace {
 
 constexpr char kJson[] = "application/json";
-constexpr size_t kMaxBodyBytes = size_t{64} << 20;
-// How long a streaming response waits for text before it checks the client.
-constexpr absl::Duration kStreamPoll = absl::Milliseconds(200);
 // The status page's history: one sample per period.
 constexpr absl::Duration kStatusPeriod = absl::Seconds(1);
 // Sessions listed by GET /v1/status (the most recently used).
@@ -61,9 +59,19 @@ absl::StatusOr<HostPort> ParseHostPort(const std::string& address) {
   return hp;
 }
 
-void SendError(httplib::Response& res, const absl::Status& s) {
-  res.status = HttpStatusOf(s.code());
-  res.set_content(ErrorBody(s), kJson);
+HttpResponse JsonResponse(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse ErrorResponse(const absl::Status& s) {
+  HttpResponse r = JsonResponse(HttpStatusOf(s.code()), ErrorBody(s));
+  if (auto after = RetryAfterSeconds(s)) {
+    r.headers.emplace_back("Retry-After", absl::StrCat(*after));
+  }
+  return r;
 }
 
 std::string FinishReasonText(FinishReason r) {
@@ -83,6 +91,59 @@ int64_t NowUnixSeconds() {
       .count();
 }
 
+// A generation's server-sent events: one chunk per batch of pieces, a last
+// chunk with the finish reason (or an error event), the usage chunk when
+// asked, [DONE]. Pulled on the connection's I/O thread.
+class SseSource final : public BodySource {
+ public:
+  SseSource(std::shared_ptr<GenerationJob> job, ResponseHead head,
+            ChoiceOptions options)
+      : job_(std::move(job)), head_(std::move(head)), options_(options) {}
+  ~SseSource() override {
+    if (!finished_) job_->Cancel();
+  }
+
+  void SetWake(std::function<void()> wake) override {
+    job_->SetListener(std::move(wake));
+  }
+
+  bool Pull(std::string* out) override {
+    if (finished_) return true;
+    std::vector<TokenPiece> pieces;
+    const bool done = job_->Take(&pieces);
+    if (!pieces.empty()) {
+      *out += SseEvent(ChunkBody(head_, pieces, first_, options_));
+      if (first_) options_.text_offset += options_.echo_text.size();
+      for (const TokenPiece& p : pieces) options_.text_offset += p.text.size();
+      first_ = false;
+    }
+    if (!done) return false;
+    finished_ = true;
+    const JobResult& r = job_->result();
+    if (!r.status.ok()) {
+      *out += SseEvent(ErrorBody(r.status));
+    } else {
+      *out += SseEvent(
+          ChunkBody(head_, {}, first_, options_, FinishReasonText(r.finish)));
+      if (options_.include_usage) {
+        *out += SseEvent(
+            UsageChunkBody(head_, {r.input_tokens, r.generated_tokens}));
+      }
+    }
+    *out += kSseDone;
+    return true;
+  }
+
+  void Cancel() override { job_->Cancel(); }
+
+ private:
+  const std::shared_ptr<GenerationJob> job_;
+  const ResponseHead head_;
+  ChoiceOptions options_;
+  bool first_ = true;
+  bool finished_ = false;
+};
+
 class HttpApi final : public FrontDoor {
  public:
   explicit HttpApi(ClusterKvServer& server)
@@ -93,23 +154,30 @@ class HttpApi final : public FrontDoor {
   void Stop() override;
 
  private:
-  void Route();
+  // I/O thread: routes; anything that may take time goes to the blocking
+  // pool.
+  void Handle(std::shared_ptr<HttpExchange> ex);
+  void Offload(std::shared_ptr<HttpExchange> ex,
+               void (HttpApi::*handler)(HttpExchange&));
   // The caller's tenant (server/service_auth.h's rules on the
-  // Authorization header); false after answering 401.
-  bool Authenticate(const httplib::Request& req, httplib::Response& res,
-                    std::string* tenant) const;
-  void HandleModels(const httplib::Request& req, httplib::Response& res);
-  void HandleStatus(const httplib::Request& req, httplib::Response& res);
+  // Authorization header); the 401 answer otherwise.
+  absl::StatusOr<std::string> Authenticate(const HttpRequest& req) const;
+  void HandleModels(HttpExchange& ex);
+  void HandleModel(HttpExchange& ex);
+  void HandleStatus(HttpExchange& ex);
+  void HandleCompletions(HttpExchange& ex) {
+    HandleGeneration(Endpoint::kCompletions, ex);
+  }
+  void HandleChat(HttpExchange& ex) { HandleGeneration(Endpoint::kChat, ex); }
+  void HandleGeneration(Endpoint endpoint, HttpExchange& ex);
+  void HandleTokenize(HttpExchange& ex);
+  void HandleDetokenize(HttpExchange& ex);
+  HttpResponse Health() const;
   void SampleStatus();  // the sampler thread
-  void HandleGeneration(Endpoint endpoint, const httplib::Request& req,
-                        httplib::Response& res);
-  void Stream(std::shared_ptr<GenerationJob> job, const ResponseHead& head,
-              bool include_usage, httplib::Response& res);
 
   OpenAiFrontend frontend_;
   const TokenStore* tokens_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<HttpTransport> transport_;
   StatusHistory history_;
   absl::Notification stop_sampling_;
   std::thread sampler_;
@@ -125,34 +193,18 @@ absl::StatusOr<int> HttpApi::Listen(const ServerConfig& config) {
         "--http-listen on a non-loopback address needs TLS (--tls-cert, "
         "--tls-key) or --insecure");
   }
-  if (config.tls.enabled()) {
-    const char* ca = config.tls.client_ca_file.empty()
-                         ? nullptr
-                         : config.tls.client_ca_file.c_str();
-    server_ = std::make_unique<httplib::SSLServer>(
-        config.tls.cert_file.c_str(), config.tls.key_file.c_str(), ca);
-    if (!server_->is_valid()) {
-      return absl::UnavailableError(
-          "--http-listen: cannot load --tls-cert/--tls-key/--tls-client-ca "
-          "for HTTPS");
-    }
-  } else {
-    server_ = std::make_unique<httplib::Server>();
-  }
-  server_->set_payload_max_length(kMaxBodyBytes);
-  // Idle keep-alive connections hold a pool thread; Stop waits this long.
-  server_->set_keep_alive_timeout(2);
-  Route();
-  const int port =
-      hp->port == 0
-          ? server_->bind_to_any_port(hp->host)
-          : (server_->bind_to_port(hp->host, hp->port) ? hp->port : -1);
-  if (port <= 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", config.http_listen_address, "' (--http-listen)"));
-  }
+  HttpTransportOptions options;
+  options.http = config.http;
+  options.tls = config.tls;
+  ServiceState* state = &frontend_.state();
+  options.closing = [state]() { return state->draining(); };
+  auto transport = HttpTransport::Listen(
+      options, hp->host, hp->port,
+      [this](std::shared_ptr<HttpExchange> ex) { Handle(std::move(ex)); });
+  if (!transport.ok()) return transport.status();
+  transport_ = *std::move(transport);
+  const int port = transport_->port();
   sampler_ = std::thread([this] { SampleStatus(); });
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
   LogInfo(absl::StrCat("http listening on ", hp->host, ":", port,
                        config.tls.enabled() ? " (HTTPS)" : " (plain HTTP)",
                        "; OpenAI-compatible API under /v1, status page at /"));
@@ -161,8 +213,7 @@ absl::StatusOr<int> HttpApi::Listen(const ServerConfig& config) {
 
 void HttpApi::Stop() {
   if (stopped_.exchange(true)) return;
-  if (server_ != nullptr) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (transport_ != nullptr) transport_->Stop();
   stop_sampling_.Notify();
   if (sampler_.joinable()) sampler_.join();
 }
@@ -174,192 +225,226 @@ void HttpApi::SampleStatus() {
   } while (!stop_sampling_.WaitForNotificationWithTimeout(kStatusPeriod));
 }
 
-void HttpApi::Route() {
-  // The page holds no data: it is public, and the data it fetches from
-  // /v1/status needs the token like every /v1 route.
-  server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Content-Security-Policy", kPagePolicy);
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_header("Cache-Control", "no-cache");
-    const absl::string_view page = StatusPageHtml();
-    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
-  });
-  server_->Get("/v1/status",
-               [this](const httplib::Request& req, httplib::Response& res) {
-                 HandleStatus(req, res);
-               });
-  server_->Get("/v1/models",
-               [this](const httplib::Request& req, httplib::Response& res) {
-                 HandleModels(req, res);
-               });
-  server_->Post("/v1/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  HandleGeneration(Endpoint::kCompletions, req, res);
-                });
-  server_->Post("/v1/chat/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
-                  HandleGeneration(Endpoint::kChat, req, res);
-                });
-  // Unknown paths, 413 (body too large), ...: an OpenAI error body.
-  server_->set_error_handler(
-      [](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty()) return;
-        absl::Status s = res.status == 404
-                             ? absl::NotFoundError(absl::StrCat(
-                                   "no route for ", req.method, " ", req.path))
-                             : absl::InvalidArgumentError(absl::StrCat(
-                                   "HTTP ", res.status, " on ", req.path));
-        const int status = res.status;
-        res.set_content(ErrorBody(s), kJson);
-        res.status = status;
-      });
-  server_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-        SendError(res, absl::InternalError("internal error"));
-      });
+HttpResponse HttpApi::Health() const {
+  auto b = frontend_.state().Backend();
+  if (b.ok()) return JsonResponse(200, R"({"status": "ok"})");
+  HttpResponse r = JsonResponse(503, frontend_.state().draining()
+                                         ? R"({"status": "draining"})"
+                                         : R"({"status": "loading"})");
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
-bool HttpApi::Authenticate(const httplib::Request& req, httplib::Response& res,
-                           std::string* tenant) const {
-  if (tokens_ == nullptr) {
-    *tenant = std::string(kAnonymousTenant);
-    return true;
+void HttpApi::Handle(std::shared_ptr<HttpExchange> ex) {
+  const HttpRequest& req = ex->request();
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool post = req.method == "POST";
+  auto wrong_method = [&](const char* allow) {
+    HttpResponse r = ErrorResponse(absl::InvalidArgumentError(
+        absl::StrCat(req.method, " is not allowed on ", path)));
+    r.status = 405;
+    r.headers.emplace_back("Allow", allow);
+    ex->Reply(std::move(r));
+  };
+  if (path == "/") {
+    // The page holds no data: it is public, and the data it fetches from
+    // /v1/status needs the token like every /v1 route.
+    if (!get) return wrong_method("GET");
+    HttpResponse r;
+    r.content_type = "text/html; charset=utf-8";
+    r.headers = {{"Content-Security-Policy", kPagePolicy},
+                 {"X-Content-Type-Options", "nosniff"},
+                 {"Cache-Control", "no-cache"}};
+    r.body = std::string(StatusPageHtml());
+    return ex->Reply(std::move(r));
   }
-  absl::Status error;
-  // BearerToken returns a view into `header`, which must outlive it.
-  const std::string header = req.get_header_value("Authorization");
+  if (path == "/health") {
+    if (!get) return wrong_method("GET");
+    return ex->Reply(Health());
+  }
+  struct Route {
+    const char* path;
+    bool post;
+    void (HttpApi::*handler)(HttpExchange&);
+  };
+  static constexpr Route kRoutes[] = {
+      {"/v1/models", false, &HttpApi::HandleModels},
+      {"/v1/status", false, &HttpApi::HandleStatus},
+      {"/v1/completions", true, &HttpApi::HandleCompletions},
+      {"/v1/chat/completions", true, &HttpApi::HandleChat},
+      {"/tokenize", true, &HttpApi::HandleTokenize},
+      {"/detokenize", true, &HttpApi::HandleDetokenize},
+  };
+  for (const Route& r : kRoutes) {
+    if (path != r.path) continue;
+    if (r.post ? !post : !get) return wrong_method(r.post ? "POST" : "GET");
+    return Offload(std::move(ex), r.handler);
+  }
+  if (absl::StartsWith(path, "/v1/models/")) {
+    if (!get) return wrong_method("GET");
+    return Offload(std::move(ex), &HttpApi::HandleModel);
+  }
+  ex->Reply(ErrorResponse(absl::NotFoundError(
+      absl::StrCat("no route for ", req.method, " ", path))));
+}
+
+void HttpApi::Offload(std::shared_ptr<HttpExchange> ex,
+                      void (HttpApi::*handler)(HttpExchange&)) {
+  auto task = [this, ex, handler]() { (this->*handler)(*ex); };
+  if (!frontend_.state().blocking_pool().Post(std::move(task))) {
+    ex->Reply(ErrorResponse(absl::UnavailableError("server is stopping")));
+  }
+}
+
+absl::StatusOr<std::string> HttpApi::Authenticate(
+    const HttpRequest& req) const {
+  if (tokens_ == nullptr) return std::string(kAnonymousTenant);
+  const std::string header(req.Header("Authorization"));
   const auto token = BearerToken(header);
-  if (!req.has_header("Authorization")) {
-    error = absl::UnauthenticatedError(
+  if (!req.HasHeader("Authorization")) {
+    return absl::UnauthenticatedError(
         "missing credentials: send 'Authorization: Bearer TOKEN'");
-  } else if (!token.has_value()) {
-    error = absl::UnauthenticatedError(
-        "malformed Authorization header: expected 'Bearer TOKEN'");
-  } else if (auto t = tokens_->TenantOf(*token); !t.has_value()) {
-    error = absl::UnauthenticatedError("unknown bearer token");
-  } else {
-    *tenant = *std::move(t);
-    return true;
   }
-  SendError(res, error);
-  res.set_header("WWW-Authenticate", "Bearer");
-  return false;
+  if (!token.has_value()) {
+    return absl::UnauthenticatedError(
+        "malformed Authorization header: expected 'Bearer TOKEN'");
+  }
+  if (auto t = tokens_->TenantOf(*token); t.has_value()) return *std::move(t);
+  return absl::UnauthenticatedError("unknown bearer token");
 }
 
-void HttpApi::HandleModels(const httplib::Request& req,
-                           httplib::Response& res) {
-  std::string tenant;
-  if (!Authenticate(req, res, &tenant)) return;
+HttpResponse Unauthenticated(const absl::Status& s) {
+  HttpResponse r = ErrorResponse(s);
+  r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+void HttpApi::HandleModels(HttpExchange& ex) {
+  auto tenant = Authenticate(ex.request());
+  if (!tenant.ok()) return ex.Reply(Unauthenticated(tenant.status()));
   if (auto b = frontend_.state().Backend(); !b.ok()) {
-    SendError(res, b.status());
-    return;
+    return ex.Reply(ErrorResponse(b.status()));
   }
-  res.set_content(ModelsBody(frontend_.model_id(), NowUnixSeconds()), kJson);
+  ex.Reply(
+      JsonResponse(200, ModelsBody(frontend_.model_id(), NowUnixSeconds())));
+}
+
+void HttpApi::HandleModel(HttpExchange& ex) {
+  auto tenant = Authenticate(ex.request());
+  if (!tenant.ok()) return ex.Reply(Unauthenticated(tenant.status()));
+  if (auto b = frontend_.state().Backend(); !b.ok()) {
+    return ex.Reply(ErrorResponse(b.status()));
+  }
+  const std::string id = ex.request().path.substr(sizeof("/v1/models/") - 1);
+  if (id != frontend_.model_id()) {
+    absl::Status s = absl::NotFoundError(
+        absl::StrCat("The model '", id, "' does not exist (GET /v1/models)"));
+    HttpResponse r = ErrorResponse(s);
+    r.body = ErrorBody(s, "model", "model_not_found");
+    return ex.Reply(std::move(r));
+  }
+  ex.Reply(
+      JsonResponse(200, ModelBody(frontend_.model_id(), NowUnixSeconds())));
 }
 
 // Server-wide numbers for every authenticated caller; the session list
 // holds the caller's tenant's sessions only.
-void HttpApi::HandleStatus(const httplib::Request& req,
-                           httplib::Response& res) {
-  std::string tenant;
-  if (!Authenticate(req, res, &tenant)) return;
+void HttpApi::HandleStatus(HttpExchange& ex) {
+  auto tenant = Authenticate(ex.request());
+  if (!tenant.ok()) return ex.Reply(Unauthenticated(tenant.status()));
   auto status =
-      CollectStatus(frontend_.state(), tenant, kStatusMaxListed, &history_);
-  if (!status.ok()) {
-    SendError(res, status.status());
-    return;
-  }
-  res.set_header("Cache-Control", "no-store");
-  res.set_content(StatusJson(*status), kJson);
+      CollectStatus(frontend_.state(), *tenant, kStatusMaxListed, &history_);
+  if (!status.ok()) return ex.Reply(ErrorResponse(status.status()));
+  HttpResponse r = JsonResponse(200, StatusJson(*status));
+  r.headers.emplace_back("Cache-Control", "no-store");
+  ex.Reply(std::move(r));
 }
 
-void HttpApi::HandleGeneration(Endpoint endpoint, const httplib::Request& req,
-                               httplib::Response& res) {
+// Blocking pool: parse, tokenize, resolve the session and submit; the
+// answer comes from the job (engine thread -> I/O thread).
+void HttpApi::HandleGeneration(Endpoint endpoint, HttpExchange& ex) {
+  const HttpRequest& req = ex.request();
   RequestRecord rec;  // requests refused before a job runs
   rec.rpc =
       endpoint == Endpoint::kChat ? "http.ChatCompletions" : "http.Completions";
-  auto refuse = [&](const absl::Status& s) {
-    LogRequest(frontend_.state().metrics(), rec, ToGrpcStatus(s));
-    SendError(res, s);
-  };
-  std::string tenant;
-  if (!Authenticate(req, res, &tenant)) {
+  auto tenant = Authenticate(req);
+  if (!tenant.ok()) {
     LogRequest(frontend_.state().metrics(), rec,
                grpc::Status(grpc::StatusCode::UNAUTHENTICATED, ""));
-    return;
+    return ex.Reply(Unauthenticated(tenant.status()));
   }
-  rec.tenant = tenant;
+  rec.tenant = *tenant;
+  auto refuse = [&](const absl::Status& s) {
+    LogRequest(frontend_.state().metrics(), rec, ToGrpcStatus(s));
+    ex.Reply(ErrorResponse(s));
+  };
   auto request = ParseOpenAiRequest(req.body, endpoint);
   if (!request.ok()) return refuse(request.status());
   SessionChoice choice;
-  choice.session_id = req.get_header_value("x-session-id");
-  choice.fork = req.get_header_value("x-session-fork") == "1";
+  choice.session_id = std::string(req.Header("x-session-id"));
+  choice.fork = req.Header("x-session-fork") == "1";
   if (ValidateSessionId(choice.session_id).ok()) {
     rec.session_id = choice.session_id;  // never unvalidated text in logs
   }
-  auto started = frontend_.Start(tenant, choice, *request);
+  auto started = frontend_.Start(*tenant, choice, *request);
   if (!started.ok()) return refuse(started.status());
+  std::shared_ptr<GenerationJob> job = started->job;
+  std::vector<std::pair<std::string, std::string>> headers;
   if (!started->session_id.empty()) {
-    res.set_header("x-session-id", started->session_id);
+    headers.emplace_back("x-session-id", started->session_id);
   }
   ResponseHead head{endpoint, NewResponseId(endpoint), NowUnixSeconds(),
                     frontend_.model_id()};
+  const ChoiceOptions options = frontend_.Options(*request);
+  std::shared_ptr<HttpExchange> self = ex.shared_from_this();
+  // The client gone (streaming or not): cancelled at the next engine step,
+  // the session restored as for a cancelled gRPC call.
+  ex.OnClientGone([job]() { job->Cancel(); });
   if (request->stream) {
-    Stream(started->job, head, request->include_usage, res);
-    return;
+    HttpResponse r;
+    r.content_type = "text/event-stream";
+    r.headers = std::move(headers);
+    r.headers.emplace_back("Cache-Control", "no-cache");
+    r.headers.emplace_back("X-Accel-Buffering", "no");  // nginx: no buffering
+    r.stream = std::make_shared<SseSource>(job, head, options);
+    return ex.Reply(std::move(r));
   }
-  const JobResult& r = started->job->Wait();
-  if (!r.status.ok()) {
-    SendError(res, r.status);
-    return;
-  }
-  res.set_header("x-session-tokens", absl::StrCat(r.session_tokens));
-  res.set_content(CompletionBody(head, r.text, FinishReasonText(r.finish),
-                                 {r.input_tokens, r.generated_tokens}),
-                  kJson);
+  // Not streaming: the answer once the job ends, built on the I/O thread.
+  auto pieces = std::make_shared<std::vector<TokenPiece>>();
+  auto scheduled = std::make_shared<std::atomic<bool>>(false);
+  auto finish = [self, job, head, options, headers, pieces, scheduled]() {
+    scheduled->store(false);
+    if (!job->Take(pieces.get())) return;
+    const JobResult& r = job->result();
+    if (!r.status.ok()) return self->Reply(ErrorResponse(r.status));
+    HttpResponse res = JsonResponse(
+        200, CompletionBody(head, *pieces, FinishReasonText(r.finish),
+                            {r.input_tokens, r.generated_tokens}, options));
+    res.headers = headers;
+    res.headers.emplace_back("x-session-tokens",
+                             absl::StrCat(r.session_tokens));
+    self->Reply(std::move(res));
+  };
+  job->SetListener([self, finish, scheduled]() {
+    if (!scheduled->exchange(true)) self->Post(finish);
+  });
 }
 
-// Server-sent events: one chunk per batch of text, a last chunk with the
-// finish reason (or an error event), the usage chunk when asked, [DONE].
-void HttpApi::Stream(std::shared_ptr<GenerationJob> job,
-                     const ResponseHead& head, bool include_usage,
-                     httplib::Response& res) {
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");  // nginx: do not buffer
-  auto provider = [job, head, include_usage, first = true](
-                      size_t, httplib::DataSink& sink) mutable {
-    std::string text;
-    const bool done = job->Next(&text, kStreamPoll);
-    auto send = [&sink](const std::string& event) {
-      return sink.write(event.data(), event.size());
-    };
-    if (!text.empty()) {
-      if (!send(SseEvent(ChunkBody(head, text, first)))) return false;
-      first = false;
-    }
-    if (!done) return sink.is_writable();
-    const JobResult& r = job->Wait();
-    if (!r.status.ok()) {
-      if (!send(SseEvent(ErrorBody(r.status)))) return false;
-    } else {
-      if (!send(SseEvent(
-              ChunkBody(head, "", first, FinishReasonText(r.finish))))) {
-        return false;
-      }
-      if (include_usage && !send(SseEvent(UsageChunkBody(
-                               head, {r.input_tokens, r.generated_tokens})))) {
-        return false;
-      }
-    }
-    if (!send(kSseDone)) return false;
-    sink.done();
-    return true;
-  };
-  // Not completed (client gone, server stopping): the job is cancelled.
-  res.set_chunked_content_provider("text/event-stream", std::move(provider),
-                                   [job](bool success) {
-                                     if (!success) job->Cancel();
-                                   });
+void HttpApi::HandleTokenize(HttpExchange& ex) {
+  auto tenant = Authenticate(ex.request());
+  if (!tenant.ok()) return ex.Reply(Unauthenticated(tenant.status()));
+  auto body = frontend_.Tokenize(ex.request().body);
+  if (!body.ok()) return ex.Reply(ErrorResponse(body.status()));
+  ex.Reply(JsonResponse(200, *std::move(body)));
+}
+
+void HttpApi::HandleDetokenize(HttpExchange& ex) {
+  auto tenant = Authenticate(ex.request());
+  if (!tenant.ok()) return ex.Reply(Unauthenticated(tenant.status()));
+  auto body = frontend_.Detokenize(ex.request().body);
+  if (!body.ok()) return ex.Reply(ErrorResponse(body.status()));
+  ex.Reply(JsonResponse(200, *std::move(body)));
 }
 
 }  // namespace

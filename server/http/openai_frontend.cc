@@ -1,7 +1,13 @@
 #include "server/http/openai_frontend.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <random>
 #include <utility>
+
+#include "absl/strings/ascii.h"
+#include "nlohmann/json.hpp"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -45,6 +51,16 @@ OpenAiFrontend::OpenAiFrontend(ServiceState& state)
     : state_(state), model_id_(ModelIdOf(state.config().model_path)) {
   const ServiceBackend b = state.backend_unchecked();
   if (b.model == nullptr) return;
+  const int64_t file_context = b.model->config.context_length;
+  context_length_ = state.config().context_length > 0
+                        ? state.config().context_length
+                        : file_context;
+  if (file_context > 0 && context_length_ > file_context) {
+    LogError(absl::StrCat(
+        "http: --context-length ", context_length_,
+        " is above the model's trained context ", file_context,
+        " (its RoPE scaling does not cover it; quality may degrade)"));
+  }
   const Tokenizer& tok = *b.model->tokenizer;
   render_options_.add_generation_prompt = true;
   render_options_.bos_token = SpecialText(tok, tok.bos_id());
@@ -104,6 +120,96 @@ absl::StatusOr<std::vector<int32_t>> OpenAiFrontend::PromptTokens(
   }
   // The template writes its own BOS text (parsed as the special token).
   return tok.Encode(*text, /*add_special=*/false, /*parse_special=*/true);
+}
+
+ChoiceOptions OpenAiFrontend::Options(const OpenAiRequest& request) const {
+  ChoiceOptions o = ChoiceOptionsOf(request);
+  const ServiceBackend b = state_.backend_unchecked();
+  if (o.logprobs >= 0 && b.model != nullptr) {
+    const Tokenizer* tok = b.model->tokenizer.get();
+    o.token_bytes = [tok](int32_t id) { return tok->TokenToPiece(id); };
+  }
+  return o;
+}
+
+absl::StatusOr<SamplingParams> OpenAiFrontend::Sampling(
+    const ServiceBackend& b, const OpenAiRequest& request,
+    const SessionLease& lease, int64_t input_tokens) const {
+  SamplingParams sampling = ApplySampling(lease->sampling(), request);
+  if (!request.seed.has_value()) {
+    // OpenAI: without a seed every request samples afresh.
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    sampling.seed = rng();
+  }
+  const char* prompt_field =
+      request.endpoint == Endpoint::kChat ? "messages" : "prompt";
+  const int64_t max_prompt = state_.config().limits.max_prompt_tokens;
+  if (input_tokens > max_prompt) {
+    return FieldError(
+        prompt_field,
+        absl::StrCat("'", prompt_field, "' is ", input_tokens,
+                     " tokens; this server takes at most ", max_prompt,
+                     " per request (max_prompt_tokens)"),
+        "max_prompt_tokens");
+  }
+  const int64_t used = lease->stats().tokens + input_tokens;
+  const int64_t context = context_length_ > 0
+                              ? context_length_
+                              : std::numeric_limits<int64_t>::max();
+  const int64_t session_max = lease->kv().max_tokens > 0
+                                  ? lease->kv().max_tokens
+                                  : state_.config().limits.max_session_tokens;
+  const int64_t room = std::min(context, session_max) - used;
+  const bool context_bound = context <= session_max;
+  auto too_long = [&](int64_t completion) {
+    if (context_bound) {
+      return FieldError(
+          prompt_field,
+          absl::StrCat("This model's maximum context length is ", context,
+                       " tokens. However, you requested ", used + completion,
+                       " tokens (", used, " in the ", prompt_field,
+                       lease->stats().tokens > 0 ? " and the session" : "",
+                       ", ", completion,
+                       " in the completion). Please reduce the length of the ",
+                       prompt_field, " or completion."),
+          "context_length_exceeded");
+    }
+    return FieldError(
+        "max_tokens",
+        absl::StrCat("'max_tokens' is ", completion, " but the session holds ",
+                     lease->stats().tokens, " tokens and the request adds ",
+                     input_tokens, "; a session holds at most ", session_max,
+                     " (max_session_tokens)"),
+        "max_session_tokens");
+  };
+  if (room < 1) return too_long(request.max_tokens.value_or(1));
+  if (request.max_tokens.has_value()) {
+    if (*request.max_tokens > room) return too_long(*request.max_tokens);
+  } else {
+    sampling.max_tokens =
+        static_cast<int>(std::min<int64_t>(sampling.max_tokens, room));
+  }
+  if (auto s = ValidateSampling(sampling, b.model->config.vocab_size);
+      !s.ok()) {
+    // Internal names (sampling.max_tokens) in OpenAI's (max_tokens).
+    std::string message(s.message());
+    std::string field;
+    const size_t at = message.find("sampling.");
+    if (at != std::string::npos) {
+      size_t end = at + 9;
+      while (end < message.size() &&
+             (absl::ascii_isalnum(message[end]) || message[end] == '_')) {
+        ++end;
+      }
+      field = message.substr(at + 9, end - at - 9);
+      if (field == "logprobs" && request.endpoint == Endpoint::kChat) {
+        field = "top_logprobs";
+      }
+      message.replace(at, end - at, absl::StrCat("'", field, "'"));
+    }
+    return FieldError(field, message);
+  }
+  return sampling;
 }
 
 absl::StatusOr<OpenAiFrontend::Target> OpenAiFrontend::ResolveSession(
@@ -177,14 +283,12 @@ absl::StatusOr<StartedJob> OpenAiFrontend::Start(
     return close_created(absl::InvalidArgumentError(
         "empty prompt: the session holds no tokens to continue from"));
   }
-  SamplingParams sampling = ApplySampling(target->lease->sampling(), request);
-  if (auto s = ValidateSampling(sampling, b.model->config.vocab_size);
-      !s.ok()) {
-    return close_created(s);
-  }
+  auto sampling =
+      Sampling(b, request, target->lease, static_cast<int64_t>(input->size()));
+  if (!sampling.ok()) return close_created(sampling.status());
   AdmissionRequest a;
   a.input_tokens = static_cast<int64_t>(input->size());
-  a.max_new_tokens = sampling.max_tokens;
+  a.max_new_tokens = sampling->max_tokens;
   a.session_tokens = target->lease->stats().tokens;
   a.kv = target->lease->kv();
   a.tenant = target->lease->tenant();
@@ -200,9 +304,96 @@ absl::StatusOr<StartedJob> OpenAiFrontend::Start(
   spec.input = *std::move(input);
   spec.kind = empty ? AppendKind::kPrompt : AppendKind::kGenerated;
   spec.generate = true;
-  spec.sampling = sampling;
+  spec.sampling = *sampling;
   if (auto s = started.job->Submit(std::move(spec), a); !s.ok()) return s;
   return started;
+}
+
+absl::StatusOr<std::string> OpenAiFrontend::Tokenize(
+    absl::string_view body) const {
+  using Json = nlohmann::json;
+  auto backend = state_.Backend();
+  if (!backend.ok()) return backend.status();
+  if (body.size() > kMaxTokenizeBytes) {
+    return FieldError("content", absl::StrCat("'content' is more than ",
+                                              kMaxTokenizeBytes, " bytes"));
+  }
+  Json j = Json::parse(body.begin(), body.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("request body must be a JSON object");
+  }
+  if (!j.contains("content") || !j["content"].is_string()) {
+    return FieldError("content", "'content' must be a string");
+  }
+  auto flag = [&](const char* key, bool* out) -> absl::Status {
+    if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
+    if (!j[key].is_boolean()) {
+      return FieldError(key, absl::StrCat("'", key, "' must be a boolean"));
+    }
+    *out = j[key].get<bool>();
+    return absl::OkStatus();
+  };
+  bool add_special = false, with_pieces = false;
+  if (auto s = flag("add_special", &add_special); !s.ok()) return s;
+  if (auto s = flag("with_pieces", &with_pieces); !s.ok()) return s;
+  const Tokenizer& tok = *backend->model->tokenizer;
+  auto ids = tok.Encode(j["content"].get<std::string>(), add_special,
+                        /*parse_special=*/true);
+  if (!ids.ok()) return FieldError("content", ids.status().message());
+  Json tokens = Json::array();
+  for (int32_t id : *ids) {
+    if (!with_pieces) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string piece = tok.TokenToPiece(id);
+    Json p = Json::object();
+    p["id"] = id;
+    // llama.cpp: a piece that is not valid UTF-8 is its byte list.
+    Json probe = piece;
+    std::string dumped;
+    try {
+      dumped = probe.dump();
+      p["piece"] = piece;
+    } catch (const Json::type_error&) {
+      Json bytes = Json::array();
+      for (char c : piece) bytes.push_back(static_cast<uint8_t>(c));
+      p["piece"] = bytes;
+    }
+    tokens.push_back(p);
+  }
+  return Json{{"tokens", tokens}}.dump();
+}
+
+absl::StatusOr<std::string> OpenAiFrontend::Detokenize(
+    absl::string_view body) const {
+  using Json = nlohmann::json;
+  auto backend = state_.Backend();
+  if (!backend.ok()) return backend.status();
+  Json j = Json::parse(body.begin(), body.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("request body must be a JSON object");
+  }
+  if (!j.contains("tokens") || !j["tokens"].is_array()) {
+    return FieldError("tokens", "'tokens' must be a list of token ids");
+  }
+  std::vector<int32_t> ids;
+  for (const Json& id : j["tokens"]) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= backend->model->config.vocab_size) {
+      return FieldError("tokens",
+                        absl::StrCat("'tokens' must hold ids in [0, ",
+                                     backend->model->config.vocab_size, ")"));
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  StreamingDetokenizer detok(*backend->model->tokenizer,
+                             /*render_special=*/true);
+  std::string text;
+  for (int32_t id : ids) text += detok.Push(id);
+  text += detok.Flush();
+  return Json{{"content", text}}.dump(-1, ' ', false,
+                                      Json::error_handler_t::replace);
 }
 
 }  // namespace ckv::server::http

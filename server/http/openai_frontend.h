@@ -57,6 +57,19 @@ class OpenAiFrontend {
   // The prompt text of a chat request (template or raw rendering).
   absl::StatusOr<std::string> RenderChat(const OpenAiRequest& request) const;
 
+  // How the request's choice is written (log-probabilities with this
+  // model's token bytes, echo).
+  ChoiceOptions Options(const OpenAiRequest& request) const;
+  // Tokens of context per sequence: --context-length, else the model
+  // file's (0 while no model is loaded).
+  int64_t context_length() const { return context_length_; }
+
+  // llama.cpp's POST /tokenize {content, add_special, with_pieces} ->
+  // {tokens: [id...] | [{id, piece}...]} and POST /detokenize {tokens} ->
+  // {content}. INVALID_ARGUMENT (naming the field) for bad bodies.
+  absl::StatusOr<std::string> Tokenize(absl::string_view body) const;
+  absl::StatusOr<std::string> Detokenize(absl::string_view body) const;
+
  private:
   struct Target;  // the resolved session
   absl::StatusOr<Target> ResolveSession(const ServiceBackend& b,
@@ -65,9 +78,18 @@ class OpenAiFrontend {
   absl::StatusOr<std::vector<int32_t>> PromptTokens(
       const ServiceBackend& b, const OpenAiRequest& request,
       bool session_empty) const;
+  // The request's sampling: its fields over the session's, a fresh random
+  // seed when it names none, max_tokens checked against (and, when not
+  // given, capped to) the context and session room. 400 with the OpenAI
+  // field for what can never fit.
+  absl::StatusOr<SamplingParams> Sampling(const ServiceBackend& b,
+                                          const OpenAiRequest& request,
+                                          const SessionLease& lease,
+                                          int64_t input_tokens) const;
 
   ServiceState& state_;
   std::string model_id_;
+  int64_t context_length_ = 0;
   std::optional<chat::ChatTemplate> chat_template_;
   chat::ChatRenderOptions render_options_;
 };

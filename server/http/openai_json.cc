@@ -15,14 +15,13 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The status payload that carries the offending field to ErrorBody.
+// The status payloads that carry the offending field and the error code to
+// ErrorBody.
 constexpr char kParamPayload[] = "clusterkv.http/param";
+constexpr char kCodePayload[] = "clusterkv.http/code";
 
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
-  absl::Status s =
-      absl::InvalidArgumentError(absl::StrCat("'", field, "' ", what));
-  s.SetPayload(kParamPayload, absl::Cord(field));
-  return s;
+absl::Status QuotedFieldError(absl::string_view field, absl::string_view what) {
+  return FieldError(field, absl::StrCat("'", field, "' ", what));
 }
 
 // Deepest nesting of objects and arrays outside strings, counted without
@@ -61,10 +60,11 @@ absl::Status ReadNumber(const Json& body, const char* key, double lo, double hi,
                         std::optional<float>* out) {
   if (IsNull(body, key)) return absl::OkStatus();
   const Json& v = body.at(key);
-  if (!v.is_number()) return FieldError(key, "must be a number");
+  if (!v.is_number()) return QuotedFieldError(key, "must be a number");
   const double d = v.get<double>();
   if (!std::isfinite(d) || d < lo || d > hi) {
-    return FieldError(key, absl::StrCat("must be in [", lo, ", ", hi, "]"));
+    return QuotedFieldError(key,
+                            absl::StrCat("must be in [", lo, ", ", hi, "]"));
   }
   *out = static_cast<float>(d);
   return absl::OkStatus();
@@ -76,7 +76,7 @@ absl::Status ReadMaxTokens(const Json& body, const char* key,
   const Json& v = body.at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < 1 ||
       v.get<int64_t>() > std::numeric_limits<int>::max()) {
-    return FieldError(key, "must be a positive integer");
+    return QuotedFieldError(key, "must be a positive integer");
   }
   *out = static_cast<int>(v.get<int64_t>());
   return absl::OkStatus();
@@ -90,14 +90,15 @@ absl::Status ReadStop(const Json& body, OpenAiRequest& r) {
     stop.push_back(v.get<std::string>());
   } else if (v.is_array()) {
     for (const Json& s : v) {
-      if (!s.is_string()) return FieldError("stop", "must hold strings");
+      if (!s.is_string()) return QuotedFieldError("stop", "must hold strings");
       stop.push_back(s.get<std::string>());
     }
   } else {
-    return FieldError("stop", "must be a string or a list of strings");
+    return QuotedFieldError("stop", "must be a string or a list of strings");
   }
   for (const std::string& s : stop) {
-    if (s.empty()) return FieldError("stop", "must not hold empty strings");
+    if (s.empty())
+      return QuotedFieldError("stop", "must not hold empty strings");
   }
   r.stop = std::move(stop);
   return absl::OkStatus();
@@ -122,39 +123,86 @@ absl::Status ReadSamplingFields(const Json& body, OpenAiRequest& r) {
   }
   if (!IsNull(body, "seed")) {
     const Json& v = body.at("seed");
-    if (!v.is_number_integer()) return FieldError("seed", "must be an integer");
+    if (!v.is_number_integer())
+      return QuotedFieldError("seed", "must be an integer");
     r.seed = v.is_number_unsigned() ? v.get<uint64_t>()
                                     : static_cast<uint64_t>(v.get<int64_t>());
   }
   return ReadStop(body, r);
 }
 
+// Chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs
+// (0..5) + echo.
+absl::Status ReadLogprobFields(const Json& body, OpenAiRequest& r) {
+  if (r.endpoint == Endpoint::kChat) {
+    bool on = false;
+    if (!IsNull(body, "logprobs")) {
+      if (!body.at("logprobs").is_boolean()) {
+        return QuotedFieldError("logprobs", "must be a boolean");
+      }
+      on = body.at("logprobs").get<bool>();
+    }
+    int top = 0;
+    if (!IsNull(body, "top_logprobs")) {
+      const Json& v = body.at("top_logprobs");
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+          v.get<int64_t>() > 20) {
+        return QuotedFieldError("top_logprobs",
+                                "must be an integer in [0, 20]");
+      }
+      if (!on) {
+        return QuotedFieldError("top_logprobs", "needs 'logprobs' set to true");
+      }
+      top = static_cast<int>(v.get<int64_t>());
+    }
+    r.logprobs = on ? top : -1;
+    return absl::OkStatus();
+  }
+  if (!IsNull(body, "logprobs")) {
+    const Json& v = body.at("logprobs");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+        v.get<int64_t>() > 5) {
+      return QuotedFieldError("logprobs", "must be an integer in [0, 5]");
+    }
+    r.logprobs = static_cast<int>(v.get<int64_t>());
+  }
+  if (!IsNull(body, "echo")) {
+    if (!body.at("echo").is_boolean()) {
+      return QuotedFieldError("echo", "must be a boolean");
+    }
+    r.echo = body.at("echo").get<bool>();
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadCommonFields(const Json& body, OpenAiRequest& r) {
+  if (auto s = ReadLogprobFields(body, r); !s.ok()) return s;
   if (!IsNull(body, "model")) {
     if (!body.at("model").is_string()) {
-      return FieldError("model", "must be a string");
+      return QuotedFieldError("model", "must be a string");
     }
     r.model = body.at("model").get<std::string>();
   }
   if (!IsNull(body, "n")) {
     const Json& n = body.at("n");
     if (!n.is_number_integer() || n.get<int64_t>() != 1) {
-      return FieldError("n", "must be 1 (one choice per request)");
+      return QuotedFieldError("n", "must be 1 (one choice per request)");
     }
   }
   if (!IsNull(body, "stream")) {
     if (!body.at("stream").is_boolean()) {
-      return FieldError("stream", "must be a boolean");
+      return QuotedFieldError("stream", "must be a boolean");
     }
     r.stream = body.at("stream").get<bool>();
   }
   if (!IsNull(body, "stream_options")) {
     const Json& o = body.at("stream_options");
     if (!o.is_object())
-      return FieldError("stream_options", "must be an object");
+      return QuotedFieldError("stream_options", "must be an object");
     if (!IsNull(o, "include_usage")) {
       if (!o.at("include_usage").is_boolean()) {
-        return FieldError("stream_options.include_usage", "must be a boolean");
+        return QuotedFieldError("stream_options.include_usage",
+                                "must be a boolean");
       }
       r.include_usage = o.at("include_usage").get<bool>();
     }
@@ -166,7 +214,7 @@ absl::Status ReadPromptIds(const Json& ids, OpenAiRequest& r) {
   for (const Json& id : ids) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      return FieldError("prompt", "token ids must be integers >= 0");
+      return QuotedFieldError("prompt", "token ids must be integers >= 0");
     }
     r.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }
@@ -176,60 +224,84 @@ absl::Status ReadPromptIds(const Json& ids, OpenAiRequest& r) {
 
 // A string, a list of one string, or a list of token ids.
 absl::Status ReadPrompt(const Json& body, OpenAiRequest& r) {
-  if (IsNull(body, "prompt")) return FieldError("prompt", "is required");
+  if (IsNull(body, "prompt")) return QuotedFieldError("prompt", "is required");
   const Json& p = body.at("prompt");
   if (p.is_string()) {
     r.prompt = p.get<std::string>();
     return absl::OkStatus();
   }
   if (!p.is_array()) {
-    return FieldError("prompt", "must be a string or a list");
+    return QuotedFieldError("prompt", "must be a string or a list");
   }
   if (p.size() == 1 && p[0].is_string()) {
     r.prompt = p[0].get<std::string>();
     return absl::OkStatus();
   }
   if (!p.empty() && (p[0].is_string() || p[0].is_array())) {
-    return FieldError("prompt",
-                      "must hold one prompt (batches: one request each)");
+    return QuotedFieldError("prompt",
+                            "must hold one prompt (batches: one request each)");
   }
   return ReadPromptIds(p, r);
 }
 
-// content: a string, null, or a list of {"type": "text", "text": ...} parts.
-absl::StatusOr<std::string> MessageContent(const Json& m) {
-  if (IsNull(m, "content")) return std::string();
+// content: a string or a list of {"type": "text", "text": ...} parts;
+// required (null only for an assistant message with tool_calls).
+absl::StatusOr<std::string> MessageContent(const Json& m,
+                                           const std::string& field,
+                                           const std::string& role) {
+  if (IsNull(m, "content")) {
+    if (role == "assistant" && !IsNull(m, "tool_calls")) return std::string();
+    return QuotedFieldError(field, "is required");
+  }
   const Json& c = m.at("content");
   if (c.is_string()) return c.get<std::string>();
   if (!c.is_array()) {
-    return FieldError("messages", "content must be a string or a list");
+    return QuotedFieldError(field, "must be a string or a list of parts");
   }
   std::string text;
   for (const Json& part : c) {
     if (!part.is_object() || !part.contains("type") ||
         part.at("type") != "text" || !part.contains("text") ||
         !part.at("text").is_string()) {
-      return FieldError("messages",
-                        "content parts must be {\"type\": \"text\", "
-                        "\"text\": string}");
+      return QuotedFieldError(field,
+                              "parts must be {\"type\": \"text\", "
+                              "\"text\": string} (text only)");
     }
     text += part.at("text").get<std::string>();
   }
   return text;
 }
 
+bool KnownRole(absl::string_view role) {
+  for (const char* r : {"system", "developer", "user", "assistant", "tool"}) {
+    if (role == r) return true;
+  }
+  return false;
+}
+
 absl::Status ReadMessages(const Json& body, OpenAiRequest& r) {
   if (IsNull(body, "messages") || !body.at("messages").is_array() ||
       body.at("messages").empty()) {
-    return FieldError("messages", "must be a non-empty list");
+    return QuotedFieldError("messages", "must be a non-empty list");
   }
+  int i = 0;
   for (const Json& m : body.at("messages")) {
-    if (!m.is_object() || !m.contains("role") || !m.at("role").is_string()) {
-      return FieldError("messages", "each message needs a string 'role'");
+    const std::string field = absl::StrCat("messages.[", i++, "]");
+    if (!m.is_object()) return QuotedFieldError(field, "must be an object");
+    if (IsNull(m, "role") || !m.at("role").is_string()) {
+      return QuotedFieldError(field + ".role", "is required (a string)");
     }
-    auto content = MessageContent(m);
+    const std::string role = m.at("role").get<std::string>();
+    if (!KnownRole(role)) {
+      return QuotedFieldError(
+          field + ".role",
+          absl::StrCat("'", role.substr(0, 64),
+                       "' is not one of 'system', 'developer', 'user', "
+                       "'assistant', 'tool'"));
+    }
+    auto content = MessageContent(m, field + ".content", role);
     if (!content.ok()) return content.status();
-    r.messages.push_back({m.at("role").get<std::string>(), *content});
+    r.messages.push_back({role, *content});
   }
   return absl::OkStatus();
 }
@@ -306,6 +378,7 @@ SamplingParams ApplySampling(const SamplingParams& base,
   if (r.top_p) s.top_p = *r.top_p;
   if (r.seed) s.seed = *r.seed;
   if (r.stop) s.stop = *r.stop;
+  s.logprobs = r.logprobs;
   return s;
 }
 
@@ -344,40 +417,167 @@ int HttpStatusOf(absl::StatusCode code) {
   }
 }
 
-std::string ErrorBody(const absl::Status& status, absl::string_view param) {
+int HttpStatusFor(const absl::Status& status) {
+  if (auto limit = LimitOf(status);
+      limit && LimitRetryDelay(limit->limit) <= absl::ZeroDuration()) {
+    return 400;
+  }
+  return HttpStatusOf(status.code());
+}
+
+absl::Status FieldError(absl::string_view param, absl::string_view message,
+                        absl::string_view code) {
+  absl::Status s = absl::InvalidArgumentError(message);
+  s.SetPayload(kParamPayload, absl::Cord(param));
+  if (!code.empty()) s.SetPayload(kCodePayload, absl::Cord(code));
+  return s;
+}
+
+std::optional<int> RetryAfterSeconds(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kUnavailable) return 1;
+  if (status.code() != absl::StatusCode::kResourceExhausted) {
+    return std::nullopt;
+  }
+  auto limit = LimitOf(status);
+  if (!limit) return 1;
+  const absl::Duration d = LimitRetryDelay(limit->limit);
+  if (d <= absl::ZeroDuration()) return std::nullopt;
+  return std::max<int>(
+      1,
+      static_cast<int>(absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1)))));
+}
+
+std::string ErrorBody(const absl::Status& status, absl::string_view param,
+                      absl::string_view code_name) {
   std::string field(param);
   if (field.empty()) {
     if (auto p = status.GetPayload(kParamPayload)) field = std::string(*p);
   }
-  std::string code =
-      absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
-  if (auto limit = LimitOf(status)) code = LimitName(limit->limit);
+  std::string code(code_name);
+  if (code.empty()) {
+    if (auto c = status.GetPayload(kCodePayload)) code = std::string(*c);
+  }
+  if (code.empty()) {
+    code = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+    if (auto limit = LimitOf(status)) code = LimitName(limit->limit);
+  }
   Json e{{"message", std::string(status.message())},
-         {"type", ErrorType(HttpStatusOf(status.code()))},
+         {"type", ErrorType(HttpStatusFor(status))},
          {"param", field.empty() ? Json(nullptr) : Json(field)},
          {"code", code}};
   return Dump(Json{{"error", e}});
 }
 
-std::string ModelsBody(absl::string_view model_id, int64_t created) {
-  Json model{{"id", std::string(model_id)},
-             {"object", "model"},
-             {"created", created},
-             {"owned_by", "clusterkv"}};
-  return Dump(Json{{"object", "list"}, {"data", Json::array({model})}});
+Json ModelJson(absl::string_view model_id, int64_t created) {
+  return Json{{"id", std::string(model_id)},
+              {"object", "model"},
+              {"created", created},
+              {"owned_by", "clusterkv"}};
 }
 
-std::string CompletionBody(const ResponseHead& head, absl::string_view text,
-                           absl::string_view finish_reason,
-                           const Usage& usage) {
+std::string ModelsBody(absl::string_view model_id, int64_t created) {
+  return Dump(Json{{"object", "list"},
+                   {"data", Json::array({ModelJson(model_id, created)})}});
+}
+
+std::string ModelBody(absl::string_view model_id, int64_t created) {
+  return Dump(ModelJson(model_id, created));
+}
+
+namespace {
+
+std::string PiecesText(const std::vector<TokenPiece>& pieces) {
+  std::string text;
+  for (const TokenPiece& p : pieces) text += p.text;
+  return text;
+}
+
+std::string TokenBytes(const ChoiceOptions& o, int32_t id,
+                       const std::string& fallback) {
+  return o.token_bytes ? o.token_bytes(id) : fallback;
+}
+
+Json BytesJson(absl::string_view bytes) {
+  Json a = Json::array();
+  for (char c : bytes) a.push_back(static_cast<int>(static_cast<uint8_t>(c)));
+  return a;
+}
+
+// OpenAI's chat shape: {"content": [{token, logprob, bytes, top_logprobs}],
+// "refusal": null}.
+Json ChatLogprobs(const std::vector<TokenPiece>& pieces,
+                  const ChoiceOptions& o) {
+  Json content = Json::array();
+  for (const TokenPiece& p : pieces) {
+    if (!p.has_logprobs) continue;
+    const std::string bytes = TokenBytes(o, p.token, p.text);
+    Json top = Json::array();
+    for (const TokenLogprob& t : p.logprobs.top) {
+      const std::string tb = TokenBytes(o, t.id, absl::StrCat(t.id));
+      top.push_back(Json{
+          {"token", tb}, {"logprob", t.logprob}, {"bytes", BytesJson(tb)}});
+    }
+    content.push_back(Json{{"token", bytes},
+                           {"logprob", p.logprobs.logprob},
+                           {"bytes", BytesJson(bytes)},
+                           {"top_logprobs", top}});
+  }
+  return Json{{"content", content}, {"refusal", nullptr}};
+}
+
+// The completions shape: {tokens, token_logprobs, top_logprobs,
+// text_offset}; offsets count from `offset` (the text before these pieces).
+Json CompletionLogprobs(const std::vector<TokenPiece>& pieces,
+                        const ChoiceOptions& o, int64_t offset) {
+  Json tokens = Json::array(), lps = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  for (const TokenPiece& p : pieces) {
+    if (p.has_logprobs) {
+      tokens.push_back(TokenBytes(o, p.token, p.text));
+      lps.push_back(p.logprobs.logprob);
+      Json top = Json::object();
+      for (const TokenLogprob& t : p.logprobs.top) {
+        top[TokenBytes(o, t.id, absl::StrCat(t.id))] = t.logprob;
+      }
+      tops.push_back(top);
+      offsets.push_back(offset);
+    }
+    offset += static_cast<int64_t>(p.text.size());
+  }
+  return Json{{"tokens", tokens},
+              {"token_logprobs", lps},
+              {"top_logprobs", tops},
+              {"text_offset", offsets}};
+}
+
+}  // namespace
+
+ChoiceOptions ChoiceOptionsOf(const OpenAiRequest& r) {
+  ChoiceOptions o;
+  o.logprobs = r.logprobs;
+  o.include_usage = r.include_usage;
+  if (r.echo && r.endpoint == Endpoint::kCompletions) o.echo_text = r.prompt;
+  return o;
+}
+
+std::string CompletionBody(const ResponseHead& head,
+                           const std::vector<TokenPiece>& pieces,
+                           absl::string_view finish_reason, const Usage& usage,
+                           const ChoiceOptions& options) {
   const bool chat = head.endpoint == Endpoint::kChat;
   Json choice{{"index", 0}, {"finish_reason", std::string(finish_reason)}};
+  const std::string text = PiecesText(pieces);
   if (chat) {
-    choice["message"] =
-        Json{{"role", "assistant"}, {"content", std::string(text)}};
+    choice["message"] = Json{{"role", "assistant"}, {"content", text}};
+    choice["logprobs"] =
+        options.logprobs >= 0 ? ChatLogprobs(pieces, options) : Json(nullptr);
   } else {
-    choice["text"] = std::string(text);
-    choice["logprobs"] = nullptr;
+    choice["text"] = options.echo_text + text;
+    choice["logprobs"] =
+        options.logprobs >= 0
+            ? CompletionLogprobs(pieces, options,
+                                 static_cast<int64_t>(options.echo_text.size()))
+            : Json(nullptr);
   }
   Json j = HeadJson(head, chat ? "chat.completion" : "text_completion");
   j["choices"] = Json::array({choice});
@@ -385,27 +585,52 @@ std::string CompletionBody(const ResponseHead& head, absl::string_view text,
   return Dump(j);
 }
 
-std::string ChunkBody(const ResponseHead& head, absl::string_view text,
-                      bool first, absl::string_view finish_reason) {
+std::string CompletionBody(const ResponseHead& head, absl::string_view text,
+                           absl::string_view finish_reason,
+                           const Usage& usage) {
+  std::vector<TokenPiece> pieces(1);
+  pieces[0].text = std::string(text);
+  return CompletionBody(head, pieces, finish_reason, usage, ChoiceOptions());
+}
+
+std::string ChunkBody(const ResponseHead& head,
+                      const std::vector<TokenPiece>& pieces, bool first,
+                      const ChoiceOptions& options,
+                      absl::string_view finish_reason) {
   const bool chat = head.endpoint == Endpoint::kChat;
   Json choice{{"index", 0},
               {"finish_reason", finish_reason.empty()
                                     ? Json(nullptr)
                                     : Json(std::string(finish_reason))}};
+  const std::string text = PiecesText(pieces);
+  const bool with_logprobs = options.logprobs >= 0 && !pieces.empty();
   if (chat) {
     Json delta = Json::object();
     if (first) delta["role"] = "assistant";
-    if (!text.empty() || finish_reason.empty()) {
-      delta["content"] = std::string(text);
-    }
+    if (!text.empty() || finish_reason.empty()) delta["content"] = text;
     choice["delta"] = delta;
+    choice["logprobs"] =
+        with_logprobs ? ChatLogprobs(pieces, options) : Json(nullptr);
   } else {
-    choice["text"] = std::string(text);
-    choice["logprobs"] = nullptr;
+    const std::string echo = first ? options.echo_text : std::string();
+    choice["text"] = echo + text;
+    choice["logprobs"] =
+        with_logprobs
+            ? CompletionLogprobs(
+                  pieces, options,
+                  options.text_offset + static_cast<int64_t>(echo.size()))
+            : Json(nullptr);
   }
   Json j = HeadJson(head, chat ? "chat.completion.chunk" : "text_completion");
   j["choices"] = Json::array({choice});
   return Dump(j);
+}
+
+std::string ChunkBody(const ResponseHead& head, absl::string_view text,
+                      bool first, absl::string_view finish_reason) {
+  std::vector<TokenPiece> pieces;
+  if (!text.empty()) pieces.emplace_back().text = std::string(text);
+  return ChunkBody(head, pieces, first, ChoiceOptions(), finish_reason);
 }
 
 std::string UsageChunkBody(const ResponseHead& head, const Usage& usage) {

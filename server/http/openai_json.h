@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,16 @@
 namespace ckv::server::http {
 
 enum class Endpoint { kCompletions, kChat };
+
+// Text the engine produced for one token (token -1: text held back until
+// the end and released with no token), with its log-probabilities when the
+// request asked for them.
+struct TokenPiece {
+  int32_t token = -1;
+  std::string text;
+  bool has_logprobs = false;
+  TokenLogprobs logprobs;
+};
 
 struct ChatTurn {
   std::string role;
@@ -41,6 +52,10 @@ struct OpenAiRequest {
   std::optional<float> top_p;
   std::optional<uint64_t> seed;
   std::optional<std::vector<std::string>> stop;
+  // Chat: logprobs (bool) and top_logprobs (0..20); completions: logprobs
+  // (0..5, the top count) and echo. -1: no log-probabilities.
+  int logprobs = -1;
+  bool echo = false;
 };
 
 // Nesting deeper than this (objects and arrays) is refused before parsing.
@@ -53,8 +68,8 @@ inline constexpr int kMaxJsonDepth = 32;
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body,
                                                  Endpoint endpoint);
 
-// `base` with the request's max_tokens, temperature, top_p, seed and stop
-// applied (not validated: ValidateSampling does that).
+// `base` with the request's max_tokens, temperature, top_p, seed, stop and
+// logprobs applied (not validated: ValidateSampling does that).
 SamplingParams ApplySampling(const SamplingParams& base,
                              const OpenAiRequest& r);
 
@@ -69,16 +84,28 @@ std::string RenderRawConversation(const std::vector<ChatTurn>& messages);
 // NOT_FOUND 404, ABORTED (session busy) 409, RESOURCE_EXHAUSTED 429,
 // UNAVAILABLE 503, CANCELLED 499, anything else 500.
 int HttpStatusOf(absl::StatusCode code);
+// As HttpStatusOf, but a limit no retry can meet (max_prompt_tokens,
+// max_session_tokens, max_chat_messages) is 400: the request must change.
+int HttpStatusFor(const absl::Status& status);
 // {"error": {"message", "type", "param", "code"}}: type from the HTTP status
 // ("invalid_request_error", "authentication_error", "not_found_error",
 // "rate_limit_error", ...), code the lower-case status code name or, for a
 // limit rejection, the limit's name (e.g. "max_sessions"). `param`: the
 // offending field or null.
-std::string ErrorBody(const absl::Status& status, absl::string_view param = "");
+std::string ErrorBody(const absl::Status& status, absl::string_view param = "",
+                      absl::string_view code = "");
+// INVALID_ARGUMENT naming `param` (the OpenAI field) for ErrorBody, with
+// `code` ("context_length_exceeded", ...) when not empty.
+absl::Status FieldError(absl::string_view param, absl::string_view message,
+                        absl::string_view code = "");
+// Seconds a client should wait before retrying a status (429: a limit that
+// frees up; 503); nullopt when retrying cannot help.
+std::optional<int> RetryAfterSeconds(const absl::Status& status);
 
 // ---- responses --------------------------------------------------------------
 
 std::string ModelsBody(absl::string_view model_id, int64_t created);
+std::string ModelBody(absl::string_view model_id, int64_t created);
 
 // The shared fields of a response and its chunks.
 struct ResponseHead {
@@ -93,13 +120,34 @@ struct Usage {
   int64_t completion_tokens = 0;
 };
 
+// How a choice is written: log-probabilities (OpenAI's chat shape
+// {content: [{token, logprob, bytes, top_logprobs}]} or the completions
+// shape {tokens, token_logprobs, top_logprobs, text_offset}) and echo.
+struct ChoiceOptions {
+  int logprobs = -1;  // -1: none; else the top count
+  bool include_usage = false;
+  std::string echo_text;    // completions with echo: the prompt
+  int64_t text_offset = 0;  // streaming: text bytes sent before this chunk
+  // The bytes of a token id (for top_logprobs); null: ids are written.
+  std::function<std::string(int32_t)> token_bytes;
+};
+ChoiceOptions ChoiceOptionsOf(const OpenAiRequest& r);
+
 // A whole (non-streaming) response: one choice with `text`.
 std::string CompletionBody(const ResponseHead& head, absl::string_view text,
                            absl::string_view finish_reason, const Usage& usage);
+std::string CompletionBody(const ResponseHead& head,
+                           const std::vector<TokenPiece>& pieces,
+                           absl::string_view finish_reason, const Usage& usage,
+                           const ChoiceOptions& options);
 // One streamed chunk: delta `text` (chat: with role "assistant" when
 // `first`), finish_reason null unless given.
 std::string ChunkBody(const ResponseHead& head, absl::string_view text,
                       bool first, absl::string_view finish_reason = "");
+std::string ChunkBody(const ResponseHead& head,
+                      const std::vector<TokenPiece>& pieces, bool first,
+                      const ChoiceOptions& options,
+                      absl::string_view finish_reason = "");
 // The usage chunk of stream_options.include_usage (choices empty).
 std::string UsageChunkBody(const ResponseHead& head, const Usage& usage);
 // "data: <json>\n\n"

@@ -81,9 +81,7 @@ void Kv(const v1::KvConfig& p) {
   Expect(MergeKvConfig(ckv::KvStoreConfig{}, p, /*model_layers=*/4).status());
 }
 
-void Session(const std::string& id) {
-  Expect(Sessions().Get(id).status());
-}
+void Session(const std::string& id) { Expect(Sessions().Get(id).status()); }
 
 }  // namespace
 

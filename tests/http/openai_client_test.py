@@ -56,7 +56,7 @@ def install_openai(npm_dir):
 
 
 class Server:
-    def __init__(self, binary, model, work):
+    def __init__(self, binary, model, work, extra_flags=()):
         tokens = os.path.join(work, "tokens")
         with open(tokens, "w") as f:
             f.write("%s alice\n" % TOKEN)
@@ -66,7 +66,7 @@ class Server:
                 [binary, "--model", model, "--listen", "127.0.0.1:0",
                  "--metrics-address=", "--http-listen", "127.0.0.1:0",
                  "--auth-tokens-file", tokens, "--threads", "1",
-                 "--drain-grace-seconds", "0"],
+                 "--drain-grace-seconds", "0"] + list(extra_flags),
                 stdout=log, stderr=subprocess.STDOUT)
         self.port = wait_for(self._port, 60, "the HTTP port")
         wait_for(lambda: "serving" in self.log(), 60, "the model to load")

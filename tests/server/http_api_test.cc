@@ -247,9 +247,11 @@ TEST_F(HttpApiTest, ErrorsHaveOpenAiShapeAndStatus) {
             "not_found_error");
   EXPECT_EQ(ErrorOf(Post("/v1/nothing", "{}"), 404)["type"], "not_found_error");
   const std::string big(2000, 'a');  // > max_prompt_tokens (byte vocab)
-  EXPECT_EQ(ErrorOf(Post("/v1/completions", Json{{"prompt", big}}.dump()),
-                    429)["code"],
-            "max_prompt_tokens");
+  // A prompt over the limit can never succeed: 400 naming the field.
+  const Json too_big =
+      ErrorOf(Post("/v1/completions", Json{{"prompt", big}}.dump()), 400);
+  EXPECT_EQ(too_big["code"], "max_prompt_tokens");
+  EXPECT_EQ(too_big["param"], "prompt");
 }
 
 TEST_F(HttpApiTest, ListsTheModel) {
@@ -386,10 +388,103 @@ TEST_F(HttpApiTest, SessionsContinueAndFork) {
 }
 
 TEST_F(HttpApiTest, DrainingAnswers503) {
+  auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << health->body;
   server_->BeginDrain();
-  EXPECT_EQ(
-      ErrorOf(Post("/v1/completions", R"({"prompt": "hello"})"), 503)["type"],
-      "service_unavailable_error");
+  auto res = Post("/v1/completions", R"({"prompt": "hello"})");
+  EXPECT_EQ(ErrorOf(res, 503)["type"], "service_unavailable_error");
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(res->get_header_value("Connection"), "close");
+  health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(Json::parse(health->body)["status"], "draining");
+}
+
+// Roles, content and log-probability fields name the OpenAI field.
+TEST(OpenAiJsonTest, ChecksRolesContentAndLogprobs) {
+  auto param = [](const std::string& body, Endpoint e) {
+    auto r = ParseOpenAiRequest(body, e);
+    EXPECT_FALSE(r.ok()) << body;
+    return Json::parse(ErrorBody(r.status()))["error"]["param"];
+  };
+  EXPECT_EQ(param(R"({"messages": [{"role": "wizard", "content": "x"}]})",
+                  Endpoint::kChat),
+            "messages.[0].role");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user"}]})", Endpoint::kChat),
+            "messages.[0].content");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": null}]})",
+                  Endpoint::kChat),
+            "messages.[0].content");
+  EXPECT_EQ(param(R"({"messages": [{"role": "user", "content": "x"}],
+                      "top_logprobs": 2})",
+                  Endpoint::kChat),
+            "top_logprobs");
+  EXPECT_EQ(param(R"({"prompt": "x", "logprobs": 6})", Endpoint::kCompletions),
+            "logprobs");
+  auto ok = ParseOpenAiRequest(
+      R"({"messages": [{"role": "developer", "content": "x"},
+                       {"role": "assistant", "content": null,
+                        "tool_calls": []}],
+          "logprobs": true, "top_logprobs": 3})",
+      Endpoint::kChat);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->logprobs, 3);
+  EXPECT_EQ(ApplySampling(SamplingParams(), *ok).logprobs, 3);
+}
+
+TEST_F(HttpApiTest, ModelByIdAndContextLength) {
+  const std::string auth = std::string("Bearer ") + kToken;
+  auto list = client_->Get("/v1/models", {{"Authorization", auth}});
+  ASSERT_TRUE(list);
+  const std::string id = Json::parse(list->body)["data"][0]["id"];
+  auto one =
+      client_->Get(("/v1/models/" + id).c_str(), {{"Authorization", auth}});
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->status, 200) << one->body;
+  EXPECT_EQ(Json::parse(one->body)["id"], id);
+  auto other = client_->Get("/v1/models/other", {{"Authorization", auth}});
+  EXPECT_EQ(ErrorOf(other, 404)["code"], "model_not_found");
+  // Sessions hold at most 8192 tokens here (SmallServerConfig), fewer
+  // than the random model's 131072 of context: the session limit binds.
+  const Json e = ErrorOf(
+      Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2000000000})"),
+      400);
+  EXPECT_EQ(e["code"], "max_session_tokens");
+  EXPECT_EQ(e["param"], "max_tokens");
+  EXPECT_TRUE(absl::StrContains(e["message"].get<std::string>(), "8192"))
+      << e["message"];
+  // Without max_tokens the answer is capped to the room left, not refused.
+  auto res = Post("/v1/completions", R"({"prompt": "hi"})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// --context-length below the session limit: the model's context binds.
+TEST(HttpApiContextTest, ContextLengthFlagIsEnforced) {
+  ServerConfig c = testing::SmallServerConfig(
+      ckv::testing::RandomModelPath("http_ctx", Spec()));
+  c.http_listen_address = "127.0.0.1:0";
+  c.context_length = 64;
+  auto server = ClusterKvServer::Start(c, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto port = StartHttpApi(**server);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client client("127.0.0.1", *port);
+  auto res = client.Post(
+      "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60})",
+      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 400) << res->body;
+  const Json e = Json::parse(res->body)["error"];
+  EXPECT_EQ(e["code"], "context_length_exceeded");
+  EXPECT_EQ(e["param"], "messages");
+  EXPECT_TRUE(absl::StartsWith(e["message"].get<std::string>(),
+                               "This model's maximum context length is 64"))
+      << e["message"];
+  EXPECT_FALSE(res->has_header("Retry-After"));
 }
 
 // ---- the status page ------------------------------------------------------
