@@ -25,7 +25,7 @@ set(CKV_RELEASE_TESTS
   kv_oracle_test sampler_test
   tokenizer_test chat_template_test
   cli_test python_client_test openai_client_test http_front_test
-  status_page_test
+  status_page_test http_grpc_soak_smoke
   deploy_config_test deploy_k8s_schema_test
   deploy_affinity_test
   engine_bench_smoke cluster_bench_smoke service_bench_smoke
