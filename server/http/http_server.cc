@@ -171,6 +171,7 @@ class HttpApi final : public FrontDoor {
   void HandleChat(HttpExchange& ex) { HandleGeneration(Endpoint::kChat, ex); }
   void HandleGeneration(Endpoint endpoint, HttpExchange& ex);
   void HandleTokenize(HttpExchange& ex);
+  void HandleMetrics(HttpExchange& ex);
   void HandleDetokenize(HttpExchange& ex);
   HttpResponse Health() const;
   void SampleStatus();  // the sampler thread
@@ -275,6 +276,7 @@ void HttpApi::Handle(std::shared_ptr<HttpExchange> ex) {
       {"/v1/chat/completions", true, &HttpApi::HandleChat},
       {"/tokenize", true, &HttpApi::HandleTokenize},
       {"/detokenize", true, &HttpApi::HandleDetokenize},
+      {"/metrics", false, &HttpApi::HandleMetrics},
   };
   for (const Route& r : kRoutes) {
     if (path != r.path) continue;
@@ -346,6 +348,24 @@ void HttpApi::HandleModel(HttpExchange& ex) {
   }
   ex.Reply(
       JsonResponse(200, ModelBody(frontend_.model_id(), NowUnixSeconds())));
+}
+
+// Prometheus' text exposition on the API port too (the same text as
+// --metrics-address serves), with the API's token rule: a scrape config
+// sends `authorization: {credentials: TOKEN}` when tokens are on. 404 when
+// the server keeps no metrics.
+void HttpApi::HandleMetrics(HttpExchange& ex) {
+  auto tenant = Authenticate(ex.request());
+  if (!tenant.ok()) return ex.Reply(Unauthenticated(tenant.status()));
+  const ServerMetrics* metrics = frontend_.state().metrics();
+  if (metrics == nullptr) {
+    return ex.Reply(ErrorResponse(
+        absl::NotFoundError("this server keeps no metrics")));
+  }
+  HttpResponse r;
+  r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  r.body = metrics->Serialize();
+  ex.Reply(std::move(r));
 }
 
 // Server-wide numbers for every authenticated caller; the session list

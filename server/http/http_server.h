@@ -1,7 +1,8 @@
 // The OpenAI-compatible HTTP API (docs/http-api.md) on --http-listen, served
-// by cpp-httplib on its own thread pool: GET /v1/models, POST
-// /v1/completions and /v1/chat/completions (JSON or server-sent events),
-// and the status page: GET / (HTML) polling GET /v1/status (JSON).
+// by the event-driven Boost.Beast transport (http_transport.h): GET
+// /v1/models[/{id}], POST /v1/completions and /v1/chat/completions (JSON or
+// server-sent events), /tokenize, /detokenize, /health, GET /metrics
+// (Prometheus), and the status page: GET / (HTML) polling GET /v1/status.
 // Same bearer tokens, tenants, TLS files, sessions, limits and metrics as
 // the gRPC port.
 #pragma once

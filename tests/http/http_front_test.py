@@ -325,6 +325,37 @@ def check_curl(port, work):
     print("ok curl: /health, /tokenize (pieces), /detokenize round trip")
 
 
+def check_metrics(port, work):
+    """GET /metrics on the API port: served by the Beast I/O threads in the
+    binary that links everything (the stack/TLS pitfall of the old
+    exposer), token required, promtool-clean, counters that moved."""
+    status, head, body = curl(port, "/metrics")
+    if status != 200 or "text/plain; version=0.0.4" not in head:
+        fail("/metrics: %d %s" % (status, head))
+    m = re.search(r'^clusterkv_requests_total\{code="OK",'
+                  r'rpc="http.Completions"\} (\d+)', body, re.M)
+    if not m or int(m.group(1)) < 1:
+        fail("/metrics has no OK http.Completions count:\n" + body[:2000])
+    path = os.path.join(work, "scrape.txt")
+    with open(path, "w") as f:
+        f.write(body)
+    if shutil.which("promtool") is None:
+        fail("promtool is not installed (scripts/setup.sh: prometheus)")
+    with open(path) as f:
+        r = subprocess.run(["promtool", "check", "metrics"], stdin=f,
+                           capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 or r.stdout.strip() or r.stderr.strip():
+        fail("promtool check metrics: %s %s" % (r.stdout, r.stderr))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    raw.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = raw.recv(4096)
+    raw.close()
+    if not answer.startswith(b"HTTP/1.1 401"):
+        fail("/metrics without a token: %r" % answer[:200])
+    print("ok /metrics on the API port: %d OK completions, promtool clean, "
+          "401 without a token" % int(m.group(1)))
+
+
 def check_capacity(binary, model, work):
     """A second server: the file's context (long generations), one session
     at most, 4 connections per address."""
@@ -402,6 +433,7 @@ def main():
         check_framing(server.port)
         check_concurrency_and_slow_clients(server.port)
         check_curl(server.port, work)
+        check_metrics(server.port, work)
         script = os.path.join(work, "npm", "openai_semantics.mjs")
         shutil.copyfile(os.path.join(HERE, "openai_semantics.mjs"), script)
         r = subprocess.run(["node", script,
