@@ -69,16 +69,18 @@ def fetch_source(version):
 
 def build_llama(src, jobs):
     bdir = os.path.join(WORK, "llama-build")
+    # llama-server too: bench/prefix_cache_bench.py --llama-server.
     bins = [os.path.join(bdir, "bin", b) for b in ("llama-bench",
-                                                   "llama-quantize")]
+                                                   "llama-quantize",
+                                                   "llama-server")]
     if all(os.path.exists(b) for b in bins):
         return bins
     run(["nice", "-n", "15", "cmake", "-S", src, "-B", bdir, "-G", "Ninja",
          "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
          "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-         "-DLLAMA_BUILD_SERVER=OFF", "-DBUILD_SHARED_LIBS=OFF"])
+         "-DLLAMA_BUILD_SERVER=ON", "-DBUILD_SHARED_LIBS=OFF"])
     run(["nice", "-n", "15", "ninja", "-C", bdir, f"-j{jobs}", "llama-bench",
-         "llama-quantize"])
+         "llama-quantize", "llama-server"])
     return bins
 
 
@@ -163,7 +165,7 @@ def main():
     types = args.types.split(",")
     threads = [int(t) for t in args.threads.split(",")]
     src = fetch_source(args.version)
-    bench, quantize = build_llama(src, args.jobs)
+    bench, quantize, _ = build_llama(src, args.jobs)
     models = make_models(build_dir, quantize, types)
     cells = {}
     for rnd in range(args.rounds):
