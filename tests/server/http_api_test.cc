@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -147,7 +148,9 @@ TEST(OpenAiFrontendTest, RendersTheModelChatTemplate) {
   ASSERT_TRUE(frontend.has_chat_template());
   OpenAiRequest r;
   r.endpoint = Endpoint::kChat;
-  r.messages = {{"user", "hi"}};
+  r.messages.emplace_back();
+  r.messages[0].role = "user";
+  r.messages[0].content = "hi";
   auto text = frontend.RenderChat(r);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text,
@@ -459,6 +462,124 @@ TEST_F(HttpApiTest, ModelByIdAndContextLength) {
   auto res = Post("/v1/completions", R"({"prompt": "hi"})");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// response_format and grammar: malformed or hostile constraints are 400
+// invalid_request_error naming the field (compiles are bounded by
+// grammar::GrammarLimits); tools the model cannot render, and tool_choice
+// naming no tool, are 400 too.
+TEST_F(HttpApiTest, ConstraintAndToolErrorsNameTheField) {
+  std::string exponential = "root ::= x30\nx0 ::= \"a\"\n";
+  for (int i = 1; i <= 30; ++i) {
+    absl::StrAppend(&exponential, "x", i, " ::= x", i - 1, " | x", i - 1,
+                    " \"b\"\n");
+  }
+  Json big_enum = Json::array();
+  for (int i = 0; i < 5000; ++i) big_enum.push_back(absl::StrCat("v", i));
+  const Json tool = {{"type", "function"},
+                     {"function", {{"name", "f"}, {"parameters", {}}}}};
+  struct Case {
+    Json extra;
+    std::string param, in_message;
+  } cases[] = {
+      {{{"response_format", {{"type", "yaml"}}}}, "response_format", "yaml"},
+      {{{"response_format",
+         {{"type", "json_schema"},
+          {"json_schema",
+           {{"name", "x"}, {"schema", {{"not", Json::object()}}}}}}}},
+       "response_format",
+       "'not'"},
+      {{{"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"schema", Json::object()}}}}}},
+       "response_format",
+       "name"},
+      {{{"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"name", "x"}, {"schema", {{"enum", big_enum}}}}}}}},
+       "response_format",
+       "enum"},
+      {{{"grammar", "root ::= root \"a\" | \"b\""}},
+       "grammar",
+       "left-recursive"},
+      {{{"grammar", exponential}}, "grammar", "exponential"},
+      {{{"grammar",
+         absl::StrCat("root ::= \"", std::string(1 << 20, 'a'), "\"")}},
+       "grammar",
+       "limit"},
+      {{{"grammar", "root ::= \"a\""},
+        {"response_format", {{"type", "json_object"}}}},
+       "grammar",
+       "both"},
+      {{{"tools", Json::array({tool})}}, "tools", "chat template"},
+      {{{"tools", Json::array({tool})},
+        {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}},
+       "tool_choice",
+       "'g'"},
+      {{{"tool_choice", "required"}}, "tool_choice", "tools"},
+      {{{"tools", Json::array({tool, tool})}},
+       "tools.[1].function.name",
+       "twice"},
+  };
+  for (const Case& c : cases) {
+    Json body = c.extra;
+    body["messages"] = Json::array({{{"role", "user"}, {"content", "x"}}});
+    body["max_tokens"] = 4;
+    const Json e = ErrorOf(Post("/v1/chat/completions", body.dump()), 400);
+    EXPECT_EQ(e["type"], "invalid_request_error")
+        << c.extra.dump(0).substr(0, 200);
+    EXPECT_EQ(e["param"], c.param) << e;
+    EXPECT_TRUE(
+        absl::StrContains(e["message"].get<std::string>(), c.in_message))
+        << e["message"];
+  }
+}
+
+// A strict json_schema answer follows the schema; a GBNF on /v1/completions
+// gives one of its sentences; both end by EOS ("stop") once complete.
+TEST_F(HttpApiTest, ConstrainedAnswersFollowTheirGrammar) {
+  const Json schema = Json::parse(R"({"type": "object", "properties": {
+      "city": {"enum": ["Paris", "Rome", "Oslo"]},
+      "days": {"type": "integer", "minimum": 1, "maximum": 9},
+      "ok": {"type": "boolean"}},
+      "required": ["city", "days", "ok"], "additionalProperties": false})");
+  for (int seed = 1; seed <= 3; ++seed) {
+    Json body = Json::parse(R"({"messages": [{"role": "user",
+        "content": "Trip?"}], "max_tokens": 200, "temperature": 1,
+        "response_format":
+        {"type": "json_schema", "json_schema": {"name": "trip",
+        "strict": true}}})");
+    body["seed"] = seed;
+    body["response_format"]["json_schema"]["schema"] = schema;
+    auto res = Post("/v1/chat/completions", body.dump());
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const Json j = Json::parse(res->body);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    const std::string text = j["choices"][0]["message"]["content"];
+    const Json out = Json::parse(text, nullptr, false);
+    ASSERT_TRUE(out.is_object()) << text;
+    EXPECT_EQ(out.size(), 3u) << text;
+    EXPECT_TRUE(out["city"] == "Paris" || out["city"] == "Rome" ||
+                out["city"] == "Oslo")
+        << text;
+    ASSERT_TRUE(out["days"].is_number_integer()) << text;
+    EXPECT_GE(out["days"].get<int>(), 1);
+    EXPECT_LE(out["days"].get<int>(), 9);
+    EXPECT_TRUE(out["ok"].is_boolean()) << text;
+  }
+  auto res = Post("/v1/completions",
+                  Json{{"prompt", "Answer:"},
+                       {"max_tokens", 20},
+                       {"grammar", "root ::= (\"yes\" | \"no\") \".\""}}
+                      .dump());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const Json j = Json::parse(res->body);
+  const std::string text = j["choices"][0]["text"];
+  EXPECT_TRUE(text == "yes." || text == "no.") << text;
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
 
 // --context-length below the session limit: the model's context binds.
