@@ -143,15 +143,26 @@ bool ToolCallSplitter::CloseCall(std::vector<ToolCallEvent>* out) {
 
 void ToolCallSplitter::ScanText(std::vector<ToolCallEvent>* out) {
   while (!in_call_) {
-    if (syntax_ == ToolCallSyntax::kLlama3Json && !started_) {
-      // A bare JSON call is the whole output: hold all leading text until
-      // its first non-space byte says whether it is one.
+    if (!started_ && syntax_ != ToolCallSyntax::kHermes) {
+      // A bare call (Llama 3's JSON object; Mistral's list when its
+      // [TOOL_CALLS] control token was not rendered as text) is the whole
+      // output: hold leading text until its first non-space byte says
+      // whether it is one.
       const std::string_view s = StripSpace(text_);
       if (s.empty()) return;
-      if (s.front() == '{') {
+      const bool mistral = syntax_ == ToolCallSyntax::kMistral;
+      if (mistral && s.size() < kMistralOpen.size() &&
+          kMistralOpen.substr(0, s.size()) == s) {
+        return;  // maybe the marker as text
+      }
+      const bool marked =
+          mistral && s.substr(0, kMistralOpen.size()) == kMistralOpen;
+      const char bare = mistral ? '[' : '{';
+      if (s.front() == bare && !marked) {
+        const size_t at = text_.find(bare);
         in_call_ = true;
-        marker_ = text_.substr(0, text_.find('{'));
-        call_ = text_.substr(text_.find('{'));
+        marker_ = text_.substr(0, at);
+        call_ = text_.substr(at);
         text_.clear();
         return;
       }

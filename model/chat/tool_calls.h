@@ -4,6 +4,8 @@
 //   Llama 3.x JSON: {"name": N, "parameters": {...}} as the whole output,
 //                   optionally after <|python_tag|>
 //   Mistral:        [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]
+//                   (also the list alone as the whole output: the marker
+//                   is a control token, not rendered as text)
 // The syntax is picked from the template's own markers (ToolCallSyntaxOf).
 // ToolCallSplitter reads the output as it is generated and splits it into
 // content and complete calls; a call that does not parse (bad JSON, no

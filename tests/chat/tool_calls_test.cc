@@ -76,6 +76,13 @@ TEST(ToolCallSplitTest, MistralList) {
   EXPECT_EQ(out.calls[0].name, "a");
   EXPECT_EQ(out.calls[0].arguments, R"({"x":1})");
   EXPECT_EQ(out.calls[1].arguments, R"({"y":2})");  // a string holding JSON
+  // The control token not rendered: the bare list is the call.
+  const SplitOutput bare = SplitToolCalls(
+      ToolCallSyntax::kMistral, R"( [{"name": "a", "arguments": {}}])");
+  ASSERT_EQ(bare.calls.size(), 1u);
+  EXPECT_EQ(bare.content, "");
+  EXPECT_EQ(SplitToolCalls(ToolCallSyntax::kMistral, "[1] is a note").content,
+            "[1] is a note");
 }
 
 // Under tool_choice auto a malformed call is the answer's content.

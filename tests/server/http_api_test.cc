@@ -17,11 +17,13 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "model/grammar/recognizer.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "server/http/http_server.h"
 #include "server/http/openai_frontend.h"
 #include "server/http/openai_json.h"
+#include "server/http/openai_tools.h"
 #include "server/metrics.h"
 #include "server/server_runner.h"
 #include "server/service_convert.h"
@@ -129,6 +131,84 @@ TEST(OpenAiJsonTest, ChunksHaveOpenAiObjects) {
   const Json usage = Json::parse(UsageChunkBody(head, {3, 4}));
   EXPECT_EQ(usage["usage"]["total_tokens"], 7);
   EXPECT_TRUE(usage["choices"].empty());
+}
+
+bool GrammarAccepts(const grammar::ConstraintSpec& spec,
+                    const std::string& text) {
+  auto g = grammar::CompileSpec(spec);
+  EXPECT_TRUE(g.ok()) << g.status() << "\n" << spec.text;
+  if (!g.ok()) return false;
+  grammar::Recognizer rec(*g, {});
+  grammar::Recognizer::State st = rec.Start();
+  for (unsigned char b : text) {
+    st = rec.Step(st, b);
+    if (st == grammar::Recognizer::kDead) return false;
+  }
+  return rec.Accepting(st);
+}
+
+// tool_choice required / named: per family, the grammar admits exactly
+// one call of an eligible tool whose arguments follow its schema ($defs
+// and $ref kept apart per tool).
+TEST(OpenAiToolsTest, ForcedCallGrammarPerFamily) {
+  auto r = ParseOpenAiRequest(R"({"messages": [{"role": "user",
+      "content": "x"}], "tool_choice": "required", "tools": [
+      {"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"$ref": "#/$defs/city"},
+         "days": {"type": "integer", "minimum": 1, "maximum": 5}},
+         "required": ["city", "days"], "additionalProperties": false,
+         "$defs": {"city": {"enum": ["Paris", "Rome"]}}}}},
+      {"type": "function", "function": {"name": "ping"}}]})",
+                              Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  using chat::ToolCallSyntax;
+  auto hermes = ForcedToolGrammar(ToolCallSyntax::kHermes, *r);
+  ASSERT_TRUE(hermes.ok()) << hermes.status();
+  ASSERT_TRUE(hermes->has_value());
+  const std::string weather =
+      R"({"name": "get_weather", "arguments": {"city": "Rome", "days": 3}})";
+  EXPECT_TRUE(
+      GrammarAccepts(**hermes, "<tool_call>\n" + weather + "\n</tool_call>"));
+  EXPECT_TRUE(GrammarAccepts(
+      **hermes,
+      "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(GrammarAccepts(**hermes, weather));  // no tags
+  EXPECT_FALSE(GrammarAccepts(**hermes, R"(<tool_call>
+{"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}}
+</tool_call>)"));
+  EXPECT_FALSE(GrammarAccepts(**hermes, R"(<tool_call>
+{"name": "get_weather", "arguments": {"city": "Rome", "days": 9}}
+</tool_call>)"));
+  EXPECT_FALSE(
+      GrammarAccepts(**hermes,
+                     "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n"
+                     "</tool_call>"));
+  auto llama = ForcedToolGrammar(ToolCallSyntax::kLlama3Json, *r);
+  ASSERT_TRUE(llama.ok() && llama->has_value());
+  EXPECT_TRUE(GrammarAccepts(
+      **llama,
+      R"({"name": "get_weather", "parameters": {"city": "Paris", "days": 1}})"));
+  EXPECT_FALSE(GrammarAccepts(**llama, weather));  // "arguments"
+  auto mistral = ForcedToolGrammar(ToolCallSyntax::kMistral, *r);
+  ASSERT_TRUE(mistral.ok() && mistral->has_value());
+  EXPECT_TRUE(GrammarAccepts(**mistral, "[" + weather + "]"));
+  // Named: only that tool.
+  r->tool_choice = ToolChoice::kNamed;
+  r->tool_choice_name = "ping";
+  auto named = ForcedToolGrammar(ToolCallSyntax::kHermes, *r);
+  ASSERT_TRUE(named.ok() && named->has_value());
+  EXPECT_FALSE(
+      GrammarAccepts(**named, "<tool_call>\n" + weather + "\n</tool_call>"));
+  // auto: no grammar; a schema outside the subset: 400 naming tools.
+  r->tool_choice = ToolChoice::kAuto;
+  auto none = ForcedToolGrammar(ToolCallSyntax::kHermes, *r);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  r->tool_choice = ToolChoice::kRequired;
+  r->tools[1].parameters = R"({"type": "object", "not": {}})";
+  auto bad = ForcedToolGrammar(ToolCallSyntax::kHermes, *r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(Json::parse(ErrorBody(bad.status()))["error"]["param"], "tools");
 }
 
 // The model's own tokenizer.chat_template (Qwen2's ChatML) renders the
