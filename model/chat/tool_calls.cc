@@ -21,10 +21,6 @@ bool Contains(std::string_view s, std::string_view part) {
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
-bool AllSpace(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), IsSpace);
-}
-
 std::string_view StripSpace(std::string_view s) {
   while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
   while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
@@ -92,10 +88,13 @@ const char* ToolCallSyntaxName(ToolCallSyntax syntax) {
 
 void ToolCallSplitter::Emit(std::string text, std::vector<ToolCallEvent>* out) {
   held_space_ += text;
-  if (held_space_.empty() || AllSpace(held_space_)) return;
+  // Trailing whitespace waits: dropped if a call follows, so that the
+  // split does not depend on how the text was chunked.
+  const size_t last = held_space_.find_last_not_of(" \n\t\r");
+  if (last == std::string::npos) return;
   ToolCallEvent e;
-  e.content = std::move(held_space_);
-  held_space_.clear();
+  e.content = held_space_.substr(0, last + 1);
+  held_space_.erase(0, last + 1);
   out->push_back(std::move(e));
   started_ = true;
 }

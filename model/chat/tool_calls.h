@@ -46,11 +46,12 @@ class ToolCallSplitter {
 
   // Feeds generated text; returns what is known now: content that cannot
   // be (the start of) a call, and calls whose text is complete. Text that
-  // may still become a call, and whitespace-only content, is held back.
+  // may still become a call, and trailing whitespace, is held back (the
+  // whitespace just before a call is dropped).
   std::vector<ToolCallEvent> Push(std::string_view text);
   // End of output: the held text, as a call when it parses as one,
-  // otherwise as content. Whitespace-only content is dropped when the
-  // output held a call.
+  // otherwise as content. Trailing whitespace is dropped when the output
+  // held a call.
   std::vector<ToolCallEvent> Finish();
   int calls() const { return calls_; }
 
@@ -67,7 +68,7 @@ class ToolCallSplitter {
   std::string text_;        // held text outside a call
   std::string marker_;      // the start marker of the open call
   std::string call_;        // the open call's text after its marker
-  std::string held_space_;  // whitespace-only content not yet emitted
+  std::string held_space_;  // trailing whitespace not yet emitted
   bool started_ = false;    // content or a call was emitted
   int calls_ = 0;
 };

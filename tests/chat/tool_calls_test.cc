@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ TEST(ToolCallSplitTest, HermesCallsAfterContent) {
       "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
       "{\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n<tool_call>\n"
       "{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
-  EXPECT_EQ(out.content, "Let me look.\n");
+  EXPECT_EQ(out.content, "Let me look.");
   ASSERT_EQ(out.calls.size(), 2u);
   EXPECT_EQ(out.calls[0].name, "get_weather");
   EXPECT_EQ(out.calls[0].arguments, R"({"city":"Paris","days":2})");
@@ -129,9 +130,70 @@ TEST(ToolCallSplitTest, StreamingByteByByteEqualsWhole) {
   EXPECT_TRUE(released_early);
   const SplitOutput whole = SplitToolCalls(ToolCallSyntax::kHermes, text);
   EXPECT_EQ(content, whole.content);
-  EXPECT_EQ(content, "Hi <tool  after");
+  EXPECT_EQ(content, "Hi <tool after");  // the space before the call goes
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].arguments, R"({"q":"</tool"})");
+}
+
+// Random texts of markers, JSON pieces and prose, fed in random chunks:
+// the same content and calls as the whole text, and with no call the text
+// itself (nothing dropped).
+TEST(ToolCallSplitTest, RandomChunkingMatchesWholeAndDropsNothing) {
+  const std::vector<std::string> parts = {
+      "<tool_call>",
+      "</tool_call>",
+      "{\"name\": \"f\", \"arguments\": {}}",
+      "{\"name\": \"g\", \"parameters\": {\"a\": 1}}",
+      "[TOOL_CALLS]",
+      "[",
+      "]",
+      "{",
+      "}",
+      " ",
+      "\n",
+      "hi",
+      "<tool",
+      "</tool",
+      "\"",
+      ","};
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 8);
+    for (int i = 0; i < n; ++i) text += parts[rng() % parts.size()];
+    for (ToolCallSyntax syntax :
+         {ToolCallSyntax::kHermes, ToolCallSyntax::kLlama3Json,
+          ToolCallSyntax::kMistral, ToolCallSyntax::kNone}) {
+      const SplitOutput whole = SplitToolCalls(syntax, text);
+      if (whole.calls.empty()) {
+        ASSERT_EQ(whole.content, text) << ToolCallSyntaxName(syntax);
+      }
+      ToolCallSplitter splitter(syntax);
+      std::string content;
+      std::vector<ParsedToolCall> calls;
+      auto take = [&](std::vector<ToolCallEvent> events) {
+        for (ToolCallEvent& e : events) {
+          if (e.is_call) {
+            calls.push_back(e.call);
+          } else {
+            content += e.content;
+          }
+        }
+      };
+      for (size_t at = 0; at < text.size();) {
+        const size_t len = 1 + rng() % 5;
+        take(splitter.Push(std::string_view(text).substr(at, len)));
+        at += len;
+      }
+      take(splitter.Finish());
+      ASSERT_EQ(content, whole.content) << text;
+      ASSERT_EQ(calls.size(), whole.calls.size()) << text;
+      for (size_t i = 0; i < calls.size(); ++i) {
+        EXPECT_EQ(calls[i].name, whole.calls[i].name);
+        EXPECT_EQ(calls[i].arguments, whole.calls[i].arguments);
+      }
+    }
+  }
 }
 
 // The Qwen template renders `tools` and the history's tool calls (the
