@@ -13,7 +13,29 @@ using OrderedJson = nlohmann::ordered_json;
 constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralOpen = "[TOOL_CALLS]";
+constexpr std::string_view kGraniteOpen = "<|tool_call|>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+// Command R's <|START_ACTION|> lists use other keys and wrap answers in
+// control tokens: not read (its templates mention "parameters").
+constexpr std::string_view kCommandRAction = "<|START_ACTION|>";
+
+// Calls as a JSON list after a marker that is a control token.
+bool ListSyntax(ToolCallSyntax s) {
+  return s == ToolCallSyntax::kMistral || s == ToolCallSyntax::kGranite;
+}
+
+std::string_view OpenMarker(ToolCallSyntax s) {
+  switch (s) {
+    case ToolCallSyntax::kHermes:
+      return kHermesOpen;
+    case ToolCallSyntax::kMistral:
+      return kMistralOpen;
+    case ToolCallSyntax::kGranite:
+      return kGraniteOpen;
+    default:
+      return kPythonTag;
+  }
+}
 
 bool Contains(std::string_view s, std::string_view part) {
   return s.find(part) != std::string_view::npos;
@@ -65,6 +87,8 @@ bool CallOf(const OrderedJson& j, ParsedToolCall* call) {
 ToolCallSyntax ToolCallSyntaxOf(std::string_view source) {
   if (Contains(source, kHermesOpen)) return ToolCallSyntax::kHermes;
   if (Contains(source, kMistralOpen)) return ToolCallSyntax::kMistral;
+  if (Contains(source, kGraniteOpen)) return ToolCallSyntax::kGranite;
+  if (Contains(source, kCommandRAction)) return ToolCallSyntax::kNone;
   if (Contains(source, kPythonTag) ||
       (Contains(source, "tools") && Contains(source, "\"parameters\""))) {
     return ToolCallSyntax::kLlama3Json;
@@ -80,6 +104,8 @@ const char* ToolCallSyntaxName(ToolCallSyntax syntax) {
       return "llama3_json";
     case ToolCallSyntax::kMistral:
       return "mistral";
+    case ToolCallSyntax::kGranite:
+      return "granite";
     case ToolCallSyntax::kNone:
       break;
   }
@@ -105,7 +131,7 @@ bool ToolCallSplitter::ParseBody(std::string_view body,
                                            /*allow_exceptions=*/false);
   if (j.is_discarded()) return false;
   std::vector<ParsedToolCall> calls;
-  if (syntax_ == ToolCallSyntax::kMistral) {
+  if (ListSyntax(syntax_)) {
     if (!j.is_array() || j.empty()) return false;
     for (const OrderedJson& c : j) {
       if (!CallOf(c, &calls.emplace_back())) return false;
@@ -143,20 +169,19 @@ bool ToolCallSplitter::CloseCall(std::vector<ToolCallEvent>* out) {
 void ToolCallSplitter::ScanText(std::vector<ToolCallEvent>* out) {
   while (!in_call_) {
     if (!started_ && syntax_ != ToolCallSyntax::kHermes) {
-      // A bare call (Llama 3's JSON object; Mistral's list when its
-      // [TOOL_CALLS] control token was not rendered as text) is the whole
+      // A bare call (Llama 3's JSON object; Mistral's or Granite's list
+      // when its control-token marker was not rendered as text) is the whole
       // output: hold leading text until its first non-space byte says
       // whether it is one.
       const std::string_view s = StripSpace(text_);
       if (s.empty()) return;
-      const bool mistral = syntax_ == ToolCallSyntax::kMistral;
-      if (mistral && s.size() < kMistralOpen.size() &&
-          kMistralOpen.substr(0, s.size()) == s) {
+      const bool list = ListSyntax(syntax_);
+      const std::string_view open = OpenMarker(syntax_);
+      if (list && s.size() < open.size() && open.substr(0, s.size()) == s) {
         return;  // maybe the marker as text
       }
-      const bool marked =
-          mistral && s.substr(0, kMistralOpen.size()) == kMistralOpen;
-      const char bare = mistral ? '[' : '{';
+      const bool marked = list && s.substr(0, open.size()) == open;
+      const char bare = list ? '[' : '{';
       if (s.front() == bare && !marked) {
         const size_t at = text_.find(bare);
         in_call_ = true;
@@ -166,10 +191,7 @@ void ToolCallSplitter::ScanText(std::vector<ToolCallEvent>* out) {
         return;
       }
     }
-    const std::string_view open =
-        syntax_ == ToolCallSyntax::kHermes    ? kHermesOpen
-        : syntax_ == ToolCallSyntax::kMistral ? kMistralOpen
-                                              : kPythonTag;
+    const std::string_view open = OpenMarker(syntax_);
     const size_t at = text_.find(open);
     if (at == std::string::npos) {
       const size_t keep = PartialMarker(text_, open);

@@ -6,6 +6,8 @@
 //   Mistral:        [TOOL_CALLS][{"name": N, "arguments": {...}}, ...]
 //                   (also the list alone as the whole output: the marker
 //                   is a control token, not rendered as text)
+//   Granite:        <|tool_call|>[{"name": N, "arguments": {...}}, ...]
+//                   (the same, its marker a control token too)
 // The syntax is picked from the template's own markers (ToolCallSyntaxOf).
 // ToolCallSplitter reads the output as it is generated and splits it into
 // content and complete calls; a call that does not parse (bad JSON, no
@@ -18,12 +20,13 @@
 
 namespace ckv::chat {
 
-enum class ToolCallSyntax { kNone, kHermes, kLlama3Json, kMistral };
+enum class ToolCallSyntax { kNone, kHermes, kLlama3Json, kMistral, kGranite };
 
 // The syntax a chat template's source teaches: "<tool_call>" -> kHermes,
-// "[TOOL_CALLS]" -> kMistral, "<|python_tag|>" or a `"parameters"` JSON
-// key beside `tools` -> kLlama3Json; kNone when the template does not
-// render tools.
+// "[TOOL_CALLS]" -> kMistral, "<|tool_call|>" -> kGranite, "<|python_tag|>"
+// or a `"parameters"` JSON key beside `tools` -> kLlama3Json; kNone when
+// the template does not render tools or teaches another syntax (Command
+// R's <|START_ACTION|>).
 ToolCallSyntax ToolCallSyntaxOf(std::string_view template_source);
 const char* ToolCallSyntaxName(ToolCallSyntax syntax);
 

@@ -293,8 +293,9 @@ absl::StatusOr<std::optional<grammar::ConstraintSpec>> ForcedToolGrammar(
       root = "root ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n";
       break;
     case chat::ToolCallSyntax::kMistral:
-      // [TOOL_CALLS] is a control token, which the grammar's vocabulary
-      // index leaves out: the bare list.
+    case chat::ToolCallSyntax::kGranite:
+      // [TOOL_CALLS] / <|tool_call|> is a control token, which the
+      // grammar's vocabulary index leaves out: the bare list.
       root = "root ::= \"[\" call \"]\"\n";
       break;
     default:

@@ -36,7 +36,14 @@ TEST(ToolCallSyntaxTest, PickedFromTheTemplatesMarkers) {
             ToolCallSyntax::kLlama3Json);
   EXPECT_EQ(ToolCallSyntaxOf(Template("mistralai-Mistral-Nemo-Instruct-2407")),
             ToolCallSyntax::kMistral);
+  EXPECT_EQ(ToolCallSyntaxOf(Template("ibm-granite-granite-3.3-2B-Instruct")),
+            ToolCallSyntax::kGranite);
   EXPECT_EQ(ToolCallSyntaxOf(Template("google-gemma-2-2b-it")),
+            ToolCallSyntax::kNone);
+  EXPECT_EQ(ToolCallSyntaxOf(
+                Template("CohereForAI-c4ai-command-r7b-12-2024-tool_use")),
+            ToolCallSyntax::kNone);
+  EXPECT_EQ(ToolCallSyntaxOf(Template("HuggingFaceTB-SmolLM3-3B")),
             ToolCallSyntax::kNone);
 }
 
@@ -84,6 +91,19 @@ TEST(ToolCallSplitTest, MistralList) {
   EXPECT_EQ(bare.content, "");
   EXPECT_EQ(SplitToolCalls(ToolCallSyntax::kMistral, "[1] is a note").content,
             "[1] is a note");
+}
+
+TEST(ToolCallSplitTest, GraniteList) {
+  SplitOutput out = SplitToolCalls(
+      ToolCallSyntax::kGranite,
+      R"(<|tool_call|>[{"name": "a", "arguments": {"x": [1, 2]}}])");
+  ASSERT_EQ(out.calls.size(), 1u);
+  EXPECT_EQ(out.calls[0].arguments, R"({"x":[1,2]})");
+  EXPECT_EQ(out.content, "");
+  out = SplitToolCalls(ToolCallSyntax::kGranite,
+                       R"([{"name": "b", "arguments": {}}])");
+  ASSERT_EQ(out.calls.size(), 1u);
+  EXPECT_EQ(out.calls[0].name, "b");
 }
 
 // Under tool_choice auto a malformed call is the answer's content.
@@ -145,6 +165,7 @@ TEST(ToolCallSplitTest, RandomChunkingMatchesWholeAndDropsNothing) {
       "{\"name\": \"f\", \"arguments\": {}}",
       "{\"name\": \"g\", \"parameters\": {\"a\": 1}}",
       "[TOOL_CALLS]",
+      "<|tool_call|>",
       "[",
       "]",
       "{",
@@ -163,7 +184,8 @@ TEST(ToolCallSplitTest, RandomChunkingMatchesWholeAndDropsNothing) {
     for (int i = 0; i < n; ++i) text += parts[rng() % parts.size()];
     for (ToolCallSyntax syntax :
          {ToolCallSyntax::kHermes, ToolCallSyntax::kLlama3Json,
-          ToolCallSyntax::kMistral, ToolCallSyntax::kNone}) {
+          ToolCallSyntax::kMistral, ToolCallSyntax::kGranite,
+          ToolCallSyntax::kNone}) {
       const SplitOutput whole = SplitToolCalls(syntax, text);
       if (whole.calls.empty()) {
         ASSERT_EQ(whole.content, text) << ToolCallSyntaxName(syntax);

@@ -55,7 +55,7 @@ void CheckTools(const http::OpenAiRequest& r, size_t cut) {
   Check(tools.empty() || Json::parse(tools, nullptr, false).is_array());
   for (chat::ToolCallSyntax syntax :
        {chat::ToolCallSyntax::kHermes, chat::ToolCallSyntax::kLlama3Json,
-        chat::ToolCallSyntax::kMistral}) {
+        chat::ToolCallSyntax::kMistral, chat::ToolCallSyntax::kGranite}) {
     auto g = http::ForcedToolGrammar(syntax, r);
     if (!g.ok()) {
       Check(g.status().code() == absl::StatusCode::kInvalidArgument);

@@ -192,6 +192,9 @@ TEST(OpenAiToolsTest, ForcedCallGrammarPerFamily) {
   auto mistral = ForcedToolGrammar(ToolCallSyntax::kMistral, *r);
   ASSERT_TRUE(mistral.ok() && mistral->has_value());
   EXPECT_TRUE(GrammarAccepts(**mistral, "[" + weather + "]"));
+  auto granite = ForcedToolGrammar(ToolCallSyntax::kGranite, *r);
+  ASSERT_TRUE(granite.ok() && granite->has_value());
+  EXPECT_TRUE(GrammarAccepts(**granite, "[" + weather + "]"));
   // Named: only that tool.
   r->tool_choice = ToolChoice::kNamed;
   r->tool_choice_name = "ping";
