@@ -14,6 +14,11 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// JSON text that never throws (invalid UTF-8 replaced).
+std::string Text(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 absl::Status Bad(absl::string_view field, absl::string_view what) {
   return FieldError(field, absl::StrCat("'", field, "' ", what));
 }
@@ -57,9 +62,9 @@ absl::Status ReadTool(const Json& t, const std::string& field,
       return Bad(field + ".function.parameters",
                  "must be a JSON Schema object");
     }
-    def.parameters = f["parameters"].dump();
+    def.parameters = Text(f["parameters"]);
   }
-  def.json = t.dump();
+  def.json = Text(t);
   return absl::OkStatus();
 }
 
@@ -213,7 +218,7 @@ absl::Status ReadToolCalls(const Json& m, const std::string& field,
     if (args.is_string()) {
       in.arguments = args.get<std::string>();
     } else if (args.is_object()) {
-      in.arguments = args.dump();
+      in.arguments = Text(args);
     } else if (!args.is_null()) {
       return Bad(f + ".function.arguments", "must be a JSON string");
     }
@@ -241,7 +246,7 @@ std::string TemplateMessagesJson(const std::vector<ChatTurn>& messages) {
     if (!m.name.empty()) j["name"] = m.name;
     list.push_back(std::move(j));
   }
-  return list.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return Text(list);
 }
 
 std::string TemplateToolsJson(const OpenAiRequest& r) {
@@ -274,8 +279,7 @@ absl::StatusOr<std::optional<grammar::ConstraintSpec>> ForcedToolGrammar(
   Json schema = alternatives.size() == 1 ? alternatives[0]
                                          : Json{{"anyOf", alternatives}};
   schema["$defs"] = defs;
-  auto gbnf =
-      grammar::JsonSchemaToGbnf(schema.dump(), grammar::GrammarLimits());
+  auto gbnf = grammar::JsonSchemaToGbnf(Text(schema), grammar::GrammarLimits());
   if (!gbnf.ok()) {
     return FieldError("tools", absl::StrCat("tools: a parameters schema: ",
                                             gbnf.status().message()));
@@ -330,7 +334,7 @@ std::string WithToolCalls(const std::string& body_json,
     }
     message["tool_calls"] = list;
   }
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return Text(j);
 }
 
 std::vector<std::string> ToolCallChunks(const ResponseHead& head, int index,
@@ -348,7 +352,7 @@ std::vector<std::string> ToolCallChunks(const ResponseHead& head, int index,
            {"created", head.created},
            {"model", head.model},
            {"choices", Json::array({choice})}};
-    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+    return Text(j);
   };
   return {chunk(Json{{"index", index},
                      {"id", call.id},
