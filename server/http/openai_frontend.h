@@ -97,13 +97,15 @@ class OpenAiFrontend {
                                           const SessionLease& lease,
                                           int64_t input_tokens) const;
 
-  ServiceState& state_;
-  std::string model_id_;
-  int64_t context_length_ = 0;
+  // The request's response_format / grammar, or the grammar of a forced
+  // tool call, compiled into *sampling (400 naming the field).
   absl::Status ApplyConstraints(const ServiceBackend& b,
                                 const OpenAiRequest& request,
                                 SamplingParams* sampling) const;
 
+  ServiceState& state_;
+  std::string model_id_;
+  int64_t context_length_ = 0;
   std::optional<chat::ChatTemplate> chat_template_;
   chat::ToolCallSyntax tool_syntax_ = chat::ToolCallSyntax::kNone;
   chat::ChatRenderOptions render_options_;
