@@ -9,12 +9,12 @@ namespace ckv::server {
 namespace {
 
 using grammar::ConstraintSpec;
-using json = nlohmann::json;
 
 absl::Status Invalid(const std::string& what) {
   return absl::InvalidArgumentError(what);
 }
 
+template <typename json>
 absl::StatusOr<std::optional<ConstraintSpec>> FromResponseFormat(
     const json& rf) {
   if (!rf.is_object()) return Invalid("response_format must be an object");
@@ -23,7 +23,7 @@ absl::StatusOr<std::optional<ConstraintSpec>> FromResponseFormat(
         "response_format.type is required: text, json_object or "
         "json_schema");
   }
-  const std::string type = rf["type"].get<std::string>();
+  const std::string type = rf["type"].template get<std::string>();
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
     return ConstraintSpec{ConstraintSpec::kJsonObject, ""};
@@ -40,7 +40,7 @@ absl::StatusOr<std::optional<ConstraintSpec>> FromResponseFormat(
   }
   const json& js = rf["json_schema"];
   if (!js.contains("name") || !js["name"].is_string() ||
-      js["name"].get<std::string>().empty()) {
+      js["name"].template get<std::string>().empty()) {
     return Invalid("response_format.json_schema.name is required");
   }
   if (js.contains("strict") && !js["strict"].is_boolean()) {
@@ -52,7 +52,7 @@ absl::StatusOr<std::optional<ConstraintSpec>> FromResponseFormat(
   const json& schema = js["schema"];
   if (schema.is_string()) {
     return ConstraintSpec{ConstraintSpec::kJsonSchema,
-                          schema.get<std::string>()};
+                          schema.template get<std::string>()};
   }
   if (!schema.is_object() && !schema.is_boolean()) {
     return Invalid("response_format.json_schema.schema must be an object");
@@ -60,10 +60,8 @@ absl::StatusOr<std::optional<ConstraintSpec>> FromResponseFormat(
   return ConstraintSpec{ConstraintSpec::kJsonSchema, schema.dump()};
 }
 
-}  // namespace
-
-absl::StatusOr<std::optional<ConstraintSpec>> ConstraintFromOpenAi(
-    const json& body) {
+template <typename json>
+absl::StatusOr<std::optional<ConstraintSpec>> FromBody(const json& body) {
   std::optional<ConstraintSpec> spec;
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     auto rf = FromResponseFormat(body["response_format"]);
@@ -80,9 +78,21 @@ absl::StatusOr<std::optional<ConstraintSpec>> ConstraintFromOpenAi(
           "the output");
     }
     spec = ConstraintSpec{ConstraintSpec::kGbnf,
-                          body["grammar"].get<std::string>()};
+                          body["grammar"].template get<std::string>()};
   }
   return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<ConstraintSpec>> ConstraintFromOpenAi(
+    const nlohmann::json& body) {
+  return FromBody(body);
+}
+
+absl::StatusOr<std::optional<ConstraintSpec>> ConstraintFromOpenAi(
+    const nlohmann::ordered_json& body) {
+  return FromBody(body);
 }
 
 absl::Status ApplyConstraint(const ConstraintSpec& spec,

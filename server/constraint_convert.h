@@ -25,6 +25,10 @@ namespace ckv::server {
 // text) and grammar are set.
 absl::StatusOr<std::optional<grammar::ConstraintSpec>> ConstraintFromOpenAi(
     const nlohmann::json& body);
+// The same keeping the body's key order (a schema's properties are
+// generated in the order sent, as OpenAI does).
+absl::StatusOr<std::optional<grammar::ConstraintSpec>> ConstraintFromOpenAi(
+    const nlohmann::ordered_json& body);
 
 // Compiles `spec` for `tokenizer`'s vocabulary into s->constraint.
 // INVALID_ARGUMENT with the reason when it does not compile ("json_schema

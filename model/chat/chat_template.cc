@@ -37,7 +37,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(
     const Value& messages, const ChatRenderOptions& options) const {
   Dict context;
   (void)context.Set(Value::String("messages"), messages);
-  (void)context.Set(Value::String("tools"), Value::None());
+  (void)context.Set(Value::String("tools"), options.tools);
   (void)context.Set(Value::String("documents"), Value::None());
   (void)context.Set(Value::String("add_generation_prompt"),
                     Value::Bool(options.add_generation_prompt));

@@ -30,6 +30,10 @@ struct ChatRenderOptions {
   std::optional<std::string> bos_token;
   std::optional<std::string> eos_token;
   TemplateDate date;  // what strftime_now() formats
+  // The `tools` variable: None, or a list of OpenAI tool dicts
+  // ({type: "function", function: {name, description, parameters}}), as
+  // transformers' apply_chat_template(tools=...) passes them.
+  Value tools = Value::None();
 };
 
 class ChatTemplate {
@@ -39,7 +43,7 @@ class ChatTemplate {
   static absl::StatusOr<ChatTemplate> Parse(std::string_view source,
                                             const TemplateLimits& limits = {});
 
-  // Renders with context {messages, tools: None, documents: None,
+  // Renders with context {messages, tools (options.tools), documents: None,
   // add_generation_prompt, bos_token, eos_token}.
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      const ChatRenderOptions& options) const;

@@ -16,6 +16,7 @@
 #include "server/http/http_transport.h"
 #include "server/http/openai_frontend.h"
 #include "server/http/openai_json.h"
+#include "server/http/openai_tools.h"
 #include "server/http/status_json.h"
 #include "server/request_log.h"
 #include "server/session_manager.h"
@@ -74,8 +75,19 @@ HttpResponse ErrorResponse(const absl::Status& s) {
   return r;
 }
 
-std::string FinishReasonText(FinishReason r) {
-  return r == FinishReason::kLength ? "length" : "stop";
+std::string FinishReasonText(FinishReason r, int tool_calls = 0) {
+  if (r == FinishReason::kLength) return "length";
+  return tool_calls > 0 ? "tool_calls" : "stop";
+}
+
+Usage UsageOf(const JobResult& r, int64_t cached_tokens) {
+  return {r.input_tokens + cached_tokens, r.generated_tokens, cached_tokens};
+}
+
+std::string PiecesText(const std::vector<TokenPiece>& pieces) {
+  std::string text;
+  for (const TokenPiece& p : pieces) text += p.text;
+  return text;
 }
 
 std::string NewResponseId(Endpoint e) {
@@ -97,8 +109,13 @@ int64_t NowUnixSeconds() {
 class SseSource final : public BodySource {
  public:
   SseSource(std::shared_ptr<GenerationJob> job, ResponseHead head,
-            ChoiceOptions options)
-      : job_(std::move(job)), head_(std::move(head)), options_(options) {}
+            ChoiceOptions options, const StartedJob& started)
+      : job_(std::move(job)),
+        head_(std::move(head)),
+        options_(options),
+        cached_tokens_(started.cached_tokens),
+        tools_(started.tool_syntax != chat::ToolCallSyntax::kNone),
+        splitter_(started.tool_syntax) {}
   ~SseSource() override {
     if (!finished_) job_->Cancel();
   }
@@ -111,7 +128,9 @@ class SseSource final : public BodySource {
     if (finished_) return true;
     std::vector<TokenPiece> pieces;
     const bool done = job_->Take(&pieces);
-    if (!pieces.empty()) {
+    if (tools_) {
+      WriteEvents(splitter_.Push(PiecesText(pieces)), out);
+    } else if (!pieces.empty()) {
       *out += SseEvent(ChunkBody(head_, pieces, first_, options_));
       if (first_) options_.text_offset += options_.echo_text.size();
       for (const TokenPiece& p : pieces) options_.text_offset += p.text.size();
@@ -123,11 +142,11 @@ class SseSource final : public BodySource {
     if (!r.status.ok()) {
       *out += SseEvent(ErrorBody(r.status));
     } else {
-      *out += SseEvent(
-          ChunkBody(head_, {}, first_, options_, FinishReasonText(r.finish)));
+      if (tools_) WriteEvents(splitter_.Finish(), out);
+      *out += SseEvent(ChunkBody(head_, {}, first_, options_,
+                                 FinishReasonText(r.finish, calls_)));
       if (options_.include_usage) {
-        *out += SseEvent(
-            UsageChunkBody(head_, {r.input_tokens, r.generated_tokens}));
+        *out += SseEvent(UsageChunkBody(head_, UsageOf(r, cached_tokens_)));
       }
     }
     *out += kSseDone;
@@ -137,12 +156,54 @@ class SseSource final : public BodySource {
   void Cancel() override { job_->Cancel(); }
 
  private:
+  // Content as content deltas, calls as delta.tool_calls chunks.
+  void WriteEvents(const std::vector<chat::ToolCallEvent>& events,
+                   std::string* out) {
+    for (const chat::ToolCallEvent& e : events) {
+      if (!e.is_call) {
+        *out += SseEvent(ChunkBody(head_, e.content, first_));
+      } else {
+        for (const std::string& c : ToolCallChunks(
+                 head_, calls_++, {NewToolCallId(), e.call}, first_)) {
+          *out += SseEvent(c);
+        }
+      }
+      first_ = false;
+    }
+  }
+
   const std::shared_ptr<GenerationJob> job_;
   const ResponseHead head_;
   ChoiceOptions options_;
+  const int64_t cached_tokens_;
+  const bool tools_;
+  chat::ToolCallSplitter splitter_;
+  int calls_ = 0;
   bool first_ = true;
   bool finished_ = false;
 };
+
+// The whole answer of a request: its text, or its content and tool calls.
+std::string AnswerBody(const ResponseHead& head,
+                       const std::vector<TokenPiece>& pieces,
+                       const JobResult& r, const ChoiceOptions& options,
+                       const StartedJob& started) {
+  const Usage usage = UsageOf(r, started.cached_tokens);
+  if (started.tool_syntax == chat::ToolCallSyntax::kNone) {
+    return CompletionBody(head, pieces, FinishReasonText(r.finish), usage,
+                          options);
+  }
+  chat::SplitOutput split =
+      chat::SplitToolCalls(started.tool_syntax, PiecesText(pieces));
+  std::vector<ToolCallOut> calls;
+  for (chat::ParsedToolCall& c : split.calls) {
+    calls.push_back({NewToolCallId(), std::move(c)});
+  }
+  const std::string body = CompletionBody(
+      head, pieces, FinishReasonText(r.finish, static_cast<int>(calls.size())),
+      usage, options);
+  return WithToolCalls(body, split.content, calls);
+}
 
 class HttpApi final : public FrontDoor {
  public:
@@ -427,20 +488,22 @@ void HttpApi::HandleGeneration(Endpoint endpoint, HttpExchange& ex) {
     r.headers = std::move(headers);
     r.headers.emplace_back("Cache-Control", "no-cache");
     r.headers.emplace_back("X-Accel-Buffering", "no");  // nginx: no buffering
-    r.stream = std::make_shared<SseSource>(job, head, options);
+    r.stream = std::make_shared<SseSource>(job, head, options, *started);
     return ex.Reply(std::move(r));
   }
   // Not streaming: the answer once the job ends, built on the I/O thread.
   auto pieces = std::make_shared<std::vector<TokenPiece>>();
   auto scheduled = std::make_shared<std::atomic<bool>>(false);
-  auto finish = [self, job, head, options, headers, pieces, scheduled]() {
+  StartedJob answer = *started;
+  answer.job = nullptr;  // held by the lambda's `job`
+  auto finish = [self, job, head, options, headers, pieces, scheduled,
+                 answer]() {
     scheduled->store(false);
     if (!job->Take(pieces.get())) return;
     const JobResult& r = job->result();
     if (!r.status.ok()) return self->Reply(ErrorResponse(r.status));
-    HttpResponse res = JsonResponse(
-        200, CompletionBody(head, *pieces, FinishReasonText(r.finish),
-                            {r.input_tokens, r.generated_tokens}, options));
+    HttpResponse res =
+        JsonResponse(200, AnswerBody(head, *pieces, r, options, answer));
     res.headers = headers;
     res.headers.emplace_back("x-session-tokens",
                              absl::StrCat(r.session_tokens));

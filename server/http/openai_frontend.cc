@@ -11,6 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/constraint_convert.h"
+#include "server/http/openai_tools.h"
 #include "server/request_log.h"
 #include "server/service_convert.h"
 #include "server/status_util.h"
@@ -81,19 +83,32 @@ OpenAiFrontend::OpenAiFrontend(ServiceState& state)
     return;
   }
   chat_template_ = *std::move(parsed);
+  tool_syntax_ = chat::ToolCallSyntaxOf(*source);
 }
 
 absl::StatusOr<std::string> OpenAiFrontend::RenderChat(
     const OpenAiRequest& request) const {
+  if (ToolsActive(request) && tool_syntax_ == chat::ToolCallSyntax::kNone) {
+    return FieldError(
+        "tools",
+        "'tools' needs a model whose chat template renders tools and "
+        "teaches a tool-call syntax this server reads (Hermes <tool_call>, "
+        "Llama 3 JSON, Mistral [TOOL_CALLS]); this model's does not (use "
+        "tool_choice \"none\" or leave out tools)");
+  }
   if (!chat_template_.has_value()) {
     return RenderRawConversation(request.messages);
   }
-  std::vector<chat::ChatMessage> messages;
-  messages.reserve(request.messages.size());
-  for (const ChatTurn& m : request.messages) {
-    messages.push_back({m.role, m.content});
+  auto messages = chat::ValueFromJson(TemplateMessagesJson(request.messages));
+  if (!messages.ok()) return messages.status();
+  chat::ChatRenderOptions options = render_options_;
+  const std::string tools = TemplateToolsJson(request);
+  if (!tools.empty()) {
+    auto value = chat::ValueFromJson(tools);
+    if (!value.ok()) return value.status();
+    options.tools = *std::move(value);
   }
-  auto text = chat_template_->Render(messages, render_options_);
+  auto text = chat_template_->Render(*messages, options);
   if (!text.ok()) {
     // A template's raise_exception (e.g. roles out of order) is the
     // caller's error.
@@ -101,6 +116,36 @@ absl::StatusOr<std::string> OpenAiFrontend::RenderChat(
         absl::StrCat("chat template: ", text.status().message()));
   }
   return text;
+}
+
+absl::Status OpenAiFrontend::ApplyConstraints(const ServiceBackend& b,
+                                              const OpenAiRequest& request,
+                                              SamplingParams* sampling) const {
+  std::optional<grammar::ConstraintSpec> spec = request.constraint;
+  std::string param = request.constraint_param;
+  if (ToolsActive(request)) {
+    auto forced = ForcedToolGrammar(tool_syntax_, request);
+    if (!forced.ok()) return forced.status();
+    if (forced->has_value()) {
+      if (spec.has_value()) {
+        return FieldError(param,
+                          absl::StrCat("'", param,
+                                       "' cannot constrain the output when "
+                                       "tool_choice forces a tool call"));
+      }
+      spec = *std::move(*forced);
+      param = "tools";
+    }
+  }
+  if (!spec.has_value()) return absl::OkStatus();
+  // Bounded by grammar::GrammarLimits (docs/structured-outputs.md); runs on
+  // the blocking pool, never on the event loop.
+  if (auto s = ApplyConstraint(*spec, *b.model->tokenizer, sampling); !s.ok()) {
+    return FieldError(param, absl::StartsWith(s.message(), param)
+                                 ? std::string(s.message())
+                                 : absl::StrCat(param, ": ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int32_t>> OpenAiFrontend::PromptTokens(
@@ -189,6 +234,7 @@ absl::StatusOr<SamplingParams> OpenAiFrontend::Sampling(
     sampling.max_tokens =
         static_cast<int>(std::min<int64_t>(sampling.max_tokens, room));
   }
+  if (auto s = ApplyConstraints(b, request, &sampling); !s.ok()) return s;
   if (auto s = ValidateSampling(sampling, b.model->config.vocab_size);
       !s.ok()) {
     // Internal names (sampling.max_tokens) in OpenAI's (max_tokens).
@@ -286,25 +332,32 @@ absl::StatusOr<StartedJob> OpenAiFrontend::Start(
   auto sampling =
       Sampling(b, request, target->lease, static_cast<int64_t>(input->size()));
   if (!sampling.ok()) return close_created(sampling.status());
-  AdmissionRequest a;
-  a.input_tokens = static_cast<int64_t>(input->size());
-  a.max_new_tokens = sampling->max_tokens;
-  a.session_tokens = target->lease->stats().tokens;
-  a.kv = target->lease->kv();
-  a.tenant = target->lease->tenant();
-  StartedJob started;
-  if (!target->one_shot) started.session_id = target->lease->id();
-  const char* rpc = request.endpoint == Endpoint::kChat ? "http.ChatCompletions"
-                                                        : "http.Completions";
-  started.job = std::make_shared<GenerationJob>(state_, b, rpc, tenant);
-  if (!created.empty())
-    started.job->SetCreatedSession(created, target->one_shot);
   JobSpec spec;
   spec.lease = std::move(target->lease);
   spec.input = *std::move(input);
   spec.kind = empty ? AppendKind::kPrompt : AppendKind::kGenerated;
   spec.generate = true;
   spec.sampling = *sampling;
+  StartedJob started;
+  if (target->one_shot) {
+    // Whole blocks of the prompt another one-shot request of this tenant
+    // prefilled are reused; spec.input keeps the rest.
+    started.cached_tokens = b.sessions->UsePrefixCache(spec, state_.metrics());
+  } else {
+    started.session_id = spec.lease->id();
+  }
+  if (ToolsActive(request)) started.tool_syntax = tool_syntax_;
+  AdmissionRequest a;
+  a.input_tokens = static_cast<int64_t>(spec.input.size());
+  a.max_new_tokens = sampling->max_tokens;
+  a.session_tokens = spec.lease->stats().tokens;
+  a.kv = spec.lease->kv();
+  a.tenant = spec.lease->tenant();
+  const char* rpc = request.endpoint == Endpoint::kChat ? "http.ChatCompletions"
+                                                        : "http.Completions";
+  started.job = std::make_shared<GenerationJob>(state_, b, rpc, tenant);
+  if (!created.empty())
+    started.job->SetCreatedSession(created, target->one_shot);
   if (auto s = started.job->Submit(std::move(spec), a); !s.ok()) return s;
   return started;
 }

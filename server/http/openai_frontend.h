@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/chat/chat_template.h"
+#include "model/chat/tool_calls.h"
 #include "server/http/generation_job.h"
 #include "server/http/openai_json.h"
 #include "server/service_state.h"
@@ -32,6 +33,10 @@ struct StartedJob {
   // The persistent session the request ran in (the fork child when
   // forked); empty for a one-shot request.
   std::string session_id;
+  // Prompt tokens reused from the prefix cache (one-shot requests).
+  int64_t cached_tokens = 0;
+  // How the answer is read for tool calls; kNone: all content.
+  chat::ToolCallSyntax tool_syntax = chat::ToolCallSyntax::kNone;
 };
 
 class OpenAiFrontend {
@@ -44,6 +49,8 @@ class OpenAiFrontend {
   // The id /v1/models lists: the model file's name without ".gguf".
   const std::string& model_id() const { return model_id_; }
   bool has_chat_template() const { return chat_template_.has_value(); }
+  // The tool-call syntax the chat template teaches (kNone: no tools).
+  chat::ToolCallSyntax tool_syntax() const { return tool_syntax_; }
   ServiceState& state() const { return state_; }
 
   // Validates, tokenizes, resolves the session (one-shot, new, existing or
@@ -54,7 +61,9 @@ class OpenAiFrontend {
                                    const SessionChoice& choice,
                                    const OpenAiRequest& request) const;
 
-  // The prompt text of a chat request (template or raw rendering).
+  // The prompt text of a chat request (template or raw rendering), with
+  // its tools when tool_choice is not "none". INVALID_ARGUMENT (param
+  // "tools") for tools with a template that teaches no tool-call syntax.
   absl::StatusOr<std::string> RenderChat(const OpenAiRequest& request) const;
 
   // How the request's choice is written (log-probabilities with this
@@ -80,17 +89,25 @@ class OpenAiFrontend {
       bool session_empty) const;
   // The request's sampling: its fields over the session's, a fresh random
   // seed when it names none, max_tokens checked against (and, when not
-  // given, capped to) the context and session room. 400 with the OpenAI
-  // field for what can never fit.
+  // given, capped to) the context and session room, and its constraint
+  // (response_format, grammar, or the forced tool call) compiled. 400 with
+  // the OpenAI field for what can never fit or does not compile.
   absl::StatusOr<SamplingParams> Sampling(const ServiceBackend& b,
                                           const OpenAiRequest& request,
                                           const SessionLease& lease,
                                           int64_t input_tokens) const;
 
+  // The request's response_format / grammar, or the grammar of a forced
+  // tool call, compiled into *sampling (400 naming the field).
+  absl::Status ApplyConstraints(const ServiceBackend& b,
+                                const OpenAiRequest& request,
+                                SamplingParams* sampling) const;
+
   ServiceState& state_;
   std::string model_id_;
   int64_t context_length_ = 0;
   std::optional<chat::ChatTemplate> chat_template_;
+  chat::ToolCallSyntax tool_syntax_ = chat::ToolCallSyntax::kNone;
   chat::ChatRenderOptions render_options_;
 };
 

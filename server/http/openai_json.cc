@@ -6,14 +6,18 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/constraint_convert.h"
+#include "server/http/openai_tools.h"
 #include "server/limits.h"
 
 namespace ckv::server::http {
 namespace {
 
-using Json = nlohmann::json;
+// Key order kept: a schema's properties and a tool's JSON stay as sent.
+using Json = nlohmann::ordered_json;
 
 // The status payloads that carry the offending field and the error code to
 // ErrorBody.
@@ -301,8 +305,29 @@ absl::Status ReadMessages(const Json& body, OpenAiRequest& r) {
     }
     auto content = MessageContent(m, field + ".content", role);
     if (!content.ok()) return content.status();
-    r.messages.push_back({role, *content});
+    ChatTurn& turn = r.messages.emplace_back();
+    turn.role = role;
+    turn.content = *std::move(content);
+    if (auto s = ReadToolCalls(m, field, turn); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+// response_format / grammar as a grammar spec (compiled later, against
+// the model's vocabulary).
+absl::Status ReadConstraint(const Json& body, OpenAiRequest& r) {
+  auto spec = ConstraintFromOpenAi(body);
+  if (!spec.ok()) {
+    r.constraint_param = absl::StartsWith(spec.status().message(), "grammar")
+                             ? "grammar"
+                             : "response_format";
+    return FieldError(r.constraint_param, spec.status().message());
+  }
+  r.constraint = *std::move(spec);
+  r.constraint_param =
+      r.constraint && r.constraint->kind == grammar::ConstraintSpec::kGbnf
+          ? "grammar"
+          : "response_format";
   return absl::OkStatus();
 }
 
@@ -341,7 +366,8 @@ Json HeadJson(const ResponseHead& head, const char* object) {
 Json UsageJson(const Usage& u) {
   return Json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 }  // namespace
@@ -367,6 +393,15 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body,
   absl::Status s =
       endpoint == Endpoint::kChat ? ReadMessages(j, r) : ReadPrompt(j, r);
   if (!s.ok()) return s;
+  if (s = ReadConstraint(j, r); !s.ok()) return s;
+  if (endpoint == Endpoint::kChat) {
+    if (s = ReadTools(j, r); !s.ok()) return s;
+    if (ToolsActive(r) && r.logprobs >= 0) {
+      return QuotedFieldError("logprobs",
+                              "is not supported with tools (set "
+                              "tool_choice \"none\" or leave out logprobs)");
+    }
+  }
   return r;
 }
 

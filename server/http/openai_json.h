@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "model/grammar/matcher.h"
 #include "model/sampler.h"
 
 namespace ckv::server::http {
@@ -29,10 +30,33 @@ struct TokenPiece {
   TokenLogprobs logprobs;
 };
 
+// An assistant message's tool call in the history (OpenAI's
+// {id, type: "function", function: {name, arguments}}).
+struct ToolCallIn {
+  std::string id;
+  std::string name;
+  std::string arguments;  // as sent: JSON text (an object) or any string
+};
+
 struct ChatTurn {
   std::string role;
   std::string content;
+  std::vector<ToolCallIn> tool_calls;  // assistant
+  std::string tool_call_id;            // tool
+  std::string name;                    // tool (optional)
 };
+
+// One entry of `tools`: {type: "function", function: {name, description,
+// parameters}}.
+struct ToolDef {
+  std::string name;
+  std::string json;        // the whole entry, keys in the order sent
+  std::string parameters;  // the parameters schema as JSON text; "" none
+};
+
+// tool_choice: "auto" (the default with tools), "none", "required", or
+// {type: "function", function: {name}} (kNamed).
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
 // One request body. Fields OpenAI defines that this server does not
 // implement are ignored when absent or at their neutral value (see
@@ -56,6 +80,14 @@ struct OpenAiRequest {
   // (0..5, the top count) and echo. -1: no log-probabilities.
   int logprobs = -1;
   bool echo = false;
+  // response_format (json_object, json_schema) or grammar (GBNF);
+  // constraint_param names the field for errors.
+  std::optional<grammar::ConstraintSpec> constraint;
+  std::string constraint_param;
+  // Chat: tools and tool_choice (server/http/openai_tools.h).
+  std::vector<ToolDef> tools;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;  // kNamed
 };
 
 // Nesting deeper than this (objects and arrays) is refused before parsing.
@@ -64,7 +96,9 @@ inline constexpr int kMaxJsonDepth = 32;
 // INVALID_ARGUMENT naming the field for: a body that is not JSON (or holds
 // invalid UTF-8), deeper than kMaxJsonDepth or not an object; a field of
 // the wrong type or out of range; `n` other than 1; more than one prompt;
-// a chat request without messages.
+// a chat request without messages; response_format or grammar malformed
+// (param "response_format" / "grammar"; they are compiled later, by
+// OpenAiFrontend); tools, tool_choice or a message's tool_calls malformed.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body,
                                                  Endpoint endpoint);
 
@@ -116,8 +150,10 @@ struct ResponseHead {
 };
 
 struct Usage {
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;  // cached ones included
   int64_t completion_tokens = 0;
+  // Prompt tokens reused from the prefix cache (prompt_tokens_details).
+  int64_t cached_tokens = 0;
 };
 
 // How a choice is written: log-probabilities (OpenAI's chat shape

@@ -8,7 +8,12 @@
 // INVALID_ARGUMENT and a message; every error body is a JSON object with
 // the OpenAI error fields; a parsed request has messages (chat) or a
 // prompt form, logprobs in range, and its sampling validates or fails with
-// INVALID_ARGUMENT; built bodies are valid JSON.
+// INVALID_ARGUMENT; built bodies are valid JSON. Chat with tools: the
+// template's messages and tools are valid JSON, a forced call's grammar
+// builds and compiles or fails with INVALID_ARGUMENT naming `tools`; the
+// tool-call splitter, on the last message's content split at a point the
+// input picks, gives what the whole text gives, and with no call returns
+// the text unchanged (nothing dropped).
 //
 // Seeds: tests/fuzz/corpus/openai_request_fuzzer (scripts/fuzz.sh adds
 // them).
@@ -17,8 +22,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "model/chat/tool_calls.h"
+#include "model/grammar/matcher.h"
 #include "nlohmann/json.hpp"
 #include "server/http/openai_json.h"
+#include "server/http/openai_tools.h"
 #include "server/service_convert.h"
 
 namespace {
@@ -38,6 +46,51 @@ void CheckErrorBody(const std::string& body) {
   }
 }
 
+namespace chat = ckv::chat;
+
+void CheckTools(const http::OpenAiRequest& r, size_t cut) {
+  Check(!Json::parse(http::TemplateMessagesJson(r.messages), nullptr, false)
+             .is_discarded());
+  const std::string tools = http::TemplateToolsJson(r);
+  Check(tools.empty() || Json::parse(tools, nullptr, false).is_array());
+  for (chat::ToolCallSyntax syntax :
+       {chat::ToolCallSyntax::kHermes, chat::ToolCallSyntax::kLlama3Json,
+        chat::ToolCallSyntax::kMistral, chat::ToolCallSyntax::kGranite}) {
+    auto g = http::ForcedToolGrammar(syntax, r);
+    if (!g.ok()) {
+      Check(g.status().code() == absl::StatusCode::kInvalidArgument);
+      CheckErrorBody(http::ErrorBody(g.status()));
+    } else if (g->has_value()) {
+      auto compiled = ckv::grammar::CompileSpec(**g);
+      Check(compiled.ok() ||
+            compiled.status().code() == absl::StatusCode::kInvalidArgument);
+    }
+    const std::string& text = r.messages.back().content;
+    const chat::SplitOutput whole = chat::SplitToolCalls(syntax, text);
+    if (whole.calls.empty()) Check(whole.content == text);
+    chat::ToolCallSplitter splitter(syntax);
+    const size_t at = text.empty() ? 0 : cut % (text.size() + 1);
+    std::vector<chat::ToolCallEvent> events = splitter.Push(text.substr(0, at));
+    for (auto& e : splitter.Push(text.substr(at))) events.push_back(e);
+    for (auto& e : splitter.Finish()) events.push_back(e);
+    std::string content;
+    size_t calls = 0;
+    for (const chat::ToolCallEvent& e : events) {
+      if (!e.is_call) {
+        content += e.content;
+        continue;
+      }
+      Check(calls < whole.calls.size());
+      Check(e.call.name == whole.calls[calls].name);
+      Check(e.call.arguments == whole.calls[calls].arguments);
+      Check(Json::parse(e.call.arguments, nullptr, false).is_object());
+      ++calls;
+    }
+    Check(calls == whole.calls.size());
+    Check(content == whole.content);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -54,6 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (endpoint == http::Endpoint::kChat) {
     Check(!r->messages.empty());
+    CheckTools(*r, size);
     Check(r->logprobs >= -1 && r->logprobs <= 20);
   } else {
     Check(r->logprobs >= -1 && r->logprobs <= 5);

@@ -6,7 +6,9 @@ ephemeral port and a tokens file, installs the official `openai` npm package
 into WORK_DIR/npm (kept between runs: installed once per build folder), runs
 openai_client.mjs (chat and completions, streaming and not, a session
 continued and forked, typed errors), then checks the SSE framing with
-`curl -N`. A missing node, npm or curl, or a failed install, fails the test.
+`curl -N`. Then, on a random model with Qwen2.5's (Hermes) chat template,
+openai_tools.mjs (structured outputs, the prefix cache's cached_tokens, tool
+calls), whose outputs are validated here with python3-jsonschema. A missing node, npm or curl, or a failed install, fails the test.
 
 Usage: openai_client_test.py SERVER_BIN MODEL_TOOL WORK_DIR
 """
@@ -137,6 +139,57 @@ def check_sse(port, path, body, text_of):
     print("ok curl -N %s: %d events, [DONE]" % (path, len(events)))
 
 
+def make_model(model_tool, path, vocab, seed, extra=()):
+    subprocess.run([model_tool, "make-random", "--out", path, "--layers", "2",
+                    "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ffn",
+                    "128", "--vocab", vocab, "--seed", str(seed)]
+                   + list(extra), check=True, stdout=subprocess.DEVNULL,
+                   timeout=60)
+
+
+def run_node(work, name, port, timeout):
+    """Copies tests/http/NAME next to node_modules and runs it."""
+    script = os.path.join(work, "npm", name)
+    shutil.copyfile(os.path.join(HERE, name), script)
+    return subprocess.run(["node", script, "http://127.0.0.1:%d/v1" % port,
+                           TOKEN], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_tools(server_bin, model_tool, work):
+    """openai_tools.mjs on a random model with Qwen2.5's (Hermes) template
+    and 32-token prefix-cache blocks; its outputs validated here."""
+    import jsonschema  # python3-jsonschema; missing: the test fails
+    template = os.path.join(HERE, "..", "fixtures", "chat",
+                            "Qwen-Qwen2.5-7B-Instruct.jinja")
+    model = os.path.join(work, "tools.gguf")
+    make_model(model_tool, model, "byte-chatml", 9,
+               ["--chat-template", template])
+    server = Server(server_bin, model, work,
+                    ["--prefix-cache-block-tokens", "32"])
+    try:
+        r = run_node(work, "openai_tools.mjs", server.port, 180)
+        checked = 0
+        for line in r.stdout.splitlines():
+            if not line.startswith("validate "):
+                print(line)
+                continue
+            item = json.loads(line[len("validate "):])
+            try:
+                jsonschema.validate(item["value"], item["schema"])
+            except jsonschema.ValidationError as e:
+                fail("output does not validate: %s\n%s" % (item["value"], e))
+            checked += 1
+        if r.returncode != 0:
+            fail("openai_tools.mjs failed:\n%s\nserver log:\n%s"
+                 % (r.stderr, server.log()))
+        if checked < 5:
+            fail("only %d outputs validated" % checked)
+        print("ok %d outputs validate with python3-jsonschema" % checked)
+    finally:
+        server.stop()
+
+
 def main():
     server_bin, model_tool, work = sys.argv[1:4]
     for tool in ("node", "npm", "curl"):
@@ -145,17 +198,10 @@ def main():
     os.makedirs(work, exist_ok=True)
     install_openai(os.path.join(work, "npm"))
     model = os.path.join(work, "tiny.gguf")
-    subprocess.run([model_tool, "make-random", "--out", model, "--layers", "2",
-                    "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ffn",
-                    "128", "--vocab", "byte", "--seed", "7"], check=True,
-                   stdout=subprocess.DEVNULL, timeout=60)
+    make_model(model_tool, model, "byte", 7)
     server = Server(server_bin, model, work)
     try:
-        script = os.path.join(work, "npm", "openai_client.mjs")
-        shutil.copyfile(os.path.join(HERE, "openai_client.mjs"), script)
-        r = subprocess.run(["node", script,
-                            "http://127.0.0.1:%d/v1" % server.port, TOKEN],
-                           capture_output=True, text=True, timeout=120)
+        r = run_node(work, "openai_client.mjs", server.port, 120)
         sys.stdout.write(r.stdout)
         if r.returncode != 0:
             fail("openai_client.mjs failed:\n%s\nserver log:\n%s"
@@ -171,6 +217,7 @@ def main():
                   lambda c: c["choices"][0]["text"])
     finally:
         server.stop()
+    run_tools(server_bin, model_tool, work)
     print("PASS")
 
 

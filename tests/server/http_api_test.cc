@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -27,14 +28,13 @@
 #include "server/service_state.h"
 #include "server/status.h"
 #include "tests/model/test_util.h"
+#include "tests/server/http_api_fixture.h"
 #include "tests/server/small_server_config.h"
 
 namespace ckv::server::http {
 namespace {
 
 using Json = nlohmann::json;
-constexpr char kToken[] = "http-test-token";         // tenant alice
-constexpr char kBobToken[] = "http-test-token-bob";  // tenant bob
 
 // ---- request parsing and bodies ---------------------------------------------
 
@@ -147,77 +147,15 @@ TEST(OpenAiFrontendTest, RendersTheModelChatTemplate) {
   ASSERT_TRUE(frontend.has_chat_template());
   OpenAiRequest r;
   r.endpoint = Endpoint::kChat;
-  r.messages = {{"user", "hi"}};
+  r.messages.emplace_back();
+  r.messages[0].role = "user";
+  r.messages[0].content = "hi";
   auto text = frontend.RenderChat(r);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text,
             "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
-
-// ---- a served API
-// --------------------------------------------------------------
-
-RandomModelSpec Spec() {
-  RandomModelSpec s;
-  s.layers = 2;
-  s.dim = 64;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 128;
-  s.seed = 11;
-  return s;
-}
-
-class HttpApiTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    model_path_ = ckv::testing::RandomModelPath("http", Spec());
-    const std::string tokens = ckv::testing::TempPath("http_tokens");
-    std::ofstream(tokens) << kToken << " alice\n" << kBobToken << " bob\n";
-    ServerConfig c = testing::SmallServerConfig(model_path_);
-    c.http_listen_address = "127.0.0.1:0";
-    c.auth_tokens_file = tokens;
-    c.limits.max_prompt_tokens = 256;
-    auto metrics = ServerMetrics::Create("");
-    ASSERT_TRUE(metrics.ok()) << metrics.status();
-    metrics_ = *std::move(metrics);
-    auto server = ClusterKvServer::Start(c, metrics_.get());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    auto port = StartHttpApi(*server_);
-    ASSERT_TRUE(port.ok()) << port.status();
-    ASSERT_GT(*port, 0);
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
-    client_->set_read_timeout(60);
-  }
-
-  httplib::Result Post(const std::string& path, const std::string& body,
-                       httplib::Headers headers = {}) {
-    headers.emplace("Authorization", std::string("Bearer ") + kToken);
-    return client_->Post(path.c_str(), headers, body, "application/json");
-  }
-
-  // The error object of a failed response, after checking its status.
-  static Json ErrorOf(const httplib::Result& res, int status) {
-    EXPECT_TRUE(res);
-    if (!res) return Json();
-    EXPECT_EQ(res->status, status) << res->body;
-    const Json j = Json::parse(res->body, nullptr, false);
-    EXPECT_TRUE(j.contains("error")) << res->body;
-    if (!j.contains("error")) return Json();
-    const Json& e = j["error"];
-    for (const char* key : {"message", "type", "param", "code"}) {
-      EXPECT_TRUE(e.contains(key)) << key << " in " << res->body;
-    }
-    return e;
-  }
-
-  std::string model_path_;
-  std::unique_ptr<ServerMetrics> metrics_;  // outlives the server
-  std::unique_ptr<ClusterKvServer> server_;
-  std::unique_ptr<httplib::Client> client_;
-};
 
 TEST_F(HttpApiTest, ErrorsHaveOpenAiShapeAndStatus) {
   auto no_token = client_->Get("/v1/models");
