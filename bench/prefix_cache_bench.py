@@ -189,12 +189,9 @@ def run_config(name, start, prompts, max_tokens):
 
 
 def plot(report, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
+    import matplotlib  # Debian's python3-matplotlib (scripts/setup.sh)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
     names = list(report["configs"])
     w = 0.8 / len(names)

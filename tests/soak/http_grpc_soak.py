@@ -302,12 +302,9 @@ def baseline(port, requests):
 
 
 def plot(report, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
+    import matplotlib  # Debian's python3-matplotlib (scripts/setup.sh)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     ts = [s[0] for s in report["rss_samples"]]
     a.plot(ts, [s[1] / 1024 for s in report["rss_samples"]])
