@@ -577,7 +577,13 @@ void FakeRuntime::WorkerLoop(int st) {
     if (w.op) {
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(delay));
-      e = RunItem(w);
+      {
+        // One body at a time: streams interleave in a random order, but a
+        // program with a missing wait stays a wrong answer, not a C++
+        // data race inside the fake.
+        std::lock_guard<std::mutex> body(body_mu_);
+        e = RunItem(w);
+      }
       lock.lock();
       ++ops_run_;
     }

@@ -12,7 +12,8 @@
 //  - a configurable device size (RESOURCE_EXHAUSTED past it).
 // Three schedules run the same enqueued work: kInline (at enqueue), kLazy
 // (only when a synchronisation or a cross-stream wait forces it), kThreaded
-// (a worker per stream with seeded random delays). Correct programs give
+// (a worker per stream with seeded random delays; op bodies run one at a
+// time, in a random interleaving of the streams). Correct programs give
 // bit-identical results under all three; a missing wait changes them.
 // Phases run their threads in a seeded random order fixed per op, so that
 // schedules agree and an order-dependent phase shows up against a reference.
@@ -148,6 +149,7 @@ class FakeRuntime final : public Runtime {
 
   FakeConfig config_;
   mutable std::mutex mu_;
+  std::mutex body_mu_;  // kThreaded: op bodies run one at a time
   std::condition_variable cv_;
   bool stopping_ = false;
   FakeMemory memory_;
