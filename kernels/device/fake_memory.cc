@@ -241,6 +241,11 @@ void* FakeMemory::HostView(DevPtr p) const {
   return backing_ + (p.addr - reinterpret_cast<uint64_t>(reserved_));
 }
 
+int64_t FakeMemory::BlockBytes(DevPtr p) const {
+  auto it = live_.find(p.addr);
+  return it == live_.end() ? 0 : it->second.bytes;
+}
+
 std::string FakeMemory::AllocationSite(uint64_t addr) const {
   uint64_t base = 0;
   const Block* b = Find(InDeviceSpace(addr) ? live_ : pinned_, addr, &base);

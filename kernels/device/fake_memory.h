@@ -50,6 +50,8 @@ class FakeMemory {
   absl::Status CheckRange(Range r, const std::string& what, Site site) const;
   // Host-usable pointer to the bytes at a checked address.
   void* HostView(DevPtr p) const;
+  // Bytes of the live device allocation starting at p (0 if none).
+  int64_t BlockBytes(DevPtr p) const;
   // Where the live allocation holding addr was made ("?" if none).
   std::string AllocationSite(uint64_t addr) const;
 

@@ -171,7 +171,10 @@ absl::Status FakeRuntime::DoFree(DevPtr p, Site s) {
     Complete(static_cast<int>(st), streams_[st]->enqueued, lock);
   }
   checker_.HostJoinAll();
-  return memory_.Free(p, s);
+  const int64_t bytes = memory_.BlockBytes(p);
+  absl::Status freed = memory_.Free(p, s);
+  if (freed.ok()) checker_.Forget(p.addr, bytes);
+  return freed;
 }
 
 absl::StatusOr<void*> FakeRuntime::DoHostAllocPinned(int64_t bytes, Site s) {
@@ -222,7 +225,9 @@ absl::Status FakeRuntime::DoHostAccess(const void* p, int64_t bytes, bool write,
   }
   // Pageable memory is the host's own business; a freed pinned buffer is
   // a use after free.
-  if (absl::IsFailedPrecondition(in_range)) return in_range;
+  if (absl::IsFailedPrecondition(in_range) || absl::IsOutOfRange(in_range)) {
+    return in_range;
+  }
   return absl::OkStatus();
 }
 

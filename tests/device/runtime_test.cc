@@ -178,6 +178,7 @@ TEST(FakeRuntimeTest, PageableAsyncCopyIsRejected) {
   void* pinned = ValueOrDie(rt.HostAllocPinned(256));
   CKV_ASSERT_OK(rt.CopyH2D(d, pinned, 256, st));
   EXPECT_FALSE(rt.CopyH2D(d, pinned, 512, st).ok());
+  EXPECT_TRUE(absl::IsOutOfRange(rt.HostRead(pinned, 512)));
 }
 
 TEST(FakeRuntimeTest, AllocationInsideCaptureIsRejected) {
