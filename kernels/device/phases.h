@@ -91,7 +91,9 @@ Op InitResidencyOp(const ResidencyTable& t);
 // Resolves the step's requests (the union over the KV group may repeat
 // blocks): resolved[r] = first page of request r's block after the step's
 // misses got pages; misses[0 .. n_miss) the copies to make, in request
-// order. scratch: int32 [n_requests].
+// order. A miss that finds too few free pages is skipped (its block stays
+// not resident, resolved -1) and sets counters.overflow, which the host
+// turns into RESOURCE_EXHAUSTED. scratch: int32 [n_requests].
 struct ResolveArgs {
   DevPtr requests;  // BlockRequest [n_requests]
   int32_t n_requests = 0;

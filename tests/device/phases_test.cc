@@ -131,6 +131,7 @@ void RunResidency(Schedule sched, uint64_t seed, int cache_steps) {
   CKV_ASSERT_OK(rt.Launch(InitResidencyOp(t), st));
 
   int hot = 0;
+  int64_t misses_before = 0;
   for (int64_t step = 0; step < 40; ++step) {
     if (rng() % 3 == 0) hot = (hot + 1) % n_blocks;
     BlockRequest* plan = ring + (step % 2) * kMaxReq;
@@ -160,6 +161,8 @@ void RunResidency(Schedule sched, uint64_t seed, int cache_steps) {
         Download<int32_t>(rt, st, resolved, n_req);  // synchronises st
     CKV_ASSERT_OK(rt.HostRead(out, sizeof(*out)));
     const Counters got{*out};
+    ASSERT_EQ(got.k.n_miss, cache.stats().misses - misses_before) << step;
+    misses_before = cache.stats().misses;
     ASSERT_TRUE(got == cache.stats()) << "step " << step;
     ASSERT_EQ(got.k.resident_tokens, cache.resident_tokens()) << step;
     ASSERT_EQ(got.k.overflow, 0);
@@ -182,6 +185,33 @@ TEST(ResidencyTest, StatisticsEqualBlockCache) {
       RunResidency(s, 5 + r, r);
     }
   }
+}
+
+// A page range too small for the step's misses: the overflow flag is set
+// (the host turns it into RESOURCE_EXHAUSTED), never a write out of range.
+TEST(ResidencyTest, TooFewPagesSetsOverflow) {
+  FakeRuntime rt(Config(Schedule::kInline, 1));
+  const Stream st = ValueOrDie(rt.CreateStream());
+  const ResidencyTable t = MakeResidencyTable(
+      ValueOrDie(rt.Malloc(ResidencyTableBytes(4, 3))), 4, 3);
+  const std::vector<BlockRequest> plan = {{0, 20}, {1, 30}, {2, 5}};
+  const DevPtr req = Upload(rt, st, plan);
+  const DevPtr scratch = ValueOrDie(rt.Malloc(3 * 4));
+  const DevPtr resolved = ValueOrDie(rt.Malloc(3 * 4));
+  const DevPtr misses = ValueOrDie(rt.Malloc(3 * sizeof(MissCopy)));
+  CKV_ASSERT_OK(rt.Launch(InitResidencyOp(t), st));
+  CKV_ASSERT_OK(rt.Launch(
+      ResolveResidencyOp(t, {req, 3, 0, 32, scratch, resolved, misses}), st));
+  const auto k = Download<ResidencyCounters>(rt, st, t.counters, 1)[0];
+  EXPECT_EQ(k.overflow, 1);
+  // Block 0 takes 2 pages; block 1 needs 2 of the 1 left and is skipped;
+  // block 2 takes the last one.
+  EXPECT_EQ(k.n_miss, 2);
+  EXPECT_EQ(k.free_top, 0);
+  const std::vector<int32_t> pages = Download<int32_t>(rt, st, resolved, 3);
+  EXPECT_GE(pages[0], 0);
+  EXPECT_EQ(pages[1], -1);
+  EXPECT_GE(pages[2], 0);
 }
 
 }  // namespace
