@@ -53,6 +53,43 @@ Op ScoreClustersOp(const ScoreClustersArgs& a) {
   return op;
 }
 
+Op ScoreClustersBatchOp(const ScoreBatchArgs& a, int64_t total_threads) {
+  Op op;
+  op.name = "score_clusters_batch";
+  op.reads = {Of<ScoreItem>(a.items, a.n_items),
+              Of<int64_t>(a.thread_base, a.n_items + 1),
+              Of<float>(a.q_pool, a.q_elems),
+              Of<uint16_t>(a.panel_pool, a.panel_elems)};
+  op.writes = {Of<float>(a.score_pool, a.score_elems)};
+  op.body = [a, total_threads](OpContext& ctx) {
+    const ScoreItem* items = ctx.In<ScoreItem>(a.items, a.n_items);
+    const int64_t* base = ctx.In<int64_t>(a.thread_base, a.n_items + 1);
+    const float* q = ctx.In<float>(a.q_pool, a.q_elems);
+    const uint16_t* panels = ctx.In<uint16_t>(a.panel_pool, a.panel_elems);
+    float* scores = ctx.Out<float>(a.score_pool, a.score_elems);
+    ctx.Phase(total_threads, [&](int64_t t) {
+      // The item of thread t: binary search of the prefix.
+      const int64_t i =
+          std::upper_bound(base, base + a.n_items + 1, t) - base - 1;
+      if (i < 0 || i >= a.n_items) return;
+      const ScoreItem& it = items[i];
+      const int64_t local = t - base[i];
+      const int64_t j = local / it.n, c = local % it.n;
+      const int64_t q_at = it.q_offset + j * a.dim;
+      const int64_t s_at = it.score_offset + j * it.ld + c;
+      // Offsets come from the plan: checked, as a device kernel would trap.
+      if (it.q_offset < 0 || it.panel_offset < 0 || it.score_offset < 0 ||
+          q_at + a.dim > a.q_elems ||
+          it.panel_offset + PanelElements(it.n, a.dim) > a.panel_elems ||
+          s_at >= a.score_elems) {
+        return;
+      }
+      scores[s_at] = ScoreCluster(q + q_at, panels + it.panel_offset, c, a.dim);
+    });
+  };
+  return op;
+}
+
 // ---- Residency -------------------------------------------------------------
 
 int64_t ResidencyTableBytes(int32_t n_blocks, int32_t n_pages) {

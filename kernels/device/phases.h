@@ -34,6 +34,35 @@ struct ScoreClustersArgs {
 float ScoreCluster(const float* q, const uint16_t* panels, int64_t c, int dim);
 Op ScoreClustersOp(const ScoreClustersArgs& a);
 
+// The same over a batch of problems (every decode session x KV head of one
+// layer, GQA group queries each): `items` describes problem i by element
+// offsets into shared pools; thread_base[i] = sum of n_q * n over items
+// before i (the host plan's prefix), so one phase of total threads covers
+// the batch, one thread per (item, query, cluster).
+struct ScoreItem {
+  int64_t q_offset = 0;      // floats into q_pool: [n_q][dim]
+  int64_t panel_offset = 0;  // uint16 into panel_pool: PanelElements(n, dim)
+  int64_t score_offset = 0;  // floats into score_pool: [n_q][ld]
+  int32_t n_q = 0;
+  int32_t n = 0;
+  int32_t ld = 0;
+  int32_t pad = 0;
+};
+struct ScoreBatchArgs {
+  DevPtr items;        // ScoreItem [n_items]
+  DevPtr thread_base;  // int64 [n_items + 1]
+  int32_t n_items = 0;
+  int dim = 0;
+  DevPtr q_pool;
+  int64_t q_elems = 0;
+  DevPtr panel_pool;
+  int64_t panel_elems = 0;
+  DevPtr score_pool;
+  int64_t score_elems = 0;
+};
+// Needs thread_base[n_items] (the thread count) on the host: the plan has it.
+Op ScoreClustersBatchOp(const ScoreBatchArgs& a, int64_t total_threads);
+
 // ---- Residency: the cluster cache of one (session, layer, KV head) -------
 // Blocks are named by a dense index the host plan assigns (segment base +
 // cluster id). A resident block holds ceil(size / kPageRows) pages of the

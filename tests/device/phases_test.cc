@@ -61,6 +61,63 @@ TEST(ScoreClustersTest, BitEqualToTheCpuProductPath) {
   }
 }
 
+// A layer's batch (sessions x KV heads, GQA groups of different sizes) in
+// one op: every item's scores bit-equal to CentroidScoresMulti on its own.
+TEST(ScoreClustersTest, BatchBitEqualPerItem) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> g;
+  constexpr int kDim = 67;
+  const std::vector<std::pair<int, int>> shapes = {
+      {1, 3}, {4, 17}, {2, 40}, {8, 1}, {3, 16}};  // (n_q, n)
+  std::vector<float> q_pool, want;
+  std::vector<uint16_t> panel_pool;
+  std::vector<ScoreItem> items;
+  std::vector<int64_t> base = {0};
+  for (const auto& [n_q, n] : shapes) {
+    ScoreItem it;
+    it.q_offset = static_cast<int64_t>(q_pool.size());
+    it.panel_offset = static_cast<int64_t>(panel_pool.size());
+    it.score_offset = static_cast<int64_t>(want.size());
+    it.n_q = n_q;
+    it.n = n;
+    it.ld = n + 1;
+    std::vector<float> q(n_q * kDim), mu(n * kDim);
+    for (float& x : q) x = g(rng);
+    for (float& x : mu) x = g(rng);
+    std::vector<uint16_t> panels;
+    cpu::PackCentroidPanels(mu.data(), n, kDim, &panels);
+    std::vector<float> s(n_q * it.ld, 0.0f);
+    cpu::CentroidScoresMulti(q.data(), n_q, panels.data(), n, kDim, s.data(),
+                             it.ld);
+    q_pool.insert(q_pool.end(), q.begin(), q.end());
+    panel_pool.insert(panel_pool.end(), panels.begin(), panels.end());
+    want.insert(want.end(), s.begin(), s.end());
+    items.push_back(it);
+    base.push_back(base.back() + int64_t{n_q} * n);
+  }
+  for (Schedule sched : {Schedule::kInline, Schedule::kThreaded}) {
+    FakeRuntime rt(Config(sched, 3));
+    const Stream st = ValueOrDie(rt.CreateStream());
+    ScoreBatchArgs a;
+    a.items = Upload(rt, st, items);
+    a.thread_base = Upload(rt, st, base);
+    a.n_items = static_cast<int32_t>(items.size());
+    a.dim = kDim;
+    a.q_pool = Upload(rt, st, q_pool);
+    a.q_elems = static_cast<int64_t>(q_pool.size());
+    a.panel_pool = Upload(rt, st, panel_pool);
+    a.panel_elems = static_cast<int64_t>(panel_pool.size());
+    a.score_pool = Upload(rt, st, std::vector<float>(want.size(), 0.0f));
+    a.score_elems = static_cast<int64_t>(want.size());
+    CKV_ASSERT_OK(rt.Launch(ScoreClustersBatchOp(a, base.back()), st));
+    const std::vector<float> got =
+        Download<float>(rt, st, a.score_pool, a.score_elems);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+        << ScheduleName(sched);
+    EXPECT_TRUE(rt.OrderingStatus().ok());
+  }
+}
+
 // ---- Residency vs BlockCache -------------------------------------------
 
 constexpr int kHeadDim = 8;
