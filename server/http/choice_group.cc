@@ -52,11 +52,14 @@ void ChoiceGroup::OnPrefilled() {
   auto ready = std::move(ready_);
   ready_ = nullptr;
   if (!status.ok() || cancelled) {
+    plan_.tickets.clear();  // the reservations end with the request
     CloseSessions({plan_.parent_id});
     ready(status.ok() ? absl::CancelledError("client gone") : status);
     return;
   }
-  ready(StartChoices());
+  auto jobs = StartChoices();
+  plan_.tickets.clear();  // those no choice took (a choice failed to start)
+  ready(std::move(jobs));
 }
 
 absl::StatusOr<ChoiceJobs> ChoiceGroup::StartChoices() {
