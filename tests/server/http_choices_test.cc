@@ -17,8 +17,11 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/http/openai_json.h"
+#include "server/server_runner.h"
 #include "server/service_state.h"
+#include "tests/model/test_util.h"
 #include "tests/server/http_api_fixture.h"
+#include "tests/server/small_server_config.h"
 
 namespace ckv::server::http {
 namespace {
@@ -199,6 +202,56 @@ TEST_F(HttpChoicesTest, NOutsideTheRulesIs400) {
   EXPECT_TRUE(absl::StrContains(s["message"].get<std::string>(), "one-shot"));
   // No session was left behind by the refusals.
   EXPECT_TRUE(server_->state().Backend()->sessions->List().empty());
+}
+
+// Admission counts n sequences: with max_sessions 4, n = 5 can never fit
+// (400, param n); with two sessions held, n = 3 (the prompt's session and
+// two forks) finds the server full (429 max_sessions, Retry-After), and
+// fits once one is closed, every session and reservation released after.
+TEST(HttpChoicesLimitsTest, AdmissionCountsEveryChoice) {
+  ServerConfig c = testing::SmallServerConfig(
+      ckv::testing::RandomModelPath("http_n", Spec()));
+  c.http_listen_address = "127.0.0.1:0";
+  c.limits.max_sessions = 4;
+  auto server = ClusterKvServer::Start(c, nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto port = StartHttpApi(**server);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client client("127.0.0.1", *port);
+  auto post = [&](int n, const httplib::Headers& h = {}) {
+    return client.Post(
+        "/v1/completions", h,
+        Json{{"prompt", "Count"}, {"max_tokens", 4}, {"n", n}}.dump(),
+        "application/json");
+  };
+  auto never = post(5);
+  ASSERT_TRUE(never);
+  EXPECT_EQ(never->status, 400) << never->body;
+  EXPECT_EQ(Json::parse(never->body)["error"]["param"], "n");
+  EXPECT_FALSE(never->has_header("Retry-After"));
+  std::vector<std::string> held;
+  for (int i = 0; i < 2; ++i) {
+    auto r = client.Post("/v1/completions", {{"x-session-id", "new"}},
+                         R"({"prompt": "hold", "max_tokens": 1})",
+                         "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+    held.push_back(r->get_header_value("x-session-id"));
+  }
+  auto full = post(3);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 429) << full->body;
+  EXPECT_EQ(Json::parse(full->body)["error"]["code"], "max_sessions");
+  EXPECT_TRUE(full->has_header("Retry-After"));
+  // The refused request left nothing behind: two held sessions only.
+  EXPECT_EQ((*server)->state().Backend()->sessions->List().size(), 2u);
+  ASSERT_TRUE((*server)->state().Backend()->sessions->Close(held[0]).ok());
+  auto fits = post(3);
+  ASSERT_TRUE(fits);
+  ASSERT_EQ(fits->status, 200) << fits->body;
+  EXPECT_EQ(Json::parse(fits->body)["choices"].size(), 3u);
+  EXPECT_EQ((*server)->state().Backend()->sessions->List().size(), 1u);
+  EXPECT_EQ(
+      (*server)->state().Backend()->admission->stats().reserved_host_bytes, 0);
 }
 
 int64_t CancelledRequests(const ServerMetrics& m) {
