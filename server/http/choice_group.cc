@@ -4,6 +4,7 @@
 #include <random>
 #include <utility>
 
+#include "server/request_log.h"
 #include "server/status_util.h"
 
 namespace ckv::server::http {
@@ -59,6 +60,14 @@ void ChoiceGroup::OnPrefilled() {
   }
   auto jobs = StartChoices();
   plan_.tickets.clear();  // those no choice took (a choice failed to start)
+  if (!jobs.ok()) {
+    // The prefill logged itself; the refusal of its choices is one more line.
+    RequestRecord rec;
+    rec.rpc = plan_.rpc;
+    rec.session_id = plan_.parent_id;
+    rec.tenant = plan_.tenant;
+    LogRequest(state_.metrics(), rec, ToGrpcStatus(jobs.status()));
+  }
   ready(std::move(jobs));
 }
 
