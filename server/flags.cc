@@ -49,6 +49,8 @@ ABSL_FLAG(int, http_max_connections, kDefaults.http.max_connections,
 ABSL_FLAG(int, http_max_connections_per_address,
           kDefaults.http.max_connections_per_address,
           "HTTP: open connections per client IP at most (more: 429)");
+ABSL_FLAG(int, http_max_choices, kDefaults.http.max_choices,
+          "HTTP: most choices (`n`) per completion request (more: 400)");
 ABSL_FLAG(int64_t, context_length, kDefaults.context_length,
           "tokens of context per sequence (prompt + completion); 0: the "
           "model file's context_length");
@@ -194,6 +196,7 @@ absl::Status ReadHttpFlags(HttpConfig& h) {
   h.max_connections = absl::GetFlag(FLAGS_http_max_connections);
   h.max_connections_per_address =
       absl::GetFlag(FLAGS_http_max_connections_per_address);
+  h.max_choices = absl::GetFlag(FLAGS_http_max_choices);
   for (auto [flag, v] :
        {std::pair<const char*, int64_t>{"http-io-threads", h.io_threads},
         {"http-header-timeout-seconds", h.header_timeout_seconds},
@@ -205,7 +208,8 @@ absl::Status ReadHttpFlags(HttpConfig& h) {
         {"http-max-header-count", h.max_header_count},
         {"http-max-body-bytes", h.max_body_bytes},
         {"http-max-connections", h.max_connections},
-        {"http-max-connections-per-address", h.max_connections_per_address}}) {
+        {"http-max-connections-per-address", h.max_connections_per_address},
+        {"http-max-choices", h.max_choices}}) {
     if (auto s = Positive(flag, v); !s.ok()) return s;
   }
   if (h.max_header_bytes > std::numeric_limits<uint32_t>::max()) {

@@ -33,7 +33,8 @@ constexpr char kUsageLimits[] =
     "  [--http-io-threads N] [--http-{header,body,idle,write}-timeout-seconds "
     "N]\n"
     "  [--http-max-{uri,header,body}-bytes N] [--http-max-header-count N]\n"
-    "  [--http-max-connections N] [--http-max-connections-per-address N]\n";
+    "  [--http-max-connections N] [--http-max-connections-per-address N]\n"
+    "  [--http-max-choices N]\n";
 
 // The policy names come from the registry (the ones a server serves), the
 // other KV flags from the settings schema.

@@ -55,6 +55,8 @@ struct HttpConfig {
   int64_t max_body_bytes = int64_t{16} << 20;  // 413
   int max_connections = 4096;  // open at once; more are closed with 503
   int max_connections_per_address = 512;  // per client IP: 429
+  // Most choices (`n`) one completion request may ask for: 400 beyond.
+  int max_choices = 16;
 };
 
 struct ServerConfig {

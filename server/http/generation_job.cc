@@ -35,17 +35,21 @@ void GenerationJob::SetCreatedSession(const std::string& id,
 
 absl::Status GenerationJob::Submit(JobSpec spec,
                                    const AdmissionRequest& admission) {
-  rec_.session_id = spec.lease->id();
-  rec_.input_tokens = admission.input_tokens;
-  auto fail = [&](const absl::Status& s) {
+  auto ticket = backend_.admission->Admit(admission);
+  if (!ticket.ok()) {
     spec.lease = SessionLease();  // released before the session is closed
     CloseCreated();
     EndStream();
-    return s;
-  };
-  auto ticket = backend_.admission->Admit(admission);
-  if (!ticket.ok()) return fail(ticket.status());
-  ticket_ = *std::move(ticket);
+    return ticket.status();
+  }
+  return SubmitAdmitted(std::move(spec), *std::move(ticket));
+}
+
+absl::Status GenerationJob::SubmitAdmitted(
+    JobSpec spec, std::unique_ptr<AdmissionTicket> ticket) {
+  rec_.session_id = spec.lease->id();
+  rec_.input_tokens = static_cast<int64_t>(spec.input.size());
+  ticket_ = std::move(ticket);
   session_ = spec.lease.shared();
   before_ = session_->stats();
   std::shared_ptr<GenerationJob> self = shared_from_this();

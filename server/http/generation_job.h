@@ -39,6 +39,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // runs, a created session is closed and the job is finished (the caller
   // logs the request). Once submitted, the job logs it when it ends.
   absl::Status Submit(JobSpec spec, const AdmissionRequest& admission);
+  // As Submit, with the admission already granted (`ticket`, not null).
+  absl::Status SubmitAdmitted(JobSpec spec,
+                              std::unique_ptr<AdmissionTicket> ticket);
 
   // `wake` runs (on the engine thread or here, never blocking; it must not
   // call back into this job) whenever tokens or the end arrive, and once

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "server/auth.h"
+#include "server/http/choice_stream.h"
 #include "server/http/http_transport.h"
 #include "server/http/openai_frontend.h"
 #include "server/http/openai_json.h"
@@ -75,21 +76,6 @@ HttpResponse ErrorResponse(const absl::Status& s) {
   return r;
 }
 
-std::string FinishReasonText(FinishReason r, int tool_calls = 0) {
-  if (r == FinishReason::kLength) return "length";
-  return tool_calls > 0 ? "tool_calls" : "stop";
-}
-
-Usage UsageOf(const JobResult& r, int64_t cached_tokens) {
-  return {r.input_tokens + cached_tokens, r.generated_tokens, cached_tokens};
-}
-
-std::string PiecesText(const std::vector<TokenPiece>& pieces) {
-  std::string text;
-  for (const TokenPiece& p : pieces) text += p.text;
-  return text;
-}
-
 std::string NewResponseId(Endpoint e) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   return absl::StrFormat("%s-%016x%08x",
@@ -103,107 +89,12 @@ int64_t NowUnixSeconds() {
       .count();
 }
 
-// A generation's server-sent events: one chunk per batch of pieces, a last
-// chunk with the finish reason (or an error event), the usage chunk when
-// asked, [DONE]. Pulled on the connection's I/O thread.
-class SseSource final : public BodySource {
- public:
-  SseSource(std::shared_ptr<GenerationJob> job, ResponseHead head,
-            ChoiceOptions options, const StartedJob& started)
-      : job_(std::move(job)),
-        head_(std::move(head)),
-        options_(options),
-        cached_tokens_(started.cached_tokens),
-        tools_(started.tool_syntax != chat::ToolCallSyntax::kNone),
-        splitter_(started.tool_syntax) {}
-  ~SseSource() override {
-    if (!finished_) job_->Cancel();
-  }
+using Headers = std::vector<std::pair<std::string, std::string>>;
 
-  void SetWake(std::function<void()> wake) override {
-    job_->SetListener(std::move(wake));
-  }
-
-  bool Pull(std::string* out) override {
-    if (finished_) return true;
-    std::vector<TokenPiece> pieces;
-    const bool done = job_->Take(&pieces);
-    if (tools_) {
-      WriteEvents(splitter_.Push(PiecesText(pieces)), out);
-    } else if (!pieces.empty()) {
-      *out += SseEvent(ChunkBody(head_, pieces, first_, options_));
-      if (first_) options_.text_offset += options_.echo_text.size();
-      for (const TokenPiece& p : pieces) options_.text_offset += p.text.size();
-      first_ = false;
-    }
-    if (!done) return false;
-    finished_ = true;
-    const JobResult& r = job_->result();
-    if (!r.status.ok()) {
-      *out += SseEvent(ErrorBody(r.status));
-    } else {
-      if (tools_) WriteEvents(splitter_.Finish(), out);
-      *out += SseEvent(ChunkBody(head_, {}, first_, options_,
-                                 FinishReasonText(r.finish, calls_)));
-      if (options_.include_usage) {
-        *out += SseEvent(UsageChunkBody(head_, UsageOf(r, cached_tokens_)));
-      }
-    }
-    *out += kSseDone;
-    return true;
-  }
-
-  void Cancel() override { job_->Cancel(); }
-
- private:
-  // Content as content deltas, calls as delta.tool_calls chunks.
-  void WriteEvents(const std::vector<chat::ToolCallEvent>& events,
-                   std::string* out) {
-    for (const chat::ToolCallEvent& e : events) {
-      if (!e.is_call) {
-        *out += SseEvent(ChunkBody(head_, e.content, first_));
-      } else {
-        for (const std::string& c : ToolCallChunks(
-                 head_, calls_++, {NewToolCallId(), e.call}, first_)) {
-          *out += SseEvent(c);
-        }
-      }
-      first_ = false;
-    }
-  }
-
-  const std::shared_ptr<GenerationJob> job_;
-  const ResponseHead head_;
-  ChoiceOptions options_;
-  const int64_t cached_tokens_;
-  const bool tools_;
-  chat::ToolCallSplitter splitter_;
-  int calls_ = 0;
-  bool first_ = true;
-  bool finished_ = false;
-};
-
-// The whole answer of a request: its text, or its content and tool calls.
-std::string AnswerBody(const ResponseHead& head,
-                       const std::vector<TokenPiece>& pieces,
-                       const JobResult& r, const ChoiceOptions& options,
-                       const StartedJob& started) {
-  const Usage usage = UsageOf(r, started.cached_tokens);
-  if (started.tool_syntax == chat::ToolCallSyntax::kNone) {
-    return CompletionBody(head, pieces, FinishReasonText(r.finish), usage,
-                          options);
-  }
-  chat::SplitOutput split =
-      chat::SplitToolCalls(started.tool_syntax, PiecesText(pieces));
-  std::vector<ToolCallOut> calls;
-  for (chat::ParsedToolCall& c : split.calls) {
-    calls.push_back({NewToolCallId(), std::move(c)});
-  }
-  const std::string body = CompletionBody(
-      head, pieces, FinishReasonText(r.finish, static_cast<int>(calls.size())),
-      usage, options);
-  return WithToolCalls(body, split.content, calls);
-}
+// Replies to `ex` with the answer of `jobs` (the choices, index order):
+// server-sent events, or the whole body once they end.
+void Answer(const std::shared_ptr<HttpExchange>& ex, ChoiceJobs jobs,
+            const AnswerSpec& spec, Headers headers, bool stream);
 
 class HttpApi final : public FrontDoor {
  public:
@@ -420,8 +311,8 @@ void HttpApi::HandleMetrics(HttpExchange& ex) {
   if (!tenant.ok()) return ex.Reply(Unauthenticated(tenant.status()));
   const ServerMetrics* metrics = frontend_.state().metrics();
   if (metrics == nullptr) {
-    return ex.Reply(ErrorResponse(
-        absl::NotFoundError("this server keeps no metrics")));
+    return ex.Reply(
+        ErrorResponse(absl::NotFoundError("this server keeps no metrics")));
   }
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -470,48 +361,58 @@ void HttpApi::HandleGeneration(Endpoint endpoint, HttpExchange& ex) {
   }
   auto started = frontend_.Start(*tenant, choice, *request);
   if (!started.ok()) return refuse(started.status());
-  std::shared_ptr<GenerationJob> job = started->job;
   std::vector<std::pair<std::string, std::string>> headers;
   if (!started->session_id.empty()) {
     headers.emplace_back("x-session-id", started->session_id);
   }
-  ResponseHead head{endpoint, NewResponseId(endpoint), NowUnixSeconds(),
-                    frontend_.model_id()};
-  const ChoiceOptions options = frontend_.Options(*request);
+  AnswerSpec spec;
+  spec.head = {endpoint, NewResponseId(endpoint), NowUnixSeconds(),
+               frontend_.model_id()};
+  spec.options = frontend_.Options(*request);
+  spec.tool_syntax = started->tool_syntax;
+  spec.prompt_tokens = started->prompt_tokens;
+  spec.cached_tokens = started->cached_tokens;
   std::shared_ptr<HttpExchange> self = ex.shared_from_this();
+  const bool stream = request->stream;
+  if (std::shared_ptr<ChoiceGroup> group = started->group) {
+    // n > 1: answered once the prompt is in and the choices run (or with
+    // what stopped them: every status before the first byte).
+    ex.OnClientGone([group]() { group->Cancel(); });
+    group->Run([self, spec, headers, stream](absl::StatusOr<ChoiceJobs> jobs) {
+      if (!jobs.ok()) return self->Reply(ErrorResponse(jobs.status()));
+      Answer(self, *std::move(jobs), spec, headers, stream);
+    });
+    return;
+  }
+  std::shared_ptr<GenerationJob> job = started->job;
   // The client gone (streaming or not): cancelled at the next engine step,
   // the session restored as for a cancelled gRPC call.
   ex.OnClientGone([job]() { job->Cancel(); });
-  if (request->stream) {
+  Answer(self, {job}, spec, std::move(headers), stream);
+}
+
+void Answer(const std::shared_ptr<HttpExchange>& ex, ChoiceJobs jobs,
+            const AnswerSpec& spec, Headers headers, bool stream) {
+  if (stream) {
     HttpResponse r;
     r.content_type = "text/event-stream";
     r.headers = std::move(headers);
     r.headers.emplace_back("Cache-Control", "no-cache");
     r.headers.emplace_back("X-Accel-Buffering", "no");  // nginx: no buffering
-    r.stream = std::make_shared<SseSource>(job, head, options, *started);
-    return ex.Reply(std::move(r));
+    r.stream = ChoicesSseSource(std::move(jobs), spec);
+    return ex->Reply(std::move(r));
   }
-  // Not streaming: the answer once the job ends, built on the I/O thread.
-  auto pieces = std::make_shared<std::vector<TokenPiece>>();
-  auto scheduled = std::make_shared<std::atomic<bool>>(false);
-  StartedJob answer = *started;
-  answer.job = nullptr;  // held by the lambda's `job`
-  auto finish = [self, job, head, options, headers, pieces, scheduled,
-                 answer]() {
-    scheduled->store(false);
-    if (!job->Take(pieces.get())) return;
-    const JobResult& r = job->result();
-    if (!r.status.ok()) return self->Reply(ErrorResponse(r.status));
-    HttpResponse res =
-        JsonResponse(200, AnswerBody(head, *pieces, r, options, answer));
-    res.headers = headers;
-    res.headers.emplace_back("x-session-tokens",
-                             absl::StrCat(r.session_tokens));
-    self->Reply(std::move(res));
-  };
-  job->SetListener([self, finish, scheduled]() {
-    if (!scheduled->exchange(true)) self->Post(finish);
-  });
+  // Not streaming: the answer once the jobs end, built on the I/O thread.
+  WhenAnswered(
+      ex, std::move(jobs), spec,
+      [ex, headers](absl::StatusOr<std::string> body, const JobResult* r) {
+        if (!body.ok()) return ex->Reply(ErrorResponse(body.status()));
+        HttpResponse res = JsonResponse(200, *std::move(body));
+        res.headers = headers;
+        res.headers.emplace_back("x-session-tokens",
+                                 absl::StrCat(r->session_tokens));
+        ex->Reply(std::move(res));
+      });
 }
 
 void HttpApi::HandleTokenize(HttpExchange& ex) {

@@ -41,6 +41,11 @@ std::optional<std::string> NewSessionKey(absl::string_view header) {
   return std::nullopt;
 }
 
+const char* RpcName(const OpenAiRequest& r) {
+  return r.endpoint == Endpoint::kChat ? "http.ChatCompletions"
+                                       : "http.Completions";
+}
+
 }  // namespace
 
 struct OpenAiFrontend::Target {
@@ -314,6 +319,7 @@ absl::StatusOr<StartedJob> OpenAiFrontend::Start(
     return absl::NotFoundError(absl::StrCat(
         "model '", request.model, "' is not served here (GET /v1/models)"));
   }
+  if (auto s = CheckChoices(choice, request); !s.ok()) return s;
   auto target = ResolveSession(b, tenant, choice);
   if (!target.ok()) return target.status();
   const bool empty = target->lease->stats().tokens == 0;
@@ -353,12 +359,105 @@ absl::StatusOr<StartedJob> OpenAiFrontend::Start(
   a.session_tokens = spec.lease->stats().tokens;
   a.kv = spec.lease->kv();
   a.tenant = spec.lease->tenant();
-  const char* rpc = request.endpoint == Endpoint::kChat ? "http.ChatCompletions"
-                                                        : "http.Completions";
+  started.prompt_tokens = a.input_tokens + started.cached_tokens;
+  if (request.n > 1) {
+    return StartGroup(b, request, std::move(spec), a, std::move(started));
+  }
+  const char* rpc = RpcName(request);
   started.job = std::make_shared<GenerationJob>(state_, b, rpc, tenant);
   if (!created.empty())
     started.job->SetCreatedSession(created, target->one_shot);
   if (auto s = started.job->Submit(std::move(spec), a); !s.ok()) return s;
+  return started;
+}
+
+absl::Status OpenAiFrontend::CheckChoices(const SessionChoice& choice,
+                                          const OpenAiRequest& request) const {
+  if (request.n == 1) return absl::OkStatus();
+  const int max = state_.config().http.max_choices;
+  if (request.n > max) {
+    return FieldError("n", absl::StrCat("'n' is ", request.n,
+                                        "; this server samples at most ", max,
+                                        " choices per request"));
+  }
+  if (!choice.session_id.empty()) {
+    return FieldError(
+        "n",
+        "'n' > 1 needs a one-shot request (no x-session-id): its choices "
+        "fork the prompt; to sample a session several times, send one "
+        "request per choice with x-session-fork: 1");
+  }
+  const ServerLimits& limits = state_.config().limits;
+  const int sessions =
+      limits.tenant_max_sessions > 0
+          ? std::min(limits.max_sessions, limits.tenant_max_sessions)
+          : limits.max_sessions;
+  if (request.n > sessions) {
+    return FieldError("n", absl::StrCat("'n' is ", request.n,
+                                        ": each choice is a session and this "
+                                        "server holds at most ",
+                                        sessions, " (max_sessions)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<AdmissionTicket>>>
+OpenAiFrontend::AdmitChoices(const ServiceBackend& b, int n,
+                             const AdmissionRequest& prompt,
+                             int64_t max_tokens) const {
+  const ServerLimits& limits = state_.config().limits;
+  const int64_t host =
+      (prompt.input_tokens + n * max_tokens) * b.sessions->HostBytesPerToken();
+  const int64_t device =
+      b.admission->DeviceBytesEstimate(prompt.kv, prompt.input_tokens) +
+      n * b.admission->DeviceBytesEstimate(prompt.kv, max_tokens);
+  if (host > limits.max_host_kv_bytes || device > limits.max_device_kv_bytes) {
+    return FieldError(
+        "n", absl::StrCat("'n' is ", n, ": ", n, " choices of ", max_tokens,
+                          " tokens need more KV memory than this server has "
+                          "(max_host_kv_bytes, max_device_kv_bytes); lower "
+                          "'n' or 'max_tokens'"));
+  }
+  AdmissionRequest c = prompt;
+  c.session_tokens += prompt.input_tokens;
+  c.input_tokens = 0;
+  c.max_new_tokens = max_tokens;
+  std::vector<std::unique_ptr<AdmissionTicket>> tickets;
+  for (int i = 0; i < n; ++i) {
+    auto t = b.admission->Admit(c);
+    if (!t.ok()) return t.status();
+    tickets.push_back(*std::move(t));
+  }
+  return tickets;
+}
+
+absl::StatusOr<StartedJob> OpenAiFrontend::StartGroup(
+    const ServiceBackend& b, const OpenAiRequest& request, JobSpec spec,
+    const AdmissionRequest& prompt, StartedJob started) const {
+  const std::string parent = spec.lease->id();
+  const std::string tenant = spec.lease->tenant();
+  auto tickets = AdmitChoices(b, request.n, prompt, spec.sampling.max_tokens);
+  if (!tickets.ok()) {
+    spec.lease = SessionLease();
+    (void)b.sessions->Close(parent, tenant);
+    return tickets.status();
+  }
+  ChoicePlan plan;
+  plan.sampling = spec.sampling;
+  plan.seeded = request.seed.has_value();
+  plan.rpc = RpcName(request);
+  plan.tenant = tenant;
+  plan.parent_id = parent;
+  plan.tickets = *std::move(tickets);
+  // The prompt alone: it ends with the logits every fork samples from.
+  spec.generate = false;
+  AdmissionRequest a = prompt;
+  a.max_new_tokens = 0;
+  auto prefill = std::make_shared<GenerationJob>(state_, b, plan.rpc, tenant);
+  prefill->SetCreatedSession(parent, /*close_at_end=*/false);
+  if (auto s = prefill->Submit(std::move(spec), a); !s.ok()) return s;
+  started.group = std::make_shared<ChoiceGroup>(state_, b, std::move(plan),
+                                                std::move(prefill));
   return started;
 }
 

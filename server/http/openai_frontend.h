@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "model/chat/chat_template.h"
 #include "model/chat/tool_calls.h"
+#include "server/http/choice_group.h"
 #include "server/http/generation_job.h"
 #include "server/http/openai_json.h"
 #include "server/service_state.h"
@@ -29,7 +30,12 @@ struct SessionChoice {
 };
 
 struct StartedJob {
+  // n == 1: the job. n > 1: null, and `group` prefills the prompt and then
+  // runs the choices.
   std::shared_ptr<GenerationJob> job;
+  std::shared_ptr<ChoiceGroup> group;
+  // The request's prompt tokens (cached ones included), counted once.
+  int64_t prompt_tokens = 0;
   // The persistent session the request ran in (the fork child when
   // forked); empty for a one-shot request.
   std::string session_id;
@@ -54,8 +60,11 @@ class OpenAiFrontend {
   ServiceState& state() const { return state_; }
 
   // Validates, tokenizes, resolves the session (one-shot, new, existing or
-  // forked) and submits. Errors: NOT_FOUND for another model or an unknown
-  // session, INVALID_ARGUMENT for bad input, RESOURCE_EXHAUSTED for limits,
+  // forked) and submits (n > 1: the prefill of a ChoiceGroup, every
+  // choice's KV admitted). Errors: NOT_FOUND for another model or an
+  // unknown session, INVALID_ARGUMENT for bad input (param "n": n over
+  // HttpConfig::max_choices, n > 1 with x-session-id, n choices that can
+  // never fit the session or KV limits), RESOURCE_EXHAUSTED for limits,
   // ABORTED for a busy session, UNAVAILABLE while loading or draining.
   absl::StatusOr<StartedJob> Start(const std::string& tenant,
                                    const SessionChoice& choice,
@@ -96,6 +105,22 @@ class OpenAiFrontend {
                                           const OpenAiRequest& request,
                                           const SessionLease& lease,
                                           int64_t input_tokens) const;
+
+  // 400 (param "n") for an `n` this server never runs (see Start).
+  absl::Status CheckChoices(const SessionChoice& choice,
+                            const OpenAiRequest& request) const;
+  // n > 1: admits every choice's KV, submits the prompt's prefill in the
+  // one-shot session `spec` leases and returns the group that forks it.
+  absl::StatusOr<StartedJob> StartGroup(const ServiceBackend& b,
+                                        const OpenAiRequest& request,
+                                        JobSpec spec,
+                                        const AdmissionRequest& prompt,
+                                        StartedJob started) const;
+  // One ticket per choice for its generated tokens; 400 (param "n") when
+  // the n choices together exceed a KV limit on an empty server.
+  absl::StatusOr<std::vector<std::unique_ptr<AdmissionTicket>>> AdmitChoices(
+      const ServiceBackend& b, int n, const AdmissionRequest& prompt,
+      int64_t max_tokens) const;
 
   // The request's response_format / grammar, or the grammar of a forced
   // tool call, compiled into *sampling (400 naming the field).

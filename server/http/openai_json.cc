@@ -189,9 +189,11 @@ absl::Status ReadCommonFields(const Json& body, OpenAiRequest& r) {
   }
   if (!IsNull(body, "n")) {
     const Json& n = body.at("n");
-    if (!n.is_number_integer() || n.get<int64_t>() != 1) {
-      return QuotedFieldError("n", "must be 1 (one choice per request)");
+    if (!n.is_number_integer() || n.get<int64_t>() < 1) {
+      return QuotedFieldError("n", "must be an integer >= 1");
     }
+    r.n = static_cast<int>(
+        std::min<uint64_t>(n.get<uint64_t>(), std::numeric_limits<int>::max()));
   }
   if (!IsNull(body, "stream")) {
     if (!body.at("stream").is_boolean()) {
@@ -600,7 +602,8 @@ std::string CompletionBody(const ResponseHead& head,
                            absl::string_view finish_reason, const Usage& usage,
                            const ChoiceOptions& options) {
   const bool chat = head.endpoint == Endpoint::kChat;
-  Json choice{{"index", 0}, {"finish_reason", std::string(finish_reason)}};
+  Json choice{{"index", options.index},
+              {"finish_reason", std::string(finish_reason)}};
   const std::string text = PiecesText(pieces);
   if (chat) {
     choice["message"] = Json{{"role", "assistant"}, {"content", text}};
@@ -633,7 +636,7 @@ std::string ChunkBody(const ResponseHead& head,
                       const ChoiceOptions& options,
                       absl::string_view finish_reason) {
   const bool chat = head.endpoint == Endpoint::kChat;
-  Json choice{{"index", 0},
+  Json choice{{"index", options.index},
               {"finish_reason", finish_reason.empty()
                                     ? Json(nullptr)
                                     : Json(std::string(finish_reason))}};
@@ -666,6 +669,16 @@ std::string ChunkBody(const ResponseHead& head, absl::string_view text,
   std::vector<TokenPiece> pieces;
   if (!text.empty()) pieces.emplace_back().text = std::string(text);
   return ChunkBody(head, pieces, first, ChoiceOptions(), finish_reason);
+}
+
+std::string MergeChoices(const std::vector<std::string>& bodies) {
+  if (bodies.empty()) return std::string();
+  Json j = Json::parse(bodies[0]);
+  for (size_t i = 1; i < bodies.size(); ++i) {
+    Json other = Json::parse(bodies[i]);
+    for (Json& c : other["choices"]) j["choices"].push_back(std::move(c));
+  }
+  return Dump(j);
 }
 
 std::string UsageChunkBody(const ResponseHead& head, const Usage& usage) {

@@ -69,6 +69,9 @@ struct OpenAiRequest {
   std::vector<int32_t> prompt_ids;
   bool has_prompt_ids = false;
   std::vector<ChatTurn> messages;  // /v1/chat/completions
+  // Choices to sample (>= 1; the cap, HttpConfig::max_choices, is checked
+  // by OpenAiFrontend).
+  int n = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::optional<int> max_tokens;
@@ -95,7 +98,8 @@ inline constexpr int kMaxJsonDepth = 32;
 
 // INVALID_ARGUMENT naming the field for: a body that is not JSON (or holds
 // invalid UTF-8), deeper than kMaxJsonDepth or not an object; a field of
-// the wrong type or out of range; `n` other than 1; more than one prompt;
+// the wrong type or out of range; `n` not an integer >= 1; more than one
+// prompt;
 // a chat request without messages; response_format or grammar malformed
 // (param "response_format" / "grammar"; they are compiled later, by
 // OpenAiFrontend); tools, tool_choice or a message's tool_calls malformed.
@@ -161,6 +165,7 @@ struct Usage {
 // shape {tokens, token_logprobs, top_logprobs, text_offset}) and echo.
 struct ChoiceOptions {
   int logprobs = -1;  // -1: none; else the top count
+  int index = 0;      // the choice's index (n > 1)
   bool include_usage = false;
   std::string echo_text;    // completions with echo: the prompt
   int64_t text_offset = 0;  // streaming: text bytes sent before this chunk
@@ -169,21 +174,26 @@ struct ChoiceOptions {
 };
 ChoiceOptions ChoiceOptionsOf(const OpenAiRequest& r);
 
-// A whole (non-streaming) response: one choice with `text`.
+// A whole (non-streaming) response: one choice with `text` (index 0), or
+// with `pieces` at options.index.
 std::string CompletionBody(const ResponseHead& head, absl::string_view text,
                            absl::string_view finish_reason, const Usage& usage);
 std::string CompletionBody(const ResponseHead& head,
                            const std::vector<TokenPiece>& pieces,
                            absl::string_view finish_reason, const Usage& usage,
                            const ChoiceOptions& options);
-// One streamed chunk: delta `text` (chat: with role "assistant" when
-// `first`), finish_reason null unless given.
+// One streamed chunk of choice options.index (0 for the text form): delta
+// `text` (chat: with role "assistant" when `first`), finish_reason null
+// unless given.
 std::string ChunkBody(const ResponseHead& head, absl::string_view text,
                       bool first, absl::string_view finish_reason = "");
 std::string ChunkBody(const ResponseHead& head,
                       const std::vector<TokenPiece>& pieces, bool first,
                       const ChoiceOptions& options,
                       absl::string_view finish_reason = "");
+// The bodies of one response's choices (each a CompletionBody, possibly
+// with WithToolCalls) as one body: the first with every body's choices.
+std::string MergeChoices(const std::vector<std::string>& bodies);
 // The usage chunk of stream_options.include_usage (choices empty).
 std::string UsageChunkBody(const ResponseHead& head, const Usage& usage);
 // "data: <json>\n\n"

@@ -338,20 +338,21 @@ std::string WithToolCalls(const std::string& body_json,
 }
 
 std::vector<std::string> ToolCallChunks(const ResponseHead& head, int index,
-                                        const ToolCallOut& call, bool first) {
+                                        const ToolCallOut& call, bool first,
+                                        int choice) {
   auto chunk = [&](Json call_delta, bool with_role) {
     Json delta = Json::object();
     if (with_role) delta["role"] = "assistant";
     delta["tool_calls"] = Json::array({std::move(call_delta)});
-    Json choice{{"index", 0},
-                {"delta", delta},
-                {"logprobs", nullptr},
-                {"finish_reason", nullptr}};
+    Json c{{"index", choice},
+           {"delta", delta},
+           {"logprobs", nullptr},
+           {"finish_reason", nullptr}};
     Json j{{"id", head.id},
            {"object", "chat.completion.chunk"},
            {"created", head.created},
            {"model", head.model},
-           {"choices", Json::array({choice})}};
+           {"choices", Json::array({c})}};
     return Text(j);
   };
   return {chunk(Json{{"index", index},

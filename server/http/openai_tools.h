@@ -69,9 +69,10 @@ struct ToolCallOut {
 std::string WithToolCalls(const std::string& body_json,
                           const std::string& content,
                           const std::vector<ToolCallOut>& calls);
-// The streamed chunks of one call: {index, id, type, function: {name,
-// arguments: ""}} then {index, function: {arguments}}.
+// The streamed chunks of one call of choice `choice`: {index, id, type,
+// function: {name, arguments: ""}} then {index, function: {arguments}}.
 std::vector<std::string> ToolCallChunks(const ResponseHead& head, int index,
-                                        const ToolCallOut& call, bool first);
+                                        const ToolCallOut& call, bool first,
+                                        int choice = 0);
 
 }  // namespace ckv::server::http

@@ -100,7 +100,7 @@ await assert.rejects(
                             { headers: { "x-session-id": "s-00000000" } }),
   (e) => e instanceof OpenAI.NotFoundError && e.error?.type === "not_found_error");
 await assert.rejects(
-  client.chat.completions.create({ model, n: 2,
+  client.chat.completions.create({ model, n: 0,
                                    messages: [{ role: "user", content: "x" }] }),
   (e) => e instanceof OpenAI.BadRequestError && e.error?.param === "n");
 const anonymous = new OpenAI({ baseURL, apiKey: "wrong", maxRetries: 0 });

@@ -1,7 +1,7 @@
 // OpenAI semantics of clusterkv-server's HTTP API through the official
 // `openai` npm package (tests/http/http_front_test.py installs it and starts
 // the server with --context-length 1024): seeds, errors that name the
-// OpenAI field, roles and content, GET /v1/models/{id}, logprobs.
+// OpenAI field, roles and content, GET /v1/models/{id}, logprobs, n.
 // Usage: node openai_semantics.mjs BASE_URL API_KEY
 // Prints "ok <check>" per passed check; throws (exit 1) on the first failure.
 import assert from "node:assert/strict";
@@ -113,3 +113,29 @@ for await (const chunk of await client.completions.create({
 assert.equal(text, done.choices[0].text);
 assert.deepEqual(offsets, lp.text_offset);
 ok("completions logprobs 2 + echo, streamed alike");
+
+// n: 2 — two choices (indices 0 and 1) from one prefilled prompt, counted
+// once in usage; streamed interleaved, each choice with one finish_reason
+// and the non-streamed choice's text.
+const nBody = { model, prompt, max_tokens: 6, temperature: 1, seed: 5 };
+const two = await client.completions.create({ ...nBody, n: 2 });
+assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
+const single = await client.completions.create(nBody);
+assert.equal(two.usage.prompt_tokens, single.usage.prompt_tokens);
+assert.equal(two.choices[0].text, single.choices[0].text);  // seed + 0
+const chatN = { model, max_tokens: 6, temperature: 1, seed: 5, n: 2,
+                messages: [{ role: "user", content: "Two ideas, please." }] };
+const chatTwo = await client.chat.completions.create(chatN);
+assert.equal(chatTwo.choices.length, 2);
+const texts = ["", ""], finishes = [0, 0];
+for await (const chunk of await client.chat.completions.create(
+    { ...chatN, stream: true })) {
+  for (const c of chunk.choices) {
+    texts[c.index] += c.delta?.content ?? "";
+    if (c.finish_reason) finishes[c.index]++;
+  }
+}
+assert.deepEqual(finishes, [1, 1]);
+assert.deepEqual(texts, chatTwo.choices.map((c) => c.message.content));
+await badRequest(client.completions.create({ ...nBody, n: 17 }), "n");
+ok("n: 2 choices, prompt counted once, streamed interleaved; n 17: 400");

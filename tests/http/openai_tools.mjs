@@ -201,3 +201,32 @@ const final = await runner.finalChatCompletion();
 assert.equal(final.choices[0].message.tool_calls[0].function.arguments,
              tc.function.arguments);
 ok("beta.chat.completions.stream accumulates the call");
+
+// n: 2 with a forced call: each choice has its own call (choice 0 the
+// seed-7 call above, seed + 0); streamed, the SDK's accumulator rebuilds
+// both choices' calls from the interleaved deltas.
+const twoCalls = await client.chat.completions.create({
+  model, max_tokens: 120, seed: 7, temperature: 1, tools, tool_choice: "required",
+  messages: [question], n: 2,
+});
+assert.deepEqual(twoCalls.choices.map((c) => c.index), [0, 1]);
+for (const c of twoCalls.choices) {
+  assert.equal(c.finish_reason, "tool_calls");
+  assert.equal(c.message.tool_calls.length, 1);
+  const f = c.message.tool_calls[0].function;
+  validate(tools.find((t) => t.function.name === f.name).function.parameters,
+           JSON.parse(f.arguments));
+}
+assert.equal(twoCalls.choices[0].message.tool_calls[0].function.arguments,
+             tc.function.arguments);
+assert.equal(twoCalls.usage.prompt_tokens, call1.usage.prompt_tokens);
+const twoStream = await client.beta.chat.completions.stream({
+  model, max_tokens: 120, seed: 7, temperature: 1, tools, tool_choice: "required",
+  messages: [question], n: 2,
+}).finalChatCompletion();
+assert.equal(twoStream.choices.length, 2);
+for (const i of [0, 1]) {
+  assert.equal(twoStream.choices[i].message.tool_calls[0].function.arguments,
+               twoCalls.choices[i].message.tool_calls[0].function.arguments);
+}
+ok("n: 2 tool calls, one per choice, streamed alike");

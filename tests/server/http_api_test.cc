@@ -52,7 +52,8 @@ TEST(OpenAiJsonTest, RefusesMalformedBodies) {
   EXPECT_EQ(ParseCode(std::string(100000, '[') + std::string(100000, ']')),
             kBad);
   EXPECT_EQ(ParseCode("{}"), kBad);  // no prompt
-  EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"n\": 2}"), kBad);
+  EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"n\": 0}"), kBad);
+  EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"n\": 1.5}"), kBad);
   EXPECT_EQ(ParseCode("{\"prompt\": [\"a\", \"b\"]}"), kBad);
   EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"max_tokens\": 0}"), kBad);
   EXPECT_EQ(ParseCode("{\"prompt\": \"a\", \"temperature\": \"hot\"}"), kBad);
@@ -65,7 +66,7 @@ TEST(OpenAiJsonTest, RefusesMalformedBodies) {
 }
 
 TEST(OpenAiJsonTest, ErrorBodyHasOpenAiShapeAndNamesTheField) {
-  auto r = ParseOpenAiRequest("{\"prompt\": \"a\", \"n\": 3}",
+  auto r = ParseOpenAiRequest("{\"prompt\": \"a\", \"n\": -3}",
                               Endpoint::kCompletions);
   ASSERT_FALSE(r.ok());
   const Json e = Json::parse(ErrorBody(r.status()))["error"];
@@ -172,7 +173,7 @@ TEST_F(HttpApiTest, ErrorsHaveOpenAiShapeAndStatus) {
             "invalid_request_error");
   EXPECT_EQ(ErrorOf(Post("/v1/chat/completions",
                          R"({"messages": [{"role": "user", "content": "x"}],
-                             "n": 2})"),
+                             "n": 0})"),
                     400)["param"],
             "n");
   EXPECT_EQ(ErrorOf(Post("/v1/completions", R"({"prompt": "hello"})",
