@@ -167,7 +167,9 @@ absl::Status EngineBench::LoadAndDescribe() {
   to.threads = threads_;
   to.prefill_chunk = o_.prefill_chunk;
   to.profile = true;
-  tr_ = std::make_unique<Transformer>(model_->config, model_->weights, to);
+  auto tr = NewTransformer(model_->config, model_->weights, to, o_.backend);
+  if (!tr.ok()) return tr.status();
+  tr_ = *std::move(tr);
   if (!o_.engine_prefill_cache.empty()) {
     auto cache = PrefillCache::Open(o_.engine_prefill_cache, *model_);
     if (!cache.ok()) return cache.status();

@@ -255,8 +255,12 @@ absl::StatusOr<ThreadRun> RunThreadCount(const Model& model,
                                          int threads) {
   std::fprintf(stderr, "engine_bench: %d thread(s)\n", threads);
   auto backend =
-      MakeBackend(BackendKind::kCpu, BackendOptions{.threads = threads});
+      MakeBackend(options.backend, BackendOptions{.threads = threads});
   if (!backend.ok()) return backend.status();
+  std::fprintf(stderr, "engine_bench: backend %s%s: %s\n",
+               (*backend)->info().name.c_str(),
+               options.backend == BackendKind::kAuto ? " (auto)" : "",
+               (*backend)->info().device.c_str());
   Runner runner(model, options, threads, *std::move(backend));
   return runner.Run(threads);
 }

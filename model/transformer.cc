@@ -283,4 +283,13 @@ void Transformer::OutputLogits(const Step& step) {
   }
 }
 
+absl::StatusOr<std::unique_ptr<Transformer>> NewTransformer(
+    const ModelConfig& config, const ModelWeights& weights,
+    const TransformerOptions& options, BackendKind kind) {
+  auto backend = MakeBackend(kind, BackendOptions{.threads = options.threads});
+  if (!backend.ok()) return backend.status();
+  return std::make_unique<Transformer>(config, weights, options,
+                                       *std::move(backend));
+}
+
 }  // namespace ckv

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/backend/backend.h"
 #include "model/kv_cache.h"
@@ -109,5 +110,11 @@ class Transformer {
   std::vector<float> logits_;
   ForwardProfile profile_;
 };
+
+// A Transformer on a new backend of `kind` with options.threads threads;
+// INVALID_ARGUMENT for a kind this build does not have (MakeBackend).
+absl::StatusOr<std::unique_ptr<Transformer>> NewTransformer(
+    const ModelConfig& config, const ModelWeights& weights,
+    const TransformerOptions& options, BackendKind kind);
 
 }  // namespace ckv

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "model/backend/cpu/cpu_backend.h"
 #include "server/limits.h"
 
 namespace ckv::server {
@@ -50,8 +51,15 @@ struct EngineLoop::Job {
 
 EngineLoop::EngineLoop(const Model& model, const TransformerOptions& options,
                        int max_queued)
+    : EngineLoop(model, options, max_queued,
+                 std::make_unique<CpuBackend>(
+                     BackendOptions{.threads = options.threads})) {}
+
+EngineLoop::EngineLoop(const Model& model, const TransformerOptions& options,
+                       int max_queued, std::unique_ptr<Backend> backend)
     : model_(model),
-      transformer_(model.config, model.weights, options),
+      transformer_(model.config, model.weights, options, std::move(backend)),
+      backend_info_(transformer_.backend().info()),
       prefill_chunk_(std::max(1, options.prefill_chunk)),
       max_queued_(max_queued),
       thread_([this] { Loop(); }) {}

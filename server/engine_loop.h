@@ -97,8 +97,12 @@ struct EngineStats {
 
 class EngineLoop {
  public:
+  // Runs the model on a CpuBackend of options.threads threads.
   EngineLoop(const Model& model, const TransformerOptions& options,
              int max_queued);
+  // Runs the model on `backend` (not null).
+  EngineLoop(const Model& model, const TransformerOptions& options,
+             int max_queued, std::unique_ptr<Backend> backend);
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
   ~EngineLoop();  // cancels remaining jobs, joins the thread
@@ -116,6 +120,8 @@ class EngineLoop {
 
   EngineStats stats() const;
   const Model& model() const { return model_; }
+  // The backend the model runs on (GetServerInfo, the status page).
+  const BackendInfo& backend_info() const { return backend_info_; }
   // Live recall telemetry (server/recall_sampler.h); set before the first
   // Submit. Null: off.
   void SetRecallSampler(std::unique_ptr<RecallSampler> sampler);
@@ -140,6 +146,7 @@ class EngineLoop {
 
   const Model& model_;
   Transformer transformer_;
+  const BackendInfo backend_info_;
   const int prefill_chunk_;
   const int max_queued_;
   // std::mutex (not absl::Mutex): ThreadSanitizer sees its ordering.

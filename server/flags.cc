@@ -52,6 +52,9 @@ ABSL_FLAG(int, http_max_connections_per_address,
 ABSL_FLAG(int64_t, context_length, kDefaults.context_length,
           "tokens of context per sequence (prompt + completion); 0: the "
           "model file's context_length");
+ABSL_FLAG(std::string, backend, ckv::BackendKindName(kDefaults.backend),
+          "compute backend: auto|cpu|cuda|fake (auto: the best one this "
+          "build has, logged; cuda and fake are not built yet)");
 ABSL_FLAG(int, threads, kDefaults.threads, "compute threads (0: all cores)");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
@@ -234,6 +237,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   c.listen_address = absl::GetFlag(FLAGS_listen);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   c.http_listen_address = absl::GetFlag(FLAGS_http_listen);
+  auto backend = ParseBackendFlag(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return backend.status();
+  c.backend = *backend;
   c.threads = absl::GetFlag(FLAGS_threads);
   if (c.threads < 0)
     return absl::InvalidArgumentError("--threads must be >= 0");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "model/backend/backend.h"
 #include "model/kv/kv_config.h"
 #include "model/sampler.h"
 
@@ -61,8 +62,11 @@ struct ServerConfig {
   std::string model_path;
   std::string listen_address = "127.0.0.1:50051";
   std::string metrics_address = "127.0.0.1:9464";  // empty: no /metrics
-  int threads = 0;                                 // 0: all cores
-  int prefill_chunk = 256;                         // tokens per prefill step
+  // Compute backend (model/backend/backend.h); auto: the best this build
+  // has (today the CPU), logged at start and reported by GetServerInfo.
+  BackendKind backend = BackendKind::kAuto;
+  int threads = 0;               // 0: all cores
+  int prefill_chunk = 256;       // tokens per prefill step
   int drain_grace_seconds = 10;  // SIGTERM: finish streams this long
   // Threads that run unary RPCs (server/blocking_pool.h): snapshot files,
   // session restore and tokenizing never block a gRPC callback thread.

@@ -321,9 +321,12 @@ void FillLimits(const ServerLimits& l, v1::Limits* out) {
 
 void FillServerInfo(const ServerConfig& config, const Model& model,
                     const SessionManager& sessions, const EngineStats& engine,
-                    bool draining, v1::ServerInfo* out) {
+                    const BackendInfo& backend, bool draining,
+                    v1::ServerInfo* out) {
   FillModelInfo(config, model.config, out->mutable_model());
-  out->set_backend("cpu");
+  out->set_backend(backend.name);
+  out->set_device_name(backend.device);
+  out->set_device_memory_bytes(backend.device_memory_bytes);
   out->set_kernels(kernels::cpu::KernelSetName());
   out->set_threads(config.threads);
   const ServerLimits& l = config.limits;

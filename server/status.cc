@@ -111,7 +111,7 @@ absl::StatusOr<ServerStatus> CollectStatus(const ServiceState& state,
   s.unix_ms = NowUnixMs();
   s.engine = b->engine->stats();
   FillServerInfo(state.config(), *b->model, *b->sessions, s.engine,
-                 state.draining(), &s.info);
+                 b->engine->backend_info(), state.draining(), &s.info);
   s.info.set_has_chat_template(b->chat != nullptr && b->chat->has_template());
   s.totals = b->sessions->Totals();
   s.prefix_cache = b->sessions->prefix_cache().stats();

@@ -33,11 +33,10 @@ BackendKind ResolveBackendKind(BackendKind kind) {
   return kind == BackendKind::kAuto ? BackendKind::kCpu : kind;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
-    BackendKind kind, const BackendOptions& options) {
+absl::Status CheckBackendBuilt(BackendKind kind) {
   switch (ResolveBackendKind(kind)) {
     case BackendKind::kCpu:
-      return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
+      return absl::OkStatus();
     case BackendKind::kCuda:
       return absl::InvalidArgumentError(
           "--backend cuda: this build has no CUDA backend yet (use cpu or "
@@ -50,6 +49,20 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
       break;
   }
   return absl::InternalError("unresolved backend kind");
+}
+
+absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name) {
+  auto kind = ParseBackendKind(name);
+  if (!kind.ok()) return kind.status();
+  if (auto s = CheckBackendBuilt(*kind); !s.ok()) return s;
+  return *kind;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
+    BackendKind kind, const BackendOptions& options) {
+  if (auto s = CheckBackendBuilt(kind); !s.ok()) return s;
+  // Only the CPU backend is built (CheckBackendBuilt).
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
 }
 
 }  // namespace ckv

@@ -37,6 +37,11 @@ const char* BackendKindName(BackendKind kind);
 absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
 // The concrete kind kAuto stands for in this build; other kinds unchanged.
 BackendKind ResolveBackendKind(BackendKind kind);
+// OK when this build can make `kind`; INVALID_ARGUMENT naming the backend
+// this build does not have yet (cuda, fake) otherwise.
+absl::Status CheckBackendBuilt(BackendKind kind);
+// ParseBackendKind, then CheckBackendBuilt: what a --backend flag accepts.
+absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name);
 
 struct BackendOptions {
   int threads = 1;  // CPU worker threads (the CPU backend's pool)

@@ -39,17 +39,13 @@ std::string CpuModelName() {
 }  // namespace
 
 CpuBackend::CpuBackend(const BackendOptions& options)
-    : pool_(std::make_unique<cpu::ThreadPool>(std::max(1, options.threads))) {}
+    : pool_(std::make_unique<cpu::ThreadPool>(std::max(1, options.threads))) {
+  info_.name = "cpu";
+  info_.device = absl::StrCat(CpuModelName(), " (", pool_->size(), " threads)");
+  info_.device_memory_bytes = 0;  // no device memory: all in host RAM
+}
 
 CpuBackend::~CpuBackend() = default;
-
-BackendInfo CpuBackend::info() const {
-  BackendInfo info;
-  info.name = "cpu";
-  info.device = absl::StrCat(CpuModelName(), " (", pool_->size(), " threads)");
-  info.device_memory_bytes = 0;  // no device memory: KV and weights in host RAM
-  return info;
-}
 
 Activation CpuBackend::NewActivation(int64_t width) {
   buffers_.push_back(Buffer{width, {}});

@@ -20,7 +20,7 @@ class CpuBackend final : public Backend {
   // schedule; the model layer never uses it.
   kernels::cpu::ThreadPool* pool() { return pool_.get(); }
 
-  BackendInfo info() const override;
+  BackendInfo info() const override { return info_; }
   Activation NewActivation(int64_t width) override;
   void BeginStep(absl::Span<const int64_t> positions) override;
   void EndStep() override {}
@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
   int64_t Width(Activation a) const { return buffers_[a.id].width; }
 
   std::unique_ptr<kernels::cpu::ThreadPool> pool_;
+  BackendInfo info_;
   std::vector<Buffer> buffers_;
   std::vector<int64_t> pos_;     // positions of the step's rows
   std::vector<float> gathered_;  // logits rows, normalised
