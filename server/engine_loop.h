@@ -128,9 +128,20 @@ class EngineLoop {
 
  private:
   struct Job;
+  // The rows of one model step and the job of each (decode rows first).
+  struct StepBatch {
+    std::vector<SequenceInput> inputs;
+    std::vector<Job*> owners;
+    size_t n_decode = 0;       // inputs[0, n_decode): one decoded token each
+    int64_t input_tokens = 0;  // tokens of the input chunks after them
+  };
   void Loop();
   // Runs one batched model step; false when there was nothing to run.
   bool RunStep();
+  void AdvanceJobs();                 // cancel, start, finish indexed jobs
+  void BuildBatch(StepBatch* batch);  // the scheduler's batching
+  void AddInputChunks(StepBatch* batch);
+  absl::Status RunModel(StepBatch& batch);  // the backend step
   void DropFinished();  // removes jobs that reported on_done
   absl::Status StartJob(Job& job);
   void AfterStep(Job& job, bool fed_input);
