@@ -429,7 +429,7 @@ absl::Status EngineBench::FinishSeries(DecodeSeries& s, const PolicyChoice& pc,
       {"quest_pages_ms", p.stats.pages_ms},
       {"session_host_bytes", mem.host_bytes},
       {"session_host_shared_bytes", mem.host_shared_bytes},
-      {"session_device_bytes", mem.device_bytes},
+      {"session_device_bytes", mem.working_set_bytes},
       {"timed_steps", o_.decode_steps},
       {"timed_rounds", s.rounds}};
   PrintRecord(r, stderr);

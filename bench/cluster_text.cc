@@ -16,8 +16,6 @@
 namespace ckv::bench {
 namespace {
 
-using kernels::cpu::ClusterMetric;
-
 // The hybrid policy of the tables: clusterkv that always keeps the most
 // recent budget / kHybridRecentDivisor clustered tokens.
 constexpr int kHybridRecentDivisor = 4;

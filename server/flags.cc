@@ -70,7 +70,8 @@ ABSL_FLAG(int, max_sessions, kLimits.max_sessions, "sessions at most");
 ABSL_FLAG(int64_t, max_host_kv_bytes, kLimits.max_host_kv_bytes,
           "host-tier KV bytes of all sessions at most");
 ABSL_FLAG(int64_t, max_device_kv_bytes, kLimits.max_device_kv_bytes,
-          "device-tier KV bytes of all sessions at most");
+          "working-set KV bytes of all sessions at most (device memory on a "
+          "device backend; host memory on the CPU)");
 ABSL_FLAG(int64_t, max_prompt_tokens, kLimits.max_prompt_tokens,
           "input tokens of one request at most");
 ABSL_FLAG(int64_t, max_session_tokens, kLimits.max_session_tokens,

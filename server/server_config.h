@@ -14,7 +14,7 @@ namespace ckv::server {
 struct ServerLimits {
   int max_sessions = 64;
   int64_t max_host_kv_bytes = int64_t{16} << 30;   // all sessions, host tier
-  int64_t max_device_kv_bytes = int64_t{8} << 30;  // all sessions, device tier
+  int64_t max_device_kv_bytes = int64_t{8} << 30;  // all working sets
   int64_t max_prompt_tokens = 131072;   // one Prefill/Decode/Generate input
   int64_t max_session_tokens = 131072;  // tokens a session may hold
   int max_chat_messages = 1024;         // messages of one request

@@ -272,7 +272,7 @@ void FillSessionInfo(const Session& s, v1::SessionInfo* out) {
   v1::MemoryUsage* m = out->mutable_memory();
   m->set_host_bytes(st.memory.host_bytes);
   m->set_host_shared_bytes(st.memory.host_shared_bytes);
-  m->set_device_bytes(st.memory.device_bytes);
+  m->set_device_bytes(st.memory.working_set_bytes);  // wire-contract.md
   v1::CacheStats* c = out->mutable_cache();
   c->set_lookups(st.cache.lookups);
   c->set_hits(st.cache.hits);

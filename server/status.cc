@@ -37,7 +37,7 @@ SessionStatus StatusOf(const Session& s, int64_t now_ms) {
   r.segments = st.segments;
   r.clustered_tokens = st.clustered_tokens;
   r.host_bytes = st.memory.host_bytes;
-  r.device_bytes = st.memory.device_bytes;
+  r.device_bytes = st.memory.working_set_bytes;
   r.cache_lookups = st.cache.lookups;
   r.cache_hits = st.cache.hits;
   r.busy = s.busy();
