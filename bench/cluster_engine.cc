@@ -167,7 +167,9 @@ absl::Status EngineBench::LoadAndDescribe() {
   to.threads = threads_;
   to.prefill_chunk = o_.prefill_chunk;
   to.profile = true;
-  tr_ = std::make_unique<Transformer>(model_->config, model_->weights, to);
+  auto tr = NewTransformer(model_->config, model_->weights, to, o_.backend);
+  if (!tr.ok()) return tr.status();
+  tr_ = *std::move(tr);
   if (!o_.engine_prefill_cache.empty()) {
     auto cache = PrefillCache::Open(o_.engine_prefill_cache, *model_);
     if (!cache.ok()) return cache.status();
@@ -427,7 +429,7 @@ absl::Status EngineBench::FinishSeries(DecodeSeries& s, const PolicyChoice& pc,
       {"quest_pages_ms", p.stats.pages_ms},
       {"session_host_bytes", mem.host_bytes},
       {"session_host_shared_bytes", mem.host_shared_bytes},
-      {"session_device_bytes", mem.device_bytes},
+      {"session_device_bytes", mem.working_set_bytes},
       {"timed_steps", o_.decode_steps},
       {"timed_rounds", s.rounds}};
   PrintRecord(r, stderr);

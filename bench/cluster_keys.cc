@@ -326,7 +326,7 @@ absl::Status KeysBench::RunAblations(
     int64_t ctx, const std::vector<std::vector<float>>& qs) {
   const PolicyChoice& ckv = kClusterKvPolicy;
   std::vector<KvStoreConfig> configs;
-  for (auto m : {cpu::ClusterMetric::kL2, cpu::ClusterMetric::kInnerProduct}) {
+  for (auto m : {ClusterMetric::kL2, ClusterMetric::kInnerProduct}) {
     KvStoreConfig c = BaseConfig();
     c.build_all_indexes = false;
     c.metric = m;

@@ -40,6 +40,9 @@ ABSL_FLAG(bool, quick, false,
           "batches 1,4");
 ABSL_FLAG(int, threads, Defaults().threads,
           "compute threads (0: every hardware thread)");
+ABSL_FLAG(std::string, backend, ckv::BackendKindName(Defaults().backend),
+          "compute backend of the engine and text workloads: "
+          "auto|cpu|cuda|fake (cuda and fake are not built yet)");
 ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed of keys, queries, tokens");
 ABSL_FLAG(std::string, workloads, "keys,engine",
           "comma-separated: keys, engine, text (a real model on real text)");
@@ -160,6 +163,9 @@ absl::Status ReadScalars(ClusterBenchOptions& o) {
   o.out_json = absl::GetFlag(FLAGS_json);
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.threads = absl::GetFlag(FLAGS_threads);
+  auto backend = ParseBackendFlag(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return backend.status();
+  o.backend = *backend;
   o.seed = absl::GetFlag(FLAGS_seed);
   o.key_queries = absl::GetFlag(FLAGS_key_queries);
   o.timing_steps = absl::GetFlag(FLAGS_timing_steps);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/backend/backend.h"
 #include "model/make_random.h"
 
 namespace ckv::bench {
@@ -35,6 +36,9 @@ struct ClusterBenchOptions {
   std::string work_dir = "bench/results";  // the cached random model
   bool quick = false;
   int threads = 0;  // 0: every hardware thread
+  // Compute backend of the engine and text workloads (auto|cpu; cuda and
+  // fake refused until built).
+  BackendKind backend = BackendKind::kAuto;
   uint64_t seed = 1;
   bool run_keys = true;
   bool run_engine = true;

@@ -12,6 +12,7 @@
 
 #include "bench/cluster_options.h"
 #include "kernels/cpu/cluster_ops.h"
+#include "model/kv/kv_config.h"
 #include "nlohmann/json.hpp"
 
 namespace ckv::bench {
@@ -49,11 +50,11 @@ struct ClusterReport {
 };
 
 // The metric's name in records and flags: cosine, l2, ip.
-inline const char* MetricName(kernels::cpu::ClusterMetric m) {
+inline const char* MetricName(ClusterMetric m) {
   switch (m) {
-    case kernels::cpu::ClusterMetric::kL2:
+    case ClusterMetric::kL2:
       return "l2";
-    case kernels::cpu::ClusterMetric::kInnerProduct:
+    case ClusterMetric::kInnerProduct:
       return "ip";
     default:
       return "cosine";

@@ -16,8 +16,6 @@
 namespace ckv::bench {
 namespace {
 
-using kernels::cpu::ClusterMetric;
-
 // The hybrid policy of the tables: clusterkv that always keeps the most
 // recent budget / kHybridRecentDivisor clustered tokens.
 constexpr int kHybridRecentDivisor = 4;
@@ -129,7 +127,9 @@ absl::Status RunTextWorkload(const ClusterBenchOptions& o, int threads,
   const ModelConfig& mc = (*model)->config;
   TransformerOptions topt;
   topt.threads = threads;
-  Transformer tf(mc, (*model)->weights, topt);
+  auto made = NewTransformer(mc, (*model)->weights, topt, o.backend);
+  if (!made.ok()) return made.status();
+  Transformer& tf = **made;
   TextEvalOptions t;
   t.prompt_tokens = o.text_prompt_tokens;
   t.decode_tokens = o.text_decode_tokens;

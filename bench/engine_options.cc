@@ -63,6 +63,9 @@ ABSL_FLAG(double, background_load, Defaults().background.fraction,
 ABSL_FLAG(double, background_period_ms, Defaults().background.period_ms,
           "duty-cycle period of --background_load (ms)");
 
+ABSL_FLAG(std::string, backend, ckv::BackendKindName(Defaults().backend),
+          "compute backend: auto|cpu|cuda|fake (auto: the best this build "
+          "has; cuda and fake are not built yet)");
 ABSL_FLAG(std::string, pool_schedule, Defaults().pool_schedule,
           "thread pool schedule: dynamic (chunks claimed one at a time) or "
           "static (one fixed range per thread; the former policy)");
@@ -101,6 +104,9 @@ absl::Status ReadLists(EngineBenchOptions& o) {
 }
 
 absl::Status ReadScalars(EngineBenchOptions& o) {
+  auto backend = ParseBackendFlag(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return backend.status();
+  o.backend = *backend;
   o.model = absl::GetFlag(FLAGS_model);
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.random.vocab = absl::GetFlag(FLAGS_vocab);

@@ -10,6 +10,7 @@
 #include "bench/background_load.h"
 #include "bench/bench_common.h"
 #include "kernels/dtype.h"
+#include "model/backend/backend.h"
 #include "model/make_random.h"
 
 namespace ckv::bench {
@@ -20,6 +21,9 @@ struct EngineBenchOptions {
   RandomModelSpec random = DefaultModelSpec();  // used when `model` is empty
   std::vector<int64_t> depths = {0, 4096, 16384, 32768};  // ascending
   std::vector<int> threads = {1, 2};
+  // Compute backend (model/backend/backend.h): auto|cpu; cuda and fake are
+  // refused until built.
+  BackendKind backend = BackendKind::kAuto;
   int decode_tokens = 32;
   int prefill_chunk = 256;
   kernels::DType kv_type = kernels::DType::kF16;

@@ -10,6 +10,7 @@
 
 #include "bench/background_load.h"
 #include "bench/mem_bandwidth.h"
+#include "model/backend/cpu/cpu_backend.h"
 #include "model/dense_kv_cache.h"
 #include "model/transformer.h"
 
@@ -33,6 +34,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+kernels::cpu::ThreadPool* CpuPoolOf(Backend* backend) {
+  auto* cpu = dynamic_cast<CpuBackend*>(backend);
+  return cpu != nullptr ? cpu->pool() : nullptr;
+}
+
 double ProcessCpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -41,12 +47,17 @@ double ProcessCpuSeconds() {
 
 class Runner {
  public:
-  Runner(const Model& model, const EngineBenchOptions& o, int threads)
+  // Runs on `backend`; its pool statistics are recorded when it is the CPU
+  // backend.
+  Runner(const Model& model, const EngineBenchOptions& o, int threads,
+         std::unique_ptr<Backend> backend)
       : config_(model.config),
         o_(o),
+        pool_(CpuPoolOf(backend.get())),
         tf_(model.config, model.weights,
             TransformerOptions{.threads = threads,
-                               .prefill_chunk = o.prefill_chunk}),
+                               .prefill_chunk = o.prefill_chunk},
+            std::move(backend)),
         rng_(o.seed) {}
 
   absl::StatusOr<ThreadRun> Run(int threads);
@@ -69,6 +80,7 @@ class Runner {
 
   const ModelConfig& config_;
   const EngineBenchOptions& o_;
+  kernels::cpu::ThreadPool* pool_;  // null unless on the CPU backend
   Transformer tf_;
   std::mt19937_64 rng_;
   std::vector<float> logits_;
@@ -129,7 +141,7 @@ absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
       MeasureReadBandwidth(o_.bandwidth_bytes, o_.bandwidth_repeats)
           .bytes_per_second;
   const double delay0 = ProcessRunDelaySeconds();
-  tf_.pool()->ResetStats();
+  if (pool_ != nullptr) pool_->ResetStats();
   for (int i = 0; i < o_.decode_tokens; ++i) {
     auto seconds =
         Timed(cache, absl::MakeConstSpan(next, 1), AppendKind::kGenerated);
@@ -138,7 +150,7 @@ absl::StatusOr<DecodeResult> Runner::Decode(KvCache& cache, int32_t* next) {
     *next = Argmax();
   }
   r.run_delay_seconds = ProcessRunDelaySeconds() - delay0;
-  r.pool = tf_.pool()->stats();
+  if (pool_ != nullptr) r.pool = pool_->stats();
   return r;
 }
 
@@ -242,7 +254,14 @@ absl::StatusOr<ThreadRun> RunThreadCount(const Model& model,
                                          const EngineBenchOptions& options,
                                          int threads) {
   std::fprintf(stderr, "engine_bench: %d thread(s)\n", threads);
-  Runner runner(model, options, threads);
+  auto backend =
+      MakeBackend(options.backend, BackendOptions{.threads = threads});
+  if (!backend.ok()) return backend.status();
+  std::fprintf(stderr, "engine_bench: backend %s%s: %s\n",
+               (*backend)->info().name.c_str(),
+               options.backend == BackendKind::kAuto ? " (auto)" : "",
+               (*backend)->info().device.c_str());
+  Runner runner(model, options, threads, *std::move(backend));
   return runner.Run(threads);
 }
 

@@ -25,6 +25,7 @@
 #include "bench/bench_main.h"
 #include "bench/step_stats.h"
 #include "kernels/cpu/thread_pool.h"
+#include "model/backend/cpu/cpu_backend.h"
 #include "model/dense_kv_cache.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -92,16 +93,23 @@ void Add(const ThreadPoolStats& s, ThreadPoolStats* total) {
 class AbRun {
  public:
   AbRun(const Model& m, const Options& o, int threads)
+      : AbRun(
+            m, o, threads,
+            std::make_unique<CpuBackend>(BackendOptions{.threads = threads})) {}
+  AbRun(const Model& m, const Options& o, int threads,
+        std::unique_ptr<CpuBackend> backend)
       : m_(m),
         o_(o),
-        tf_(m.config, m.weights, TransformerOptions{.threads = threads}),
+        pool_(backend->pool()),
+        tf_(m.config, m.weights, TransformerOptions{.threads = threads},
+            std::move(backend)),
         cache_(DenseCacheOptions(m.config, kernels::DType::kF16,
                                  o.depth + 2 * o.steps + 16)) {}
 
   // Logits of one step from a copy of the cache under `schedule`.
   absl::StatusOr<std::vector<float>> TrialStep(PoolSchedule schedule) {
     DenseKvCache copy = cache_;
-    tf_.pool()->set_schedule(schedule);
+    pool_->set_schedule(schedule);
     std::vector<float> logits;
     SequenceInput in =
         MakeInput(absl::MakeConstSpan(&next_, 1), &copy, LogitsMode::kLast,
@@ -146,15 +154,15 @@ class AbRun {
     for (int i = 0; i < 2 * o_.steps; ++i) {
       const bool is_static = i % 4 == 0 || i % 4 == 3;  // ABBA
       Series* s = is_static ? stat : dyn;
-      tf_.pool()->set_schedule(is_static ? PoolSchedule::kStatic
-                                         : PoolSchedule::kDynamic);
-      tf_.pool()->ResetStats();
+      pool_->set_schedule(is_static ? PoolSchedule::kStatic
+                                    : PoolSchedule::kDynamic);
+      pool_->ResetStats();
       const double d0 = ProcessRunDelaySeconds();
       auto ms = Step();
       if (!ms.ok()) return ms.status();
       s->run_delay_s += ProcessRunDelaySeconds() - d0;
       s->ms.push_back(*ms);
-      Add(tf_.pool()->stats(), &s->pool);
+      Add(pool_->stats(), &s->pool);
     }
     return absl::OkStatus();
   }
@@ -162,6 +170,7 @@ class AbRun {
  private:
   const Model& m_;
   const Options& o_;
+  kernels::cpu::ThreadPool* pool_;  // the CPU backend's, owned by tf_
   Transformer tf_;
   DenseKvCache cache_;
   std::vector<float> logits_;

@@ -1,5 +1,6 @@
-// The decoder forward pass on the CPU, for every architecture of the arch
-// table (model/arch/arch.h): its flags select the optional steps. One call
+// The decoder forward pass, for every architecture of the arch table
+// (model/arch/arch.h): its flags select the optional steps, and a Backend
+// (model/backend/backend.h) runs each op (the CPU backend by default). One call
 // evaluates a batch of sequences, each a run of new tokens appended to its own
 // KvCache: weight matmuls run once over all tokens of the batch, attention per
 // sequence. Long inputs are processed in chunks of `prefill_chunk` tokens so
@@ -12,8 +13,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "kernels/cpu/thread_pool.h"
+#include "model/backend/backend.h"
 #include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "model/weights.h"
@@ -37,8 +39,8 @@ struct SequenceInput {
 };
 
 // Builds a SequenceInput (aggregate order is easy to get wrong at call sites).
-inline SequenceInput MakeInput(absl::Span<const int32_t> tokens,
-                               KvCache* cache, LogitsMode logits,
+inline SequenceInput MakeInput(absl::Span<const int32_t> tokens, KvCache* cache,
+                               LogitsMode logits,
                                std::vector<float>* logits_out,
                                AppendKind kind = AppendKind::kPrompt) {
   SequenceInput in;
@@ -51,7 +53,7 @@ inline SequenceInput MakeInput(absl::Span<const int32_t> tokens,
 }
 
 struct TransformerOptions {
-  int threads = 1;
+  int threads = 1;  // the CPU backend's threads (the 3-argument constructor)
   int prefill_chunk = 256;  // max tokens per forward step
   bool profile = false;     // accumulate ForwardProfile (benchmarks)
   // Positions a sequence may reach (0: the model's context_length). With
@@ -59,23 +61,17 @@ struct TransformerOptions {
   int64_t context_per_sequence = 0;
 };
 
-// Cumulative wall time of Forward calls, when TransformerOptions::profile is
-// on: `attention` is the per-sequence part of the attention blocks (KV
-// append, Select, attention over the selected rows), `select` the Select
-// calls inside it; `total` covers whole forward steps (all layers, logits).
-struct ForwardProfile {
-  int64_t steps = 0;
-  int64_t total_ns = 0;
-  int64_t attention_ns = 0;
-  int64_t select_ns = 0;
-};
-
 struct StepPart;  // rows of one sequence inside a forward step
 
 class Transformer {
  public:
+  // Runs on a CpuBackend of options.threads threads.
   Transformer(const ModelConfig& config, const ModelWeights& weights,
               const TransformerOptions& options);
+  // Runs on `backend` (not null), which it owns.
+  Transformer(const ModelConfig& config, const ModelWeights& weights,
+              const TransformerOptions& options,
+              std::unique_ptr<Backend> backend);
   ~Transformer();
 
   // Evaluates all sequences. Validates token ids (INVALID_ARGUMENT) and
@@ -84,30 +80,41 @@ class Transformer {
   absl::Status Forward(absl::Span<SequenceInput> batch);
 
   const ModelConfig& config() const { return config_; }
-  kernels::cpu::ThreadPool* pool() { return pool_.get(); }
+  const Backend& backend() const { return *backend_; }
   const ForwardProfile& profile() const { return profile_; }
   void ResetProfile() { profile_ = ForwardProfile{}; }
 
  private:
-  struct Step;      // one chunk of rows from several sequences
-  struct Buffers;   // activation scratch, reused between calls
+  struct Step;  // one chunk of rows from several sequences
+  struct Acts;  // the backend's activation handles
 
   absl::Status Validate(absl::Span<SequenceInput> batch) const;
   void RunStep(const Step& step);
   void Embed(const Step& step);
-  void AttentionBlock(int layer, const Step& step);
-  void MlpBlock(int layer, const Step& step);
+  void AttentionBlock(int layer);
+  void MlpBlock(int layer);
   void OutputLogits(const Step& step);
-  void AttendPart(int layer, const StepPart& p);
-  void ProjectQkv(int layer, int64_t rows);
-  kernels::cpu::RopeParams LayerRope(int layer) const;
+  void ProjectQkv(int layer);
+  RopeSpec LayerRope(int layer) const;
 
   const ModelConfig config_;
   const ModelWeights& weights_;
   TransformerOptions options_;
-  std::unique_ptr<kernels::cpu::ThreadPool> pool_;
-  std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Acts> acts_;
+  // Host scratch of a step, reused between calls.
+  std::vector<int64_t> pos_;
+  std::vector<int32_t> tokens_;
+  std::vector<AttentionPart> attn_parts_;
+  std::vector<int64_t> logit_rows_;
+  std::vector<float> logits_;
   ForwardProfile profile_;
 };
+
+// A Transformer on a new backend of `kind` with options.threads threads;
+// INVALID_ARGUMENT for a kind this build does not have (MakeBackend).
+absl::StatusOr<std::unique_ptr<Transformer>> NewTransformer(
+    const ModelConfig& config, const ModelWeights& weights,
+    const TransformerOptions& options, BackendKind kind);
 
 }  // namespace ckv

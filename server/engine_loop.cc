@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "model/backend/cpu/cpu_backend.h"
 #include "server/limits.h"
 
 namespace ckv::server {
@@ -50,8 +51,15 @@ struct EngineLoop::Job {
 
 EngineLoop::EngineLoop(const Model& model, const TransformerOptions& options,
                        int max_queued)
+    : EngineLoop(model, options, max_queued,
+                 std::make_unique<CpuBackend>(
+                     BackendOptions{.threads = options.threads})) {}
+
+EngineLoop::EngineLoop(const Model& model, const TransformerOptions& options,
+                       int max_queued, std::unique_ptr<Backend> backend)
     : model_(model),
-      transformer_(model.config, model.weights, options),
+      transformer_(model.config, model.weights, options, std::move(backend)),
+      backend_info_(transformer_.backend().info()),
       prefill_chunk_(std::max(1, options.prefill_chunk)),
       max_queued_(max_queued),
       thread_([this] { Loop(); }) {}
@@ -201,8 +209,32 @@ void EngineLoop::DropFinished() {
                 active_.end());
 }
 
+// One step: jobs advance (cancel, start, indexing done), the scheduler
+// batches decode tokens and input chunks, the backend runs the batch, then
+// each job samples and streams (AfterStep).
 bool EngineLoop::RunStep() {
-  // Cancellations and jobs waiting for their segment's index.
+  AdvanceJobs();
+  StepBatch batch;
+  BuildBatch(&batch);
+  if (batch.inputs.empty()) {
+    DropFinished();
+    return false;
+  }
+  const absl::Status status = RunModel(batch);
+  for (size_t i = 0; i < batch.owners.size(); ++i) {
+    if (!status.ok()) {
+      Finish(*batch.owners[i], absl::InternalError(absl::StrCat(
+                                   "model step failed: ", status.message())));
+      continue;
+    }
+    AfterStep(*batch.owners[i], /*fed_input=*/i >= batch.n_decode);
+  }
+  DropFinished();
+  return true;
+}
+
+// Cancellations, job starts and jobs waiting for their segment's index.
+void EngineLoop::AdvanceJobs() {
   for (auto& job : active_) {
     if (job->phase == Job::Phase::kDone) continue;
     if (job->handle->cancelled()) {
@@ -227,20 +259,27 @@ bool EngineLoop::RunStep() {
       Finish(*job, absl::OkStatus());
     }
   }
-  std::vector<SequenceInput> batch;
-  std::vector<Job*> owners;
+}
+
+// The step's rows: one token of every generating job, then input chunks.
+void EngineLoop::BuildBatch(StepBatch* batch) {
   for (auto& job : active_) {
     if (job->phase != Job::Phase::kGenerating) continue;
-    batch.push_back(MakeInput(absl::MakeConstSpan(&job->next_token, 1),
-                              &job->store(), LogitsMode::kLast, &job->logits,
-                              AppendKind::kGenerated));
-    owners.push_back(job.get());
+    batch->inputs.push_back(MakeInput(absl::MakeConstSpan(&job->next_token, 1),
+                                      &job->store(), LogitsMode::kLast,
+                                      &job->logits, AppendKind::kGenerated));
+    batch->owners.push_back(job.get());
     if (recall_ != nullptr) recall_->BeforeDecode(job->store());
   }
-  const size_t n_decode = batch.size();
-  // Input (prefill chunks, questions): up to prefill_chunk tokens per step,
-  // shortest remaining input first, so a question never waits behind a long
-  // document and a long prefill advances by at most one chunk per step.
+  batch->n_decode = batch->inputs.size();
+  AddInputChunks(batch);
+}
+
+// Input (prefill chunks, questions): up to prefill_chunk tokens per step,
+// shortest remaining input first, so a question never waits behind a long
+// document and a long prefill advances by at most one chunk per step. A job
+// whose input does not fit its session finishes with the Reserve error.
+void EngineLoop::AddInputChunks(StepBatch* batch) {
   std::vector<Job*> inputs;
   for (auto& job : active_) {
     if (job->phase == Job::Phase::kInput) inputs.push_back(job.get());
@@ -269,32 +308,23 @@ bool EngineLoop::RunStep() {
         &job->store(), last ? LogitsMode::kLast : LogitsMode::kNone,
         &job->logits, job->spec.kind);
     in.reserved = true;
-    batch.push_back(in);
-    owners.push_back(job);
+    batch->inputs.push_back(in);
+    batch->owners.push_back(job);
   }
-  if (batch.empty()) {
-    DropFinished();
-    return false;
-  }
-  const absl::Status status = transformer_.Forward(absl::MakeSpan(batch));
+  batch->input_tokens = prefill_chunk_ - budget;
+}
+
+// The backend step over the batch, then the step counters.
+absl::Status EngineLoop::RunModel(StepBatch& batch) {
+  const absl::Status status =
+      transformer_.Forward(absl::MakeSpan(batch.inputs));
   if (recall_ != nullptr) recall_->AfterStep(status.ok());
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    ++stats_.steps;
-    stats_.batched_tokens +=
-        static_cast<int64_t>(n_decode) + (prefill_chunk_ - budget);
-    stats_.decoded_tokens += static_cast<int64_t>(n_decode);
-  }
-  for (size_t i = 0; i < owners.size(); ++i) {
-    if (!status.ok()) {
-      Finish(*owners[i], absl::InternalError(absl::StrCat("model step failed: ",
-                                                          status.message())));
-      continue;
-    }
-    AfterStep(*owners[i], /*fed_input=*/i >= n_decode);
-  }
-  DropFinished();
-  return true;
+  std::unique_lock<std::mutex> lock(mu_);
+  ++stats_.steps;
+  stats_.batched_tokens +=
+      static_cast<int64_t>(batch.n_decode) + batch.input_tokens;
+  stats_.decoded_tokens += static_cast<int64_t>(batch.n_decode);
+  return status;
 }
 
 void EngineLoop::AfterStep(Job& job, bool fed_input) {

@@ -97,8 +97,12 @@ struct EngineStats {
 
 class EngineLoop {
  public:
+  // Runs the model on a CpuBackend of options.threads threads.
   EngineLoop(const Model& model, const TransformerOptions& options,
              int max_queued);
+  // Runs the model on `backend` (not null).
+  EngineLoop(const Model& model, const TransformerOptions& options,
+             int max_queued, std::unique_ptr<Backend> backend);
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
   ~EngineLoop();  // cancels remaining jobs, joins the thread
@@ -116,15 +120,28 @@ class EngineLoop {
 
   EngineStats stats() const;
   const Model& model() const { return model_; }
+  // The backend the model runs on (GetServerInfo, the status page).
+  const BackendInfo& backend_info() const { return backend_info_; }
   // Live recall telemetry (server/recall_sampler.h); set before the first
   // Submit. Null: off.
   void SetRecallSampler(std::unique_ptr<RecallSampler> sampler);
 
  private:
   struct Job;
+  // The rows of one model step and the job of each (decode rows first).
+  struct StepBatch {
+    std::vector<SequenceInput> inputs;
+    std::vector<Job*> owners;
+    size_t n_decode = 0;       // inputs[0, n_decode): one decoded token each
+    int64_t input_tokens = 0;  // tokens of the input chunks after them
+  };
   void Loop();
   // Runs one batched model step; false when there was nothing to run.
   bool RunStep();
+  void AdvanceJobs();                 // cancel, start, finish indexed jobs
+  void BuildBatch(StepBatch* batch);  // the scheduler's batching
+  void AddInputChunks(StepBatch* batch);
+  absl::Status RunModel(StepBatch& batch);  // the backend step
   void DropFinished();  // removes jobs that reported on_done
   absl::Status StartJob(Job& job);
   void AfterStep(Job& job, bool fed_input);
@@ -140,6 +157,7 @@ class EngineLoop {
 
   const Model& model_;
   Transformer transformer_;
+  const BackendInfo backend_info_;
   const int prefill_chunk_;
   const int max_queued_;
   // std::mutex (not absl::Mutex): ThreadSanitizer sees its ordering.

@@ -54,6 +54,9 @@ ABSL_FLAG(int, http_max_choices, kDefaults.http.max_choices,
 ABSL_FLAG(int64_t, context_length, kDefaults.context_length,
           "tokens of context per sequence (prompt + completion); 0: the "
           "model file's context_length");
+ABSL_FLAG(std::string, backend, ckv::BackendKindName(kDefaults.backend),
+          "compute backend: auto|cpu|cuda|fake (auto: the best one this "
+          "build has, logged; cuda and fake are not built yet)");
 ABSL_FLAG(int, threads, kDefaults.threads, "compute threads (0: all cores)");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
@@ -69,7 +72,8 @@ ABSL_FLAG(int, max_sessions, kLimits.max_sessions, "sessions at most");
 ABSL_FLAG(int64_t, max_host_kv_bytes, kLimits.max_host_kv_bytes,
           "host-tier KV bytes of all sessions at most");
 ABSL_FLAG(int64_t, max_device_kv_bytes, kLimits.max_device_kv_bytes,
-          "device-tier KV bytes of all sessions at most");
+          "working-set KV bytes of all sessions at most (device memory on a "
+          "device backend; host memory on the CPU)");
 ABSL_FLAG(int64_t, max_prompt_tokens, kLimits.max_prompt_tokens,
           "input tokens of one request at most");
 ABSL_FLAG(int64_t, max_session_tokens, kLimits.max_session_tokens,
@@ -238,6 +242,9 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   c.listen_address = absl::GetFlag(FLAGS_listen);
   c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   c.http_listen_address = absl::GetFlag(FLAGS_http_listen);
+  auto backend = ParseBackendFlag(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return backend.status();
+  c.backend = *backend;
   c.threads = absl::GetFlag(FLAGS_threads);
   if (c.threads < 0)
     return absl::InvalidArgumentError("--threads must be >= 0");

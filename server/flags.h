@@ -12,7 +12,8 @@ using ::ckv::DashesToUnderscores;  // common/flag_spelling.h
 
 // Reads every flag (after absl::ParseCommandLine). INVALID_ARGUMENT naming
 // the flag on a bad value; --model is required; a non-loopback --listen
-// without TLS needs --insecure (ValidateTransportSecurity).
+// without TLS needs --insecure (ValidateTransportSecurity); a --backend this
+// build does not have (cuda, fake) is INVALID_ARGUMENT.
 absl::StatusOr<ServerConfig> ServerConfigFromFlags();
 
 }  // namespace ckv::server

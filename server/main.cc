@@ -42,7 +42,7 @@ std::string Usage() {
   return absl::StrCat(
       "usage: clusterkv-server --model MODEL.gguf [--listen HOST:PORT]\n"
       "  [--metrics-address HOST:PORT] [--http-listen HOST:PORT]\n"
-      "  [--threads N] [--prefill-chunk N]\n"
+      "  [--backend auto|cpu|cuda|fake] [--threads N] [--prefill-chunk N]\n"
       "  [--policy ",
       ckv::JoinPolicyNames("|", /*with_evaluation_only=*/false),
       "] [KV flags]\n", kUsageLimits, "KV flags (defaults of a session):\n  ",

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "model/backend/backend.h"
 #include "model/kv/kv_config.h"
 #include "model/sampler.h"
 
@@ -13,7 +14,7 @@ namespace ckv::server {
 struct ServerLimits {
   int max_sessions = 64;
   int64_t max_host_kv_bytes = int64_t{16} << 30;   // all sessions, host tier
-  int64_t max_device_kv_bytes = int64_t{8} << 30;  // all sessions, device tier
+  int64_t max_device_kv_bytes = int64_t{8} << 30;  // all working sets
   int64_t max_prompt_tokens = 131072;   // one Prefill/Decode/Generate input
   int64_t max_session_tokens = 131072;  // tokens a session may hold
   int max_chat_messages = 1024;         // messages of one request
@@ -63,8 +64,11 @@ struct ServerConfig {
   std::string model_path;
   std::string listen_address = "127.0.0.1:50051";
   std::string metrics_address = "127.0.0.1:9464";  // empty: no /metrics
-  int threads = 0;                                 // 0: all cores
-  int prefill_chunk = 256;                         // tokens per prefill step
+  // Compute backend (model/backend/backend.h); auto: the best this build
+  // has (today the CPU), logged at start and reported by GetServerInfo.
+  BackendKind backend = BackendKind::kAuto;
+  int threads = 0;               // 0: all cores
+  int prefill_chunk = 256;       // tokens per prefill step
   int drain_grace_seconds = 10;  // SIGTERM: finish streams this long
   // Threads that run unary RPCs (server/blocking_pool.h): snapshot files,
   // session restore and tokenizing never block a gRPC callback thread.

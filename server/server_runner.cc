@@ -46,6 +46,7 @@ ClusterKvServer::ClusterKvServer(const ServerConfig& config) : config_(config) {
 absl::StatusOr<std::unique_ptr<ClusterKvServer>> ClusterKvServer::Start(
     const ServerConfig& config, ServerMetrics* metrics) {
   if (auto st = ValidateTransportSecurity(config); !st.ok()) return st;
+  if (auto st = CheckBackendBuilt(config.backend); !st.ok()) return st;
   std::unique_ptr<ClusterKvServer> s(new ClusterKvServer(config));
   if (!config.auth_tokens_file.empty()) {
     s->tokens_ = std::make_unique<TokenStore>(config.auth_tokens_file);
@@ -124,8 +125,15 @@ absl::Status ClusterKvServer::LoadBackend() {
   TransformerOptions t;
   t.threads = config_.threads;
   t.prefill_chunk = config_.prefill_chunk;
-  engine_ = std::make_unique<EngineLoop>(*model_, t,
-                                         config_.limits.max_queued_requests);
+  auto backend =
+      MakeBackend(config_.backend, BackendOptions{.threads = config_.threads});
+  if (!backend.ok()) return backend.status();
+  const BackendInfo info = (*backend)->info();
+  LogInfo(absl::StrCat("backend ", info.name,
+                       config_.backend == BackendKind::kAuto ? " (auto)" : "",
+                       ": ", info.device));
+  engine_ = std::make_unique<EngineLoop>(
+      *model_, t, config_.limits.max_queued_requests, *std::move(backend));
   StartRecallSampling();
   chat_ = std::make_unique<ChatRenderer>(*model_);
   if (!chat_->parse_error().empty()) {

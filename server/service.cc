@@ -212,7 +212,7 @@ grpc::ServerUnaryReactor* ClusterKvService::GetServerInfo(
     status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
   } else {
     FillServerInfo(state_.config(), *b.model, *b.sessions, b.engine->stats(),
-                   state_.draining(), resp);
+                   b.engine->backend_info(), state_.draining(), resp);
     resp->set_has_chat_template(b.chat != nullptr && b.chat->has_template());
   }
   LogRequest(state_.metrics(), rec, status);

@@ -272,7 +272,7 @@ void FillSessionInfo(const Session& s, v1::SessionInfo* out) {
   v1::MemoryUsage* m = out->mutable_memory();
   m->set_host_bytes(st.memory.host_bytes);
   m->set_host_shared_bytes(st.memory.host_shared_bytes);
-  m->set_device_bytes(st.memory.device_bytes);
+  m->set_device_bytes(st.memory.working_set_bytes);  // wire-contract.md
   v1::CacheStats* c = out->mutable_cache();
   c->set_lookups(st.cache.lookups);
   c->set_hits(st.cache.hits);
@@ -321,9 +321,12 @@ void FillLimits(const ServerLimits& l, v1::Limits* out) {
 
 void FillServerInfo(const ServerConfig& config, const Model& model,
                     const SessionManager& sessions, const EngineStats& engine,
-                    bool draining, v1::ServerInfo* out) {
+                    const BackendInfo& backend, bool draining,
+                    v1::ServerInfo* out) {
   FillModelInfo(config, model.config, out->mutable_model());
-  out->set_backend("cpu");
+  out->set_backend(backend.name);
+  out->set_device_name(backend.device);
+  out->set_device_memory_bytes(backend.device_memory_bytes);
   out->set_kernels(kernels::cpu::KernelSetName());
   out->set_threads(config.threads);
   const ServerLimits& l = config.limits;

@@ -60,7 +60,8 @@ v1::FinishReason ToProto(FinishReason r);
 void FillSessionInfo(const Session& s, v1::SessionInfo* out);
 void FillServerInfo(const ServerConfig& config, const Model& model,
                     const SessionManager& sessions, const EngineStats& engine,
-                    bool draining, v1::ServerInfo* out);
+                    const BackendInfo& backend, bool draining,
+                    v1::ServerInfo* out);
 
 // Sets the event's logprob and top_logprobs (with each token's bytes).
 void FillLogprobs(const Tokenizer& tokenizer, const TokenLogprobs& logprobs,

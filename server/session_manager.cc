@@ -302,7 +302,7 @@ MemoryTotals SessionManager::Sum(
   absl::flat_hash_set<int64_t> seen;
   for (const auto& s : list) {
     const SessionStats st = s->stats();
-    t.device_bytes += st.memory.device_bytes;
+    t.device_bytes += st.memory.working_set_bytes;
     t.host_bytes += st.memory.host_bytes - st.memory.host_shared_bytes;
     for (const auto& [uid, bytes] : st.shared_segments) {
       if (seen.insert(uid).second) t.host_bytes += bytes;

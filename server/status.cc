@@ -37,7 +37,7 @@ SessionStatus StatusOf(const Session& s, int64_t now_ms) {
   r.segments = st.segments;
   r.clustered_tokens = st.clustered_tokens;
   r.host_bytes = st.memory.host_bytes;
-  r.device_bytes = st.memory.device_bytes;
+  r.device_bytes = st.memory.working_set_bytes;
   r.cache_lookups = st.cache.lookups;
   r.cache_hits = st.cache.hits;
   r.busy = s.busy();
@@ -111,7 +111,7 @@ absl::StatusOr<ServerStatus> CollectStatus(const ServiceState& state,
   s.unix_ms = NowUnixMs();
   s.engine = b->engine->stats();
   FillServerInfo(state.config(), *b->model, *b->sessions, s.engine,
-                 state.draining(), &s.info);
+                 b->engine->backend_info(), state.draining(), &s.info);
   s.info.set_has_chat_template(b->chat != nullptr && b->chat->has_template());
   s.totals = b->sessions->Totals();
   s.prefix_cache = b->sessions->prefix_cache().stats();

@@ -21,8 +21,8 @@ BlockCache::BlockCache(int head_dim, int cache_steps, int page_size,
       page_size_(page_size),
       copy_rows_(copy_rows) {}
 
-// Without copies: what a device would hold for the resident blocks.
-int64_t BlockCache::device_bytes() const {
+// Without copies: what an arena would hold for the resident blocks.
+int64_t BlockCache::arena_bytes() const {
   if (!copy_rows_) return live_rows_ * int64_t{2} * 2 * head_dim_;
   return static_cast<int64_t>(k_.size() + v_.size()) * 2 +
          static_cast<int64_t>(pos_.size()) * sizeof(int64_t);

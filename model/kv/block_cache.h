@@ -1,8 +1,8 @@
-// Cluster-granular device cache of one (layer, KV head): the blocks
-// (clusters or pages) selected in the last R decode steps stay resident in a
-// device arena; each step only missing blocks are copied from the host tier.
-// On the CPU backend the arena is ordinary memory and copies are memcpy,
-// counted exactly as host->device copies would be.
+// Cluster-granular block cache of one (layer, KV head): the blocks
+// (clusters or pages) selected in the last R decode steps stay resident in an
+// arena (device memory on a device backend); each step only missing blocks are
+// copied from the host tier. On the CPU backend the arena is ordinary memory
+// and copies are memcpy, counted exactly as host->device copies would be.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +44,7 @@ class BlockCache {
   const int64_t* positions() const { return pos_.data(); }
   const CacheStats& stats() const { return stats_; }
   int64_t resident_tokens() const { return live_rows_; }
-  int64_t device_bytes() const;
+  int64_t arena_bytes() const;  // accounted size when not copying
 
  private:
   struct Entry {

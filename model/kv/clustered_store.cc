@@ -183,7 +183,8 @@ void ClusteredKvStore::ScheduleIndex(const std::shared_ptr<Segment>& seg,
                                      std::vector<int> layers) {
   if (layers.empty()) return;
   auto job = [config = config_, indexes = indexes_, seg, layers] {
-    IndexSegmentLayers(config, indexes, *seg, layers, nullptr);
+    CpuIndexBuilder builder;  // on the calling (worker) thread
+    IndexSegmentLayers(config, indexes, *seg, layers, builder);
   };
   if (worker_ == nullptr) {
     job();
@@ -484,7 +485,7 @@ void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
                                         std::vector<cpu::KvSpan>* spans) {
   for (const RowRun& run : sel_runs_[src]) {
     cpu::KvSpan sel;
-    if (run.segment < 0) {  // the device arena
+    if (run.segment < 0) {  // the cache arena
       sel.k = cache.keys();
       sel.v = cache.values();
       sel.positions = cache.positions();
@@ -530,8 +531,9 @@ CacheStats ClusteredKvStore::cache_stats() const {
 }
 
 // Host tier: sinks, open rows and every referenced segment (K,V + index).
-// Device tier, as a GPU would hold it: every token of dense layers, sinks
-// and tail of sparse layers, the selection index, and the cache arenas.
+// Working set, as a GPU would hold it in device memory: every token of dense
+// layers, sinks and tail of sparse layers, the selection index, and the cache
+// arenas. On the CPU backend it is host memory (part of it also in host_bytes).
 KvMemoryStats ClusteredKvStore::memory() const {
   KvMemoryStats m;
   const int64_t row_bytes = int64_t{2} * 2 * shape_.head_dim *
@@ -548,15 +550,15 @@ KvMemoryStats ClusteredKvStore::memory() const {
   }
   for (int l = 0; l < shape_.n_layers; ++l) {
     if (!IsSparseLayer(l)) {
-      m.device_bytes += row_bytes * n_tokens_;
+      m.working_set_bytes += row_bytes * n_tokens_;
       continue;
     }
-    m.device_bytes += row_bytes * edge_rows;
+    m.working_set_bytes += row_bytes * edge_rows;
     for (const auto& s : segments_) {
       if (!indexed) break;
-      for (const auto& h : s->layer(l).heads) m.device_bytes += h.bytes();
+      for (const auto& h : s->layer(l).heads) m.working_set_bytes += h.bytes();
     }
-    for (const auto& c : caches_[l]) m.device_bytes += c.device_bytes();
+    for (const auto& c : caches_[l]) m.working_set_bytes += c.arena_bytes();
   }
   return m;
 }

@@ -1,5 +1,5 @@
 // The per-session clustered KV store (ClusterKV): sinks, immutable clustered
-// segments and a tail in the host tier; a device tier holding what decode
+// segments and a tail in the host tier; a working set holding what decode
 // steps attend (sinks, tail, dense layers, selection index, and a
 // cluster-granular cache of selected blocks). Implements KvCache: prefill and
 // multi-token appends attend densely; single-token decode steps in layers >=
@@ -26,13 +26,16 @@ namespace ckv {
 struct KvMemoryStats {
   int64_t host_bytes = 0;         // everything this store references
   int64_t host_shared_bytes = 0;  // part of host_bytes shared with forks
-  int64_t device_bytes = 0;       // device tier (accounted; see .cc)
+  // The working set decode steps attend (sinks, tail, dense layers, index,
+  // cache arenas; see .cc): host memory on the CPU backend, what a device
+  // backend holds in device memory. The wire names it device_bytes.
+  int64_t working_set_bytes = 0;
 };
 
 // Cumulative time of the sparse decode Selects of a store (wall clock of
 // the calling thread): waiting for a segment index still being built,
 // planning (scoring clusters or pages, ordering, budget), and making the
-// selected blocks resident in the device cache (lookups + copies).
+// selected blocks resident in the block cache (lookups + copies).
 struct SelectTimings {
   int64_t calls = 0;  // sparse Selects (one per layer and decode step)
   int64_t wait_ns = 0;
@@ -52,7 +55,7 @@ struct DecodeRecord {
 };
 
 // The state of a store between calls, for snapshots (model/kv/snapshot.h):
-// host-tier rows and segments with their built indexes. The device tier
+// host-tier rows and segments with their built indexes. The working set
 // (cache arenas) is not part of it: a restored store starts with an empty
 // cache.
 struct StoreParts {
@@ -80,7 +83,7 @@ class ClusteredKvStore : public KvCache {
   void Commit(int64_t n) override;
 
   // A new store sharing this one's segments read-only, with copies of its
-  // sinks and tail and an empty device cache. FAILED_PRECONDITION while a
+  // sinks and tail and an empty block cache. FAILED_PRECONDITION while a
   // call is in flight. The child may use another policy, budget,
   // gqa_selection, recent_tokens or cache_steps (INVALID_ARGUMENT for other
   // changes, or for a policy that needs an index the segments lack).
@@ -213,7 +216,7 @@ class ClusteredKvStore : public KvCache {
   std::vector<HeadPlan> plans_;
   std::vector<std::vector<int32_t>> sel_rows_;
   struct RowRun {
-    int32_t segment;  // index into seg_view_, or -1: the device arena
+    int32_t segment;  // index into seg_view_, or -1: the cache arena
     int64_t offset;   // into sel_rows_[head]
     int64_t count;
   };

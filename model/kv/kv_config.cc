@@ -105,16 +105,14 @@ absl::StatusOr<CacheMode> ParseCacheMode(const std::string& name) {
   return ParseIn<CacheMode>(settings::kCacheModeNames, "cache mode", name);
 }
 
-const char* ClusterMetricName(kernels::cpu::ClusterMetric m) {
+const char* ClusterMetricName(ClusterMetric m) {
   return NameIn(settings::kClusterMetricNames, m);
 }
 
-absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
-    const std::string& name) {
-  if (name == "inner_product")
-    return kernels::cpu::ClusterMetric::kInnerProduct;
-  return ParseIn<kernels::cpu::ClusterMetric>(settings::kClusterMetricNames,
-                                              "cluster metric", name);
+absl::StatusOr<ClusterMetric> ParseClusterMetric(const std::string& name) {
+  if (name == "inner_product") return ClusterMetric::kInnerProduct;
+  return ParseIn<ClusterMetric>(settings::kClusterMetricNames, "cluster metric",
+                                name);
 }
 
 namespace {
@@ -137,8 +135,7 @@ absl::Status ParseSettingValue(const std::string& name, GqaSelection* out) {
 absl::Status ParseSettingValue(const std::string& name, CacheMode* out) {
   return Assign(ParseCacheMode(name), out);
 }
-absl::Status ParseSettingValue(const std::string& name,
-                               kernels::cpu::ClusterMetric* out) {
+absl::Status ParseSettingValue(const std::string& name, ClusterMetric* out) {
   return Assign(ParseClusterMetric(name), out);
 }
 absl::Status ParseSettingValue(const std::string& name, kernels::DType* out) {

@@ -10,7 +10,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/settings_schema.h"
-#include "kernels/cpu/cluster_ops.h"
 #include "kernels/dtype.h"
 
 namespace ckv {
@@ -38,7 +37,17 @@ enum class GqaSelection {
 // Names: settings::kCacheModeNames, by value.
 enum class CacheMode {
   kZeroCopy,  // read in place from the host tier (CPU: no copy at all)
-  kCopy,      // copy missing blocks into a device arena (the copy engine)
+  kCopy,      // copy missing blocks into the cache arena (the copy engine)
+};
+
+// The distance k-means clusters keys by (the model's own enum; the CPU
+// index builder maps it to ClusterMetric). Names:
+// settings::kClusterMetricNames, by value; the values are stored in
+// snapshots, so their order is fixed.
+enum class ClusterMetric {
+  kCosine,        // argmax <k,mu>/(|k||mu|)   (ClusterKV)
+  kL2,            // argmin |k - mu|^2         (ablation)
+  kInnerProduct,  // argmax <k,mu>             (ablation)
 };
 
 // The defaults of the KV settings. Each field's name, range, help and fork
@@ -60,7 +69,7 @@ struct KvStoreConfig {
   int dense_layers = 2;   // layers below this attend densely
   int quest_page_size = 16;
   kernels::DType kv_dtype = kernels::DType::kF16;  // host tier: F16 or BF16
-  kernels::cpu::ClusterMetric metric = kernels::cpu::ClusterMetric::kCosine;
+  ClusterMetric metric = ClusterMetric::kCosine;
   bool async_clustering = true;  // cluster on a worker, overlapping compute
   // Build both the k-means and the Quest index whatever the policy, so that
   // forks may switch policy (benchmarks and quality comparisons).
@@ -91,10 +100,9 @@ const char* GqaSelectionName(GqaSelection g);
 absl::StatusOr<GqaSelection> ParseGqaSelection(const std::string& name);
 const char* CacheModeName(CacheMode m);
 absl::StatusOr<CacheMode> ParseCacheMode(const std::string& name);
-const char* ClusterMetricName(kernels::cpu::ClusterMetric m);
+const char* ClusterMetricName(ClusterMetric m);
 // cosine, l2, ip (or inner_product).
-absl::StatusOr<kernels::cpu::ClusterMetric> ParseClusterMetric(
-    const std::string& name);
+absl::StatusOr<ClusterMetric> ParseClusterMetric(const std::string& name);
 
 // The named KV settings (CKV_KV_WIRE_NAMES, CKV_KV_ENGINE_NAMES) by type,
 // for code expanding the schema's lists: the value's name, and the value of
@@ -104,7 +112,7 @@ inline const char* SettingValueName(GqaSelection v) {
   return GqaSelectionName(v);
 }
 inline const char* SettingValueName(CacheMode v) { return CacheModeName(v); }
-inline const char* SettingValueName(kernels::cpu::ClusterMetric v) {
+inline const char* SettingValueName(ClusterMetric v) {
   return ClusterMetricName(v);
 }
 inline const char* SettingValueName(kernels::DType v) {
@@ -113,8 +121,7 @@ inline const char* SettingValueName(kernels::DType v) {
 absl::Status ParseSettingValue(const std::string& name, KvPolicy* out);
 absl::Status ParseSettingValue(const std::string& name, GqaSelection* out);
 absl::Status ParseSettingValue(const std::string& name, CacheMode* out);
-absl::Status ParseSettingValue(const std::string& name,
-                               kernels::cpu::ClusterMetric* out);
+absl::Status ParseSettingValue(const std::string& name, ClusterMetric* out);
 absl::Status ParseSettingValue(const std::string& name, kernels::DType* out);
 
 }  // namespace ckv

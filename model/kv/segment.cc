@@ -106,7 +106,7 @@ int64_t ThreadCpuNanos() {
 }
 
 // Members of each cluster in ascending row order (= position order).
-void FillClusters(const cpu::KMeansResult& r, HeadIndex& h) {
+void FillClusters(const ClusterResult& r, HeadIndex& h) {
   h.k = r.k;
   h.kmeans_iterations = r.iterations;
   h.kmeans_key_scorings = r.key_scorings;
@@ -160,7 +160,7 @@ void PackCentroidPanels(Segment& seg, int layer) {
 
 void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
                         Segment& seg, const std::vector<int>& layers,
-                        cpu::ThreadPool* pool) {
+                        IndexBuilder& builder) {
   const KvShape& s = seg.shape();
   const int64_t n = seg.size();
   for (int l : layers) seg.layer(l).heads.assign(s.n_kv_heads, HeadIndex{});
@@ -187,10 +187,10 @@ void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
   }
   const auto t_kmeans = std::chrono::steady_clock::now();
   const int64_t cpu_kmeans = ThreadCpuNanos();
-  std::vector<cpu::KMeansProblem> problems;
+  std::vector<ClusterJob> problems;
   for (int l : layers) {
     for (int h = 0; h < s.n_kv_heads; ++h) {
-      cpu::KMeansProblem p;
+      ClusterJob p;
       p.keys = seg.keys(l, h);
       p.dtype = config.kv_dtype;
       p.stride = s.head_dim;
@@ -204,9 +204,8 @@ void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
       problems.push_back(p);
     }
   }
-  std::vector<cpu::KMeansResult> results(problems.size());
-  cpu::KMeansBatch(pool, problems.data(), static_cast<int>(problems.size()),
-                   results.data());
+  std::vector<ClusterResult> results;
+  builder.KMeans(problems, &results);
   size_t i = 0;
   for (int l : layers) {
     for (int h = 0; h < s.n_kv_heads; ++h) {
@@ -215,11 +214,12 @@ void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
     SortRowsByCluster(seg, l);
     PackCentroidPanels(seg, l);
   }
-  // With a pool, other threads' k-means time is not in this thread's clock:
+  // With other threads, their k-means time is not in this thread's clock:
   // count the wall time then.
   const int64_t wall = NanosSince(t_kmeans);
   seg.AddIndexNanos(
-      wall, pool != nullptr ? wall : ThreadCpuNanos() - cpu_kmeans, pages_ns);
+      wall, builder.uses_other_threads() ? wall : ThreadCpuNanos() - cpu_kmeans,
+      pages_ns);
 }
 
 }  // namespace ckv

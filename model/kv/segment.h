@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/dtype.h"
+#include "model/kv/index_builder.h"
 #include "model/kv/kv_config.h"
 
 namespace ckv {
@@ -132,9 +133,10 @@ class Segment {
 // position — not from timing or thread count.
 // Then stores the K,V of every clustered head of those layers by cluster
 // (SortRowsByCluster), so that a selected cluster is one contiguous run.
+// `builder` runs the k-means jobs.
 void IndexSegmentLayers(const KvStoreConfig& config, IndexSet indexes,
                         Segment& seg, const std::vector<int>& layers,
-                        kernels::cpu::ThreadPool* pool);
+                        IndexBuilder& builder);
 
 // Reorders the K,V rows of every head of `layer` that has clusters (k > 0)
 // and is still in position order into cluster order, and fills row_of.

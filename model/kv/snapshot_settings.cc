@@ -314,7 +314,7 @@ absl::Status DecodeKvV1(const KvIntsV1& v, uint64_t seed, int64_t max_tokens,
   c->dense_layers = v[10];
   c->quest_page_size = v[11];
   c->kv_dtype = static_cast<kernels::DType>(dtype);
-  c->metric = static_cast<kernels::cpu::ClusterMetric>(v[13]);
+  c->metric = static_cast<ClusterMetric>(v[13]);
   c->async_clustering = v[14] != 0;
   c->build_all_indexes = v[15] != 0;
   c->seed = seed;

@@ -1,5 +1,6 @@
 #include "model/tools/cli_options.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -32,6 +33,9 @@ const ckv::SamplingParams kSampling = CliSamplingDefaults();
 CKV_SAMPLING_NUMBERS(CKV_SAMPLING_FLAG)
 #undef CKV_SAMPLING_FLAG
 ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings");
+ABSL_FLAG(std::string, backend, "auto",
+          "compute backend: auto|cpu|cuda|fake (auto: the best one this "
+          "build has; cuda and fake are not built yet)");
 ABSL_FLAG(int, threads, 0, "worker threads (0 = all cores)");
 ABSL_FLAG(int, prefill_chunk, 256, "tokens per prefill step");
 ABSL_FLAG(std::string, kernels, "auto",
@@ -161,6 +165,9 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
 #undef CKV_READ
   o.sampling.stop = absl::GetFlag(FLAGS_stop);
   if (auto s = ValidateSamplingParams(o.sampling); !s.ok()) return s;
+  auto backend = ParseBackendFlag(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return backend.status();
+  o.backend = *backend;
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -192,6 +199,18 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
         "--kernels must be auto, scalar, avx2 or avx512");
   }
   return o;
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> NewToolTransformer(
+    const ModelConfig& config, const ModelWeights& weights,
+    const CliOptions& o) {
+  auto tf = NewTransformer(config, weights, o.transformer, o.backend);
+  if (tf.ok() && o.backend == BackendKind::kAuto) {
+    std::fprintf(stderr, "backend auto: %s (%s)\n",
+                 (*tf)->backend().info().name.c_str(),
+                 (*tf)->backend().info().device.c_str());
+  }
+  return tf;
 }
 
 }  // namespace ckv

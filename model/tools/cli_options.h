@@ -25,6 +25,7 @@ struct CliOptions {
   int64_t max_context = 131072;
   SamplingParams sampling;
   TransformerOptions transformer;
+  BackendKind backend = BackendKind::kAuto;  // --backend
   RandomModelSpec random;
   KvStoreConfig kv;  // policy == kFull: a dense cache of kv_type
   // CPU kernel set: auto|scalar|avx2|avx512 (kernels::cpu::SelectKernels);
@@ -35,5 +36,10 @@ struct CliOptions {
 // Reads every flag (after absl::ParseCommandLine); INVALID_ARGUMENT on bad
 // values.
 absl::StatusOr<CliOptions> CliOptionsFromFlags();
+
+// The tool's Transformer on o.backend (kAuto: logs its choice to stderr).
+absl::StatusOr<std::unique_ptr<Transformer>> NewToolTransformer(
+    const ModelConfig& config, const ModelWeights& weights,
+    const CliOptions& o);
 
 }  // namespace ckv

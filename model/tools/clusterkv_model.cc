@@ -87,14 +87,15 @@ absl::Status Logits(const std::string& path, const CliOptions& o) {
     return absl::InvalidArgumentError("--positions must be all or last");
   }
   const ModelConfig& c = (*model)->config;
-  Transformer tf(c, (*model)->weights, o.transformer);
+  auto tf = NewToolTransformer(c, (*model)->weights, o);
+  if (!tf.ok()) return tf.status();
   ClusterWorker worker;
   auto cache = NewKvCache(c, o.kv, o.kv_type, &worker);
   std::vector<float> logits;
   const bool all = o.positions == "all";
   SequenceInput in = MakeInput(
       *ids, cache.get(), all ? LogitsMode::kAll : LogitsMode::kLast, &logits);
-  if (auto s = tf.Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
+  if (auto s = (*tf)->Forward(absl::MakeSpan(&in, 1)); !s.ok()) return s;
   nlohmann::json j;
   j["positions"] = nlohmann::json::array();
   j["logits"] = nlohmann::json::array();
@@ -122,10 +123,11 @@ absl::Status RunGenerate(const std::string& path, const CliOptions& o) {
   auto ids = m.tokenizer->Encode(prompt, /*add_special=*/true,
                                  /*parse_special=*/true);
   if (!ids.ok()) return ids.status();
-  Transformer tf(m.config, m.weights, o.transformer);
+  auto tf = NewToolTransformer(m.config, m.weights, o);
+  if (!tf.ok()) return tf.status();
   ClusterWorker worker;
   auto cache = NewKvCache(m.config, o.kv, o.kv_type, &worker);
-  auto result = Generate(tf, *m.tokenizer, *cache, *ids, o.sampling,
+  auto result = Generate(**tf, *m.tokenizer, *cache, *ids, o.sampling,
                          [](absl::string_view piece) {
                            std::fwrite(piece.data(), 1, piece.size(), stdout);
                            std::fflush(stdout);
@@ -166,6 +168,7 @@ constexpr char kUsageCommands[] =
     "  logits MODEL --tokens-file F [--positions all|last]\n"
     "  generate MODEL (--prompt TEXT | --prompt-file F) [--max-tokens N]\n"
     "      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
+    "      [--backend auto|cpu|cuda|fake]\n"
     "  recall MODEL --tokens-file F --prompt-tokens P [--policy ...]\n"
     "      [--budget B] [KV store flags]: sparse vs dense quality, JSON\n"
     "  make-random --out F.gguf --layers N --dim D --heads H --kv-heads K\n"

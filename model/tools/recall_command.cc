@@ -200,11 +200,12 @@ absl::Status RunRecall(const std::string& model_path,
   if (auto s = ValidateIds(tokens, c.vocab_size); !s.ok()) return s;
   auto policies = RecallPolicies(o.kv.policy);
   if (!policies.ok()) return policies.status();
-  Transformer tf(c, (*model)->weights, o.transformer);
+  auto tf = NewToolTransformer(c, (*model)->weights, o);
+  if (!tf.ok()) return tf.status();
   for (KvPolicy policy : *policies) {
     KvStoreConfig kv = o.kv;
     kv.policy = policy;
-    auto j = RecallOne(tf, c, tokens, p, kv);
+    auto j = RecallOne(**tf, c, tokens, p, kv);
     if (!j.ok()) return j.status();
     std::cout << j->dump() << "\n";
   }

@@ -140,6 +140,8 @@ std::string StatusJson(const ServerStatus& s) {
       {"model", ModelJson(info.model())},
       {"backend",
        {{"name", info.backend()},
+        {"device", info.device_name()},
+        {"device_memory_bytes", info.device_memory_bytes()},
         {"kernels", info.kernels()},
         {"threads", info.threads()},
         {"kv_policy", info.default_kv().policy()}}},

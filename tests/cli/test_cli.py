@@ -90,6 +90,16 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         p = run("nonsense", self.model, check=False)
         self.assertEqual(p.returncode, 2)
+        # A backend this build does not have: exit 2, naming it.
+        for name in ("cuda", "fake"):
+            p = run("generate", self.model, "--prompt", "x", "--backend",
+                    name, check=False)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn(b"--backend " + name.encode() + b": this build has no",
+                          p.stderr)
+        p = run("generate", self.model, "--prompt", "x", "--max-tokens", "2",
+                "--backend", "auto")
+        self.assertIn(b"backend auto: cpu", p.stderr)
 
     def test_help_lists_every_registered_policy(self):
         # The registry names every policy in the error for an unknown one.

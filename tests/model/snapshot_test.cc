@@ -245,7 +245,7 @@ Snapshot EverySettingChanged(ClusterWorker* worker) {
   c.dense_layers = 2;
   c.quest_page_size = 8;
   c.kv_dtype = kernels::DType::kBF16;
-  c.metric = kernels::cpu::ClusterMetric::kL2;
+  c.metric = ClusterMetric::kL2;
   c.async_clustering = false;
   c.build_all_indexes = true;
   Snapshot s = SnapshotOf(*MakeStore(c, worker));

@@ -670,6 +670,40 @@ TEST_F(ServiceTest, SessionLifecycleAndServerInfo) {
   EXPECT_EQ(server.capacity().free_sessions(),
             BaseConfig().limits.max_sessions);
   EXPECT_FALSE(server.draining());
+  // BaseConfig asks for --backend auto: this build resolves it to the CPU,
+  // which has a device name (the CPU model) and no device memory.
+  EXPECT_EQ(BaseConfig().backend, BackendKind::kAuto);
+  EXPECT_EQ(server.backend(), "cpu");
+  EXPECT_NE(server.device_name(), "");
+  EXPECT_NE(server.device_name().find("threads"), std::string::npos)
+      << server.device_name();
+  EXPECT_EQ(server.device_memory_bytes(), 0);
+}
+
+// A backend this build does not have is refused before anything starts,
+// with INVALID_ARGUMENT naming it (the flag parser uses the same check).
+TEST(ServerBackendTest, UnbuiltBackendsAreRefused) {
+  for (const char* name : {"cuda", "fake"}) {
+    auto kind = ParseBackendKind(name);
+    ASSERT_TRUE(kind.ok()) << name;
+    auto flag = ParseBackendFlag(name);
+    EXPECT_EQ(flag.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(flag.status().message().find(absl::StrCat("--backend ", name)),
+              absl::string_view::npos)
+        << flag.status();
+    ServerConfig c = BaseConfig();
+    c.backend = *kind;
+    auto s = ClusterKvServer::Start(c, Metrics());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(s.status().message().find("this build has no"),
+              absl::string_view::npos)
+        << s.status();
+  }
+  EXPECT_EQ(ParseBackendFlag("gpu").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseBackendFlag("auto"), BackendKind::kAuto);
+  EXPECT_EQ(*ParseBackendFlag("cpu"), BackendKind::kCpu);
+  EXPECT_EQ(ResolveBackendKind(BackendKind::kAuto), BackendKind::kCpu);
 }
 
 TEST_F(ServiceTest, DrainStopsServingAndCancelsLongStreams) {

@@ -4,7 +4,7 @@
 // clustered key of the head at every step, so it needs no index and is as
 // slow as dense attention. per_kv_head ranks by the sum over the group's
 // queries. The plan is made of row ranges of pages (BlockKind::kPage), so
-// the device cache holds whole pages around the chosen rows.
+// the block cache holds whole pages around the chosen rows.
 #include <algorithm>
 #include <memory>
 #include <vector>

@@ -1,0 +1,68 @@
+#include "model/backend/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/backend/cpu/cpu_backend.h"
+
+namespace ckv {
+
+const char* BackendKindName(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kAuto:
+      return "auto";
+    case BackendKind::kCpu:
+      return "cpu";
+    case BackendKind::kCuda:
+      return "cuda";
+    case BackendKind::kFake:
+      return "fake";
+  }
+  return "?";
+}
+
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
+  for (BackendKind k : {BackendKind::kAuto, BackendKind::kCpu,
+                        BackendKind::kCuda, BackendKind::kFake}) {
+    if (name == BackendKindName(k)) return k;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown backend '", name, "' (expected auto, cpu, cuda or fake)"));
+}
+
+BackendKind ResolveBackendKind(BackendKind kind) {
+  // No device backend is built yet: auto is the CPU.
+  return kind == BackendKind::kAuto ? BackendKind::kCpu : kind;
+}
+
+absl::Status CheckBackendBuilt(BackendKind kind) {
+  switch (ResolveBackendKind(kind)) {
+    case BackendKind::kCpu:
+      return absl::OkStatus();
+    case BackendKind::kCuda:
+      return absl::InvalidArgumentError(
+          "--backend cuda: this build has no CUDA backend yet (use cpu or "
+          "auto)");
+    case BackendKind::kFake:
+      return absl::InvalidArgumentError(
+          "--backend fake: this build has no fake-device backend yet (use cpu "
+          "or auto)");
+    case BackendKind::kAuto:
+      break;
+  }
+  return absl::InternalError("unresolved backend kind");
+}
+
+absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name) {
+  auto kind = ParseBackendKind(name);
+  if (!kind.ok()) return kind.status();
+  if (auto s = CheckBackendBuilt(*kind); !s.ok()) return s;
+  return *kind;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
+    BackendKind kind, const BackendOptions& options) {
+  if (auto s = CheckBackendBuilt(kind); !s.ok()) return s;
+  // Only the CPU backend is built (CheckBackendBuilt).
+  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
+}
+
+}  // namespace ckv

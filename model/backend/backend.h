@@ -1,0 +1,159 @@
+// The backend seam: the one Transformer (model/transformer.h) drives a
+// Backend op by op; a backend owns the activations, the compute resources
+// (the CPU thread pool, a device and its streams) and the way attention
+// reads the KV spans the caches return. Activations are opaque handles the
+// Transformer never dereferences: on a device backend they name device
+// memory. Weights and norm vectors are passed as the ModelWeights the
+// backend was built for; their addresses are stable for the backend's life,
+// so a device backend may key uploaded copies by address.
+//
+// A new backend goes into one folder, model/backend/NAME/, behind this
+// interface, and is made by MakeBackend (backend.cc). See docs/design.md,
+// "Backend seam".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "model/arch/arch.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace ckv {
+
+// Which backend runs the model. kAuto picks the best one this build and
+// machine have (today: kCpu). kCuda and kFake are named so that flags accept
+// them and refuse them with a clear error until they exist.
+enum class BackendKind { kAuto, kCpu, kCuda, kFake };
+
+// "auto", "cpu", "cuda", "fake".
+const char* BackendKindName(BackendKind kind);
+// Parses a name above (INVALID_ARGUMENT otherwise).
+absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
+// The concrete kind kAuto stands for in this build; other kinds unchanged.
+BackendKind ResolveBackendKind(BackendKind kind);
+// OK when this build can make `kind`; INVALID_ARGUMENT naming the backend
+// this build does not have yet (cuda, fake) otherwise.
+absl::Status CheckBackendBuilt(BackendKind kind);
+// ParseBackendKind, then CheckBackendBuilt: what a --backend flag accepts.
+absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name);
+
+struct BackendOptions {
+  int threads = 1;  // CPU worker threads (the CPU backend's pool)
+};
+
+// What GetServerInfo and the status page report.
+struct BackendInfo {
+  std::string name;                 // "cpu", "cuda", ...
+  std::string device;               // e.g. the CPU model or GPU name
+  int64_t device_memory_bytes = 0;  // GPU memory; 0 on the CPU backend
+};
+
+// Cumulative wall time of Forward calls, when TransformerOptions::profile is
+// on: `attention` is the per-sequence part of the attention blocks (KV
+// append, Select, attention over the selected rows), `select` the Select
+// calls inside it; `total` covers whole forward steps (all layers, logits).
+struct ForwardProfile {
+  int64_t steps = 0;
+  int64_t total_ns = 0;
+  int64_t attention_ns = 0;
+  int64_t select_ns = 0;
+};
+
+// An activation buffer of the backend: `width` floats per row of the
+// current step. Only valid with the backend that made it.
+struct Activation {
+  int id = -1;
+};
+
+// Rotary embedding of one layer (model-layer types; the backend maps them
+// to its kernels). freq_factors: null or [rot_dims / 2] host floats of the
+// ModelWeights.
+struct RopeSpec {
+  RopeStyle style = RopeStyle::kNormal;
+  int rot_dims = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  float attn_factor = 1.0f;
+  const float* freq_factors = nullptr;
+};
+
+// Attention of one layer: scores q.k * scale, softcap (> 0) and sliding
+// window (> 0: keys p - window < k <= p) as in kernels/cpu/ops.h.
+struct AttentionSpec {
+  int n_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  float softcap = 0.0f;
+  int64_t window = 0;
+};
+
+// The rows [row, row + n) of the step belong to one sequence whose KV lives
+// in `cache`.
+struct AttentionPart {
+  KvCache* cache = nullptr;
+  int64_t row = 0;
+  int64_t n = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual BackendInfo info() const = 0;
+
+  // A new activation of `width` floats per row. Call before the first step.
+  virtual Activation NewActivation(int64_t width) = 0;
+
+  // Starts a step whose rows are at these sequence positions; every
+  // activation then holds positions.size() rows of undefined contents until
+  // written. EndStep: the step's outputs have been read.
+  virtual void BeginStep(absl::Span<const int64_t> positions) = 0;
+  virtual void EndStep() = 0;
+
+  // out[r] = table[tokens[r]] * scale (dequantised), one row per token.
+  virtual void Embed(const Matrix& table, absl::Span<const int32_t> tokens,
+                     float scale, Activation out) = 0;
+  // y[r] = W x[r]; x has w.cols floats per row, y w.rows.
+  virtual void MatMul(const Matrix& w, Activation x, Activation y) = 0;
+  // x[r] += bias (bias.size() == x's width).
+  virtual void AddBias(Activation x, absl::Span<const float> bias) = 0;
+  // Root-mean-square norm of every run of weight.size() floats (which divides
+  // the width: per head for Q/K norms), times weight; out may be x.
+  virtual void RmsNorm(Activation x, absl::Span<const float> weight, float eps,
+                       Activation out) = 0;
+  // Rotates n_heads heads of every row at the step's positions, in place.
+  virtual void Rope(Activation x, int n_heads, const RopeSpec& rope) = 0;
+  // out = act(gate) * up, elementwise (SwiGLU or GELU-tanh gate).
+  virtual void Gate(FfnActivation act, Activation gate, Activation up,
+                    Activation out) = 0;
+  // x += y.
+  virtual void Add(Activation x, Activation y) = 0;
+  // For every part: appends its k, v rows to the part's cache for `layer`,
+  // asks the cache what its queries attend (KvCache::Select) and writes the
+  // attention of its q rows to `out`. profile: null, or accumulates the
+  // attention and select times.
+  virtual void Attention(int layer, const AttentionSpec& spec,
+                         absl::Span<const AttentionPart> parts, Activation q,
+                         Activation k, Activation v, Activation out,
+                         ForwardProfile* profile) = 0;
+  // For the listed rows of x (ascending): RmsNorm(norm, eps), the output
+  // matrix, then softcap (> 0); writes rows.size() x output.rows host floats
+  // to *out.
+  virtual void Logits(Activation x, absl::Span<const int64_t> rows,
+                      absl::Span<const float> norm, float eps,
+                      const Matrix& output, float softcap,
+                      std::vector<float>* out) = 0;
+};
+
+// Makes a backend of `kind` (kAuto resolved first). INVALID_ARGUMENT for a
+// kind this build does not have (cuda, fake: not yet built).
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
+    BackendKind kind, const BackendOptions& options);
+
+}  // namespace ckv
