@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/backend/cpu/cpu_backend.h"
+#include "server/input_order.h"
 #include "server/limits.h"
 
 namespace ckv::server {
@@ -33,7 +34,8 @@ struct EngineLoop::Job {
   bool started = false;
   bool reserved = false;
   int64_t consumed = 0;
-  int64_t chunk = 0;  // input tokens fed in the current step
+  int64_t chunk = 0;    // input tokens fed in the current step
+  int input_waits = 0;  // server/input_order.h
   std::vector<float> logits;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StreamingDetokenizer> detok;
@@ -276,18 +278,24 @@ void EngineLoop::BuildBatch(StepBatch* batch) {
 }
 
 // Input (prefill chunks, questions): up to prefill_chunk tokens per step,
-// shortest remaining input first, so a question never waits behind a long
-// document and a long prefill advances by at most one chunk per step. A job
-// whose input does not fit its session finishes with the Reserve error.
+// in server/input_order.h's order (shortest remaining first, with aging),
+// so a question never waits behind a long document, a long prefill
+// advances by at most one chunk per step and is never starved. A job whose
+// input does not fit its session finishes with the Reserve error.
 void EngineLoop::AddInputChunks(StepBatch* batch) {
   std::vector<Job*> inputs;
   for (auto& job : active_) {
     if (job->phase == Job::Phase::kInput) inputs.push_back(job.get());
   }
-  std::stable_sort(inputs.begin(), inputs.end(), [](Job* a, Job* b) {
-    return a->spec.input.size() - a->consumed <
-           b->spec.input.size() - b->consumed;
+  auto candidate = [](const Job* j) {
+    return InputCandidate{
+        static_cast<int64_t>(j->spec.input.size()) - j->consumed,
+        j->input_waits};
+  };
+  std::stable_sort(inputs.begin(), inputs.end(), [&](Job* a, Job* b) {
+    return InputGoesFirst(candidate(a), candidate(b));
   });
+  for (Job* job : inputs) job->chunk = 0;
   int64_t budget = prefill_chunk_;
   for (Job* job : inputs) {
     if (budget == 0) break;
@@ -312,6 +320,9 @@ void EngineLoop::AddInputChunks(StepBatch* batch) {
     batch->owners.push_back(job);
   }
   batch->input_tokens = prefill_chunk_ - budget;
+  for (Job* job : inputs) {
+    job->input_waits = NextWaits(job->input_waits, job->chunk);
+  }
 }
 
 // The backend step over the batch, then the step counters.

@@ -3,15 +3,18 @@
 // other sessions' decoding, cancellation restores the session.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
 #include <future>
 #include <thread>
+#include <utility>
 #include <vector>
 #include "model/generation.h"
 #include "model/model.h"
 #include "server/engine_loop.h"
+#include "server/input_order.h"
 #include "server/session_manager.h"
 #include "tests/model/test_util.h"
 
@@ -244,6 +247,57 @@ TEST_F(EngineLoopTest, LongPrefillInterleavesWithDecoding) {
   }
   EXPECT_LE(worst, 1) << "a decode token waited for more than one chunk";
   EXPECT_EQ(dec.tokens.size(), 30u);
+}
+
+// server/input_order.h over simulated steps: one long input (6 chunks) and
+// a new one-chunk input arriving every step, budget one chunk a step.
+// Returns the step of the long input's first chunk and of its last (-1:
+// not within `steps`).
+std::pair<int, int> LongInputSteps(bool (*goes_first)(const InputCandidate&,
+                                                      const InputCandidate&),
+                                   int steps) {
+  constexpr int64_t kChunk = 32;
+  std::vector<InputCandidate> jobs = {{6 * kChunk, 0}};  // [0]: the long one
+  std::vector<bool> is_long = {true};
+  int first = -1;
+  for (int step = 0; step < steps; ++step) {
+    jobs.push_back({kChunk, 0});
+    is_long.push_back(false);
+    std::vector<size_t> order(jobs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return goes_first(jobs[a], jobs[b]);
+    });
+    const size_t fed = order.front();  // the budget is one chunk
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      jobs[i].waits = NextWaits(jobs[i].waits, i == fed ? kChunk : 0);
+    }
+    jobs[fed].remaining -= kChunk;
+    if (is_long[fed] && first < 0) first = step;
+    if (jobs[fed].remaining == 0) {
+      if (is_long[fed]) return {first, step};
+      jobs.erase(jobs.begin() + fed);
+      is_long.erase(is_long.begin() + fed);
+    }
+  }
+  return {first, -1};
+}
+
+bool ShortestOnly(const InputCandidate& a, const InputCandidate& b) {
+  return a.remaining < b.remaining;
+}
+
+TEST(InputOrderTest, LongInputIsNotStarvedByAStreamOfShortOnes) {
+  // Shortest-first alone: the long input never gets a chunk.
+  EXPECT_EQ(LongInputSteps(&ShortestOnly, 1000), std::make_pair(-1, -1));
+  // With aging: a chunk at least every kMaxInputWaitSteps + 1 steps.
+  const auto [first, last] = LongInputSteps(&InputGoesFirst, 1000);
+  EXPECT_EQ(first, kMaxInputWaitSteps);
+  ASSERT_GE(last, 0);
+  EXPECT_LE(last, 6 * (kMaxInputWaitSteps + 1));
+  // A short input among longer ones still goes first.
+  EXPECT_TRUE(InputGoesFirst({32, 0}, {640, 5}));
+  EXPECT_FALSE(InputGoesFirst({640, 5}, {32, 0}));
 }
 
 TEST_F(EngineLoopTest, CancellationRestoresTheSession) {
