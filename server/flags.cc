@@ -157,6 +157,7 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
   l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   l.max_chat_messages = absl::GetFlag(FLAGS_max_chat_messages);
   l.session_idle_ttl_seconds = absl::GetFlag(FLAGS_session_idle_ttl_seconds);
+  l.prefix_cache_block_tokens = absl::GetFlag(FLAGS_prefix_cache_block_tokens);
   for (auto [flag, v] :
        {std::pair<const char*, int64_t>{"max-sessions", l.max_sessions},
         {"max-host-kv-bytes", l.max_host_kv_bytes},
@@ -165,7 +166,8 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
         {"max-session-tokens", l.max_session_tokens},
         {"max-queued-requests", l.max_queued_requests},
         {"max-chat-messages", l.max_chat_messages},
-        {"session-idle-ttl-seconds", l.session_idle_ttl_seconds}}) {
+        {"session-idle-ttl-seconds", l.session_idle_ttl_seconds},
+        {"prefix-cache-block-tokens", l.prefix_cache_block_tokens}}) {
     if (auto s = Positive(flag, v); !s.ok()) return s;
   }
   l.tenant_max_sessions = absl::GetFlag(FLAGS_tenant_max_sessions);
@@ -175,14 +177,8 @@ absl::Status ReadLimitFlags(ServerLimits& l) {
         "--tenant-max-sessions and --tenant-max-host-kv-bytes must be >= 0");
   }
   l.prefix_cache_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes);
-  l.prefix_cache_block_tokens = absl::GetFlag(FLAGS_prefix_cache_block_tokens);
   if (l.prefix_cache_bytes < 0) {
     return absl::InvalidArgumentError("--prefix-cache-bytes must be >= 0");
-  }
-  if (auto s =
-          Positive("prefix-cache-block-tokens", l.prefix_cache_block_tokens);
-      !s.ok()) {
-    return s;
   }
   return absl::OkStatus();
 }

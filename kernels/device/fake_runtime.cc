@@ -368,6 +368,16 @@ absl::Status FakeRuntime::CheckHostSide(const void* p, int64_t bytes,
                    " is pageable; async copies need HostAllocPinned memory"));
 }
 
+absl::Status FakeRuntime::CheckCopyHost(const void* p, int64_t bytes,
+                                        const char* call, Site s) {
+  Lock lock(mu_);
+  absl::Status c = CheckHostSide(p, bytes, call, s);
+  if (!c.ok()) {
+    RejectInCapture(absl::StrCat("a failed ", call).c_str(), s).IgnoreError();
+  }
+  return c;
+}
+
 absl::Status FakeRuntime::EnqueueCopy(const char* name, DevPtr dst, DevPtr src,
                                       int64_t bytes, Stream st, Site s) {
   auto op = std::make_shared<Op>();
@@ -384,13 +394,8 @@ absl::Status FakeRuntime::EnqueueCopy(const char* name, DevPtr dst, DevPtr src,
 
 absl::Status FakeRuntime::DoCopyH2D(DevPtr dst, const void* src, int64_t bytes,
                                     Stream st, Site s) {
-  {
-    Lock lock(mu_);
-    absl::Status c = CheckHostSide(src, bytes, "CopyH2D", s);
-    if (!c.ok()) {
-      RejectInCapture("a failed CopyH2D", s).IgnoreError();
-      return c;
-    }
+  if (absl::Status c = CheckCopyHost(src, bytes, "CopyH2D", s); !c.ok()) {
+    return c;
   }
   return EnqueueCopy("copy_h2d", dst, DevPtr{reinterpret_cast<uint64_t>(src)},
                      bytes, st, s);
@@ -398,13 +403,8 @@ absl::Status FakeRuntime::DoCopyH2D(DevPtr dst, const void* src, int64_t bytes,
 
 absl::Status FakeRuntime::DoCopyD2H(void* dst, DevPtr src, int64_t bytes,
                                     Stream st, Site s) {
-  {
-    Lock lock(mu_);
-    absl::Status c = CheckHostSide(dst, bytes, "CopyD2H", s);
-    if (!c.ok()) {
-      RejectInCapture("a failed CopyD2H", s).IgnoreError();
-      return c;
-    }
+  if (absl::Status c = CheckCopyHost(dst, bytes, "CopyD2H", s); !c.ok()) {
+    return c;
   }
   return EnqueueCopy("copy_d2h", DevPtr{reinterpret_cast<uint64_t>(dst)}, src,
                      bytes, st, s);

@@ -135,6 +135,10 @@ class FakeRuntime final : public Runtime {
   // The host side of an async copy: pinned, else the error.
   absl::Status CheckHostSide(const void* p, int64_t bytes, const char* call,
                              Site s) const;
+  // CheckHostSide under the lock; a failure also breaks a capture in
+  // progress (a failed call inside capture invalidates it, as in CUDA).
+  absl::Status CheckCopyHost(const void* p, int64_t bytes, const char* call,
+                             Site s);
   absl::Status Enqueue(std::shared_ptr<Op> op, Stream st, Site s, Lock& lock);
   absl::Status EnqueueCopy(const char* name, DevPtr dst, DevPtr src,
                            int64_t bytes, Stream st, Site s);

@@ -175,7 +175,7 @@ class HttpClient:
         finally:
             conn.close()
 
-    def full(self, measure):
+    def full(self):
         rng = self.rng
         chat = rng.random() < 0.5
         n = rng.choice((4, 16, 48))
@@ -190,7 +190,7 @@ class HttpClient:
                     "max_tokens": n, "stream": True}
             path = "/v1/completions"
         got = self.stream("stream_full", path, body)
-        if got and measure:
+        if got:
             with self.tally.lock:
                 self.tally.ttft.append(got[0])
                 self.tally.gaps.extend(got[1])
@@ -260,7 +260,7 @@ class HttpClient:
                 if err:
                     self.tally.bad("session_close", err)
 
-    def run(self, stop, measure_only_full=True):
+    def run(self, stop):
         actions = ((self.full, 0.55), (self.cancel, 0.12),
                    (self.vanish, 0.08), (self.slow, 0.1),
                    (self.session, 0.15))
@@ -270,10 +270,7 @@ class HttpClient:
                 acc += w
                 if x < acc:
                     break
-            if fn == self.full:
-                fn(True)
-            else:
-                fn()
+            fn()
 
 
 def session_closer(server, work_dir):
@@ -297,7 +294,7 @@ def baseline(port, requests):
     t = Tally()
     c = HttpClient(port, t, random.Random(99))
     for _ in range(requests):
-        c.full(True)
+        c.full()
     return t
 
 
