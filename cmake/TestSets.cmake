@@ -37,6 +37,12 @@ set(CKV_BOTH_SETS_TESTS)
 set(CKV_NOT_IN_RELEASE_SET kernels_bench matvec_bench recall_probe_bench
   snapshot_bench cuda_ops_bench hwy_eval_bench)
 
+# Fuzzers built in this (clang ASan) build run here, in the sanitize set
+# (cmake/Fuzzers.cmake); the Release build of scripts/test.sh then has none.
+if(CLUSTERKV_FUZZ_IN_TREE)
+  list(REMOVE_ITEM CKV_RELEASE_TESTS fuzz_smoke)
+endif()
+
 # Tests and targets of `dir` and its subdirectories.
 function(ckv_collect_tests dir tests_var targets_var)
   get_property(tests DIRECTORY ${dir} PROPERTY TESTS)
@@ -89,8 +95,14 @@ endif()
 add_custom_target(ckv_release_set)
 add_dependencies(ckv_release_set ${ckv_release_targets})
 
-# The sanitize tests plus the programs they start (servers, CLIs, soak).
+# The sanitize tests plus the programs they start (servers, CLIs, soak,
+# in-tree fuzzers).
 set(ckv_spawned clusterkv-server clusterkv clusterkv_soak)
+if(CLUSTERKV_FUZZ_IN_TREE)
+  get_property(ckv_fuzzers DIRECTORY ${CMAKE_SOURCE_DIR}/tests/fuzz
+               PROPERTY BUILDSYSTEM_TARGETS)
+  list(APPEND ckv_spawned ${ckv_fuzzers})
+endif()
 foreach(t ${ckv_spawned})
   if(TARGET ${t})
     list(APPEND ckv_sanitize_only_targets ${t})

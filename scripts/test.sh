@@ -13,22 +13,24 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 JOBS=$(nproc)
 
-echo "== Release build: product, benchmarks, fuzzers, GPU code; release tests"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+echo "== Release build: product, benchmarks, GPU code; release tests"
+# No fuzz sub-build here: the sanitizer build below builds the fuzzers.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCLUSTERKV_FUZZ=OFF "$@"
 cmake --build build --target ckv_release_set
 ctest --test-dir build --output-on-failure -j "$JOBS" \
   -R "$(cat build/test_sets/release.regex)"
 
-# Sanitizer builds: CPU only, no benchmarks, no fuzz sub-build (the fuzzers
-# already run with ASan/UBSan in the main build's fuzz_smoke).
+# Sanitizer build: clang, CPU only, no benchmarks; the libFuzzer targets are
+# built in it (cmake/Fuzzers.cmake: the fuzzed libraries get libFuzzer's
+# coverage instrumentation and UBSan) and fuzz_smoke runs in its set.
 # -O1: sanitizer builds compile much faster and still run the tests quickly.
 SAN_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1"
-          -DCLUSTERKV_CUDA=OFF -DCLUSTERKV_BENCH=OFF -DCLUSTERKV_FUZZ=OFF)
+          -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+          -DCLUSTERKV_CUDA=OFF -DCLUSTERKV_BENCH=OFF)
 
 # ASan everywhere; UBSan on the core libraries (kernels, gguf, tokenizer)
-# where the arithmetic and byte parsing are; the fuzzers of fuzz_smoke have
-# both over gguf, tokenizer, chat templates, snapshots and request
-# validation.
+# where the arithmetic and byte parsing are, and on the fuzzed ones (model,
+# chat, grammar, request validation, HTTP parser, OpenAI JSON).
 echo "== AddressSanitizer (+ UndefinedBehaviorSanitizer on the core libraries)"
 cmake -S . -B build-asan "${SAN_ARGS[@]}" \
   -DCLUSTERKV_SANITIZE=address -DCLUSTERKV_SANITIZE_CORE=undefined

@@ -121,7 +121,7 @@ grpc::ServerUnaryReactor* ClusterKvService::ForkSession(
     v1::SessionInfo* resp) {
   return Unary(
       state_, ctx, "ForkSession", req->session_id(),
-      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+      [this, req, resp](const ServiceBackend& b, RequestRecord& rec) {
         if (auto s = RequireId(req->session_id()); !s.ok()) return s;
         auto child = b.sessions->Fork(req->session_id(), rec.tenant);
         if (!child.ok()) {
@@ -138,7 +138,7 @@ grpc::ServerUnaryReactor* ClusterKvService::GetSession(
     v1::SessionInfo* resp) {
   return Unary(
       state_, ctx, "GetSession", req->session_id(),
-      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+      [req, resp](const ServiceBackend& b, RequestRecord& rec) {
         if (auto s = RequireId(req->session_id()); !s.ok()) return s;
         auto session = b.sessions->Get(req->session_id(), rec.tenant);
         if (!session.ok()) return session.status();
@@ -164,7 +164,7 @@ grpc::ServerUnaryReactor* ClusterKvService::CloseSession(
     v1::CloseSessionResponse* resp) {
   return Unary(
       state_, ctx, "CloseSession", req->session_id(),
-      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+      [req, resp](const ServiceBackend& b, RequestRecord& rec) {
         if (auto s = RequireId(req->session_id()); !s.ok()) return s;
         auto freed = b.sessions->Close(req->session_id(), rec.tenant);
         if (!freed.ok()) return freed.status();
@@ -178,7 +178,7 @@ grpc::ServerUnaryReactor* ClusterKvService::SnapshotSession(
     v1::SnapshotSessionResponse* resp) {
   return Unary(
       state_, ctx, "SnapshotSession", req->session_id(),
-      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+      [req, resp](const ServiceBackend& b, RequestRecord& rec) {
         if (auto s = RequireId(req->session_id()); !s.ok()) return s;
         if (b.snapshots == nullptr) {
           return absl::FailedPreconditionError(
@@ -246,7 +246,7 @@ grpc::ServerUnaryReactor* ClusterKvService::CancelSession(
     v1::CancelSessionResponse* resp) {
   return Unary(
       state_, ctx, "CancelSession", req->session_id(),
-      [this, ctx, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+      [req, resp](const ServiceBackend& b, RequestRecord& rec) {
         if (auto s = RequireId(req->session_id()); !s.ok()) return s;
         auto session = b.sessions->Get(req->session_id(), rec.tenant);
         if (!session.ok()) return session.status();

@@ -28,7 +28,6 @@
 namespace ckv::server::http {
 namespace {
 
-constexpr char kJson[] = "application/json";
 // The status page's history: one sample per period.
 constexpr absl::Duration kStatusPeriod = absl::Seconds(1);
 // Sessions listed by GET /v1/status (the most recently used).
