@@ -15,6 +15,47 @@ uint64_t ChoiceSeed(uint64_t seed, bool seeded, int index) {
   return index == 0 ? seed : rng();
 }
 
+RequestLogGroup::RequestLogGroup(ServerMetrics* metrics, RequestRecord base)
+    : metrics_(metrics), rec_(std::move(base)) {}
+
+RequestLogSink RequestLogGroup::AddPart() {
+  {
+    absl::MutexLock lock(&mu_);
+    ++pending_;
+  }
+  return [self = shared_from_this()](const RequestRecord& part,
+                                     const grpc::Status& status) {
+    self->Merge(part, status);
+  };
+}
+
+void RequestLogGroup::Merge(const RequestRecord& part,
+                            const grpc::Status& status) {
+  absl::MutexLock lock(&mu_);
+  rec_.input_tokens += part.input_tokens;
+  rec_.generated_tokens += part.generated_tokens;
+  if (part.ttft_seconds >= 0 &&
+      (rec_.ttft_seconds < 0 || part.ttft_seconds < rec_.ttft_seconds)) {
+    rec_.ttft_seconds = part.ttft_seconds;
+  }
+  if (status_.ok() && !status.ok()) status_ = status;
+  --pending_;
+  LogIfDone();
+}
+
+void RequestLogGroup::Seal(const grpc::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (status_.ok() && !status.ok()) status_ = status;
+  sealed_ = true;
+  LogIfDone();
+}
+
+void RequestLogGroup::LogIfDone() {
+  if (!sealed_ || pending_ > 0) return;
+  sealed_ = false;  // once
+  LogRequest(metrics_, rec_, status_);
+}
+
 ChoiceGroup::ChoiceGroup(ServiceState& state, ServiceBackend backend,
                          ChoicePlan plan,
                          std::shared_ptr<GenerationJob> prefill)
@@ -55,19 +96,13 @@ void ChoiceGroup::OnPrefilled() {
   if (!status.ok() || cancelled) {
     plan_.tickets.clear();  // the reservations end with the request
     CloseSessions({plan_.parent_id});
+    plan_.log->Seal();  // the prefill's part says why
     ready(status.ok() ? absl::CancelledError("client gone") : status);
     return;
   }
   auto jobs = StartChoices();
   plan_.tickets.clear();  // those no choice took (a choice failed to start)
-  if (!jobs.ok()) {
-    // The prefill logged itself; the refusal of its choices is one more line.
-    RequestRecord rec;
-    rec.rpc = plan_.rpc;
-    rec.session_id = plan_.parent_id;
-    rec.tenant = plan_.tenant;
-    LogRequest(state_.metrics(), rec, ToGrpcStatus(jobs.status()));
-  }
+  plan_.log->Seal(jobs.ok() ? grpc::Status::OK : ToGrpcStatus(jobs.status()));
   ready(std::move(jobs));
 }
 
@@ -121,9 +156,14 @@ absl::StatusOr<std::shared_ptr<GenerationJob>> ChoiceGroup::StartChoice(
   auto job = std::make_shared<GenerationJob>(state_, backend_, plan_.rpc,
                                              plan_.tenant);
   job->SetCreatedSession(id, /*close_at_end=*/true);
+  RequestLogSink part = plan_.log->AddPart();
+  job->SetLogSink(part);
   auto s =
       job->SubmitAdmitted(std::move(spec), std::move(plan_.tickets[index]));
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    part(RequestRecord{}, ToGrpcStatus(s));  // never ran: no tokens
+    return s;
+  }
   return job;
 }
 

@@ -21,6 +21,34 @@ namespace ckv::server::http {
 
 using ChoiceJobs = std::vector<std::shared_ptr<GenerationJob>>;
 
+// One log line and one clusterkv_requests_total count for a request made of
+// parts (the prefill and its n choices): each part's sink merges its record
+// (tokens summed, the earliest time to first token, the first failure); the
+// line is written once Seal was called and every part added has reported.
+// Thread-safe.
+class RequestLogGroup : public std::enable_shared_from_this<RequestLogGroup> {
+ public:
+  // Made with std::make_shared (the sinks hold it).
+  RequestLogGroup(ServerMetrics* metrics, RequestRecord base);
+  // A part that reports through the returned sink (exactly once, or never
+  // if it fails to start: its caller then reports the failure in Seal).
+  RequestLogSink AddPart();
+  // No more parts; `status` is the request's own failure outside its
+  // parts, if any (a choice refused). Call once.
+  void Seal(const grpc::Status& status = grpc::Status::OK);
+
+ private:
+  void Merge(const RequestRecord& part, const grpc::Status& status);
+  void LogIfDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ServerMetrics* const metrics_;
+  absl::Mutex mu_;
+  RequestRecord rec_ ABSL_GUARDED_BY(mu_);
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;
+  bool sealed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 // What the choices run with once the prompt is in.
 struct ChoicePlan {
   SamplingParams sampling;  // validated; its seed is choice 0's
@@ -29,6 +57,8 @@ struct ChoicePlan {
   std::string parent_id;  // the one-shot session the prefill fills
   // One per choice (n of them): each choice's generated tokens.
   std::vector<std::unique_ptr<AdmissionTicket>> tickets;
+  // The request's one log line (the prefill is its first part).
+  std::shared_ptr<RequestLogGroup> log;
 };
 
 // The seed of choice `index`: `seed` + index when the request named one

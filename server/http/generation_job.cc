@@ -126,7 +126,11 @@ void GenerationJob::OnDone(const JobResult& r) {
   if (status.code() == absl::StatusCode::kCancelled && state_.draining()) {
     status = absl::UnavailableError("server is draining: request cancelled");
   }
-  LogRequest(state_.metrics(), rec_, ToGrpcStatus(status));
+  if (log_sink_) {
+    log_sink_(rec_, ToGrpcStatus(status));
+  } else {
+    LogRequest(state_.metrics(), rec_, ToGrpcStatus(status));
+  }
   {
     absl::MutexLock lock(&mu_);
     result_ = r;

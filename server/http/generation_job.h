@@ -22,6 +22,12 @@
 
 namespace ckv::server::http {
 
+// Where a job's request record goes when it ends (by default one log line
+// and one clusterkv_requests_total count, LogRequest): the parts of one n > 1
+// request hand theirs to the request's RequestLogGroup instead.
+using RequestLogSink =
+    std::function<void(const RequestRecord&, const grpc::Status&)>;
+
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
   // Counts as a live stream of `state` (drain waits for it) until the job
@@ -35,6 +41,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // A session this request created: closed when the job ends (one-shot) or
   // when Submit fails (a one-shot, a new persistent one or a fork child).
   void SetCreatedSession(const std::string& id, bool close_at_end);
+  // Before Submit: the ended job's record goes to `sink`, not to the log.
+  void SetLogSink(RequestLogSink sink) { log_sink_ = std::move(sink); }
   // Admits and submits `spec` (its callbacks are set here). On error nothing
   // runs, a created session is closed and the job is finished (the caller
   // logs the request). Once submitted, the job logs it when it ends.
@@ -67,6 +75,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   ServiceState& state_;
   const ServiceBackend backend_;
   RequestRecord rec_;
+  RequestLogSink log_sink_;
   std::string created_id_;
   bool close_at_end_ = false;
   std::unique_ptr<AdmissionTicket> ticket_;  // engine thread after Submit

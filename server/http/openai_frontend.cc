@@ -453,8 +453,14 @@ absl::StatusOr<StartedJob> OpenAiFrontend::StartGroup(
   spec.generate = false;
   AdmissionRequest a = prompt;
   a.max_new_tokens = 0;
+  RequestRecord record;
+  record.rpc = plan.rpc;
+  record.session_id = parent;
+  record.tenant = tenant;
+  plan.log = std::make_shared<RequestLogGroup>(state_.metrics(), record);
   auto prefill = std::make_shared<GenerationJob>(state_, b, plan.rpc, tenant);
   prefill->SetCreatedSession(parent, /*close_at_end=*/false);
+  prefill->SetLogSink(plan.log->AddPart());
   if (auto s = prefill->Submit(std::move(spec), a); !s.ok()) return s;
   started.group = std::make_shared<ChoiceGroup>(state_, b, std::move(plan),
                                                 std::move(prefill));

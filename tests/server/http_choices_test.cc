@@ -81,9 +81,27 @@ int64_t PromptTokens(HttpChoicesTest& t, const std::string& body) {
   return Json::parse(one->body)["usage"]["prompt_tokens"].get<int64_t>();
 }
 
+// clusterkv_requests_total of http.Completions with gRPC code `code`.
+int64_t CompletionRequests(const ServerMetrics& m, absl::string_view code) {
+  int64_t total = 0;
+  for (absl::string_view line : absl::StrSplit(m.Serialize(), '\n')) {
+    if (!absl::StartsWith(line, "clusterkv_requests_total{") ||
+        !absl::StrContains(line, absl::StrCat("\"", code, "\"")) ||
+        !absl::StrContains(line, "http.Completions")) {
+      continue;
+    }
+    double v = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
+      total += static_cast<int64_t>(v);
+    }
+  }
+  return total;
+}
+
 // Completions, n = 3, sampled with a seed: three choices (indices 0..2),
 // each with its finish reason and log-probabilities; usage counts the
-// prompt once and the choices' tokens summed; choice i is what n = 1 with
+// prompt once and the choices' tokens summed; the request is one request in
+// clusterkv_requests_total (one log line); choice i is what n = 1 with
 // seed + i answers, and the whole answer repeats.
 TEST_F(HttpChoicesTest, CompletionChoicesAreSeededAndCountedOnce) {
   const std::string prompt = "Several roads lead";
@@ -92,9 +110,11 @@ TEST_F(HttpChoicesTest, CompletionChoicesAreSeededAndCountedOnce) {
                 {"seed", seed},     {"n", n},          {"logprobs", 1}}
         .dump();
   };
+  const int64_t ok_before = CompletionRequests(*metrics_, "OK");
   auto res = Post("/v1/completions", body(3, 7));
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(CompletionRequests(*metrics_, "OK"), ok_before + 1);
   const Json j = Json::parse(res->body);
   ASSERT_EQ(j["choices"].size(), 3u) << res->body;
   int64_t tokens = 0;
@@ -254,24 +274,9 @@ TEST(HttpChoicesLimitsTest, AdmissionCountsEveryChoice) {
       (*server)->state().Backend()->admission->stats().reserved_host_bytes, 0);
 }
 
-int64_t CancelledRequests(const ServerMetrics& m) {
-  int64_t total = 0;
-  for (absl::string_view line : absl::StrSplit(m.Serialize(), '\n')) {
-    if (!absl::StartsWith(line, "clusterkv_requests_total{") ||
-        !absl::StrContains(line, "CANCELLED") ||
-        !absl::StrContains(line, "http.Completions")) {
-      continue;
-    }
-    double v = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
-      total += static_cast<int64_t>(v);
-    }
-  }
-  return total;
-}
-
 // A client that reads the first chunk of a streamed n = 3 answer and goes
-// away: all three choices are cancelled and their sessions closed.
+// away: all three choices are cancelled and their sessions closed; the
+// request counts once, as cancelled.
 TEST_F(HttpChoicesTest, DisconnectCancelsEveryChoice) {
   // Greedy (the server's default) runs to the length on this model.
   Json body{{"prompt", "Go on and on"}, {"max_tokens", 40}};
@@ -282,7 +287,7 @@ TEST_F(HttpChoicesTest, DisconnectCancelsEveryChoice) {
   body["max_tokens"] = 1500;
   body["n"] = 3;
   body["stream"] = true;
-  const int64_t before = CancelledRequests(*metrics_);
+  const int64_t before = CompletionRequests(*metrics_, "CANCELLED");
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -301,11 +306,11 @@ TEST_F(HttpChoicesTest, DisconnectCancelsEveryChoice) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline &&
-         (CancelledRequests(*metrics_) < before + 3 ||
+         (CompletionRequests(*metrics_, "CANCELLED") < before + 1 ||
           !server_->state().Backend()->sessions->List().empty())) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_EQ(CancelledRequests(*metrics_), before + 3);
+  EXPECT_EQ(CompletionRequests(*metrics_, "CANCELLED"), before + 1);
   EXPECT_TRUE(server_->state().Backend()->sessions->List().empty());
 }
 
