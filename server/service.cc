@@ -119,32 +119,30 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* ClusterKvService::Generate(
 grpc::ServerUnaryReactor* ClusterKvService::ForkSession(
     grpc::CallbackServerContext* ctx, const v1::ForkSessionRequest* req,
     v1::SessionInfo* resp) {
-  return Unary(
-      state_, ctx, "ForkSession", req->session_id(),
-      [this, req, resp](const ServiceBackend& b, RequestRecord& rec) {
-        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-        auto child = b.sessions->Fork(req->session_id(), rec.tenant);
-        if (!child.ok()) {
-          CountLimitRejection(state_.metrics(), child.status());
-          return child.status();
-        }
-        FillSessionInfo(**child, resp);
-        return absl::OkStatus();
-      });
+  return Unary(state_, ctx, "ForkSession", req->session_id(),
+               [this, req, resp](const ServiceBackend& b, RequestRecord& rec) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 auto child = b.sessions->Fork(req->session_id(), rec.tenant);
+                 if (!child.ok()) {
+                   CountLimitRejection(state_.metrics(), child.status());
+                   return child.status();
+                 }
+                 FillSessionInfo(**child, resp);
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerUnaryReactor* ClusterKvService::GetSession(
     grpc::CallbackServerContext* ctx, const v1::GetSessionRequest* req,
     v1::SessionInfo* resp) {
-  return Unary(
-      state_, ctx, "GetSession", req->session_id(),
-      [req, resp](const ServiceBackend& b, RequestRecord& rec) {
-        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-        auto session = b.sessions->Get(req->session_id(), rec.tenant);
-        if (!session.ok()) return session.status();
-        FillSessionInfo(**session, resp);
-        return absl::OkStatus();
-      });
+  return Unary(state_, ctx, "GetSession", req->session_id(),
+               [req, resp](const ServiceBackend& b, RequestRecord& rec) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 auto session = b.sessions->Get(req->session_id(), rec.tenant);
+                 if (!session.ok()) return session.status();
+                 FillSessionInfo(**session, resp);
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerUnaryReactor* ClusterKvService::ListSessions(
@@ -162,38 +160,37 @@ grpc::ServerUnaryReactor* ClusterKvService::ListSessions(
 grpc::ServerUnaryReactor* ClusterKvService::CloseSession(
     grpc::CallbackServerContext* ctx, const v1::CloseSessionRequest* req,
     v1::CloseSessionResponse* resp) {
-  return Unary(
-      state_, ctx, "CloseSession", req->session_id(),
-      [req, resp](const ServiceBackend& b, RequestRecord& rec) {
-        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-        auto freed = b.sessions->Close(req->session_id(), rec.tenant);
-        if (!freed.ok()) return freed.status();
-        resp->set_freed_host_bytes(*freed);
-        return absl::OkStatus();
-      });
+  return Unary(state_, ctx, "CloseSession", req->session_id(),
+               [req, resp](const ServiceBackend& b, RequestRecord& rec) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 auto freed = b.sessions->Close(req->session_id(), rec.tenant);
+                 if (!freed.ok()) return freed.status();
+                 resp->set_freed_host_bytes(*freed);
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerUnaryReactor* ClusterKvService::SnapshotSession(
     grpc::CallbackServerContext* ctx, const v1::SnapshotSessionRequest* req,
     v1::SnapshotSessionResponse* resp) {
-  return Unary(
-      state_, ctx, "SnapshotSession", req->session_id(),
-      [req, resp](const ServiceBackend& b, RequestRecord& rec) {
-        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-        if (b.snapshots == nullptr) {
-          return absl::FailedPreconditionError(
-              "snapshots are off: start the server with "
-              "--snapshot-dir");
-        }
-        auto lease = b.sessions->Acquire(req->session_id(), rec.tenant);
-        if (!lease.ok()) return lease.status();
-        auto r = b.snapshots->Save(*lease->get());
-        if (!r.ok()) return r.status();
-        resp->set_path(r->path);
-        resp->set_bytes(r->bytes);
-        resp->set_seconds(r->seconds);
-        return absl::OkStatus();
-      });
+  return Unary(state_, ctx, "SnapshotSession", req->session_id(),
+               [req, resp](const ServiceBackend& b, RequestRecord& rec) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 if (b.snapshots == nullptr) {
+                   return absl::FailedPreconditionError(
+                       "snapshots are off: start the server with "
+                       "--snapshot-dir");
+                 }
+                 auto lease =
+                     b.sessions->Acquire(req->session_id(), rec.tenant);
+                 if (!lease.ok()) return lease.status();
+                 auto r = b.snapshots->Save(*lease->get());
+                 if (!r.ok()) return r.status();
+                 resp->set_path(r->path);
+                 resp->set_bytes(r->bytes);
+                 resp->set_seconds(r->seconds);
+                 return absl::OkStatus();
+               });
 }
 
 // Answers while draining too (ServerInfo.draining says so).
@@ -244,15 +241,14 @@ grpc::ServerUnaryReactor* ClusterKvService::Detokenize(
 grpc::ServerUnaryReactor* ClusterKvService::CancelSession(
     grpc::CallbackServerContext* ctx, const v1::CancelSessionRequest* req,
     v1::CancelSessionResponse* resp) {
-  return Unary(
-      state_, ctx, "CancelSession", req->session_id(),
-      [req, resp](const ServiceBackend& b, RequestRecord& rec) {
-        if (auto s = RequireId(req->session_id()); !s.ok()) return s;
-        auto session = b.sessions->Get(req->session_id(), rec.tenant);
-        if (!session.ok()) return session.status();
-        resp->set_cancelled((*session)->CancelRunning());
-        return absl::OkStatus();
-      });
+  return Unary(state_, ctx, "CancelSession", req->session_id(),
+               [req, resp](const ServiceBackend& b, RequestRecord& rec) {
+                 if (auto s = RequireId(req->session_id()); !s.ok()) return s;
+                 auto session = b.sessions->Get(req->session_id(), rec.tenant);
+                 if (!session.ok()) return session.status();
+                 resp->set_cancelled((*session)->CancelRunning());
+                 return absl::OkStatus();
+               });
 }
 
 }  // namespace ckv::server
