@@ -205,8 +205,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> NewToolTransformer(
     const ModelConfig& config, const ModelWeights& weights,
     const CliOptions& o) {
   auto tf = NewTransformer(config, weights, o.transformer, o.backend);
-  if (tf.ok() && o.backend == BackendKind::kAuto) {
-    std::fprintf(stderr, "backend auto: %s (%s)\n",
+  if (tf.ok() && o.backend != BackendKind::kCpu) {  // auto, fake: say which
+    std::fprintf(stderr, "backend %s: %s (%s)\n", BackendKindName(o.backend),
                  (*tf)->backend().info().name.c_str(),
                  (*tf)->backend().info().device.c_str());
   }

@@ -252,9 +252,9 @@ TEST(DeviceBackendTest, DemoModelMatchesCpu) {
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   auto m = LoadModel(path);
   ASSERT_TRUE(m.ok()) << m.status();
-  const Trace cpu = Greedy(**m, Cpu(), 64, 24);
+  const Trace cpu = Greedy(**m, Cpu(), 64, 64);
   FakeRuntime rt(Fake(Schedule::kThreaded, 3));
-  const Trace dev = Greedy(**m, Device(rt), 64, 24);
+  const Trace dev = Greedy(**m, Device(rt), 64, 64);
   ExpectSameTrace(dev, cpu, "kjv-llama");
   EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
 }
