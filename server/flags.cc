@@ -56,7 +56,8 @@ ABSL_FLAG(int64_t, context_length, kDefaults.context_length,
           "model file's context_length");
 ABSL_FLAG(std::string, backend, ckv::BackendKindName(kDefaults.backend),
           "compute backend: auto|cpu|cuda|fake (auto: the best one this "
-          "build has, logged; cuda and fake are not built yet)");
+          "build has, logged; fake: the device backend on the fake device, "
+          "for tests; cuda is not built yet)");
 ABSL_FLAG(int, threads, kDefaults.threads, "compute threads (0: all cores)");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
