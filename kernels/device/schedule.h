@@ -10,5 +10,7 @@ namespace ckv::kernels::device {
 enum class Schedule { kInline, kLazy, kThreaded };
 // "inline", "lazy", "threaded".
 const char* ScheduleName(Schedule s);
+// The schedule of a name above; false (out unchanged) when unknown.
+bool ParseSchedule(const char* name, Schedule* out);
 
 }  // namespace ckv::kernels::device

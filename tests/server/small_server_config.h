@@ -32,6 +32,15 @@ inline ServerConfig SmallServerConfig(const std::string& model_path) {
   ServerConfig c;
   c.model_path = model_path;
   c.backend = TestBackend();
+  // CLUSTERKV_TEST_FAKE_SCHEDULE: the fake device's schedule (inline when
+  // unset; an unknown name aborts).
+  const char* schedule = std::getenv("CLUSTERKV_TEST_FAKE_SCHEDULE");
+  if (schedule != nullptr &&
+      !kernels::device::ParseSchedule(schedule, &c.fake_schedule)) {
+    std::fprintf(stderr, "CLUSTERKV_TEST_FAKE_SCHEDULE: unknown '%s'\n",
+                 schedule);
+    std::abort();
+  }
   c.listen_address = "127.0.0.1:0";
   c.metrics_address = "";
   c.threads = 2;
