@@ -42,7 +42,8 @@ ABSL_FLAG(int, threads, Defaults().threads,
           "compute threads (0: every hardware thread)");
 ABSL_FLAG(std::string, backend, ckv::BackendKindName(Defaults().backend),
           "compute backend of the engine and text workloads: "
-          "auto|cpu|cuda|fake (cuda and fake are not built yet)");
+          "auto|cpu|cuda|fake (fake: the fake device, for tests; cuda is "
+          "not built yet)");
 ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed of keys, queries, tokens");
 ABSL_FLAG(std::string, workloads, "keys,engine",
           "comma-separated: keys, engine, text (a real model on real text)");

@@ -65,7 +65,7 @@ ABSL_FLAG(double, background_period_ms, Defaults().background.period_ms,
 
 ABSL_FLAG(std::string, backend, ckv::BackendKindName(Defaults().backend),
           "compute backend: auto|cpu|cuda|fake (auto: the best this build "
-          "has; cuda and fake are not built yet)");
+          "has; fake: the fake device, for tests; cuda is not built yet)");
 ABSL_FLAG(std::string, pool_schedule, Defaults().pool_schedule,
           "thread pool schedule: dynamic (chunks claimed one at a time) or "
           "static (one fixed range per thread; the former policy)");

@@ -21,7 +21,8 @@ struct EngineBenchOptions {
   RandomModelSpec random = DefaultModelSpec();  // used when `model` is empty
   std::vector<int64_t> depths = {0, 4096, 16384, 32768};  // ascending
   std::vector<int> threads = {1, 2};
-  // Compute backend (model/backend/backend.h): auto|cpu; cuda and fake are
+  // Compute backend (model/backend/backend.h): auto|cpu|fake (the device
+  // backend on the fake device: a test instrument, not a speed); cuda is
   // refused until built.
   BackendKind backend = BackendKind::kAuto;
   int decode_tokens = 32;

@@ -132,7 +132,9 @@ absl::Status Transformer::Forward(absl::Span<SequenceInput> batch) {
     }
   }
   if (step.rows > 0) RunStep(step);
-  return absl::OkStatus();
+  // A device backend's first error (its ops return nothing); the CPU
+  // backend's is always OK.
+  return backend_->status();
 }
 
 void Transformer::RunStep(const Step& step) {

@@ -76,7 +76,9 @@ class Transformer {
 
   // Evaluates all sequences. Validates token ids (INVALID_ARGUMENT) and
   // reserves cache space (RESOURCE_EXHAUSTED) for every sequence before any
-  // work starts; on error no cache is modified.
+  // work starts; on error no cache is modified. Afterwards, the backend's
+  // status() (a device error: the caches then hold lost rows, the logits are
+  // NaN; the batch's sessions should be dropped).
   absl::Status Forward(absl::Span<SequenceInput> batch);
 
   const ModelConfig& config() const { return config_; }

@@ -56,8 +56,17 @@ ABSL_FLAG(int64_t, context_length, kDefaults.context_length,
           "model file's context_length");
 ABSL_FLAG(std::string, backend, ckv::BackendKindName(kDefaults.backend),
           "compute backend: auto|cpu|cuda|fake (auto: the best one this "
-          "build has, logged; cuda and fake are not built yet)");
+          "build has, logged; fake: the device backend on the fake device, "
+          "for tests; cuda is not built yet)");
 ABSL_FLAG(int, threads, kDefaults.threads, "compute threads (0: all cores)");
+ABSL_FLAG(std::string, fake_schedule,
+          ckv::kernels::device::ScheduleName(kDefaults.fake_schedule),
+          "--backend fake: how the fake device runs work: inline|lazy|threaded "
+          "(docs/device-runtime.md)");
+ABSL_FLAG(int64_t, fake_device_mb, kDefaults.fake_device_bytes >> 20,
+          "--backend fake: the fake device's memory (MiB)");
+ABSL_FLAG(uint64_t, fake_seed, kDefaults.fake_seed,
+          "--backend fake: seed of phase thread orders and threaded delays");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
 ABSL_FLAG(int, drain_grace_seconds, kDefaults.drain_grace_seconds,
@@ -244,6 +253,18 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   c.threads = absl::GetFlag(FLAGS_threads);
   if (c.threads < 0)
     return absl::InvalidArgumentError("--threads must be >= 0");
+  if (!kernels::device::ParseSchedule(
+          absl::GetFlag(FLAGS_fake_schedule).c_str(), &c.fake_schedule)) {
+    return absl::InvalidArgumentError(
+        "--fake-schedule must be inline, lazy or threaded");
+  }
+  const int64_t fake_mb = absl::GetFlag(FLAGS_fake_device_mb);
+  if (fake_mb <= 0 || fake_mb > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        "--fake-device-mb must be in [1, 16777216]");
+  }
+  c.fake_device_bytes = fake_mb << 20;
+  c.fake_seed = absl::GetFlag(FLAGS_fake_seed);
   c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;
   c.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);

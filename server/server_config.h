@@ -68,6 +68,11 @@ struct ServerConfig {
   // has (today the CPU), logged at start and reported by GetServerInfo.
   BackendKind backend = BackendKind::kAuto;
   int threads = 0;               // 0: all cores
+  // --backend fake: the fake device's schedule, size and seed (defaults:
+  // BackendOptions').
+  kernels::device::Schedule fake_schedule = BackendOptions{}.fake_schedule;
+  int64_t fake_device_bytes = BackendOptions{}.fake_device_bytes;
+  uint64_t fake_seed = BackendOptions{}.fake_seed;
   int prefill_chunk = 256;       // tokens per prefill step
   int drain_grace_seconds = 10;  // SIGTERM: finish streams this long
   // Threads that run unary RPCs (server/blocking_pool.h): snapshot files,

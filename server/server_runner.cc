@@ -125,8 +125,12 @@ absl::Status ClusterKvServer::LoadBackend() {
   TransformerOptions t;
   t.threads = config_.threads;
   t.prefill_chunk = config_.prefill_chunk;
-  auto backend =
-      MakeBackend(config_.backend, BackendOptions{.threads = config_.threads});
+  BackendOptions backend_options;
+  backend_options.threads = config_.threads;
+  backend_options.fake_schedule = config_.fake_schedule;
+  backend_options.fake_device_bytes = config_.fake_device_bytes;
+  backend_options.fake_seed = config_.fake_seed;
+  auto backend = MakeBackend(config_.backend, backend_options);
   if (!backend.ok()) return backend.status();
   const BackendInfo info = (*backend)->info();
   LogInfo(absl::StrCat("backend ", info.name,

@@ -83,6 +83,16 @@ const char* ScheduleName(Schedule s) {
   return "?";
 }
 
+bool ParseSchedule(const char* name, Schedule* out) {
+  for (Schedule s : {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
+    if (std::strcmp(name, ScheduleName(s)) == 0) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
+}
+
 FakeRuntime::FakeRuntime(FakeConfig config)
     : config_(std::move(config)),
       memory_(config_.device_bytes, config_.quarantine_bytes) {}

@@ -33,11 +33,9 @@
 #include "kernels/device/fake_memory.h"
 #include "kernels/device/ordering_checker.h"
 #include "kernels/device/runtime.h"
+#include "kernels/device/schedule.h"
 
 namespace ckv::kernels::device {
-
-enum class Schedule { kInline, kLazy, kThreaded };
-const char* ScheduleName(Schedule s);
 
 struct FakeConfig {
   int64_t device_bytes = int64_t{256} << 20;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/backend/cpu/cpu_backend.h"
+#include "model/backend/device/device_backend.h"
 
 namespace ckv {
 
@@ -29,22 +30,20 @@ absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
 }
 
 BackendKind ResolveBackendKind(BackendKind kind) {
-  // No device backend is built yet: auto is the CPU.
+  // No real device backend is built yet (the fake is for tests): auto is
+  // the CPU.
   return kind == BackendKind::kAuto ? BackendKind::kCpu : kind;
 }
 
 absl::Status CheckBackendBuilt(BackendKind kind) {
   switch (ResolveBackendKind(kind)) {
     case BackendKind::kCpu:
+    case BackendKind::kFake:
       return absl::OkStatus();
     case BackendKind::kCuda:
       return absl::InvalidArgumentError(
           "--backend cuda: this build has no CUDA backend yet (use cpu or "
           "auto)");
-    case BackendKind::kFake:
-      return absl::InvalidArgumentError(
-          "--backend fake: this build has no fake-device backend yet (use cpu "
-          "or auto)");
     case BackendKind::kAuto:
       break;
   }
@@ -61,7 +60,10 @@ absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name) {
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     BackendKind kind, const BackendOptions& options) {
   if (auto s = CheckBackendBuilt(kind); !s.ok()) return s;
-  // Only the CPU backend is built (CheckBackendBuilt).
+  if (ResolveBackendKind(kind) == BackendKind::kFake) {
+    return MakeFakeDeviceBackend(options);
+  }
+  // Otherwise the CPU backend (CheckBackendBuilt).
   return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
 }
 

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/device/schedule.h"
 #include "model/arch/arch.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
@@ -27,8 +28,10 @@
 namespace ckv {
 
 // Which backend runs the model. kAuto picks the best one this build and
-// machine have (today: kCpu). kCuda and kFake are named so that flags accept
-// them and refuse them with a clear error until they exist.
+// machine have (today: kCpu). kFake is the device backend on the fake device
+// (kernels/device/fake_runtime.h): a test instrument, never chosen by kAuto.
+// kCuda is named so that flags accept it and refuse it with a clear error
+// until it exists.
 enum class BackendKind { kAuto, kCpu, kCuda, kFake };
 
 // "auto", "cpu", "cuda", "fake".
@@ -38,20 +41,27 @@ absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
 // The concrete kind kAuto stands for in this build; other kinds unchanged.
 BackendKind ResolveBackendKind(BackendKind kind);
 // OK when this build can make `kind`; INVALID_ARGUMENT naming the backend
-// this build does not have yet (cuda, fake) otherwise.
+// this build does not have yet (cuda) otherwise.
 absl::Status CheckBackendBuilt(BackendKind kind);
 // ParseBackendKind, then CheckBackendBuilt: what a --backend flag accepts.
 absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name);
 
+// The defaults of every backend's settings, in one place.
 struct BackendOptions {
   int threads = 1;  // CPU worker threads (the CPU backend's pool)
+  // kFake: the fake device's schedule, size and seed (phase thread orders
+  // and the threaded schedule's delays; kernels/device/fake_runtime.h).
+  kernels::device::Schedule fake_schedule = kernels::device::Schedule::kInline;
+  int64_t fake_device_bytes = int64_t{1} << 30;
+  uint64_t fake_seed = 1;
+  int fake_max_delay_us = 50;  // kThreaded: random delay before each item
 };
 
 // What GetServerInfo and the status page report.
 struct BackendInfo {
-  std::string name;                 // "cpu", "cuda", ...
+  std::string name;                 // "cpu", "cuda", "fake"
   std::string device;               // e.g. the CPU model or GPU name
-  int64_t device_memory_bytes = 0;  // GPU memory; 0 on the CPU backend
+  int64_t device_memory_bytes = 0;  // device memory; 0 on the CPU backend
 };
 
 // Cumulative wall time of Forward calls, when TransformerOptions::profile is
@@ -107,6 +117,12 @@ class Backend {
 
   virtual BackendInfo info() const = 0;
 
+  // The first error of the backend's device (ops return nothing): OK, or
+  // the error after which every op is skipped and Logits writes NaN. A
+  // device error is not recoverable: the KV caches of the step hold zero
+  // rows where its K and V were lost. Transformer::Forward returns it.
+  virtual absl::Status status() const { return absl::OkStatus(); }
+
   // A new activation of `width` floats per row. Call before the first step.
   virtual Activation NewActivation(int64_t width) = 0;
 
@@ -152,7 +168,9 @@ class Backend {
 };
 
 // Makes a backend of `kind` (kAuto resolved first). INVALID_ARGUMENT for a
-// kind this build does not have (cuda, fake: not yet built).
+// kind this build does not have (cuda: not yet built); kFake owns a new
+// fake device made from `options` (an error of the fake's set-up is
+// returned).
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     BackendKind kind, const BackendOptions& options);
 

@@ -35,7 +35,8 @@ CKV_SAMPLING_NUMBERS(CKV_SAMPLING_FLAG)
 ABSL_FLAG(std::vector<std::string>, stop, {}, "generate: stop strings");
 ABSL_FLAG(std::string, backend, "auto",
           "compute backend: auto|cpu|cuda|fake (auto: the best one this "
-          "build has; cuda and fake are not built yet)");
+          "build has; fake: the device backend on the fake device, for "
+          "tests; cuda is not built yet)");
 ABSL_FLAG(int, threads, 0, "worker threads (0 = all cores)");
 ABSL_FLAG(int, prefill_chunk, 256, "tokens per prefill step");
 ABSL_FLAG(std::string, kernels, "auto",
@@ -205,8 +206,8 @@ absl::StatusOr<std::unique_ptr<Transformer>> NewToolTransformer(
     const ModelConfig& config, const ModelWeights& weights,
     const CliOptions& o) {
   auto tf = NewTransformer(config, weights, o.transformer, o.backend);
-  if (tf.ok() && o.backend == BackendKind::kAuto) {
-    std::fprintf(stderr, "backend auto: %s (%s)\n",
+  if (tf.ok() && o.backend != BackendKind::kCpu) {  // auto, fake: say which
+    std::fprintf(stderr, "backend %s: %s (%s)\n", BackendKindName(o.backend),
                  (*tf)->backend().info().name.c_str(),
                  (*tf)->backend().info().device.c_str());
   }

@@ -419,5 +419,48 @@ TEST_F(EngineLoopTest, BadInputFailsOnlyItsJob) {
       Run(id, Tokens(20, 1), AppendKind::kPrompt, false, 0, &ok).status.ok());
 }
 
+// A device error (here: a fake device too small for the weights) finishes
+// the step's jobs with INTERNAL naming it; nothing aborts, and the error is
+// sticky, as a device's are: the next job fails the same way.
+TEST(EngineLoopDeviceTest, DeviceErrorFailsTheJobs) {
+  ClusterWorker worker;
+  SessionManager sessions(TestModel().config, ServerLimits{}, &worker);
+  // Outlive the engine: their results share error payloads with the
+  // engine's jobs, freed on the engine thread (TSan does not see the
+  // system Abseil's reference counts).
+  Collector collectors[2];
+  BackendOptions o;
+  o.fake_device_bytes = 64 << 10;
+  auto backend = MakeBackend(BackendKind::kFake, o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EngineLoop engine(TestModel(), TransformerOptions{1, 32}, 16,
+                    *std::move(backend));
+  for (int i = 0; i < 2; ++i) {
+    SessionOptions so;
+    so.kv = Kv();
+    auto session = sessions.Create(so);
+    ASSERT_TRUE(session.ok()) << session.status();
+    auto lease = sessions.Acquire((*session)->id());
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    Collector& c = collectors[i];
+    JobSpec spec;
+    spec.lease = *std::move(lease);
+    spec.input = Tokens(40, i);
+    spec.kind = AppendKind::kPrompt;
+    spec.generate = true;
+    spec.sampling.max_tokens = 4;
+    spec.callbacks = c.Callbacks();
+    ASSERT_TRUE(engine.Submit(std::move(spec)).ok());
+    c.Wait();
+    EXPECT_EQ(c.result.status.code(), absl::StatusCode::kInternal)
+        << c.result.status;
+    EXPECT_NE(c.result.status.message().find(
+                  "model step failed: fake device out of memory"),
+              absl::string_view::npos)
+        << c.result.status;
+    EXPECT_TRUE(c.tokens.empty());
+  }
+}
+
 }  // namespace
 }  // namespace ckv::server

@@ -683,7 +683,7 @@ TEST_F(ServiceTest, SessionLifecycleAndServerInfo) {
 // A backend this build does not have is refused before anything starts,
 // with INVALID_ARGUMENT naming it (the flag parser uses the same check).
 TEST(ServerBackendTest, UnbuiltBackendsAreRefused) {
-  for (const char* name : {"cuda", "fake"}) {
+  for (const char* name : {"cuda"}) {
     auto kind = ParseBackendKind(name);
     ASSERT_TRUE(kind.ok()) << name;
     auto flag = ParseBackendFlag(name);
@@ -703,7 +703,34 @@ TEST(ServerBackendTest, UnbuiltBackendsAreRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*ParseBackendFlag("auto"), BackendKind::kAuto);
   EXPECT_EQ(*ParseBackendFlag("cpu"), BackendKind::kCpu);
+  EXPECT_EQ(*ParseBackendFlag("fake"), BackendKind::kFake);
   EXPECT_EQ(ResolveBackendKind(BackendKind::kAuto), BackendKind::kCpu);
+}
+
+// --backend fake: the device backend on the fake device serves the same
+// greedy tokens as the in-process CPU generation, one-shot and as Prefill +
+// Decode, and GetServerInfo names the fake device and its memory.
+TEST_F(ServiceTest, ServesOnTheFakeDevice) {
+  ServerConfig c = BaseConfig();
+  c.backend = BackendKind::kFake;
+  server_.reset();
+  StartServer(c);
+  const ServedBothWays r = ServeBothWays(c, Prompt(6) + Prompt(7), 3);
+  ASSERT_FALSE(r.ref.tokens.empty());
+  ASSERT_TRUE(r.one_shot.status.ok()) << r.one_shot.status.error_message();
+  EXPECT_EQ(r.one_shot.ids, r.ref_one_shot.tokens);
+  ASSERT_TRUE(r.prefill.ok());
+  ASSERT_TRUE(r.streamed.status.ok()) << r.streamed.status.error_message();
+  EXPECT_EQ(r.streamed.ids, r.ref.tokens);
+  EXPECT_EQ(r.streamed.text, r.ref_text);
+  ClientContext ctx;
+  v1::ServerInfo server;
+  ASSERT_TRUE(stub_->GetServerInfo(&ctx, {}, &server).ok());
+  EXPECT_EQ(server.backend(), "fake");
+  EXPECT_NE(server.device_name().find("fake device (schedule"),
+            std::string::npos)
+      << server.device_name();
+  EXPECT_EQ(server.device_memory_bytes(), BackendOptions{}.fake_device_bytes);
 }
 
 TEST_F(ServiceTest, DrainStopsServingAndCancelsLongStreams) {

@@ -3,15 +3,44 @@
 // selection really run on the tiny test models.
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
+#include "model/backend/backend.h"
 #include "server/server_config.h"
 
 namespace ckv::server::testing {
 
+// The backend of the loopback tests: CLUSTERKV_TEST_BACKEND (a --backend
+// name), auto when unset, so that ctest runs suites once more on the fake
+// device (tests/server/CMakeLists.txt, the *_fake tests). An unknown name
+// aborts: a typo must not silently test the CPU.
+inline BackendKind TestBackend() {
+  const char* name = std::getenv("CLUSTERKV_TEST_BACKEND");
+  if (name == nullptr || *name == '\0') return BackendKind::kAuto;
+  auto kind = ParseBackendFlag(name);
+  if (!kind.ok()) {
+    std::fprintf(stderr, "CLUSTERKV_TEST_BACKEND: %s\n",
+                 std::string(kind.status().message()).c_str());
+    std::abort();
+  }
+  return *kind;
+}
+
 inline ServerConfig SmallServerConfig(const std::string& model_path) {
   ServerConfig c;
   c.model_path = model_path;
+  c.backend = TestBackend();
+  // CLUSTERKV_TEST_FAKE_SCHEDULE: the fake device's schedule (inline when
+  // unset; an unknown name aborts).
+  const char* schedule = std::getenv("CLUSTERKV_TEST_FAKE_SCHEDULE");
+  if (schedule != nullptr &&
+      !kernels::device::ParseSchedule(schedule, &c.fake_schedule)) {
+    std::fprintf(stderr, "CLUSTERKV_TEST_FAKE_SCHEDULE: unknown '%s'\n",
+                 schedule);
+    std::abort();
+  }
   c.listen_address = "127.0.0.1:0";
   c.metrics_address = "";
   c.threads = 2;

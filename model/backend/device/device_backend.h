@@ -1,0 +1,191 @@
+// The device backend, stage 1 (docs/device-runtime.md, "DeviceBackend"):
+// the one Transformer's ops on a device runtime (kernels/device/runtime.h),
+// today the fake device (--backend fake). Activations, weights and the
+// step's positions live in device memory; every op is a typed launch on one
+// compute stream that declares the byte ranges it reads and writes, and
+// whose body is the CPU backend's kernels::cpu:: call (single-threaded).
+// Host/device traffic goes through mapped-pinned staging only.
+//
+// Attention is "host selection": the step's q, k, v rows come back to
+// pinned memory (one synchronisation per layer), the host KvCache appends
+// and selects exactly as on the CPU backend (the host store stays
+// authoritative), the attended K/V rows are gathered into pinned staging,
+// copied to a device scratch, and an attention op over them writes `out` on
+// the device. Device-side selection (ScoreClusters, SelectBlocks, the
+// residency phase ops of kernels/device/phases.h) is the next stage.
+//
+// Errors of the runtime never abort: the first one is kept (status()), every
+// later op is skipped, Logits writes NaN, and Transformer::Forward returns it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/device/runtime.h"
+#include "model/backend/backend.h"
+
+namespace ckv {
+
+// Faults planted on purpose, for the tests that show the runtime catches
+// them (never set outside tests).
+struct DeviceBackendDebug {
+  // Reads the D2H staging of q/k/v and of the logits without synchronising
+  // the stream first (the ordering checker reports the race; the lazy
+  // schedule hands the host poisoned bytes).
+  bool skip_sync_before_host_read = false;
+  // Stages uploads in pageable host memory (async copies refuse it).
+  bool pageable_staging = false;
+  // Logits announce a host read of the device logits buffer (the runtime
+  // refuses a device address as a host pointer).
+  bool host_reads_device_ptr = false;
+};
+
+class DeviceBackend final : public Backend {
+ public:
+  // Runs on `runtime`, which must outlive the backend. `name` and `device`
+  // are what info() reports (device memory: the runtime's total bytes).
+  DeviceBackend(kernels::device::Runtime& runtime, std::string name,
+                std::string device, DeviceBackendDebug debug = {});
+  // Runs on `runtime`, which it owns.
+  DeviceBackend(std::unique_ptr<kernels::device::Runtime> runtime,
+                std::string name, std::string device,
+                DeviceBackendDebug debug = {});
+  ~DeviceBackend() override;
+
+  DeviceBackend(const DeviceBackend&) = delete;
+  DeviceBackend& operator=(const DeviceBackend&) = delete;
+
+  BackendInfo info() const override { return info_; }
+  absl::Status status() const override { return status_; }
+  kernels::device::Runtime& runtime() { return *rt_; }
+  // Weights, norms and biases uploaded so far (bytes of device memory).
+  int64_t resident_bytes() const { return resident_bytes_; }
+
+  Activation NewActivation(int64_t width) override;
+  void BeginStep(absl::Span<const int64_t> positions) override;
+  void EndStep() override;
+  void Embed(const Matrix& table, absl::Span<const int32_t> tokens, float scale,
+             Activation out) override;
+  void MatMul(const Matrix& w, Activation x, Activation y) override;
+  void AddBias(Activation x, absl::Span<const float> bias) override;
+  void RmsNorm(Activation x, absl::Span<const float> weight, float eps,
+               Activation out) override;
+  void Rope(Activation x, int n_heads, const RopeSpec& rope) override;
+  void Gate(FfnActivation act, Activation gate, Activation up,
+            Activation out) override;
+  void Add(Activation x, Activation y) override;
+  void Attention(int layer, const AttentionSpec& spec,
+                 absl::Span<const AttentionPart> parts, Activation q,
+                 Activation k, Activation v, Activation out,
+                 ForwardProfile* profile) override;
+  void Logits(Activation x, absl::Span<const int64_t> rows,
+              absl::Span<const float> norm, float eps, const Matrix& output,
+              float softcap, std::vector<float>* out) override;
+
+ private:
+  using DevPtr = kernels::device::DevPtr;
+  using Range = kernels::device::Range;
+  using Site = kernels::device::Site;
+
+  // Device memory that only grows.
+  struct DevBuf {
+    DevPtr ptr;
+    int64_t bytes = 0;
+  };
+  // A host staging buffer: mapped-pinned (pageable only when planted).
+  struct Staging {
+    char* host = nullptr;
+    int64_t bytes = 0;
+    std::unique_ptr<char[]> pageable;
+  };
+  struct Buffer {
+    int64_t width = 0;
+    DevBuf mem;  // >= rows_ * width floats
+  };
+  // Where one attended span's rows lie in the part's KV scratch.
+  struct SpanMeta {
+    kernels::DType dtype = kernels::DType::kF32;
+    int64_t count = 0;
+    int64_t first_pos = 0;
+    int64_t k_off = 0, v_off = 0;
+    int64_t pos_off = -1;  // explicit positions, or -1: first_pos + r
+  };
+  // The rebased layout of one part's AttendSet.
+  struct KvPlan {
+    std::vector<SpanMeta> spans;           // unique spans, by content
+    std::vector<const kernels::cpu::KvSpan*> sources;  // of spans[i]
+    std::vector<int> order;                // per-head lists, concatenated
+    std::vector<std::pair<int, int>> heads;  // [begin, count) into order
+    int64_t bytes = 0;
+  };
+
+  // Records the first error; true when `s` is OK.
+  bool Ok(const absl::Status& s);
+  bool ok() const { return status_.ok(); }
+  void Init();
+  void FreeAll();
+
+  DevPtr Ptr(Activation a) const { return buffers_[a.id].mem.ptr; }
+  int64_t Width(Activation a) const { return buffers_[a.id].width; }
+  // The current step's rows of `a`, from `row`, `n` rows (all: n < 0).
+  Range Rows(Activation a, int64_t row = 0, int64_t n = -1) const;
+
+  bool GrowDevice(DevBuf& b, int64_t bytes);
+  bool GrowStaging(Staging& s, int64_t bytes);
+  // Copies `bytes` of host memory to `dst` through `staging` (synchronises
+  // the stream first when the staging's previous copy may be pending).
+  bool Upload(DevPtr dst, const void* src, int64_t bytes, Staging& staging);
+  // The device copy of a weight, norm or bias (uploaded at first use, keyed
+  // by host address and size: stable for the backend's life).
+  DevPtr Resident(const void* host, int64_t bytes);
+  void Run(std::string name, std::vector<Range> reads,
+           std::vector<Range> writes,
+           std::function<void(kernels::device::OpContext&)> body,
+           Site site = Site::Here());
+
+  // Attention pieces: q/k/v rows to pinned host memory; zero rows for the
+  // caches after an error; one part's rows gathered and attended.
+  bool FetchQkv(Activation q, Activation k, Activation v, const float** hq,
+                const float** hk, const float** hv);
+  void AppendLost(int layer, absl::Span<const AttentionPart> parts,
+                  int64_t kv_dim);
+  void PlanSpans(int n_heads, int head_dim);
+  void GatherRows(char* dst, int head_dim) const;
+  void AttendPart(const AttentionSpec& spec, const AttentionPart& p,
+                  Activation q, Activation out);
+  // Copies n floats of device logits to *out (D2H, synchronise, read).
+  bool DownloadLogits(int64_t n, float* out);
+
+  std::unique_ptr<kernels::device::Runtime> owned_;  // destroyed last
+  kernels::device::Runtime* rt_;
+  DeviceBackendDebug debug_;
+  BackendInfo info_;
+  absl::Status status_;
+  kernels::device::Stream stream_;
+
+  std::vector<Buffer> buffers_;
+  int64_t rows_ = 0;
+  std::vector<int64_t> pos_;  // host copy of the step's positions
+  DevBuf pos_dev_, tok_dev_, kv_dev_, gathered_dev_, logits_dev_;
+  int64_t kv_dev_used_ = 0;
+  Staging pos_stage_, tok_stage_, qkv_stage_, kv_stage_, logits_stage_,
+      upload_stage_;
+  int64_t kv_stage_used_ = 0;
+  std::map<std::pair<const void*, int64_t>, DevPtr> resident_;
+  int64_t resident_bytes_ = 0;
+  AttendSet attend_;
+  KvPlan plan_;
+  std::vector<float> lost_;  // zero K/V rows appended after an error
+};
+
+// MakeBackend(kFake): a DeviceBackend owning a new FakeRuntime made from
+// the fake_* options; an error of the fake's set-up is returned.
+absl::StatusOr<std::unique_ptr<Backend>> MakeFakeDeviceBackend(
+    const BackendOptions& options);
+
+}  // namespace ckv

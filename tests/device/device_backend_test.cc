@@ -1,0 +1,432 @@
+// The device backend (stage 1, host selection) on the fake device against
+// the CPU backend: one Transformer, tiny random models of every
+// architecture and the demo model. Logits within 1e-5 relative, greedy
+// tokens equal over 64 steps, equal attended positions and cache statistics
+// of a sparse clustered store, the three schedules bit-identical, the
+// ordering checker clean; planted bugs caught.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/device/fake_runtime.h"
+#include "model/backend/cpu/cpu_backend.h"
+#include "model/backend/device/device_backend.h"
+#include "model/dense_kv_cache.h"
+#include "model/kv/clustered_store.h"
+#include "model/model.h"
+#include "model/transformer.h"
+#include "tests/model/test_util.h"
+
+namespace ckv {
+namespace {
+
+using kernels::device::FakeConfig;
+using kernels::device::FakeRuntime;
+using kernels::device::Schedule;
+
+const std::string kArchNames[] = {"llama",  "qwen2",  "qwen3",   "phi3",
+                                  "gemma2", "gemma3", "chatglm", "glm4"};
+
+RandomModelSpec SpecFor(const std::string& arch) {
+  RandomModelSpec s;
+  s.arch = arch;
+  s.layers = 3;
+  s.dim = 64;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.ffn = 96;
+  s.dtype = kernels::DType::kF16;
+  s.rope_freq_base = 10000.0f;
+  if (arch == "qwen3") s.head_dim = 24;  // q_dim 96 != dim
+  s.sliding_window = 8;
+  s.sliding_window_pattern = arch == "gemma3" ? 3 : 2;
+  return s;
+}
+
+std::unique_ptr<Model> LoadArch(const std::string& arch) {
+  auto m = LoadModel(
+      testing::RandomModelPath("devbk_" + arch, SpecFor(arch)));
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *std::move(m) : nullptr;
+}
+
+// ClusterKV with a small budget, so that decode selection is sparse.
+KvStoreConfig SparseConfig() {
+  KvStoreConfig c;
+  c.policy = KvPolicy::kClusterKv;
+  c.budget = 16;
+  c.sink_tokens = 4;
+  c.tokens_per_cluster = 8;
+  c.window = 16;  // tail segments close during decode
+  c.dense_layers = 1;
+  c.async_clustering = false;
+  return c;
+}
+
+FakeConfig Fake(Schedule s, uint64_t seed = 1, int64_t bytes = 64 << 20) {
+  FakeConfig c;
+  c.schedule = s;
+  c.seed = seed;
+  c.device_bytes = bytes;
+  c.max_delay_us = 20;
+  return c;
+}
+
+std::vector<int32_t> Tokens(int n, int vocab, int mul = 37, int add = 5) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * mul + add) % vocab;
+  return t;
+}
+
+int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) -
+                              v.begin());
+}
+
+// max |a - b| / max |b| (inf when sizes differ or a value is not finite).
+double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || b.empty()) return INFINITY;
+  double d = 0.0, scale = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    d = std::max(d, std::fabs(double{a[i]} - b[i]));
+    scale = std::max(scale, std::fabs(double{b[i]}));
+  }
+  return scale > 0.0 ? d / scale : d;
+}
+
+// What one greedy session produced.
+struct Trace {
+  std::vector<std::vector<float>> logits;  // prefill, then every step
+  std::vector<int32_t> tokens;             // greedy choices
+  // Per decode step: selected positions of every (layer, head), flattened.
+  std::vector<std::vector<std::vector<int64_t>>> selected;
+  CacheStats stats;
+  absl::Status status;
+};
+
+std::unique_ptr<Backend> Cpu() {
+  return std::make_unique<CpuBackend>(BackendOptions{.threads = 1});
+}
+
+std::unique_ptr<Backend> Device(FakeRuntime& rt,
+                                DeviceBackendDebug debug = {}) {
+  return std::make_unique<DeviceBackend>(rt, "fake", "fake device", debug);
+}
+
+std::vector<std::vector<int64_t>> Selected(const ClusteredKvStore& store,
+                                           const ModelConfig& c) {
+  std::vector<std::vector<int64_t>> out;
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (int h = 0; h < c.n_heads; ++h) {
+      out.push_back(store.selected_positions(l, h));
+    }
+  }
+  return out;
+}
+
+// Prefill `prompt` tokens, then `steps` greedy decode steps, through a
+// sparse clustered store (or a dense cache when `dense`).
+Trace Greedy(const Model& m, std::unique_ptr<Backend> backend, int prompt,
+             int steps, bool dense = false) {
+  Transformer tf(m.config, m.weights, {1, 64}, std::move(backend));
+  ClusteredKvStore store(KvShapeOf(m.config), SparseConfig(), nullptr);
+  DenseKvCache dense_cache(
+      DenseCacheOptions(m.config, kernels::DType::kF16, 4096));
+  KvCache* cache = dense ? static_cast<KvCache*>(&dense_cache) : &store;
+  store.set_record_selection(true);
+  Trace t;
+  const std::vector<int32_t> p = Tokens(prompt, m.config.vocab_size);
+  std::vector<float> logits;
+  SequenceInput in = MakeInput(p, cache, LogitsMode::kLast, &logits);
+  t.status = tf.Forward(absl::MakeSpan(&in, 1));
+  t.logits.push_back(logits);
+  for (int i = 0; i < steps && t.status.ok(); ++i) {
+    const int32_t tok[1] = {Argmax(logits)};
+    t.tokens.push_back(tok[0]);
+    SequenceInput s = MakeInput(tok, cache, LogitsMode::kLast, &logits,
+                                AppendKind::kGenerated);
+    t.status = tf.Forward(absl::MakeSpan(&s, 1));
+    t.logits.push_back(logits);
+    if (!dense) t.selected.push_back(Selected(store, m.config));
+  }
+  if (!dense) t.stats = store.cache_stats();
+  return t;
+}
+
+void ExpectSameCacheStats(const CacheStats& a, const CacheStats& b) {
+  EXPECT_EQ(a.lookups, b.lookups);
+  EXPECT_EQ(a.hits, b.hits);
+  EXPECT_EQ(a.misses, b.misses);
+  EXPECT_EQ(a.hit_tokens, b.hit_tokens);
+  EXPECT_EQ(a.miss_tokens, b.miss_tokens);
+  EXPECT_EQ(a.h2d_bytes, b.h2d_bytes);
+}
+
+// Device against CPU: logits, greedy tokens, selections, cache statistics.
+void ExpectSameTrace(const Trace& dev, const Trace& cpu,
+                     const std::string& what) {
+  ASSERT_TRUE(dev.status.ok()) << what << ": " << dev.status;
+  ASSERT_TRUE(cpu.status.ok()) << what << ": " << cpu.status;
+  ASSERT_EQ(dev.logits.size(), cpu.logits.size()) << what;
+  double worst = 0.0;
+  for (size_t i = 0; i < cpu.logits.size(); ++i) {
+    const double d = RelDiff(dev.logits[i], cpu.logits[i]);
+    worst = std::max(worst, d);
+    EXPECT_LE(d, 1e-5) << what << " step " << i;
+  }
+  EXPECT_EQ(dev.tokens, cpu.tokens) << what;
+  EXPECT_TRUE(dev.selected == cpu.selected) << what;
+  ExpectSameCacheStats(dev.stats, cpu.stats);
+  ::testing::Test::RecordProperty("max_rel_diff_" + what, std::to_string(worst));
+  std::printf("%s: max relative logit difference %.3g\n", what.c_str(), worst);
+}
+
+class DeviceArchTest : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Arch, DeviceArchTest, ::testing::ValuesIn(kArchNames),
+                         [](const auto& info) { return info.param; });
+
+// 64 greedy steps over a sparse store: the attended positions differ from
+// step to step, so equal selections show the host selection saw the same
+// queries and keys.
+TEST_P(DeviceArchTest, GreedyMatchesCpu) {
+  auto m = LoadArch(GetParam());
+  ASSERT_NE(m, nullptr);
+  const Trace cpu = Greedy(*m, Cpu(), 48, 64);
+  FakeRuntime rt(Fake(Schedule::kInline));
+  const Trace dev = Greedy(*m, Device(rt), 48, 64);
+  ExpectSameTrace(dev, cpu, GetParam());
+  EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+  // Selection really was sparse somewhere.
+  bool sparse = false;
+  for (const auto& step : cpu.selected) {
+    for (const auto& head : step) sparse |= !head.empty();
+  }
+  EXPECT_TRUE(sparse) << GetParam();
+  EXPECT_GT(cpu.stats.lookups, 0) << GetParam();
+}
+
+// Inline, lazy and threaded (two seeds) give bit-identical logits.
+TEST(DeviceBackendTest, SchedulesAreBitIdentical) {
+  for (const std::string arch : {"llama", "gemma2"}) {
+    auto m = LoadArch(arch);
+    ASSERT_NE(m, nullptr);
+    std::vector<Trace> traces;
+    for (auto [schedule, seed] :
+         {std::pair{Schedule::kInline, 1}, std::pair{Schedule::kLazy, 1},
+          std::pair{Schedule::kThreaded, 1},
+          std::pair{Schedule::kThreaded, 2}}) {
+      FakeRuntime rt(Fake(schedule, seed));
+      traces.push_back(Greedy(*m, Device(rt), 40, 12));
+      ASSERT_TRUE(traces.back().status.ok()) << traces.back().status;
+      EXPECT_TRUE(rt.OrderingStatus().ok())
+          << ScheduleName(schedule) << ": " << rt.OrderingStatus();
+      EXPECT_GT(rt.ops_run(), 0);
+    }
+    for (size_t i = 1; i < traces.size(); ++i) {
+      ASSERT_EQ(traces[i].logits.size(), traces[0].logits.size());
+      for (size_t s = 0; s < traces[0].logits.size(); ++s) {
+        const auto& a = traces[i].logits[s];
+        const auto& b = traces[0].logits[s];
+        ASSERT_EQ(a.size(), b.size());
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)),
+                  0)
+            << arch << " schedule " << i << " step " << s;
+      }
+      EXPECT_EQ(traces[i].tokens, traces[0].tokens);
+    }
+  }
+}
+
+// The trained demo model (F16 or quantised weights as shipped).
+TEST(DeviceBackendTest, DemoModelMatchesCpu) {
+  const std::string path = std::string(CLUSTERKV_MODELS_DIR) + "/kjv-llama.gguf";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  auto m = LoadModel(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Trace cpu = Greedy(**m, Cpu(), 64, 64);
+  FakeRuntime rt(Fake(Schedule::kThreaded, 3));
+  const Trace dev = Greedy(**m, Device(rt), 64, 64);
+  ExpectSameTrace(dev, cpu, "kjv-llama");
+  EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+}
+
+// Logits of every sequence of `batch` runs, through one Transformer.
+struct MultiRun {
+  std::vector<std::vector<float>> logits;
+  std::vector<CacheStats> stats;
+  absl::Status status;
+};
+
+// A prefill chunk inside a decode batch, then forks decoding together:
+//  1. A prefills 40 tokens;
+//  2. one step: A decodes a token while B prefills 24 (two parts);
+//  3. A forks twice; A, both forks and B decode 6 steps in one batch.
+MultiRun BatchScenario(const Model& m, std::unique_ptr<Backend> backend) {
+  Transformer tf(m.config, m.weights, {1, 256}, std::move(backend));
+  const int vocab = m.config.vocab_size;
+  std::vector<std::unique_ptr<ClusteredKvStore>> stores;
+  for (int i = 0; i < 2; ++i) {
+    stores.push_back(std::make_unique<ClusteredKvStore>(
+        KvShapeOf(m.config), SparseConfig(), nullptr));
+  }
+  MultiRun r;
+  std::vector<float> la, lb;
+  const auto pa = Tokens(40, vocab), pb = Tokens(24, vocab, 11, 3);
+  SequenceInput a = MakeInput(pa, stores[0].get(), LogitsMode::kLast, &la);
+  r.status = tf.Forward(absl::MakeSpan(&a, 1));
+  if (!r.status.ok()) return r;
+  const int32_t t0[1] = {Argmax(la)};
+  std::vector<SequenceInput> step = {
+      MakeInput(t0, stores[0].get(), LogitsMode::kLast, &la,
+                AppendKind::kGenerated),
+      MakeInput(pb, stores[1].get(), LogitsMode::kAll, &lb)};
+  r.status = tf.Forward(absl::MakeSpan(step));
+  r.logits = {la, lb};
+  for (int i = 0; i < 2 && r.status.ok(); ++i) {
+    auto fork = stores[0]->Fork();
+    if (!fork.ok()) {
+      r.status = fork.status();
+      return r;
+    }
+    stores.push_back(*std::move(fork));
+  }
+  std::vector<std::vector<float>> out(stores.size());
+  for (int s = 0; s < 6 && r.status.ok(); ++s) {
+    std::vector<int32_t> toks(stores.size());
+    std::vector<SequenceInput> batch;
+    for (size_t i = 0; i < stores.size(); ++i) {
+      toks[i] = (s * 7 + static_cast<int>(i) * 13 + 1) % vocab;
+      batch.push_back(MakeInput(absl::MakeConstSpan(&toks[i], 1),
+                                stores[i].get(), LogitsMode::kLast, &out[i],
+                                AppendKind::kGenerated));
+    }
+    r.status = tf.Forward(absl::MakeSpan(batch));
+    r.logits.insert(r.logits.end(), out.begin(), out.end());
+  }
+  for (const auto& st : stores) r.stats.push_back(st->cache_stats());
+  return r;
+}
+
+TEST(DeviceBackendTest, PrefillInDecodeBatchAndForks) {
+  for (const std::string arch : {"llama", "gemma3"}) {
+    auto m = LoadArch(arch);
+    ASSERT_NE(m, nullptr);
+    const MultiRun cpu = BatchScenario(*m, Cpu());
+    FakeRuntime rt(Fake(Schedule::kThreaded, 5));
+    const MultiRun dev = BatchScenario(*m, Device(rt));
+    ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+    ASSERT_TRUE(dev.status.ok()) << dev.status;
+    ASSERT_EQ(dev.logits.size(), cpu.logits.size());
+    for (size_t i = 0; i < cpu.logits.size(); ++i) {
+      EXPECT_LE(RelDiff(dev.logits[i], cpu.logits[i]), 1e-5)
+          << arch << " output " << i;
+    }
+    ASSERT_EQ(dev.stats.size(), cpu.stats.size());
+    for (size_t i = 0; i < cpu.stats.size(); ++i) {
+      ExpectSameCacheStats(dev.stats[i], cpu.stats[i]);
+    }
+    EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+  }
+}
+
+// ---- MakeBackend(kFake) and errors ------------------------------------------
+
+TEST(DeviceBackendTest, MakeBackendFake) {
+  EXPECT_TRUE(CheckBackendBuilt(BackendKind::kFake).ok());
+  auto kind = ParseBackendFlag("fake");
+  ASSERT_TRUE(kind.ok()) << kind.status();
+  EXPECT_EQ(*kind, BackendKind::kFake);
+  BackendOptions o;
+  o.fake_schedule = Schedule::kLazy;
+  o.fake_device_bytes = int64_t{96} << 20;
+  o.fake_seed = 7;
+  auto backend = MakeBackend(BackendKind::kFake, o);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const BackendInfo info = (*backend)->info();
+  EXPECT_EQ(info.name, "fake");
+  EXPECT_EQ(info.device, "fake device (schedule lazy, seed 7)");
+  EXPECT_EQ(info.device_memory_bytes, int64_t{96} << 20);
+  // And it runs the model: the same answer as the CPU backend.
+  auto m = LoadArch("qwen2");
+  ASSERT_NE(m, nullptr);
+  const Trace dev = Greedy(*m, *std::move(backend), 20, 4);
+  const Trace cpu = Greedy(*m, Cpu(), 20, 4);
+  ExpectSameTrace(dev, cpu, "make_backend");
+  o.fake_device_bytes = 0;
+  EXPECT_EQ(MakeBackend(BackendKind::kFake, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The first error stops the device work; Forward returns it; the logits
+// are NaN; nothing aborts.
+void ExpectFailed(const Trace& t, absl::StatusCode code,
+                  const std::string& text) {
+  EXPECT_EQ(t.status.code(), code) << t.status;
+  EXPECT_NE(t.status.message().find(text), absl::string_view::npos)
+      << t.status;
+  ASSERT_FALSE(t.logits.empty());
+  ASSERT_FALSE(t.logits[0].empty());
+  EXPECT_TRUE(std::isnan(t.logits[0][0]));
+}
+
+TEST(DeviceBackendTest, OutOfDeviceMemoryIsAnError) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  FakeRuntime rt(Fake(Schedule::kInline, 1, 64 << 10));
+  ExpectFailed(Greedy(*m, Device(rt), 16, 2),
+               absl::StatusCode::kResourceExhausted, "");
+}
+
+// Planted: the host reads q/k/v and logits staging before the stream is
+// synchronised. The ordering checker reports it under every schedule; the
+// lazy one also hands the host poisoned bytes.
+TEST(DeviceBackendTest, PlantedMissingSyncIsARace) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  const Trace cpu = Greedy(*m, Cpu(), 16, 2, /*dense=*/true);
+  for (Schedule s : {Schedule::kInline, Schedule::kLazy}) {
+    FakeRuntime rt(Fake(s));
+    DeviceBackendDebug bug;
+    bug.skip_sync_before_host_read = true;
+    const Trace t = Greedy(*m, Device(rt, bug), 16, 2, /*dense=*/true);
+    EXPECT_EQ(rt.OrderingStatus().code(),
+              absl::StatusCode::kFailedPrecondition)
+        << ScheduleName(s);
+    EXPECT_GT(rt.race_count(), 0);
+    if (s == Schedule::kLazy) {
+      EXPECT_FALSE(RelDiff(t.logits[0], cpu.logits[0]) <= 1e-5);
+    }
+  }
+}
+
+TEST(DeviceBackendTest, PlantedPageableCopyIsRefused) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  FakeRuntime rt(Fake(Schedule::kInline));
+  DeviceBackendDebug bug;
+  bug.pageable_staging = true;
+  ExpectFailed(Greedy(*m, Device(rt, bug), 16, 2),
+               absl::StatusCode::kInvalidArgument, "pageable");
+}
+
+TEST(DeviceBackendTest, PlantedHostReadOfDevicePointerIsRefused) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  FakeRuntime rt(Fake(Schedule::kInline));
+  DeviceBackendDebug bug;
+  bug.host_reads_device_ptr = true;
+  ExpectFailed(Greedy(*m, Device(rt, bug), 16, 2),
+               absl::StatusCode::kInvalidArgument, "device address");
+}
+
+}  // namespace
+}  // namespace ckv
