@@ -330,12 +330,33 @@ absl::Status EngineLoop::RunModel(StepBatch& batch) {
   const absl::Status status =
       transformer_.Forward(absl::MakeSpan(batch.inputs));
   if (recall_ != nullptr) recall_->AfterStep(status.ok());
-  std::unique_lock<std::mutex> lock(mu_);
-  ++stats_.steps;
-  stats_.batched_tokens +=
-      static_cast<int64_t>(batch.n_decode) + batch.input_tokens;
-  stats_.decoded_tokens += static_cast<int64_t>(batch.n_decode);
+  bool first_failure = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++stats_.steps;
+    stats_.batched_tokens +=
+        static_cast<int64_t>(batch.n_decode) + batch.input_tokens;
+    stats_.decoded_tokens += static_cast<int64_t>(batch.n_decode);
+    const absl::Status backend = transformer_.backend().status();
+    if (!backend.ok() && backend_failure_.ok()) {
+      backend_failure_ = backend;
+      first_failure = true;
+    }
+  }
+  if (first_failure && on_backend_failure_) {
+    on_backend_failure_(transformer_.backend().status());
+  }
   return status;
+}
+
+absl::Status EngineLoop::backend_failure() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return backend_failure_;
+}
+
+void EngineLoop::SetBackendFailureListener(
+    std::function<void(const absl::Status&)> fn) {
+  on_backend_failure_ = std::move(fn);
 }
 
 void EngineLoop::AfterStep(Job& job, bool fed_input) {

@@ -119,6 +119,13 @@ class EngineLoop {
   void CancelAll();
 
   EngineStats stats() const;
+  // OK, or the backend's sticky failure (a device error): every step fails
+  // with it from then on, so the server reports itself unhealthy. Any
+  // thread.
+  absl::Status backend_failure() const;
+  // Called once, on the engine thread, when the backend first fails (set
+  // before the first Submit; it must not block or call into the engine).
+  void SetBackendFailureListener(std::function<void(const absl::Status&)> fn);
   const Model& model() const { return model_; }
   // The backend the model runs on (GetServerInfo, the status page).
   const BackendInfo& backend_info() const { return backend_info_; }
@@ -170,6 +177,8 @@ class EngineLoop {
   bool cancel_all_ = false;
   int active_count_ = 0;
   EngineStats stats_;
+  absl::Status backend_failure_;
+  std::function<void(const absl::Status&)> on_backend_failure_;  // set once
   std::vector<std::unique_ptr<Job>> active_;  // engine thread only
   std::unique_ptr<RecallSampler> recall_;     // set before the first Submit
   std::thread thread_;

@@ -138,6 +138,12 @@ absl::Status ClusterKvServer::LoadBackend() {
                        ": ", info.device));
   engine_ = std::make_unique<EngineLoop>(
       *model_, t, config_.limits.max_queued_requests, *std::move(backend));
+  // A sticky backend failure (a device error) fails every later step: the
+  // server says so to health checks so that an orchestrator restarts it.
+  engine_->SetBackendFailureListener([this](const absl::Status& s) {
+    LogError(absl::StrCat("backend failed, health NOT_SERVING: ", s.message()));
+    SetHealth(false);
+  });
   StartRecallSampling();
   chat_ = std::make_unique<ChatRenderer>(*model_);
   if (!chat_->parse_error().empty()) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "nlohmann/json.hpp"
 #include "server/auth.h"
 #include "server/http/choice_stream.h"
 #include "server/http/http_transport.h"
@@ -179,7 +180,16 @@ void HttpApi::SampleStatus() {
 
 HttpResponse HttpApi::Health() const {
   auto b = frontend_.state().Backend();
-  if (b.ok()) return JsonResponse(200, R"({"status": "ok"})");
+  if (b.ok()) {
+    const absl::Status failure = b->engine->backend_failure();
+    if (failure.ok()) return JsonResponse(200, R"({"status": "ok"})");
+    // No Retry-After: a failed backend does not come back by itself.
+    return JsonResponse(
+        503,
+        nlohmann::json{{"status", "failed"},
+                       {"error", std::string(failure.message())}}
+            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
   HttpResponse r = JsonResponse(503, frontend_.state().draining()
                                          ? R"({"status": "draining"})"
                                          : R"({"status": "loading"})");

@@ -435,6 +435,10 @@ TEST(EngineLoopDeviceTest, DeviceErrorFailsTheJobs) {
   ASSERT_TRUE(backend.ok()) << backend.status();
   EngineLoop engine(TestModel(), TransformerOptions{1, 32}, 16,
                     *std::move(backend));
+  std::atomic<int> failures{0};
+  engine.SetBackendFailureListener(
+      [&](const absl::Status&) { failures.fetch_add(1); });
+  EXPECT_TRUE(engine.backend_failure().ok());
   for (int i = 0; i < 2; ++i) {
     SessionOptions so;
     so.kv = Kv();
@@ -460,6 +464,11 @@ TEST(EngineLoopDeviceTest, DeviceErrorFailsTheJobs) {
         << c.result.status;
     EXPECT_TRUE(c.tokens.empty());
   }
+  // Sticky: reported once, kept for health checks.
+  EXPECT_EQ(failures.load(), 1);
+  EXPECT_NE(engine.backend_failure().message().find("out of memory"),
+            absl::string_view::npos)
+      << engine.backend_failure();
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ class HttpApiTest : public ::testing::Test {
     c.http_listen_address = "127.0.0.1:0";
     c.auth_tokens_file = tokens;
     c.limits.max_prompt_tokens = 256;
+    Configure(c);
     auto metrics = ServerMetrics::Create("");
     ASSERT_TRUE(metrics.ok()) << metrics.status();
     metrics_ = *std::move(metrics);
@@ -55,6 +56,9 @@ class HttpApiTest : public ::testing::Test {
     client_ = std::make_unique<httplib::Client>("127.0.0.1", *port);
     client_->set_read_timeout(60);
   }
+
+  // A fixture's own settings on top of the small server's.
+  virtual void Configure(ServerConfig& c) { (void)c; }
 
   httplib::Result Post(const std::string& path, const std::string& body,
                        httplib::Headers headers = {}) {

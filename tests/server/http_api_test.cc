@@ -341,6 +341,36 @@ TEST_F(HttpApiTest, DrainingAnswers503) {
   EXPECT_EQ(Json::parse(health->body)["status"], "draining");
 }
 
+// The fake device too small for the weights: the backend fails for good.
+class HttpApiFailedBackendTest : public HttpApiTest {
+ protected:
+  void Configure(ServerConfig& c) override {
+    c.backend = BackendKind::kFake;
+    c.fake_device_bytes = 64 << 10;
+  }
+};
+
+// A sticky backend failure: the request gets 500, and /health turns to 503
+// "failed" (no Retry-After: it does not come back by itself) so that a
+// liveness probe restarts the server.
+TEST_F(HttpApiFailedBackendTest, HealthSaysFailed) {
+  auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << health->body;
+  auto res = Post("/v1/completions", R"({"prompt": "hello"})");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 500) << res->body;
+  health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503) << health->body;
+  const Json j = Json::parse(health->body);
+  EXPECT_EQ(j["status"], "failed") << health->body;
+  EXPECT_NE(j["error"].get<std::string>().find("out of memory"),
+            std::string::npos)
+      << health->body;
+  EXPECT_FALSE(health->has_header("Retry-After"));
+}
+
 // Roles, content and log-probability fields name the OpenAI field.
 TEST(OpenAiJsonTest, ChecksRolesContentAndLogprobs) {
   auto param = [](const std::string& body, Endpoint e) {

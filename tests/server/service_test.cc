@@ -733,6 +733,29 @@ TEST_F(ServiceTest, ServesOnTheFakeDevice) {
   EXPECT_EQ(server.device_memory_bytes(), BackendOptions{}.fake_device_bytes);
 }
 
+// A sticky device failure (the fake device too small for the weights)
+// fails the request with INTERNAL and turns health to NOT_SERVING, so that
+// an orchestrator restarts the server; GetServerInfo still answers.
+TEST_F(ServiceTest, BackendFailureMakesHealthNotServing) {
+  ServerConfig c = BaseConfig();
+  c.backend = BackendKind::kFake;
+  c.fake_device_bytes = 64 << 10;
+  server_.reset();
+  StartServer(c);
+  EXPECT_EQ(HealthStatus(""), 1);
+  const std::string id = Create();
+  const grpc::Status failed = Prefill(id, Prompt(40));
+  EXPECT_EQ(failed.error_code(), StatusCode::INTERNAL)
+      << failed.error_message();
+  EXPECT_NE(failed.error_message().find("out of memory"), std::string::npos)
+      << failed.error_message();
+  EXPECT_EQ(HealthStatus(""), 2);
+  EXPECT_EQ(HealthStatus("clusterkv.v1.ClusterKv"), 2);
+  ClientContext ctx;
+  v1::ServerInfo server;
+  EXPECT_TRUE(stub_->GetServerInfo(&ctx, {}, &server).ok());
+}
+
 TEST_F(ServiceTest, DrainStopsServingAndCancelsLongStreams) {
   EXPECT_EQ(HealthStatus(""), 1);
   EXPECT_EQ(HealthStatus("clusterkv.v1.ClusterKv"), 1);
