@@ -50,16 +50,20 @@ def parse_args():
     return p.parse_args()
 
 
-def run_one(args, prompt, expected):
+def run_one(args, prompt, expected, policy=None, budget=None):
+    """Greedy answer of the engine to one prompt (args: binary, model,
+    threads, and the policy/budget unless given)."""
+    policy = args.policy if policy is None else policy
+    budget = args.budget if budget is None else budget
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt)
         path = f.name
     cmd = [args.binary, "generate", args.model, "--prompt-file", path,
            "--temperature", "0", "--max-tokens",
-           str(len(expected) + 4), "--policy", args.policy,
+           str(len(expected) + 4), "--policy", policy,
            "--threads", str(args.threads)]
-    if args.budget:
-        cmd += ["--budget", str(args.budget)]
+    if budget:
+        cmd += ["--budget", str(budget)]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(path)
@@ -75,16 +79,15 @@ def run_one(args, prompt, expected):
             "seconds": round(time.time() - t0, 2)}
 
 
-def main():
-    args = parse_args()
+def make_jobs(args, contexts, depths):
+    """Held-out prompts: (context, depth, sample, ids, expected) per cell,
+    and the tokenizer."""
     meta, _ = gguf_reader.read(args.model)
     tok = golden.tokenizer(meta)
     train_text, heldout = corpus.load()
     hay = needle.Haystack(tok, tok.encode(heldout),
                           needle.key_words(train_text + heldout), True,
                           np.random.default_rng(args.seed))
-    contexts = [int(c) for c in args.contexts.split(",")]
-    depths = np.linspace(0.0, 1.0, args.depths)
     jobs = []
     for ctx in contexts:
         for d in depths:
@@ -95,17 +98,10 @@ def main():
                     args.task, ctx, args.distractors,
                     depths=sorted(ds) if n_needles > 1 else ds)
                 jobs.append((ctx, float(d), s, ids[:a0], expected))
-    results = []
-    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = [pool.submit(run_one, args, needle.decode(tok, j[3]), j[4])
-                   for j in jobs]
-        for j, fut in zip(jobs, futures):
-            r = fut.result()
-            r.update({"context": j[0], "depth": round(j[1], 2),
-                      "sample": j[2], "expected": j[4],
-                      "prompt_tokens": len(j[3])})
-            results.append(r)
-            print(json.dumps(r), flush=True)
+    return jobs, tok
+
+
+def accuracy_table(results, contexts, depths):
     table = {}
     for ctx in contexts:
         row = {}
@@ -117,6 +113,26 @@ def main():
         table[str(ctx)] = {"by_depth": row,
                            "mean": round(sum(mine) / len(mine), 4),
                            "n": len(mine)}
+    return table
+
+
+def main():
+    args = parse_args()
+    contexts = [int(c) for c in args.contexts.split(",")]
+    depths = np.linspace(0.0, 1.0, args.depths)
+    jobs, tok = make_jobs(args, contexts, depths)
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_one, args, needle.decode(tok, j[3]), j[4])
+                   for j in jobs]
+        for j, fut in zip(jobs, futures):
+            r = fut.result()
+            r.update({"context": j[0], "depth": round(j[1], 2),
+                      "sample": j[2], "expected": j[4],
+                      "prompt_tokens": len(j[3])})
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    table = accuracy_table(results, contexts, depths)
     summary = {"model": os.path.basename(args.model), "task": args.task,
                "distractors": args.distractors, "policy": args.policy,
                "budget": args.budget, "samples_per_cell": args.samples,

@@ -167,6 +167,8 @@ class Haystack:
         returned answer_start and answer are the first question's."""
         if task == "repeat":
             return self.repeat(length)
+        if task == "copy":
+            return self.copy(length)
         needles, qa = self.needles(task, n_distract, n_ask)
         pieces = [self.enc(s) for s in needles]
         qa_ids = [(self.enc(q), self.enc(a) + [self.eos]) for q, a in qa]
@@ -225,6 +227,18 @@ class Haystack:
         ids += seg
         weights += [0] + [1] * (n - 1)
         return ids, weights, cuts, cuts[1], ""
+
+    def copy(self, length):
+        """Training only: random tokens, then the same tokens again (loss
+        on the second half): the densest signal for induction heads."""
+        n = (length - 1) // 2
+        seg = self.rng.integers(0, len(self.tok.tokens) - 2, n).tolist()
+        ids = [self.tok.special_ids["<|bos|>"]] + seg + seg
+        weights = [0] * (1 + n) + [0] + [1] * (n - 1)
+        pad = length - len(ids)
+        ids += seg[:pad]
+        weights += [1] * pad
+        return ids, weights, [1 + n], 1 + n, ""
 
 
 def skip_positions(length, cuts, rng, span=32768, p_skip=0.85):

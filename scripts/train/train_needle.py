@@ -33,16 +33,22 @@ import train as kjv
 from model import Config, Llama
 
 CONTEXT = 32768
-# (fraction of steps, sequence length, batch): short sequences learn the
-# copy quickly; longer ones add filler (dilution) at the same positions.
-PHASES = [(0.30, 256, 16), (0.25, 512, 8), (0.25, 1024, 4), (0.20, 2048, 2)]
-# Task mixture and (min, max) distractor needles.
-MIX = {"repeat": 0.05, "single": 0.25, "multikey": 0.35, "multiquery": 0.13,
-       "multivalue": 0.11, "vt": 0.11}
-# The first phase trains the copy alone (the easy tasks, more often at
-# contiguous positions); the others use the whole mixture.
-EASY_MIX = {"repeat": 0.3, "single": 0.1, "multikey": 0.6}
-EASY_P_SKIP, P_SKIP = 0.3, 0.85
+# Task mixture of the later phases.
+MIX = {"copy": 0.08, "repeat": 0.04, "single": 0.25, "multikey": 0.33,
+       "multiquery": 0.10, "multivalue": 0.10, "vt": 0.10}
+# (fraction of steps, sequence length, batch, task mixture, share of
+# sequences with skip-wise positions). Random-token copies first: the
+# densest signal for induction heads (they form in ~150 steps); then the
+# needle tasks beside a share of copies (without it the copy is lost at the
+# switch), at contiguous positions, then on longer documents at positions
+# up to 32k. The learning rate warms up again at every phase start.
+PHASES = [(0.15, 128, 32, {"copy": 1.0}, 0.0),
+          (0.20, 192, 24, {"copy": 0.4, "single": 0.2, "multikey": 0.4}, 0.0),
+          (0.20, 384, 12, {"copy": 0.2, "repeat": 0.1, "single": 0.2,
+                           "multikey": 0.5}, 0.5),
+          (0.25, 1024, 4, MIX, 0.85),
+          (0.20, 2048, 2, MIX, 0.85)]
+PHASE_WARMUP = 30
 DISTRACT = (1, 6)
 ASK = 6  # multikey sequences ask up to this many of their keys in turn
 LM_WEIGHT = 0.1  # next-token loss on filler, relative to the answer loss
@@ -52,11 +58,12 @@ FILLER_SAMPLE = 0.1  # the share of filler positions that carry it
 def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=int, default=1400)
+    p.add_argument("--steps", type=int, default=1200)
     p.add_argument("--max-minutes", type=float, default=88.0)
     p.add_argument("--seed", type=int, default=4321)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--wd", type=float, default=0.0)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--heads", type=int, default=4)
@@ -71,16 +78,16 @@ def parse_args():
 
 
 def phase_of(step, steps):
+    """(seq, batch, mix, p_skip, steps since the phase started)."""
     edge = 0.0
-    for frac, seq, batch in PHASES:
-        edge += frac
-        if step < edge * steps:
-            return seq, batch
-    return PHASES[-1][1:]
+    for phase in PHASES:
+        start = edge
+        edge += phase[0]
+        if step < edge * steps or phase is PHASES[-1]:
+            return phase[1:] + (step - math.ceil(start * steps),)
 
 
-def batch_of(hay, rng, seq, batch, easy=False):
-    mix = EASY_MIX if easy else MIX
+def batch_of(hay, rng, seq, batch, mix, p_skip):
     tasks = list(mix)
     probs = np.array([mix[t] for t in tasks])
     xs, ws, ps, names = [], [], [], []
@@ -98,8 +105,7 @@ def batch_of(hay, rng, seq, batch, easy=False):
                 task, n_d = (task, n_d - 1) if n_d > 0 else ("single", 0)
         xs.append(ids)
         ws.append(w)
-        ps.append(needle.skip_positions(seq, cuts, rng, CONTEXT,
-                                        EASY_P_SKIP if easy else P_SKIP))
+        ps.append(needle.skip_positions(seq, cuts, rng, CONTEXT, p_skip))
         names.append(task)
     ids = torch.tensor(xs)
     w = torch.tensor(ws, dtype=torch.float32)[:, 1:]
@@ -124,17 +130,17 @@ def loss_of(model, x, y, w, pos, rng):
 
 def train(model, hay, args, log_path):
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr,
-                            betas=(0.9, 0.95), weight_decay=0.1)
+                            betas=(0.9, 0.95), weight_decay=args.wd)
     rng = np.random.default_rng(args.seed)
     t0, log = time.time(), []
     exact = collections.defaultdict(lambda: collections.deque(maxlen=200))
     step = 0
     for step in range(args.steps):
-        seq, batch = phase_of(step, args.steps)
-        x, y, w, pos, names = batch_of(hay, rng, seq, batch,
-                                       step < PHASES[0][0] * args.steps)
+        seq, batch, mix, p_skip, in_phase = phase_of(step, args.steps)
+        x, y, w, pos, names = batch_of(hay, rng, seq, batch, mix, p_skip)
         for g in opt.param_groups:
-            g["lr"] = kjv.lr_at(step, args.steps, args.lr)
+            g["lr"] = kjv.lr_at(step, args.steps, args.lr) * min(
+                1.0, (in_phase + 1) / PHASE_WARMUP)
         loss, a_loss, f_loss, ok = loss_of(model, x, y, w, pos, rng)
         opt.zero_grad()
         loss.backward()
@@ -226,8 +232,7 @@ def main():
     report = {
         "config": vars(c), "seed": args.seed, "steps": steps,
         "threads": args.threads, "phases": PHASES, "peak_lr": args.lr,
-        "mix": MIX, "easy_mix": EASY_MIX, "p_skip": [EASY_P_SKIP, P_SKIP],
-        "ask": ASK, "distractors": DISTRACT, "lm_weight": LM_WEIGHT,
+        "phase_warmup": PHASE_WARMUP, "weight_decay": args.wd, "ask": ASK, "distractors": DISTRACT, "lm_weight": LM_WEIGHT,
         "positions": f"skip-wise (PoSE): gaps at chunk starts, span {CONTEXT}",
         "context_length": CONTEXT, "train_seconds": round(seconds, 1),
         "data": {"recipe": "needle.py sequences over KJV filler (corpus.py "
