@@ -229,16 +229,21 @@ class Haystack:
         return ids, weights, cuts, cuts[1], ""
 
     def copy(self, length):
-        """Training only: random tokens, then the same tokens again (loss
-        on the second half): the densest signal for induction heads."""
-        n = (length - 1) // 2
-        seg = self.rng.integers(0, len(self.tok.tokens) - 2, n).tolist()
-        ids = [self.tok.special_ids["<|bos|>"]] + seg + seg
-        weights = [0] * (1 + n) + [0] + [1] * (n - 1)
-        pad = length - len(ids)
-        ids += seg[:pad]
-        weights += [1] * pad
-        return ids, weights, [1 + n], 1 + n, ""
+        """Training only: random tokens with a span of 16-48 of them seen
+        twice, at a random distance (loss on the repeat). A fixed distance
+        is learnt as a positional shortcut that breaks at other lengths."""
+        r = self.rng
+        n = int(r.integers(16, 49))
+        a, b = sorted(r.integers(0, length - 2 * n, size=2).tolist())
+        toks = r.integers(0, len(self.tok.tokens) - 2, length).tolist()
+        seg = toks[:n]
+        ids = ([self.tok.special_ids["<|bos|>"]] + toks[n:n + a] + seg +
+               toks[n + a:n + b] + seg)
+        weights = [0] * (1 + a + n + (b - a)) + [0] + [1] * (n - 1)
+        rest = length - len(ids)
+        ids += toks[n + b:n + b + rest]
+        weights += [-1] * rest
+        return ids[:length], weights[:length], [1 + a, 1 + b + n], 1 + b + n, ""
 
 
 def skip_positions(length, cuts, rng, span=32768, p_skip=0.85):

@@ -34,20 +34,24 @@ from model import Config, Llama
 
 CONTEXT = 32768
 # Task mixture of the later phases.
-MIX = {"copy": 0.08, "repeat": 0.04, "single": 0.25, "multikey": 0.33,
-       "multiquery": 0.10, "multivalue": 0.10, "vt": 0.10}
+MIX = {"copy": 0.15, "repeat": 0.05, "single": 0.25, "multikey": 0.30,
+       "multiquery": 0.09, "multivalue": 0.08, "vt": 0.08}
 # (fraction of steps, sequence length, batch, task mixture, share of
-# sequences with skip-wise positions). Random-token copies first: the
-# densest signal for induction heads (they form in ~150 steps); then the
-# needle tasks beside a share of copies (without it the copy is lost at the
-# switch), at contiguous positions, then on longer documents at positions
-# up to 32k. The learning rate warms up again at every phase start.
-PHASES = [(0.15, 128, 32, {"copy": 1.0}, 0.0),
-          (0.20, 192, 24, {"copy": 0.4, "single": 0.2, "multikey": 0.4}, 0.0),
-          (0.20, 384, 12, {"copy": 0.2, "repeat": 0.1, "single": 0.2,
-                           "multikey": 0.5}, 0.5),
-          (0.25, 1024, 4, MIX, 0.85),
-          (0.20, 2048, 2, MIX, 0.85)]
+# sequences with skip-wise positions, filler mixture). Random-token copies
+# first: the densest signal for induction heads (they form in ~150 steps).
+# The needle tasks then come in beside a large share of copies, over
+# random-token filler first (where copying what followed " is" is right
+# for one of the needles), KJV filler gradually (switching at once, the
+# fresh copy head was unlearnt in 20 steps), then longer documents at
+# positions up to 32k. The learning rate warms up again at every phase.
+PHASES = [(0.35, 128, 32, {"copy": 1.0}, 0.0, {"random": 1.0}),
+          (0.20, 192, 24, {"copy": 0.5, "single": 0.2, "multikey": 0.3},
+           0.0, {"random": 1.0}),
+          (0.20, 384, 12, {"copy": 0.3, "repeat": 0.1, "single": 0.2,
+                           "multikey": 0.4}, 0.5,
+           {"random": 0.5, "kjv": 0.5}),
+          (0.15, 1024, 4, MIX, 0.85, {"random": 0.2, "kjv": 0.8}),
+          (0.10, 2048, 2, MIX, 0.85, {"random": 0.1, "kjv": 0.9})]
 PHASE_WARMUP = 30
 DISTRACT = (1, 6)
 ASK = 6  # multikey sequences ask up to this many of their keys in turn
@@ -58,7 +62,7 @@ FILLER_SAMPLE = 0.1  # the share of filler positions that carry it
 def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--steps", type=int, default=1600)
     p.add_argument("--max-minutes", type=float, default=88.0)
     p.add_argument("--seed", type=int, default=4321)
     p.add_argument("--threads", type=int, default=1)
@@ -78,7 +82,7 @@ def parse_args():
 
 
 def phase_of(step, steps):
-    """(seq, batch, mix, p_skip, steps since the phase started)."""
+    """(seq, batch, mix, p_skip, filler, steps since the phase started)."""
     edge = 0.0
     for phase in PHASES:
         start = edge
@@ -87,12 +91,17 @@ def phase_of(step, steps):
             return phase[1:] + (step - math.ceil(start * steps),)
 
 
-def batch_of(hay, rng, seq, batch, mix, p_skip):
-    tasks = list(mix)
-    probs = np.array([mix[t] for t in tasks])
+def pick(rng, mix):
+    names = list(mix)
+    p = np.array([mix[n] for n in names])
+    return names[rng.choice(len(names), p=p / p.sum())]
+
+
+def batch_of(hays, rng, seq, batch, mix, p_skip, fillers):
     xs, ws, ps, names = [], [], [], []
     for _ in range(batch):
-        task = tasks[rng.choice(len(tasks), p=probs / probs.sum())]
+        task = pick(rng, mix)
+        hay = hays[pick(rng, fillers)]
         n_d = int(rng.integers(DISTRACT[0], DISTRACT[1] + 1))
         while True:  # fewer needles (then a single needle) if they don't fit
             try:
@@ -136,8 +145,10 @@ def train(model, hay, args, log_path):
     exact = collections.defaultdict(lambda: collections.deque(maxlen=200))
     step = 0
     for step in range(args.steps):
-        seq, batch, mix, p_skip, in_phase = phase_of(step, args.steps)
-        x, y, w, pos, names = batch_of(hay, rng, seq, batch, mix, p_skip)
+        seq, batch, mix, p_skip, filler, in_phase = phase_of(step,
+                                                             args.steps)
+        x, y, w, pos, names = batch_of(hay, rng, seq, batch, mix, p_skip,
+                                       filler)
         for g in opt.param_groups:
             g["lr"] = kjv.lr_at(step, args.steps, args.lr) * min(
                 1.0, (in_phase + 1) / PHASE_WARMUP)
@@ -206,8 +217,12 @@ def main():
     words = needle.key_words(train_text + heldout)
     print(f"filler {len(fill)} tokens ({time.time() - t0:.0f}s), "
           f"{len(words)} key words", flush=True)
-    hay = needle.Haystack(tok, fill, words, False,
-                          np.random.default_rng(args.seed + 1))
+    hay = {"kjv": needle.Haystack(tok, fill, words, False,
+                                  np.random.default_rng(args.seed + 1)),
+           "random": needle.Haystack(
+               tok, np.random.default_rng(args.seed + 2).integers(
+                   0, len(tok.tokens) - 2, 200_000), words, False,
+               np.random.default_rng(args.seed + 3))}
     c = Config(vocab=len(tok.tokens), dim=args.dim, layers=args.layers,
                heads=args.heads, kv_heads=args.kv_heads, ffn=args.ffn,
                rope_base=args.rope_base)
