@@ -31,10 +31,13 @@ class RmsNorm(nn.Module):
 
 
 def rope(x, positions, base):
-    """x: (batch, heads, seq, head_dim); rotates pairs (2i, 2i+1)."""
+    """x: (batch, heads, seq, head_dim); rotates pairs (2i, 2i+1).
+    positions: (seq,), or (batch, seq) for one position list per sequence."""
     d = x.shape[-1]
     inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    ang = (positions.double()[:, None] * inv[None, :]).float()
+    ang = (positions.double()[..., None] * inv).float()
+    if ang.dim() == 3:  # (batch, seq, d/2) -> (batch, 1, seq, d/2)
+        ang = ang[:, None]
     cos, sin = ang.cos(), ang.sin()
     x0, x1 = x[..., 0::2], x[..., 1::2]
     out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
@@ -45,7 +48,7 @@ def causal_attention_block(q, k, v, first):
     """Causal attention of queries at positions first.. over keys 0..;
     q: (b, h, tq, d), k/v: (b, h, first + tq, d)."""
     tq, tk = q.shape[2], k.shape[2]
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-1, -2)
     mask = torch.ones(tq, tk, dtype=torch.bool).triu(first + 1)
     return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
 
@@ -118,12 +121,18 @@ class Llama(nn.Module):
             nn.init.normal_(blk.down.weight,
                             std=0.02 / math.sqrt(2 * c.layers))
 
-    def forward(self, ids):
-        positions = torch.arange(ids.shape[1])
+    def hidden(self, ids, positions=None):
+        """The final normed states; positions: RoPE positions, (seq,) or
+        (batch, seq); by default 0..seq-1 as the engine uses them."""
+        if positions is None:
+            positions = torch.arange(ids.shape[1])
         x = self.embed(ids)
         for blk in self.blocks:
             x = blk(x, positions)
-        return self.out(self.norm(x))
+        return self.norm(x)
+
+    def forward(self, ids, positions=None):
+        return self.out(self.hidden(ids, positions))
 
     def gguf_tensors(self):
         """(name, array) pairs named as llama.cpp names llama tensors;

@@ -109,15 +109,16 @@ def train(model, data, args, bos):
     return log, time.time() - t0
 
 
-def metadata(c, tok, merges, bos, eos):
+def metadata(c, tok, merges, bos, eos, name="kjv-llama (clusterkv demo)",
+             context_length=8192):
     types = [1] * len(tok.tokens)
     types[bos] = types[eos] = 3  # control
     return {
         "general.architecture": "llama",
-        "general.name": "kjv-llama (clusterkv demo)",
+        "general.name": name,
         "general.alignment": gguf_writer.ALIGN,
         "llama.block_count": c.layers,
-        "llama.context_length": 8192,
+        "llama.context_length": context_length,
         "llama.embedding_length": c.dim,
         "llama.feed_forward_length": c.ffn,
         "llama.attention.head_count": c.heads,

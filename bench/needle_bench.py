@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Needle benchmark (issue 32, section 2, first part): single-needle
+exact-match accuracy of the retrieval model per KV policy and budget, per
+context length x needle depth, through `clusterkv-model generate` (greedy).
+Every configuration answers the same held-out prompts
+(scripts/train/eval_needle.py builds them; docs/clusterkv.md, "Needle
+prompts", has the format). Writes JSON and a PNG of heat maps (depth x
+context, one per policy and budget).
+
+  /usr/bin/python3 bench/needle_bench.py --quick          # < 30 s smoke
+  /usr/bin/python3 bench/needle_bench.py --contexts 4096,8192,16384,32768 \\
+      --samples 4 --budgets 256,1024 --jobs 2
+
+Each configuration prefills the prompt again (one process per answer); the
+recall measures on the answer step are not computed here yet.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts",
+                                "train"))
+import eval_needle  # noqa: E402
+import needle  # noqa: E402
+
+POLICIES = ["full", "clusterkv", "quest", "streaming", "oracle"]
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="models/needle-llama.gguf")
+    p.add_argument("--binary", default="build/model/clusterkv-model")
+    p.add_argument("--contexts", default="4096,8192,16384,32768")
+    p.add_argument("--depths", type=int, default=11)
+    p.add_argument("--samples", type=int, default=2)
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--budgets", default="256,1024")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--seed", type=int, default=99)
+    p.add_argument("--quick", action="store_true",
+                   help="4k only, 3 depths, 1 sample, budget 256")
+    p.add_argument("--out", default="bench/results/needle")
+    a = p.parse_args()
+    if a.quick:
+        a.contexts, a.depths, a.samples, a.budgets = "4096", 3, 1, "256"
+    # eval_needle.make_jobs reads these.
+    a.task, a.distractors = "single", 0
+    return a
+
+
+def configs(args):
+    out = []
+    for policy in args.policies.split(","):
+        if policy == "full":
+            out.append(("full", 0))
+        else:
+            out += [(policy, int(b)) for b in args.budgets.split(",")]
+    return out
+
+
+def plot(path, tables, contexts, depths):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    n = len(tables)
+    cols = min(4, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows),
+                             squeeze=False)
+    for ax, (name, table) in zip(axes.flat, tables.items()):
+        grid = np.array([[table[str(c)]["by_depth"][f"{d:.1f}"]
+                          for c in contexts] for d in depths])
+        ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto",
+                  origin="upper")
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(len(contexts)))
+        ax.set_xticklabels([f"{c // 1024}k" for c in contexts], fontsize=7)
+        ax.set_yticks(range(len(depths)))
+        ax.set_yticklabels([f"{int(round(d * 100))}%" for d in depths],
+                           fontsize=6)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle("single-needle exact match (depth x context)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    args = parse_args()
+    t0 = time.time()
+    contexts = [int(c) for c in args.contexts.split(",")]
+    depths = np.linspace(0.0, 1.0, args.depths)
+    jobs, tok = eval_needle.make_jobs(args, contexts, depths)
+    prompts = [needle.decode(tok, j[3]) for j in jobs]
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for policy, budget in configs(args):
+            name = policy if policy == "full" else f"{policy} B={budget}"
+            futures = [pool.submit(eval_needle.run_one, args, p, j[4], policy,
+                                   budget) for p, j in zip(prompts, jobs)]
+            rs = []
+            for j, f in zip(jobs, futures):
+                r = f.result()
+                r.update({"context": j[0], "depth": round(j[1], 2),
+                          "sample": j[2], "expected": j[4]})
+                rs.append(r)
+            results[name] = rs
+            acc = sum(r["ok"] for r in rs) / len(rs)
+            print(f"{name:20s} accuracy {acc:.3f} ({len(rs)} prompts)",
+                  flush=True)
+    tables = {k: eval_needle.accuracy_table(v, contexts, depths)
+              for k, v in results.items()}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump({"model": os.path.basename(args.model), "task": "single",
+                   "contexts": contexts, "depths": depths.tolist(),
+                   "samples_per_cell": args.samples, "accuracy": tables,
+                   "results": results,
+                   "seconds": round(time.time() - t0, 1)}, f, indent=1)
+    plot(args.out + ".png", tables, contexts, depths)
+    print(f"wrote {args.out}.json and .png in {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

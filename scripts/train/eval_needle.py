@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""Needle accuracy of a GGUF model in the C++ engine: held-out filler, keys
+and values (needle.py), greedy `clusterkv-model generate`, exact match of
+the answer (the text up to the first "."), per context length and depth.
+
+  /usr/bin/python3 scripts/train/eval_needle.py --model models/needle-llama.gguf \\
+      --contexts 4096,8192,16384,32768 --samples 4 --out acc.json \\
+      [--policy full] [--budget B] [--task single] [--jobs 2]
+
+Depth d places the needle at fraction d of the filler (0: right after BOS,
+1: right before the question). Prints one JSON line per prompt and writes
+the table (accuracy per context x depth) to --out.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import corpus
+import golden
+import gguf_reader
+import needle
+
+_PREFILL = re.compile(r"prefill: (\d+) tokens, ([\d.]+) tok/s")
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--binary", default="build/model/clusterkv-model")
+    p.add_argument("--contexts", default="4096,8192,16384,32768")
+    p.add_argument("--depths", type=int, default=11,
+                   help="depths 0..100 %% in this many even steps")
+    p.add_argument("--samples", type=int, default=4)
+    p.add_argument("--task", default="single", choices=needle.TASKS)
+    p.add_argument("--distractors", type=int, default=0)
+    p.add_argument("--policy", default="full")
+    p.add_argument("--budget", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--seed", type=int, default=99)
+    p.add_argument("--out", default="")
+    return p.parse_args()
+
+
+def run_one(args, prompt, expected, policy=None, budget=None):
+    """Greedy answer of the engine to one prompt (args: binary, model,
+    threads, and the policy/budget unless given)."""
+    policy = args.policy if policy is None else policy
+    budget = args.budget if budget is None else budget
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(prompt)
+        path = f.name
+    cmd = [args.binary, "generate", args.model, "--prompt-file", path,
+           "--temperature", "0", "--max-tokens",
+           str(len(expected) + 4), "--policy", policy,
+           "--threads", str(args.threads)]
+    if budget:
+        cmd += ["--budget", str(budget)]
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    os.unlink(path)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
+    text = r.stdout[:-1] if r.stdout.endswith("\n") else r.stdout
+    cut = text.find(".")
+    answer = text if cut < 0 else text[:cut + 1]
+    m = _PREFILL.search(r.stderr)
+    return {"answer": answer, "ok": answer == expected,
+            "prefill_tokens": int(m.group(1)) if m else -1,
+            "prefill_tok_s": float(m.group(2)) if m else -1,
+            "seconds": round(time.time() - t0, 2)}
+
+
+def make_jobs(args, contexts, depths):
+    """Held-out prompts: (context, depth, sample, ids, expected) per cell,
+    and the tokenizer."""
+    meta, _ = gguf_reader.read(args.model)
+    tok = golden.tokenizer(meta)
+    train_text, heldout = corpus.load()
+    hay = needle.Haystack(tok, tok.encode(heldout),
+                          needle.key_words(train_text + heldout), True,
+                          np.random.default_rng(args.seed))
+    jobs = []
+    for ctx in contexts:
+        for d in depths:
+            for s in range(args.samples):
+                n_needles = 1 + args.distractors
+                ds = [d] + list(hay.rng.random(n_needles - 1))
+                ids, _, _, a0, expected = hay.build(
+                    args.task, ctx, args.distractors,
+                    depths=sorted(ds) if n_needles > 1 else ds)
+                jobs.append((ctx, float(d), s, ids[:a0], expected))
+    return jobs, tok
+
+
+def accuracy_table(results, contexts, depths):
+    table = {}
+    for ctx in contexts:
+        row = {}
+        for d in depths:
+            cell = [r["ok"] for r in results
+                    if r["context"] == ctx and r["depth"] == round(d, 2)]
+            row[f"{d:.1f}"] = round(sum(cell) / len(cell), 3)
+        mine = [r["ok"] for r in results if r["context"] == ctx]
+        table[str(ctx)] = {"by_depth": row,
+                           "mean": round(sum(mine) / len(mine), 4),
+                           "n": len(mine)}
+    return table
+
+
+def main():
+    args = parse_args()
+    contexts = [int(c) for c in args.contexts.split(",")]
+    depths = np.linspace(0.0, 1.0, args.depths)
+    jobs, tok = make_jobs(args, contexts, depths)
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_one, args, needle.decode(tok, j[3]), j[4])
+                   for j in jobs]
+        for j, fut in zip(jobs, futures):
+            r = fut.result()
+            r.update({"context": j[0], "depth": round(j[1], 2),
+                      "sample": j[2], "expected": j[4],
+                      "prompt_tokens": len(j[3])})
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    table = accuracy_table(results, contexts, depths)
+    summary = {"model": os.path.basename(args.model), "task": args.task,
+               "distractors": args.distractors, "policy": args.policy,
+               "budget": args.budget, "samples_per_cell": args.samples,
+               "token_mismatches": sum(r["prefill_tokens"] != r["prompt_tokens"]
+                                       for r in results),
+               "accuracy": table}
+    print(json.dumps(summary, indent=1), file=sys.stderr)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"summary": summary, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
