@@ -51,8 +51,8 @@ void RequestLogGroup::Seal(const grpc::Status& status) {
 }
 
 void RequestLogGroup::LogIfDone() {
-  if (!sealed_ || pending_ > 0) return;
-  sealed_ = false;  // once
+  if (!sealed_ || pending_ > 0 || logged_) return;
+  logged_ = true;
   LogRequest(metrics_, rec_, status_);
 }
 

@@ -47,6 +47,7 @@ class RequestLogGroup : public std::enable_shared_from_this<RequestLogGroup> {
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
   int pending_ ABSL_GUARDED_BY(mu_) = 0;
   bool sealed_ ABSL_GUARDED_BY(mu_) = false;
+  bool logged_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // What the choices run with once the prompt is in.

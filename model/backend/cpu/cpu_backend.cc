@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "kernels/cpu/ops.h"
+#include "model/backend/kernel_args.h"
 
 namespace ckv {
 
@@ -17,11 +18,6 @@ namespace cpu = kernels::cpu;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t NanosSince(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0)
-      .count();
-}
 
 // The "model name" line of /proc/cpuinfo, or "host CPU" where there is none.
 std::string CpuModelName() {
@@ -60,18 +56,9 @@ void CpuBackend::BeginStep(absl::Span<const int64_t> positions) {
 
 void CpuBackend::Embed(const Matrix& table, absl::Span<const int32_t> tokens,
                        float scale, Activation out) {
-  const int64_t row_bytes = kernels::RowBytes(table.type, table.cols);
-  const int64_t width = Width(out);
-  for (size_t r = 0; r < tokens.size(); ++r) {
-    float* x = Data(out) + r * width;
-    cpu::DequantizeRow(
-        table.type,
-        static_cast<const uint8_t*>(table.data) + tokens[r] * row_bytes,
-        table.cols, x);
-    if (scale != 1.0f) {
-      for (int64_t j = 0; j < width; ++j) x[j] *= scale;
-    }
-  }
+  EmbedRows(static_cast<const uint8_t*>(table.data), table.type, table.cols,
+            tokens.data(), static_cast<int64_t>(tokens.size()), scale,
+            Width(out), Data(out));
 }
 
 void CpuBackend::MatMul(const Matrix& w, Activation x, Activation y) {
@@ -90,16 +77,9 @@ void CpuBackend::RmsNorm(Activation x, absl::Span<const float> weight,
 }
 
 void CpuBackend::Rope(Activation x, int n_heads, const RopeSpec& rope) {
-  cpu::RopeParams p;
-  p.mode = rope.style == RopeStyle::kNeox ? cpu::RopeMode::kNeox
-                                          : cpu::RopeMode::kNormal;
-  p.rot_dims = rope.rot_dims;
-  p.freq_base = rope.freq_base;
-  p.freq_scale = rope.freq_scale;
-  p.attn_factor = rope.attn_factor;
-  p.freq_factors = rope.freq_factors;
   cpu::Rope(pool(), Data(x), rows_, n_heads,
-            static_cast<int>(Width(x) / n_heads), pos_.data(), p);
+            static_cast<int>(Width(x) / n_heads), pos_.data(),
+            CpuRopeParams(rope));
 }
 
 void CpuBackend::Gate(FfnActivation act, Activation gate, Activation up,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/device/fake_runtime.h"
+#include "model/backend/kernel_args.h"
 
 namespace ckv {
 
@@ -20,11 +21,6 @@ namespace dev = kernels::device;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int64_t NanosSince(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0)
-      .count();
-}
 
 constexpr int64_t kAlign = 64;                      // sections of a scratch
 constexpr int64_t kUploadChunk = int64_t{4} << 20;  // weight upload staging
@@ -41,9 +37,9 @@ using SpanKey = std::tuple<const void*, const void*, int, int64_t, int64_t,
                            int64_t, const void*, const void*, const void*>;
 
 SpanKey KeyOf(const cpu::KvSpan& s) {
-  return {s.k,     s.v,         static_cast<int>(s.dtype),
-          s.stride, s.count,    s.first_pos,
-          s.positions, s.rows, s.row_positions};
+  return {s.k,         s.v,     static_cast<int>(s.dtype),
+          s.stride,    s.count, s.first_pos,
+          s.positions, s.rows,  s.row_positions};
 }
 
 bool PlainRun(const cpu::KvSpan& s) {
@@ -228,16 +224,9 @@ void DeviceBackend::Embed(const Matrix& table, absl::Span<const int32_t> tokens,
   const kernels::DType type = table.type;
   Run("embed", {{t, table_bytes}, {tok, tok_bytes}}, {Rows(out)},
       [=](dev::OpContext& c) {
-        const uint8_t* tab = c.In<uint8_t>(t, table_bytes);
-        const int32_t* ids = c.In<int32_t>(tok, n);
-        float* y = c.Out<float>(x, n * width);
-        for (int64_t r = 0; r < n; ++r) {
-          float* row = y + r * width;
-          cpu::DequantizeRow(type, tab + ids[r] * row_bytes, cols, row);
-          if (scale != 1.0f) {
-            for (int64_t j = 0; j < width; ++j) row[j] *= scale;
-          }
-        }
+        EmbedRows(c.In<uint8_t>(t, table_bytes), type, cols,
+                  c.In<int32_t>(tok, n), n, scale, width,
+                  c.Out<float>(x, n * width));
       });
 }
 
@@ -287,13 +276,7 @@ void DeviceBackend::Rope(Activation x, int n_heads, const RopeSpec& rope) {
   const int64_t pos_bytes = rows * static_cast<int64_t>(sizeof(int64_t));
   std::vector<Range> reads = {{pd, pos_bytes}};
   if (n_factors > 0) reads.push_back({f, FloatBytes(n_factors)});
-  cpu::RopeParams p;
-  p.mode = rope.style == RopeStyle::kNeox ? cpu::RopeMode::kNeox
-                                          : cpu::RopeMode::kNormal;
-  p.rot_dims = rope.rot_dims;
-  p.freq_base = rope.freq_base;
-  p.freq_scale = rope.freq_scale;
-  p.attn_factor = rope.attn_factor;
+  cpu::RopeParams p = CpuRopeParams(rope);  // freq_factors mapped below
   Run("rope", std::move(reads), {Rows(x)}, [=](dev::OpContext& c) mutable {
     p.freq_factors = n_factors > 0 ? c.In<float>(f, n_factors) : nullptr;
     cpu::Rope(nullptr, c.Out<float>(xd, rows * width), rows, n_heads,
@@ -422,8 +405,8 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
     if (PlainRun(*plan_.sources[i])) continue;
     plan_.spans[i].pos_off = off;
-    off = AlignUp(off + plan_.spans[i].count *
-                            static_cast<int64_t>(sizeof(int64_t)));
+    off = AlignUp(off +
+                  plan_.spans[i].count * static_cast<int64_t>(sizeof(int64_t)));
   }
   plan_.bytes = std::max<int64_t>(off, kAlign);
 }
@@ -538,8 +521,7 @@ void DeviceBackend::Logits(Activation x, absl::Span<const int64_t> rows,
   const DevPtr xd = Ptr(x), gd = gathered_dev_.ptr, ld = logits_dev_.ptr;
   const int64_t x_floats = rows_ * width;
   const kernels::DType type = output.type;
-  Run("logits",
-      {Rows(x), {nd, FloatBytes(width)}, {wd, w_bytes}},
+  Run("logits", {Rows(x), {nd, FloatBytes(width)}, {wd, w_bytes}},
       {{gd, FloatBytes(n * width)}, {ld, FloatBytes(n * vocab)}},
       [=, picked = std::vector<int64_t>(rows.begin(), rows.end())](
           dev::OpContext& c) {
@@ -551,8 +533,8 @@ void DeviceBackend::Logits(Activation x, absl::Span<const int64_t> rows,
                        g + j * width);
         }
         float* l = c.Out<float>(ld, n * vocab);
-        cpu::MatMul(nullptr, type, c.In<uint8_t>(wd, w_bytes), width, vocab,
-                    g, n, l);
+        cpu::MatMul(nullptr, type, c.In<uint8_t>(wd, w_bytes), width, vocab, g,
+                    n, l);
         if (softcap > 0.0f) cpu::SoftCap(nullptr, l, n * vocab, softcap);
       });
   DownloadLogits(n * vocab, out->data());
@@ -577,7 +559,8 @@ bool DeviceBackend::DownloadLogits(int64_t n, float* out) {
   return true;
 }
 
-// ---- MakeBackend(kFake) -------------------------------------------------------
+// ---- MakeBackend(kFake)
+// -------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeFakeDeviceBackend(
     const BackendOptions& options) {
@@ -592,8 +575,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeFakeDeviceBackend(
   std::string device =
       absl::StrCat("fake device (schedule ", dev::ScheduleName(c.schedule),
                    ", seed ", c.seed, ")");
-  auto backend = std::make_unique<DeviceBackend>(std::move(rt), "fake",
-                                                 std::move(device));
+  auto backend =
+      std::make_unique<DeviceBackend>(std::move(rt), "fake", std::move(device));
   if (!backend->status().ok()) return backend->status();
   return std::unique_ptr<Backend>(std::move(backend));
 }
