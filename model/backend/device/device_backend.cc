@@ -559,8 +559,7 @@ bool DeviceBackend::DownloadLogits(int64_t n, float* out) {
   return true;
 }
 
-// ---- MakeBackend(kFake)
-// -------------------------------------------------------
+// ---- MakeBackend(kFake) ---------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeFakeDeviceBackend(
     const BackendOptions& options) {
