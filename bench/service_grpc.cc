@@ -129,9 +129,7 @@ absl::StatusOr<std::unique_ptr<GrpcMode>> GrpcMode::Start(
     const server::ServerConfig& config, bool metrics, int channels) {
   std::unique_ptr<GrpcMode> m(new GrpcMode);
   if (metrics) {
-    auto registry = server::ServerMetrics::Create("");
-    if (!registry.ok()) return registry.status();
-    m->metrics_ = *std::move(registry);
+    m->metrics_ = server::ServerMetrics::Create();
   }
   auto server = server::ClusterKvServer::Start(config, m->metrics_.get());
   if (!server.ok()) return server.status();

@@ -16,6 +16,7 @@
 #include "model/kv/policies/registry.h"
 #include "server/flags.h"
 #include "server/http/http_server.h"
+#include "server/http/metrics_endpoint.h"
 #include "server/metrics.h"
 #include "server/server_runner.h"
 #include "spdlog/spdlog.h"
@@ -83,15 +84,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   const sigset_t signals = BlockTerminationSignals();
-  auto metrics = ckv::server::ServerMetrics::Create(config->metrics_address);
-  if (!metrics.ok()) {
-    spdlog::error("metrics: {}", std::string(metrics.status().message()));
-    return 1;
-  }
+  const auto metrics = ckv::server::ServerMetrics::Create();
+  std::unique_ptr<ckv::server::http::MetricsEndpoint> metrics_endpoint;
   if (!config->metrics_address.empty()) {
-    spdlog::info("metrics on http://{}/metrics", config->metrics_address);
+    auto endpoint = ckv::server::http::MetricsEndpoint::Start(
+        config->metrics_address, config->http,
+        [m = metrics.get()] { return m->Serialize(); });
+    if (!endpoint.ok()) {
+      spdlog::error("metrics: {}", std::string(endpoint.status().message()));
+      return 1;
+    }
+    metrics_endpoint = *std::move(endpoint);
+    spdlog::info("metrics on http://{}/metrics (port {})",
+                 config->metrics_address, metrics_endpoint->port());
   }
-  auto server = ckv::server::ClusterKvServer::Start(*config, metrics->get());
+  auto server = ckv::server::ClusterKvServer::Start(*config, metrics.get());
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;

@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "server/metrics_http.h"
 
 namespace ckv::server {
 namespace {
@@ -165,17 +164,6 @@ class ServerMetricsImpl final : public ServerMetrics {
     kv_bytes_.Add({{"tier", "device"}});
   }
 
-  // Stops the HTTP thread before the metrics it renders go away.
-  ~ServerMetricsImpl() override { http_.reset(); }
-
-  absl::Status StartHttp(const std::string& address) {
-    auto server =
-        MetricsHttpServer::Start(address, [this] { return Serialize(); });
-    if (!server.ok()) return server.status();
-    http_ = std::move(*server);
-    return absl::OkStatus();
-  }
-
   void RequestDone(absl::string_view rpc, absl::string_view code) override {
     requests_.Add({{"rpc", std::string(rpc)}, {"code", std::string(code)}})
         .Increment();
@@ -276,7 +264,6 @@ class ServerMetricsImpl final : public ServerMetrics {
   Gauge& queue_depth_;
   Family<Gauge>& kv_bytes_;
   // Last: its thread calls Serialize().
-  std::unique_ptr<MetricsHttpServer> http_;
 };
 
 int64_t Whole(double v) { return static_cast<int64_t>(std::llround(v)); }
@@ -326,13 +313,8 @@ MetricsTotals ServerMetricsImpl::Totals() const {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
-    const std::string& address) {
-  auto metrics = std::make_unique<ServerMetricsImpl>();
-  if (!address.empty()) {
-    if (absl::Status s = metrics->StartHttp(address); !s.ok()) return s;
-  }
-  return metrics;
+std::unique_ptr<ServerMetrics> ServerMetrics::Create() {
+  return std::make_unique<ServerMetricsImpl>();
 }
 
 }  // namespace ckv::server

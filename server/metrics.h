@@ -8,7 +8,6 @@
 #include <memory>
 #include <string>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace ckv::server {
@@ -38,10 +37,10 @@ struct MetricsTotals {
 
 class ServerMetrics {
  public:
-  // Serves /metrics at `address` ("host:port"; empty: registry only, no
-  // HTTP). Errors (e.g. the port is taken) are UNAVAILABLE with the address.
-  static absl::StatusOr<std::unique_ptr<ServerMetrics>> Create(
-      const std::string& address);
+  // The registry; Serialize() renders it. It serves nothing itself:
+  // server/http/metrics_endpoint.h serves it on --metrics-address, the
+  // HTTP API on its port's /metrics.
+  static std::unique_ptr<ServerMetrics> Create();
   virtual ~ServerMetrics() = default;
 
   // clusterkv_requests_total{rpc, code}

@@ -16,6 +16,7 @@
 #include "server/auth.h"
 #include "server/http/choice_stream.h"
 #include "server/http/http_transport.h"
+#include "server/http/listen_address.h"
 #include "server/http/openai_frontend.h"
 #include "server/http/openai_json.h"
 #include "server/http/openai_tools.h"
@@ -39,27 +40,6 @@ constexpr char kPagePolicy[] =
     "default-src 'none'; script-src 'unsafe-inline'; "
     "style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; "
     "form-action 'none'; frame-ancestors 'none'";
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-};
-
-absl::StatusOr<HostPort> ParseHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  HostPort hp;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &hp.port) || hp.port < 0 ||
-      hp.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-listen must be HOST:PORT, got '", address, "'"));
-  }
-  hp.host = address.substr(0, colon);
-  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') {
-    hp.host = hp.host.substr(1, hp.host.size() - 2);
-  }
-  return hp;
-}
 
 HttpResponse JsonResponse(int status, std::string body) {
   HttpResponse r;
@@ -138,7 +118,7 @@ class HttpApi final : public FrontDoor {
 };
 
 absl::StatusOr<int> HttpApi::Listen(const ServerConfig& config) {
-  auto hp = ParseHostPort(config.http_listen_address);
+  auto hp = ParseListenAddress("--http-listen", config.http_listen_address);
   if (!hp.ok()) return hp.status();
   if (!config.tls.enabled() && !config.insecure &&
       !IsLoopbackAddress(config.http_listen_address)) {
@@ -312,9 +292,9 @@ void HttpApi::HandleModel(HttpExchange& ex) {
 }
 
 // Prometheus' text exposition on the API port too (the same text as
-// --metrics-address serves), with the API's token rule: a scrape config
-// sends `authorization: {credentials: TOKEN}` when tokens are on. 404 when
-// the server keeps no metrics.
+// --metrics-address serves, server/http/metrics_endpoint.h), with the API's
+// token rule: a scrape config sends `authorization: {credentials: TOKEN}` when
+// tokens are on. 404 when the server keeps no metrics.
 void HttpApi::HandleMetrics(HttpExchange& ex) {
   auto tenant = Authenticate(ex.request());
   if (!tenant.ok()) return ex.Reply(Unauthenticated(tenant.status()));

@@ -20,7 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/status_util.h"
+#include "server/http/response_head.h"
 
 namespace ckv::server::http {
 
@@ -72,81 +72,6 @@ class ConnectionBase : public std::enable_shared_from_this<ConnectionBase> {
 };
 
 namespace {
-
-const char* Reason(int status) {
-  switch (status) {
-    case 100:
-      return "Continue";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 409:
-      return "Conflict";
-    case 413:
-      return "Content Too Large";
-    case 414:
-      return "URI Too Long";
-    case 417:
-      return "Expectation Failed";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 499:
-      return "Client Closed Request";
-    case 501:
-      return "Not Implemented";
-    case 503:
-      return "Service Unavailable";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return status < 500 ? "Client Error" : "Server Error";
-  }
-}
-
-// Status line and header of `r`; the body follows (Content-Length) unless
-// `chunked`.
-std::string ResponseHead(const HttpResponse& r, bool chunked, bool close) {
-  std::string head =
-      absl::StrFormat("HTTP/1.1 %d %s\r\n", r.status, Reason(r.status));
-  if (!r.content_type.empty()) {
-    absl::StrAppend(&head, "Content-Type: ", r.content_type, "\r\n");
-  }
-  for (const auto& [k, v] : r.headers)
-    absl::StrAppend(&head, k, ": ", v, "\r\n");
-  if (r.stream == nullptr) {
-    absl::StrAppend(&head, "Content-Length: ", r.body.size(), "\r\n");
-  } else if (chunked) {
-    head += "Transfer-Encoding: chunked\r\n";
-  }
-  if (close) head += "Connection: close\r\n";
-  head += "\r\n";
-  return head;
-}
-
-std::string ErrorJson(int status, absl::string_view message) {
-  std::string escaped;
-  for (char c : message) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
-  }
-  return absl::StrCat("{\"error\": {\"message\": \"", escaped,
-                      "\", \"type\": \"invalid_request_error\", "
-                      "\"param\": null, \"code\": \"http_",
-                      status, "\"}}");
-}
 
 template <class Stream>
 constexpr bool kIsTls = !std::is_same_v<Stream, tcp::socket>;
@@ -579,23 +504,29 @@ class HttpTransport::Acceptor {
  public:
   Acceptor(HttpTransport& t, asio::io_context& ctx) : t_(t), acceptor_(ctx) {}
 
+  // Binds the first endpoint of host:port that binds and listens.
   absl::Status Bind(const std::string& host, int port) {
-    error_code ec;
-    const auto address =
-        asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--http-listen: '", host, "' is not an IP address"));
+    const std::string where = absl::StrCat(
+        host.find(':') == std::string::npos ? host : "[" + host + "]", ":",
+        port, " (", t_.options().flag, ")");
+    auto endpoints = Resolve(host, port);
+    if (!endpoints.ok()) {
+      return absl::UnavailableError(absl::StrCat("cannot resolve ", where, ": ",
+                                                 endpoints.status().message()));
     }
-    tcp::endpoint ep(address, static_cast<uint16_t>(port));
-    acceptor_.open(ep.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    error_code ec;
+    for (const tcp::endpoint& ep : *endpoints) {
+      error_code ignored;
+      acceptor_.close(ignored);
+      acceptor_.open(ep.protocol(), ec);
+      if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec) acceptor_.bind(ep, ec);
+      if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+      if (!ec) break;
+    }
     if (ec) {
       return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", host, ":", port,
-                       " (--http-listen): ", ec.message()));
+          absl::StrCat("cannot listen on ", where, ": ", ec.message()));
     }
     port_ = acceptor_.local_endpoint().port();
     return absl::OkStatus();
@@ -659,6 +590,28 @@ class HttpTransport::Acceptor {
     loop->Post([c]() { c->Start(); });
   }
 
+  // An IP literal or empty host as is; "localhost" as 127.0.0.1 (not ::1
+  // first, whatever the resolver's order); other names through the system
+  // resolver (at start-up, before the I/O threads run).
+  absl::StatusOr<std::vector<tcp::endpoint>> Resolve(const std::string& host,
+                                                     int port) {
+    const auto p = static_cast<uint16_t>(port);
+    if (host.empty()) return std::vector<tcp::endpoint>{{tcp::v4(), p}};
+    error_code ec;
+    const auto literal =
+        asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+    if (!ec) return std::vector<tcp::endpoint>{{literal, p}};
+    tcp::resolver resolver(acceptor_.get_executor());
+    const auto results = resolver.resolve(
+        host, std::to_string(port),
+        tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (ec) return absl::UnavailableError(ec.message());
+    std::vector<tcp::endpoint> out;
+    for (const auto& r : results) out.push_back(r.endpoint());
+    if (out.empty()) return absl::UnavailableError("no address");
+    return out;
+  }
+
   HttpTransport& t_;
   tcp::acceptor acceptor_;
   size_t next_ = 0;
@@ -693,8 +646,8 @@ absl::StatusOr<std::unique_ptr<HttpTransport>> HttpTransport::Listen(
     }
     if (ec) {
       return absl::UnavailableError(absl::StrCat(
-          "--http-listen: cannot load --tls-cert/--tls-key/--tls-client-ca "
-          "for HTTPS: ",
+          options.flag,
+          ": cannot load --tls-cert/--tls-key/--tls-client-ca for HTTPS: ",
           ec.message()));
     }
     t->ssl_context_ = ctx;

@@ -87,16 +87,20 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
 
 struct HttpTransportOptions {
-  HttpConfig http;  // limits, timeouts, threads
-  TlsConfig tls;    // cert set: HTTPS
+  HttpConfig http;                     // limits, timeouts, threads
+  TlsConfig tls;                       // cert set: HTTPS
+  std::string flag = "--http-listen";  // the flag that set the address
   // True while the server drains: answers carry "Connection: close".
   std::function<bool()> closing;
 };
 
 class HttpTransport {
  public:
-  // Binds host:port (0: ephemeral) and starts the I/O threads. UNAVAILABLE
-  // when the port cannot be bound or the TLS files cannot be loaded.
+  // Binds host:port (0: ephemeral; host as in ListenAddress: "localhost"
+  // is 127.0.0.1, another name binds the first of its addresses that
+  // binds) and starts the I/O threads. UNAVAILABLE, naming options.flag
+  // and host:port, when the name does not resolve, the port cannot be
+  // bound or the TLS files cannot be loaded.
   static absl::StatusOr<std::unique_ptr<HttpTransport>> Listen(
       const HttpTransportOptions& options, const std::string& host, int port,
       HttpHandler handler);

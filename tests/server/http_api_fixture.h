@@ -44,9 +44,7 @@ class HttpApiTest : public ::testing::Test {
     c.auth_tokens_file = tokens;
     c.limits.max_prompt_tokens = 256;
     Configure(c);
-    auto metrics = ServerMetrics::Create("");
-    ASSERT_TRUE(metrics.ok()) << metrics.status();
-    metrics_ = *std::move(metrics);
+    metrics_ = ServerMetrics::Create();
     auto server = ClusterKvServer::Start(c, metrics_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);

@@ -312,7 +312,7 @@ RandomModelSpec ModelSpec() {
 }
 
 ServerMetrics* Metrics() {
-  static ServerMetrics* m = ServerMetrics::Create("").value().release();
+  static ServerMetrics* m = ServerMetrics::Create().release();
   return m;
 }
 

@@ -67,9 +67,7 @@ class RecallSamplerTest : public ::testing::Test {
   RecallSamplerTest()
       : sessions_(TestModel().config, ServerLimits{}, &worker_),
         engine_(TestModel(), TransformerOptions{2, 32}, 16) {
-    auto m = ServerMetrics::Create("");
-    EXPECT_TRUE(m.ok()) << m.status();
-    metrics_ = *std::move(m);
+    metrics_ = ServerMetrics::Create();
   }
 
   // Samples every `every` steps into samples_ and metrics_.

@@ -62,7 +62,7 @@ std::string Prompt(int i) {
 }
 
 ServerMetrics* Metrics() {
-  static ServerMetrics* m = ServerMetrics::Create("").value().release();
+  static ServerMetrics* m = ServerMetrics::Create().release();
   return m;
 }
 
