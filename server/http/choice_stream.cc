@@ -121,7 +121,7 @@ class SseSource final : public BodySource {
         std::vector<TokenPiece> pieces;
         if (!e.content.empty()) pieces.emplace_back().text = e.content;
         *out += SseEvent(ChunkBody(spec_.head, pieces, c.first, o));
-      } else {
+      } else if (spec_.max_tool_calls == 0 || c.calls < spec_.max_tool_calls) {
         for (const std::string& chunk :
              ToolCallChunks(spec_.head, c.calls++, {NewToolCallId(), e.call},
                             c.first, c.options.index)) {
@@ -153,6 +153,10 @@ std::string ChoiceBody(const AnswerSpec& spec, int index,
       chat::SplitToolCalls(spec.tool_syntax, PiecesText(pieces));
   std::vector<ToolCallOut> calls;
   for (chat::ParsedToolCall& c : split.calls) {
+    if (spec.max_tool_calls > 0 &&
+        static_cast<int>(calls.size()) == spec.max_tool_calls) {
+      break;
+    }
     calls.push_back({NewToolCallId(), std::move(c)});
   }
   const std::string body =

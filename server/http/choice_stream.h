@@ -21,6 +21,9 @@ struct AnswerSpec {
   ResponseHead head;
   ChoiceOptions options;  // choice i's: options with index i
   chat::ToolCallSyntax tool_syntax = chat::ToolCallSyntax::kNone;
+  // Calls an answer returns (the first ones; later calls are dropped, the
+  // content kept); 0: all. 1 for parallel_tool_calls: false.
+  int max_tool_calls = 0;
   int64_t prompt_tokens = 0;  // cached ones included
   int64_t cached_tokens = 0;
 };

@@ -359,6 +359,7 @@ void HttpApi::HandleGeneration(Endpoint endpoint, HttpExchange& ex) {
                frontend_.model_id()};
   spec.options = frontend_.Options(*request);
   spec.tool_syntax = started->tool_syntax;
+  spec.max_tool_calls = request->parallel_tool_calls ? 0 : 1;
   spec.prompt_tokens = started->prompt_tokens;
   spec.cached_tokens = started->cached_tokens;
   std::shared_ptr<HttpExchange> self = ex.shared_from_this();

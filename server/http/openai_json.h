@@ -91,6 +91,8 @@ struct OpenAiRequest {
   std::vector<ToolDef> tools;
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;  // kNamed
+  // parallel_tool_calls: false keeps an answer to its first call.
+  bool parallel_tool_calls = true;
 };
 
 // Nesting deeper than this (objects and arrays) is refused before parsing.

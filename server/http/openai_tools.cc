@@ -164,6 +164,13 @@ absl::Status ReadTools(const Json& body, OpenAiRequest& r) {
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     if (auto s = ReadToolChoice(body["tool_choice"], r); !s.ok()) return s;
   }
+  if (body.contains("parallel_tool_calls") &&
+      !body["parallel_tool_calls"].is_null()) {
+    if (!body["parallel_tool_calls"].is_boolean()) {
+      return Bad("parallel_tool_calls", "must be true or false");
+    }
+    r.parallel_tool_calls = body["parallel_tool_calls"].get<bool>();
+  }
   if (r.tools.empty() && (r.tool_choice == ToolChoice::kRequired ||
                           r.tool_choice == ToolChoice::kNamed)) {
     return Bad("tool_choice", "needs 'tools' to choose from");

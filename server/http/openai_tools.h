@@ -27,7 +27,7 @@ inline constexpr size_t kMaxTools = 128;
 // {type: "function", function: {name, parameters?}} (names unique,
 // [A-Za-z0-9_-]{1,64}), tool_choice not "auto" / "none" / "required" /
 // {type: "function", function: {name}} naming one of the tools, or
-// "required" / a name without tools.
+// "required" / a name without tools, parallel_tool_calls not a boolean.
 absl::Status ReadTools(const nlohmann::ordered_json& body, OpenAiRequest& r);
 
 // An assistant message's `tool_calls` into `turn` (`field`: "messages.[i]").

@@ -230,3 +230,39 @@ for (const i of [0, 1]) {
                twoCalls.choices[i].message.tool_calls[0].function.arguments);
 }
 ok("n: 2 tool calls, one per choice, streamed alike");
+
+// parallel_tool_calls: false keeps an answer to its first call. Under
+// tool_choice "auto" a GBNF (llama.cpp's `grammar`, passed through the
+// SDK as an extra field) makes the model write two Hermes calls.
+const twoCallsText =
+  '<tool_call>{"name": "get_time", "arguments": {"zone": "UTC"}}</tool_call>' +
+  '<tool_call>{"name": "get_weather", "arguments": ' +
+  '{"city": "Rome", "unit": "celsius", "days": 2}}</tool_call>';
+const forcedTwo = {
+  model, max_tokens: 400, temperature: 0, tools, tool_choice: "auto",
+  grammar: `root ::= ${JSON.stringify(twoCallsText)}`, messages: [question] };
+const parallel = await client.chat.completions.create(forcedTwo);
+assert.equal(parallel.choices[0].finish_reason, "tool_calls");
+assert.deepEqual(parallel.choices[0].message.tool_calls.map(
+  (t) => t.function.name), ["get_time", "get_weather"]);
+const single = await client.chat.completions.create(
+  { ...forcedTwo, parallel_tool_calls: false });
+assert.equal(single.choices[0].finish_reason, "tool_calls");
+assert.deepEqual(single.choices[0].message.tool_calls.map(
+  (t) => [t.function.name, JSON.parse(t.function.arguments)]),
+  [["get_time", { zone: "UTC" }]]);
+const singleStream = await client.chat.completions.create(
+  { ...forcedTwo, parallel_tool_calls: false, stream: true });
+const streamedNames = [];
+for await (const chunk of singleStream) {
+  for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
+    assert.equal(d.index, 0);
+    if (d.function?.name) streamedNames.push(d.function.name);
+  }
+}
+assert.deepEqual(streamedNames, ["get_time"]);
+await assert.rejects(
+  client.chat.completions.create({ ...forcedTwo, parallel_tool_calls: "no" }),
+  (e) => e.status === 400 &&
+         (e.param ?? e.error?.param) === "parallel_tool_calls");
+ok("parallel_tool_calls: false -> the first of two calls (streamed too)");
