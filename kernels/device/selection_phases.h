@@ -1,0 +1,77 @@
+// clusterkv's selection of one query's plan on device layouts, written once
+// as phase functions (phases.h, GPU.md "Per sparse layer": the SelectBlocks
+// step). Semantics are the product policy's (model/kv/policies/clusterkv.cc,
+// PlanFromScores, and AddRecentRows of model/kv/selection.cc), which the
+// tests hold it to bit for bit:
+//   - the `recent_tokens` most recent clustered rows (at most the budget)
+//     first, as page blocks of page_size rows in position order, the last
+//     segment first;
+//   - then whole clusters by descending score (NaN ranks as -inf; ties,
+//     ±0 and equal infinities included, by segment then cluster index),
+//     each contributing its members before the recent range, the last one
+//     trimmed, until min(budget, clustered rows) tokens are planned.
+// The blocks of every segment are concatenated segment-major (cluster c of
+// segment s is block seg_first[s] + c).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/device/runtime.h"
+
+namespace ckv::kernels::device {
+
+// HeadPlan's BlockRef on the device (model/kv/selection.h).
+struct PlannedBlock {
+  int32_t segment = 0;
+  int32_t kind = 0;  // kPlannedCluster or kPlannedPage
+  int32_t id = 0;    // cluster or page index within the segment
+  int32_t begin = 0;
+  int32_t count = 0;
+};
+inline constexpr int32_t kPlannedCluster = 0;  // BlockKind::kCluster
+inline constexpr int32_t kPlannedPage = 1;     // BlockKind::kPage
+
+struct PlanTotals {
+  int64_t blocks = 0;  // PlannedBlock entries written
+  int64_t tokens = 0;  // sum of their counts
+  int64_t recent_blocks = 0;
+  int64_t recent_tokens = 0;
+  int64_t budget = 0;  // min(budget, clustered rows)
+};
+
+struct SelectArgs {
+  DevPtr scores;  // float [n]: every block's score for the query
+  int64_t n = 0;
+  DevPtr seg_first;  // int64 [n_segs + 1]: first block of each segment
+  DevPtr seg_size;   // int64 [n_segs]: rows of each segment
+  int32_t n_segs = 0;
+  // Block b's members (ascending rows of its segment) are
+  // members[member_first[b] .. member_first[b + 1]).
+  DevPtr member_first;  // int64 [n + 1]
+  DevPtr members;       // int32 [n_members]
+  int64_t n_members = 0;
+  int64_t budget = 0;
+  int64_t recent_tokens = 0;
+  int32_t page_size = 16;
+  DevPtr scratch;       // SelectScratchBytes(n, n_segs)
+  DevPtr out;           // PlannedBlock [max_out]
+  int64_t max_out = 0;  // >= MaxPlannedBlocks(...)
+  DevPtr totals;        // PlanTotals
+};
+
+// Scratch the op needs for n blocks over n_segs segments.
+int64_t SelectScratchBytes(int64_t n, int32_t n_segs);
+// Enough output entries for any plan: every block plus the recent pages
+// (recent_tokens / page_size + one partial page per segment).
+int64_t MaxPlannedBlocks(int64_t n, int32_t n_segs, int64_t recent_tokens,
+                         int32_t page_size);
+
+// One op, five phases: the recent pages (one thread), the score order (a
+// thread per block ranks it among all: the reference form of a sort), each
+// block's rows before the recent range (a thread per block), the running
+// token count in order (one thread: a scan), the cluster blocks written at
+// their places (a thread per position). A plan that would overflow max_out
+// writes totals.blocks = -1 and nothing past max_out.
+Op SelectBlocksOp(const SelectArgs& a);
+
+}  // namespace ckv::kernels::device

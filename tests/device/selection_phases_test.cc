@@ -1,0 +1,239 @@
+// SelectBlocksOp (kernels/device/selection_phases.h) on the fake against the
+// product policy: on random segments and clusters with planted ties, NaN and
+// ±inf scores, for every query of a GQA group (PlanEach) and for the group's
+// summed query (Plan, per_kv_head), with and without recent_tokens, the
+// device plan equals clusterkv's HeadPlan block for block. Scores come from
+// ScoreClustersOp (bit-equal to the CPU's, phases_test), so the whole
+// device-side selection of one (session, layer, KV head) is checked.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cluster_ops.h"
+#include "kernels/device/fake_runtime.h"
+#include "kernels/device/phases.h"
+#include "kernels/device/selection_phases.h"
+#include "model/kv/kv_config.h"
+#include "model/kv/policies/registry.h"
+#include "model/kv/segment.h"
+#include "tests/device/test_util.h"
+
+namespace ckv::kernels::device {
+namespace {
+
+struct Problem {
+  std::vector<std::unique_ptr<Segment>> owned;
+  std::vector<const Segment*> segs;
+  std::vector<std::vector<float>> queries;  // n_q x head_dim
+  int head_dim = 0;
+};
+
+// A segment of `n` rows with a k-cluster index on (layer 0, KV head 0):
+// every cluster non-empty, members ascending; some centroids planted as
+// duplicates (ties), with NaN, or with values past F16's range (±inf).
+std::unique_ptr<Segment> MakeSegment(std::mt19937& rng, int64_t first_pos,
+                                     int n, int head_dim) {
+  KvShape shape;
+  shape.n_layers = 1;
+  shape.n_heads = 4;
+  shape.n_kv_heads = 1;
+  shape.head_dim = head_dim;
+  auto seg = std::make_unique<Segment>(Segment::NextUid(), first_pos, n, shape);
+  HeadIndex& h = seg->layer(0).heads.emplace_back();
+  h.k = 1 + static_cast<int>(rng() % n);
+  std::vector<int> rows(n);
+  for (int r = 0; r < n; ++r) rows[r] = r;
+  std::shuffle(rows.begin(), rows.end(), rng);
+  std::vector<std::vector<int32_t>> by_cluster(h.k);
+  for (int i = 0; i < n; ++i) {
+    by_cluster[i < h.k ? i : rng() % h.k].push_back(rows[i]);
+  }
+  h.offsets = {0};
+  for (auto& m : by_cluster) {
+    std::sort(m.begin(), m.end());
+    h.members.insert(h.members.end(), m.begin(), m.end());
+    h.offsets.push_back(static_cast<int32_t>(h.members.size()));
+  }
+  std::normal_distribution<float> g;
+  h.centroids.resize(size_t{1} * h.k * head_dim);
+  for (float& x : h.centroids) x = g(rng);
+  for (int c = 0; c < h.k; ++c) {
+    float* mu = h.centroids.data() + size_t{1} * c * head_dim;
+    switch (rng() % 8) {
+      case 0:  // a tie with an earlier cluster
+        if (c > 0) std::copy_n(mu - head_dim, head_dim, mu);
+        break;
+      case 1:
+        mu[rng() % head_dim] = NAN;
+        break;
+      case 2:  // F16 infinity: the score is +inf or -inf by q's sign
+        mu[rng() % head_dim] = (rng() % 2 ? 1e6f : -1e6f);
+        break;
+      default:
+        break;
+    }
+  }
+  kernels::cpu::PackCentroidPanels(h.centroids.data(), h.k, head_dim,
+                                   &h.centroid_panels);
+  return seg;
+}
+
+Problem MakeProblem(std::mt19937& rng, int n_segs, int n_q, int head_dim) {
+  Problem p;
+  p.head_dim = head_dim;
+  int64_t pos = 0;
+  for (int s = 0; s < n_segs; ++s) {
+    const int n = 1 + static_cast<int>(rng() % 150);
+    p.owned.push_back(MakeSegment(rng, pos, n, head_dim));
+    p.segs.push_back(p.owned.back().get());
+    pos += n;
+  }
+  std::normal_distribution<float> g;
+  p.queries.assign(n_q, std::vector<float>(head_dim));
+  for (auto& q : p.queries) {
+    for (float& x : q) x = g(rng);
+  }
+  return p;
+}
+
+struct DevicePlan {
+  PlanTotals totals;
+  std::vector<PlannedBlock> blocks;
+};
+
+// Scores every cluster of every segment for `queries` (ScoreClustersOp per
+// segment into one [n_q][total] buffer), then plans each query.
+std::vector<DevicePlan> PlanOnDevice(
+    const Problem& p, const std::vector<std::vector<float>>& queries,
+    const KvStoreConfig& c, Schedule sched, uint64_t seed) {
+  FakeRuntime rt(TestConfig(sched, seed, 32, 20));
+  const Stream st = ValueOrDie(rt.CreateStream());
+  const int n_q = static_cast<int>(queries.size());
+  const int hd = p.head_dim;
+  std::vector<int64_t> seg_first = {0}, seg_size, member_first = {0};
+  std::vector<int32_t> members;
+  for (const Segment* s : p.segs) {
+    const HeadIndex& h = s->layer(0).heads[0];
+    seg_first.push_back(seg_first.back() + h.k);
+    seg_size.push_back(s->size());
+    const int64_t base = static_cast<int64_t>(members.size());
+    members.insert(members.end(), h.members.begin(), h.members.end());
+    for (int k = 1; k <= h.k; ++k) member_first.push_back(base + h.offsets[k]);
+  }
+  const int64_t total = seg_first.back();
+  std::vector<float> q_all;
+  for (const auto& q : queries) q_all.insert(q_all.end(), q.begin(), q.end());
+  const DevPtr dq = Upload(rt, st, q_all);
+  const DevPtr scores =
+      Upload(rt, st, std::vector<float>(size_t{1} * n_q * total, 0.0f));
+  for (size_t s = 0; s < p.segs.size(); ++s) {
+    const HeadIndex& h = p.segs[s]->layer(0).heads[0];
+    const DevPtr panels = Upload(rt, st, h.centroid_panels);
+    EXPECT_TRUE(rt.Launch(ScoreClustersOp({dq, n_q, panels, h.k, hd,
+                                           scores + seg_first[s] * 4, total}),
+                          st)
+                    .ok());
+  }
+  SelectArgs a;
+  a.n = total;
+  a.seg_first = Upload(rt, st, seg_first);
+  a.seg_size = Upload(rt, st, seg_size);
+  a.n_segs = static_cast<int32_t>(p.segs.size());
+  a.member_first = Upload(rt, st, member_first);
+  a.members = Upload(rt, st, members);
+  a.n_members = static_cast<int64_t>(members.size());
+  a.budget = c.budget;
+  a.recent_tokens = c.recent_tokens;
+  a.page_size = c.quest_page_size;
+  a.max_out = MaxPlannedBlocks(total, a.n_segs, a.recent_tokens, a.page_size);
+  std::vector<DevicePlan> plans(n_q);
+  for (int j = 0; j < n_q; ++j) {
+    a.scores = scores + int64_t{4} * j * total;
+    a.scratch = ValueOrDie(rt.Malloc(SelectScratchBytes(total, a.n_segs)));
+    a.out = ValueOrDie(rt.Malloc(a.max_out * sizeof(PlannedBlock)));
+    a.totals = ValueOrDie(rt.Malloc(sizeof(PlanTotals)));
+    EXPECT_TRUE(rt.Launch(SelectBlocksOp(a), st).ok());
+    plans[j].totals = Download<PlanTotals>(rt, st, a.totals, 1)[0];
+    plans[j].blocks = Download<PlannedBlock>(
+        rt, st, a.out, std::max<int64_t>(0, plans[j].totals.blocks));
+  }
+  EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+  return plans;
+}
+
+void ExpectSamePlan(const HeadPlan& want, const DevicePlan& got) {
+  ASSERT_EQ(got.totals.blocks, static_cast<int64_t>(want.blocks.size()));
+  EXPECT_EQ(got.totals.tokens, want.tokens);
+  for (size_t i = 0; i < want.blocks.size(); ++i) {
+    const BlockRef& w = want.blocks[i];
+    const PlannedBlock& g = got.blocks[i];
+    SCOPED_TRACE(testing::Message() << "block " << i);
+    EXPECT_EQ(g.segment, w.segment);
+    EXPECT_EQ(g.kind,
+              w.kind == BlockKind::kCluster ? kPlannedCluster : kPlannedPage);
+    EXPECT_EQ(g.id, w.id);
+    EXPECT_EQ(g.begin, w.begin);
+    EXPECT_EQ(g.count, w.count);
+  }
+}
+
+TEST(SelectBlocksTest, EqualsClusterKvPlans) {
+  std::mt19937 rng(2024);
+  int cases = 0, planted = 0;
+  for (int n_segs : {1, 3}) {
+    for (int head_dim : {8, 67}) {
+      for (int budget : {1, 7, 64, 1000}) {
+        for (int recent : {0, 5, 33}) {
+          if (recent > budget) continue;
+          for (int n_q : {1, 4}) {
+            SCOPED_TRACE(testing::Message()
+                         << "segs " << n_segs << " dim " << head_dim
+                         << " budget " << budget << " recent " << recent
+                         << " n_q " << n_q);
+            const Problem p = MakeProblem(rng, n_segs, n_q, head_dim);
+            KvStoreConfig c;
+            c.policy = KvPolicy::kClusterKv;
+            c.budget = budget;
+            c.recent_tokens = recent;
+            c.quest_page_size = cases % 2 ? 16 : 5;
+            auto policy = MakePolicy(c);
+            ASSERT_NE(policy, nullptr);
+            const PlanContext ctx{&p.segs, 0, 0, head_dim};
+            std::vector<const float*> qs;
+            for (const auto& q : p.queries) qs.push_back(q.data());
+            const Schedule sched =
+                cases++ % 2 ? Schedule::kThreaded : Schedule::kLazy;
+            // Per query head: PlanEach.
+            std::vector<HeadPlan> each(n_q);
+            policy->PlanEach(ctx, qs.data(), n_q, each.data());
+            const auto dev = PlanOnDevice(p, p.queries, c, sched, cases);
+            for (int j = 0; j < n_q; ++j) ExpectSamePlan(each[j], dev[j]);
+            // Per KV head: the group's summed query (Plan), summed as the
+            // policy sums it.
+            HeadPlan shared;
+            policy->Plan(ctx, qs.data(), n_q, &shared);
+            std::vector<float> sum(head_dim, 0.0f);
+            for (const auto& q : p.queries) {
+              for (int d = 0; d < head_dim; ++d) sum[d] += q[d];
+            }
+            ExpectSamePlan(shared, PlanOnDevice(p, {sum}, c, sched, cases)[0]);
+            for (const Segment* s : p.segs) {
+              const auto& mu = s->layer(0).heads[0].centroids;
+              planted += std::any_of(mu.begin(), mu.end(), [](float x) {
+                return !std::isfinite(x) || std::fabs(x) > 7e4f;
+              });
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(planted, 10) << "the NaN / inf centroids were not planted";
+}
+
+}  // namespace
+}  // namespace ckv::kernels::device
