@@ -22,6 +22,7 @@
 #include "model/kv/clustered_store.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "tests/model/arch_specs.h"
 #include "tests/model/test_util.h"
 
 namespace ckv {
@@ -31,28 +32,14 @@ using kernels::device::FakeConfig;
 using kernels::device::FakeRuntime;
 using kernels::device::Schedule;
 
-const std::string kArchNames[] = {"llama",  "qwen2",  "qwen3",   "phi3",
-                                  "gemma2", "gemma3", "chatglm", "glm4"};
+const std::vector<std::string> kArchNames = testing::EngineArchs();
 
 RandomModelSpec SpecFor(const std::string& arch) {
-  RandomModelSpec s;
-  s.arch = arch;
-  s.layers = 3;
-  s.dim = 64;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 96;
-  s.dtype = kernels::DType::kF16;
-  s.rope_freq_base = 10000.0f;
-  if (arch == "qwen3") s.head_dim = 24;  // q_dim 96 != dim
-  s.sliding_window = 8;
-  s.sliding_window_pattern = arch == "gemma3" ? 3 : 2;
-  return s;
+  return testing::TinyArchSpec(arch, kernels::DType::kF16);
 }
 
 std::unique_ptr<Model> LoadArch(const std::string& arch) {
-  auto m = LoadModel(
-      testing::RandomModelPath("devbk_" + arch, SpecFor(arch)));
+  auto m = LoadModel(testing::RandomModelPath("devbk_" + arch, SpecFor(arch)));
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *std::move(m) : nullptr;
 }
@@ -86,8 +73,7 @@ std::vector<int32_t> Tokens(int n, int vocab, int mul = 37, int add = 5) {
 }
 
 int32_t Argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) -
-                              v.begin());
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 // max |a - b| / max |b| (inf when sizes differ or a value is not finite).
@@ -185,7 +171,8 @@ void ExpectSameTrace(const Trace& dev, const Trace& cpu,
   EXPECT_EQ(dev.tokens, cpu.tokens) << what;
   EXPECT_TRUE(dev.selected == cpu.selected) << what;
   ExpectSameCacheStats(dev.stats, cpu.stats);
-  ::testing::Test::RecordProperty("max_rel_diff_" + what, std::to_string(worst));
+  ::testing::Test::RecordProperty("max_rel_diff_" + what,
+                                  std::to_string(worst));
   std::printf("%s: max relative logit difference %.3g\n", what.c_str(), worst);
 }
 
@@ -237,8 +224,7 @@ TEST(DeviceBackendTest, SchedulesAreBitIdentical) {
         const auto& a = traces[i].logits[s];
         const auto& b = traces[0].logits[s];
         ASSERT_EQ(a.size(), b.size());
-        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)),
-                  0)
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
             << arch << " schedule " << i << " step " << s;
       }
       EXPECT_EQ(traces[i].tokens, traces[0].tokens);
@@ -248,7 +234,8 @@ TEST(DeviceBackendTest, SchedulesAreBitIdentical) {
 
 // The trained demo model (F16 or quantised weights as shipped).
 TEST(DeviceBackendTest, DemoModelMatchesCpu) {
-  const std::string path = std::string(CLUSTERKV_MODELS_DIR) + "/kjv-llama.gguf";
+  const std::string path =
+      std::string(CLUSTERKV_MODELS_DIR) + "/kjv-llama.gguf";
   ASSERT_TRUE(std::filesystem::exists(path)) << path;
   auto m = LoadModel(path);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -371,8 +358,7 @@ TEST(DeviceBackendTest, MakeBackendFake) {
 void ExpectFailed(const Trace& t, absl::StatusCode code,
                   const std::string& text) {
   EXPECT_EQ(t.status.code(), code) << t.status;
-  EXPECT_NE(t.status.message().find(text), absl::string_view::npos)
-      << t.status;
+  EXPECT_NE(t.status.message().find(text), absl::string_view::npos) << t.status;
   ASSERT_FALSE(t.logits.empty());
   ASSERT_FALSE(t.logits[0].empty());
   EXPECT_TRUE(std::isnan(t.logits[0][0]));
@@ -398,8 +384,7 @@ TEST(DeviceBackendTest, PlantedMissingSyncIsARace) {
     DeviceBackendDebug bug;
     bug.skip_sync_before_host_read = true;
     const Trace t = Greedy(*m, Device(rt, bug), 16, 2, /*dense=*/true);
-    EXPECT_EQ(rt.OrderingStatus().code(),
-              absl::StatusCode::kFailedPrecondition)
+    EXPECT_EQ(rt.OrderingStatus().code(), absl::StatusCode::kFailedPrecondition)
         << ScheduleName(s);
     EXPECT_GT(rt.race_count(), 0);
     if (s == Schedule::kLazy) {

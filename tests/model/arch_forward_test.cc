@@ -11,6 +11,7 @@
 #include "model/kv/clustered_store.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "tests/model/arch_specs.h"
 #include "tests/model/test_util.h"
 
 namespace ckv {
@@ -19,23 +20,10 @@ namespace {
 using kernels::DType;
 using Vec = std::vector<double>;
 
-const std::string kArchNames[] = {"llama",  "qwen2",  "qwen3",   "phi3",
-                                  "gemma2", "gemma3", "chatglm", "glm4"};
+const std::vector<std::string> kArchNames = testing::EngineArchs();
 
 RandomModelSpec SpecFor(const std::string& arch) {
-  RandomModelSpec s;
-  s.arch = arch;
-  s.layers = 3;
-  s.dim = 64;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 96;
-  s.dtype = DType::kF32;
-  s.rope_freq_base = 10000.0f;
-  if (arch == "qwen3") s.head_dim = 24;  // q_dim 96 != dim
-  s.sliding_window = 8;
-  s.sliding_window_pattern = arch == "gemma3" ? 3 : 2;
-  return s;
+  return testing::TinyArchSpec(arch, DType::kF32);
 }
 
 std::unique_ptr<Model> Load(const std::string& arch) {
