@@ -1,5 +1,7 @@
 #include "model/grammar/matcher.h"
 
+#include <deque>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -32,6 +34,26 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> CompileConstraint(
     return absl::InvalidArgumentError(
         "constraint: the model's vocabulary has no end-of-generation token");
   }
+  // Recently compiled constraints, so that requests with the same
+  // constraint share its grammar and MaskIndex.
+  struct Cached {
+    ConstraintSpec spec;
+    const TokenIndex* vocab;
+    GrammarLimits limits;
+    std::shared_ptr<const TokenConstraint> constraint;
+  };
+  static std::mutex mu;
+  static std::deque<Cached>* cache = new std::deque<Cached>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Cached& e : *cache) {
+      if (e.vocab == vocab.get() && e.spec.kind == spec.kind &&
+          e.spec.text == spec.text && e.limits == limits &&
+          e.constraint->vocab == vocab) {
+        return e.constraint;
+      }
+    }
+  }
   auto g = CompileSpec(spec, limits);
   if (!g.ok()) return g.status();
   auto c = std::make_shared<TokenConstraint>();
@@ -42,6 +64,9 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> CompileConstraint(
   if (limits.mask_index_bytes > 0) {
     c->masks = std::make_shared<MaskIndex>(c->grammar, c->vocab, limits);
   }
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache->size() >= kConstraintCacheEntries) cache->pop_front();
+  cache->push_back({spec, c->vocab.get(), limits, c});
   return c;
 }
 

@@ -52,6 +52,9 @@ absl::StatusOr<std::shared_ptr<const Grammar>> CompileSpec(
     const ConstraintSpec& spec, const GrammarLimits& limits = {});
 // CompileSpec bound to `vocab`; INVALID_ARGUMENT also when the vocabulary
 // has no end-of-generation token (a constrained output could not end).
+// The last kConstraintCacheEntries results are cached (same spec, vocab
+// and limits: the same constraint, so requests share its MaskIndex).
+inline constexpr size_t kConstraintCacheEntries = 8;
 absl::StatusOr<std::shared_ptr<const TokenConstraint>> CompileConstraint(
     const ConstraintSpec& spec, std::shared_ptr<const TokenIndex> vocab,
     const GrammarLimits& limits = {});

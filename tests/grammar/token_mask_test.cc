@@ -190,6 +190,24 @@ TEST(TokenMask, SharedIndexInsideNestingEqualsBruteForce) {
   }
 }
 
+// Equal specs share one compiled constraint (and so its MaskIndex).
+TEST(TokenMask, EqualConstraintsAreShared) {
+  auto vocab = testing::SyntheticIndex(10, 24);
+  const ConstraintSpec spec{ConstraintSpec::kGbnf, "root ::= \"ab\"*"};
+  auto a = CompileConstraint(spec, vocab);
+  auto b = CompileConstraint(spec, vocab);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  GrammarLimits other;
+  other.max_stacks = 100;
+  auto c = CompileConstraint(spec, vocab, other);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(*a, *c);
+  auto d = CompileConstraint({ConstraintSpec::kGbnf, "root ::= \"a\"*"}, vocab);
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(*a, *d);
+}
+
 // Grammars that stress truncation: nullable chains longer than
 // MaskIndex::kMaxKept, rules that end right after a token, ambiguous
 // alternatives of different lengths, right and centre recursion, bounded
