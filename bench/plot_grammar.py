@@ -53,19 +53,27 @@ def print_table(d):
     step = d["decode_step"].get("mean_us", 0)
     print(f"decode step (mean of all, us): {step:.1f}")
     print("| vocabulary | grammar | mask+accept mean us | p50 | p99 | "
-          "cache-miss share | decode step after (us) | mean mask / step |")
-    print("|---|---|---|---|---|---|---|---|")
+          "cache-miss share | decode step after (us) | mean mask / step | "
+          "later generations mean us / step | index walks |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for v in d["vocabularies"]:
         for g in v["grammars"]:
             if "error" in g:
                 continue
             m = g["mask_plus_accept"]
             share = g.get("mask_share_of_decode_step", 0)
+            step_after = g.get("decode_step_us_after", 0)
+            later = g.get("mask_plus_accept_later_generations")
+            warm = "–"
+            if later and step_after:
+                warm = (f"{later['mean_us']:.1f} / "
+                        f"{100 * later['mean_us'] / step_after:.1f} %")
+            walks = g.get("mask_index_walks", "–")
             print(f"| {v['name']} ({v['vocab_size']}) | {g['grammar']} | "
                   f"{m['mean_us']:.1f} | {m['p50_us']:.1f} | "
                   f"{m['p99_us']:.1f} | {g['mask_cache_miss_share']:.2f} | "
                   f"{g.get('decode_step_us_after', 0):.0f} | "
-                  f"{100 * share:.1f} % |")
+                  f"{100 * share:.1f} % | {warm} | {walks} |")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,11 @@ struct GrammarLimits {
   int max_stack_nodes = 1 << 20;
   int max_states = 8192;
   int mask_cache_entries = 64;  // cached token masks per matcher
+  // Context-independent masks shared by a constraint's matchers
+  // (mask_index.h); 0 turns that path off.
+  int64_t mask_index_bytes = 32 << 20;
+
+  bool operator==(const GrammarLimits&) const = default;
 };
 
 inline constexpr int32_t kEnd = -1;  // element: end of an alternative

@@ -1,5 +1,8 @@
 #include "model/grammar/matcher.h"
 
+#include <deque>
+#include <mutex>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +34,26 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> CompileConstraint(
     return absl::InvalidArgumentError(
         "constraint: the model's vocabulary has no end-of-generation token");
   }
+  // Recently compiled constraints, so that requests with the same
+  // constraint share its grammar and MaskIndex.
+  struct Cached {
+    ConstraintSpec spec;
+    const TokenIndex* vocab;
+    GrammarLimits limits;
+    std::shared_ptr<const TokenConstraint> constraint;
+  };
+  static std::mutex mu;
+  static std::deque<Cached>* cache = new std::deque<Cached>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Cached& e : *cache) {
+      if (e.vocab == vocab.get() && e.spec.kind == spec.kind &&
+          e.spec.text == spec.text && e.limits == limits &&
+          e.constraint->vocab == vocab) {
+        return e.constraint;
+      }
+    }
+  }
   auto g = CompileSpec(spec, limits);
   if (!g.ok()) return g.status();
   auto c = std::make_shared<TokenConstraint>();
@@ -38,6 +61,12 @@ absl::StatusOr<std::shared_ptr<const TokenConstraint>> CompileConstraint(
   c->grammar = *std::move(g);
   c->vocab = std::move(vocab);
   c->limits = limits;
+  if (limits.mask_index_bytes > 0) {
+    c->masks = std::make_shared<MaskIndex>(c->grammar, c->vocab, limits);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache->size() >= kConstraintCacheEntries) cache->pop_front();
+  cache->push_back({spec, c->vocab.get(), limits, c});
   return c;
 }
 
@@ -49,39 +78,68 @@ Matcher::Matcher(std::shared_ptr<const TokenConstraint> constraint)
   rows_.resize(c_->vocab->max_depth() + 1);
 }
 
+bool Matcher::WalkRange(int32_t begin, int32_t end, uint64_t* out) {
+  const TokenIndex& v = *c_->vocab;
+  const TokenIndex::Node* nodes = v.nodes();
+  const int32_t* tokens = v.tokens();
+  bool any = false;
+  for (int32_t i = begin; i < end;) {
+    const TokenIndex::Node& node = nodes[i];
+    const int32_t d = node.depth;
+    const int32_t* row = rows_[d - 1];
+    Recognizer::State t =
+        row != nullptr ? row[node.byte] : Recognizer::kUnknown;
+    if (t == Recognizer::kUnknown) t = rec_.Step(walk_[d - 1], node.byte);
+    if (t == Recognizer::kDead) {
+      i = node.end;
+      continue;
+    }
+    walk_[d] = t;
+    if (node.end > i + 1) rows_[d] = rec_.Row(t);  // has children
+    for (int32_t k = node.token_start; k < nodes[i + 1].token_start; ++k) {
+      out[tokens[k] >> 6] |= uint64_t{1} << (tokens[k] & 63);
+      any = true;
+    }
+    ++i;
+  }
+  return any;
+}
+
+bool Matcher::WalkSubtree(int32_t node, uint64_t* out) {
+  const TokenIndex& v = *c_->vocab;
+  const int32_t d = v.node_depth(node);
+  // The bytes leading to `node`: a prefix of its subtree's first token.
+  const std::string& bytes = v.bytes(*v.tokens_begin(node));
+  Recognizer::State s = state_;
+  for (int32_t k = 0; k + 1 < d && s != Recognizer::kDead; ++k) {
+    s = rec_.Step(s, static_cast<uint8_t>(bytes[k]));
+  }
+  if (s == Recognizer::kDead) return false;
+  walk_[d - 1] = s;
+  rows_[d - 1] = rec_.Row(s);
+  return WalkRange(node, v.subtree_end(node), out);
+}
+
 void Matcher::ComputeMask(std::vector<uint64_t>* bits) {
   const TokenIndex& v = *c_->vocab;
-  bits->assign((v.vocab_size() + 63) / 64, 0);
-  uint64_t* out = bits->data();
   bool any = false;
-  if (state_ >= 0) {
-    // Per depth: the state and its transition row (null: not fetched or
-    // no dense row; Step then computes or looks up the transition).
-    walk_[0] = state_;
-    rows_[0] = rec_.Row(state_);
-    const TokenIndex::Node* nodes = v.nodes();
-    const int32_t* tokens = v.tokens();
-    const int32_t n = v.num_nodes();
-    for (int32_t i = 1; i < n;) {
-      const TokenIndex::Node& node = nodes[i];
-      const int32_t d = node.depth;
-      const int32_t* row = rows_[d - 1];
-      Recognizer::State t =
-          row != nullptr ? row[node.byte] : Recognizer::kUnknown;
-      if (t == Recognizer::kUnknown) t = rec_.Step(walk_[d - 1], node.byte);
-      if (t == Recognizer::kDead) {
-        i = node.end;
-        continue;
-      }
-      walk_[d] = t;
-      if (node.end > i + 1) rows_[d] = rec_.Row(t);  // has children
-      for (int32_t k = node.token_start; k < nodes[i + 1].token_start; ++k) {
-        out[tokens[k] >> 6] |= uint64_t{1} << (tokens[k] & 63);
-        any = true;
-      }
-      ++i;
+  std::shared_ptr<const MaskIndex::Entry> entry;
+  if (state_ >= 0 && c_->masks != nullptr && !rec_.Overflowed()) {
+    entry = c_->masks->Lookup(rec_, state_);
+  }
+  if (entry != nullptr) {
+    *bits = entry->bits;
+    any = entry->any;
+    for (int32_t node : entry->recheck) any |= WalkSubtree(node, bits->data());
+  } else {
+    bits->assign((v.vocab_size() + 63) / 64, 0);
+    if (state_ >= 0) {
+      walk_[0] = state_;
+      rows_[0] = rec_.Row(state_);
+      any = WalkRange(1, v.num_nodes(), bits->data());
     }
   }
+  uint64_t* out = bits->data();
   if (!any || Accepting()) {
     for (int32_t id : v.eog_ids()) out[id >> 6] |= uint64_t{1} << (id & 63);
   }

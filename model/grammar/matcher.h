@@ -5,8 +5,11 @@
 // current state, never reach a dead state; the end-of-generation tokens
 // are allowed iff the text so far is a complete sentence (and are the only
 // ones when the grammar can go no further, so generation ends there).
-// Cost: one trie walk that skips rejected subtrees, with cached byte
-// transitions; the masks of recently seen states are cached too.
+// Cost: the masks of recently seen states are cached per matcher; on a
+// miss the constraint's MaskIndex (shared by its matchers) gives the
+// context-independent part and only its context-dependent trie subtrees
+// are walked from the real state; without it (or after an overflow) one
+// trie walk that skips rejected subtrees, with cached byte transitions.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/grammar/grammar.h"
+#include "model/grammar/mask_index.h"
 #include "model/grammar/recognizer.h"
 #include "model/grammar/token_index.h"
 
@@ -36,6 +40,9 @@ struct TokenConstraint {
   std::shared_ptr<const Grammar> grammar;
   std::shared_ptr<const TokenIndex> vocab;
   GrammarLimits limits;
+  // Shared by the matchers of this constraint; null when
+  // limits.mask_index_bytes is 0.
+  std::shared_ptr<MaskIndex> masks;
 };
 
 // The spec's grammar: GBNF parsed; JSON Schema converted (json_schema.h);
@@ -45,6 +52,9 @@ absl::StatusOr<std::shared_ptr<const Grammar>> CompileSpec(
     const ConstraintSpec& spec, const GrammarLimits& limits = {});
 // CompileSpec bound to `vocab`; INVALID_ARGUMENT also when the vocabulary
 // has no end-of-generation token (a constrained output could not end).
+// The last kConstraintCacheEntries results are cached (same spec, vocab
+// and limits: the same constraint, so requests share its MaskIndex).
+inline constexpr size_t kConstraintCacheEntries = 8;
 absl::StatusOr<std::shared_ptr<const TokenConstraint>> CompileConstraint(
     const ConstraintSpec& spec, std::shared_ptr<const TokenIndex> vocab,
     const GrammarLimits& limits = {});
@@ -73,11 +83,18 @@ class Matcher {
   // The grammar's state space overflowed GrammarLimits::max_stacks.
   bool Overflowed() const { return rec_.Overflowed(); }
   const TokenConstraint& constraint() const { return *c_; }
-  // Masks computed by a trie walk (the others came from the cache).
+  // Masks not found in this matcher's cache (computed from the MaskIndex
+  // or by a trie walk).
   int64_t masks_computed() const { return masks_computed_; }
 
  private:
   void ComputeMask(std::vector<uint64_t>* bits);
+  // Sets the bits of the allowed tokens of trie nodes [begin, end), one
+  // subtree or a run of sibling subtrees at one depth d, from walk_[d - 1]
+  // (rows_[d - 1] its row or null); true if any.
+  bool WalkRange(int32_t begin, int32_t end, uint64_t* out);
+  // The same for the subtree of trie node `node`, from state_.
+  bool WalkSubtree(int32_t node, uint64_t* out);
   Recognizer::State Walk(Recognizer::State s, absl::string_view bytes);
   void Advanced();
 

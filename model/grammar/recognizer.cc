@@ -14,8 +14,28 @@ uint64_t Key(int32_t a, int32_t b) {
 }  // namespace
 
 Recognizer::Recognizer(std::shared_ptr<const Grammar> grammar,
-                       const GrammarLimits& limits)
-    : g_(std::move(grammar)), limits_(limits) {
+                       const GrammarLimits& limits, int32_t marker_pos)
+    : g_(std::move(grammar)), limits_(limits), marker_pos_(marker_pos) {
+  // Partition refinement of the 256 bytes by every byte set.
+  std::array<int, 256> cls{};
+  int num = 1;
+  std::vector<int> split;
+  for (const auto& set : g_->byte_sets) {
+    split.assign(num * 2, -1);
+    int next = 0;
+    for (int b = 0; b < 256; ++b) {
+      const int in = (set[b >> 6] >> (b & 63)) & 1;
+      int& id = split[cls[b] * 2 + in];
+      if (id < 0) id = next++;
+      cls[b] = id;
+    }
+    num = next;
+  }
+  class_bytes_.resize(num);
+  for (int b = 0; b < 256; ++b) {
+    class_of_[b] = static_cast<uint8_t>(cls[b]);
+    class_bytes_[cls[b]].push_back(static_cast<uint8_t>(b));
+  }
   Reset();
 }
 
@@ -84,7 +104,9 @@ Recognizer::State Recognizer::InternState() {
     } else {
       result = static_cast<State>(states_.size());
       state_ids_.emplace(key_, result);
-      states_.push_back({scratch_, scratch_accepting_, nullptr});
+      bool marked = false;
+      for (int32_t id : scratch_) marked |= nodes_[id].pos == marker_pos_;
+      states_.push_back({scratch_, scratch_accepting_, marked, nullptr});
     }
   }
   scratch_.clear();
@@ -117,7 +139,8 @@ Recognizer::State Recognizer::Step(State s, uint8_t byte) {
   if (Row(s) != nullptr) {
     if (states_[s].row[byte] != kUnknown) return states_[s].row[byte];
     const State next = Compute(s, byte);
-    states_[s].row[byte] = next;
+    int32_t* row = states_[s].row;  // Compute may add states, not rows
+    for (uint8_t b : class_bytes_[class_of_[byte]]) row[b] = next;
     return next;
   }
   auto it = sparse_.find(Key(s, byte));
@@ -133,6 +156,19 @@ bool Recognizer::NeedsCompaction() const {
          sparse_.size() > static_cast<size_t>(limits_.max_states) * 64;
 }
 
+Recognizer::State Recognizer::FromStacks(
+    const std::vector<std::vector<int32_t>>& stacks, bool accepting) {
+  for (const auto& positions : stacks) {
+    int32_t node = -1;
+    for (auto it = positions.rbegin(); it != positions.rend(); ++it) {
+      node = Intern(*it, node);
+    }
+    scratch_.push_back(node);
+  }
+  scratch_accepting_ = accepting;
+  return InternState();
+}
+
 Recognizer::State Recognizer::Compact(State s) {
   // Each stack of `s` as its positions, top first.
   std::vector<std::vector<int32_t>> stacks;
@@ -144,23 +180,8 @@ Recognizer::State Recognizer::Compact(State s) {
     stacks.push_back(std::move(positions));
   }
   const bool accepting = states_[s].accepting;
-  nodes_.clear();
-  node_ids_.clear();
-  states_.clear();
-  state_ids_.clear();
-  tables_.clear();
-  sparse_.clear();
-  for (int32_t alt : g_->rule_alternatives[g_->root]) Expand(alt, -1);
-  start_ = InternState();
-  for (const auto& positions : stacks) {
-    int32_t node = -1;
-    for (auto it = positions.rbegin(); it != positions.rend(); ++it) {
-      node = Intern(*it, node);
-    }
-    scratch_.push_back(node);
-  }
-  scratch_accepting_ = accepting;
-  return InternState();
+  Reset();
+  return FromStacks(stacks, accepting);
 }
 
 }  // namespace ckv::grammar

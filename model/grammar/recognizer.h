@@ -32,8 +32,10 @@ class Recognizer {
   static constexpr State kDead = -1;
   static constexpr State kUnknown = -2;  // a table entry not computed yet
 
+  // `marker_pos` (optional): a position whose stacks mark their state
+  // (Marked()); MaskIndex uses it for the bottom of truncated stacks.
   Recognizer(std::shared_ptr<const Grammar> grammar,
-             const GrammarLimits& limits);
+             const GrammarLimits& limits, int32_t marker_pos = -1);
 
   State Start() const { return start_; }
   // The state after `byte`, or kDead when no stack accepts it.
@@ -57,6 +59,20 @@ class Recognizer {
   // A state was cut off at max_stacks (the grammar is too ambiguous).
   bool Overflowed() const { return overflowed_; }
   size_t num_states() const { return states_.size(); }
+  // Some stack of `s` has marker_pos on top.
+  bool Marked(State s) const { return states_[s].marked; }
+
+  // The stacks of `s`: node ids, each a (position, parent node) pair with
+  // parent -1 at the bottom. Valid until Compact.
+  const std::vector<int32_t>& Stacks(State s) const {
+    return states_[s].stacks;
+  }
+  int32_t NodePos(int32_t node) const { return nodes_[node].pos; }
+  int32_t NodeParent(int32_t node) const { return nodes_[node].parent; }
+  // The state whose stacks are `stacks` (each its positions, top first;
+  // every top a byte-set position) plus `accepting`: kDead when empty.
+  State FromStacks(const std::vector<std::vector<int32_t>>& stacks,
+                   bool accepting);
 
  private:
   struct Node {
@@ -66,6 +82,7 @@ class Recognizer {
   struct StateData {
     std::vector<int32_t> stacks;  // node ids, sorted
     bool accepting = false;
+    bool marked = false;
     int32_t* row = nullptr;  // in tables_; null: not allocated
   };
 
@@ -78,7 +95,13 @@ class Recognizer {
   void Reset();
 
   std::shared_ptr<const Grammar> g_;
+  // Alphabet classes: bytes that every byte set of the grammar contains
+  // alike step alike, so a transition computed for one byte fills its
+  // whole class in a dense row.
+  std::array<uint8_t, 256> class_of_{};
+  std::vector<std::vector<uint8_t>> class_bytes_;
   GrammarLimits limits_;
+  int32_t marker_pos_ = -1;
   std::vector<Node> nodes_;
   absl::flat_hash_map<uint64_t, int32_t> node_ids_;
   std::vector<StateData> states_;

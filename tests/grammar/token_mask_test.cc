@@ -26,10 +26,12 @@ std::shared_ptr<const TokenConstraint> Bind(
   return c.ok() ? *c : nullptr;
 }
 
-// Walks `steps` random allowed tokens; at every state compares the mask
-// with the reference run of each token's bytes.
+// Walks `steps` random allowed tokens (after `prefix`, which must be
+// accepted); at every state compares the mask with the reference run of
+// each token's bytes.
 void CheckRandomWalks(const std::shared_ptr<const TokenConstraint>& c,
-                      int walks, int steps, uint32_t seed) {
+                      int walks, int steps, uint32_t seed,
+                      const std::string& prefix = "") {
   const TokenIndex& v = *c->vocab;
   std::mt19937 rng(seed);
   std::vector<int32_t> sorted;  // text tokens by their bytes
@@ -42,6 +44,8 @@ void CheckRandomWalks(const std::shared_ptr<const TokenConstraint>& c,
   for (int w = 0; w < walks; ++w) {
     Matcher m(c);
     ReferenceRecognizer ref(*c->grammar);
+    ASSERT_TRUE(m.AcceptBytes(prefix)) << prefix;
+    for (unsigned char b : prefix) ASSERT_TRUE(ref.Feed(b));
     for (int step = 0; step < steps; ++step) {
       const std::vector<uint64_t> mask = m.Mask();
       // Every token's bytes through the reference, in sorted order so that
@@ -155,6 +159,109 @@ TEST(TokenMask, CompactionAndEvictionKeepMasksExact) {
   auto c = CompileConstraint({ConstraintSpec::kJsonObject, ""}, vocab, limits);
   ASSERT_TRUE(c.ok()) << c.status();
   CheckRandomWalks(*c, 2, 15, 11);
+}
+
+// The shared MaskIndex path (truncated stacks, context-dependent
+// rechecks) against the brute force deep inside nested values, where
+// stacks are truncated; later walks hit entries of earlier ones (other
+// nesting depths, other matchers). Without the index (mask_index_bytes 0)
+// and with a tiny one (eviction) the masks are the same.
+TEST(TokenMask, SharedIndexInsideNestingEqualsBruteForce) {
+  auto vocab = testing::SyntheticIndex(400, 21);
+  const std::string prefixes[] = {
+      "", "{\"a\": [", "{\"a\": [[{\"b\": {\"c\": \"x", "{\"k\": \"\\u00"};
+  for (int64_t bytes : {int64_t{64} << 20, int64_t{0}, int64_t{1}}) {
+    GrammarLimits limits;
+    limits.mask_index_bytes = bytes;
+    limits.mask_cache_entries = 2;  // most masks come from the index
+    auto c = CompileConstraint({ConstraintSpec::kJsonObject, ""}, vocab,
+                               limits);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ((*c)->masks == nullptr, bytes == 0);
+    uint32_t seed = 30;
+    for (const std::string& prefix : prefixes) {
+      CheckRandomWalks(*c, 2, 14, seed++, prefix);
+    }
+    if (bytes > 1) {
+      // Entries were reused: fewer walks than lookups.
+      EXPECT_GT((*c)->masks->lookups(), 0);
+      EXPECT_LT((*c)->masks->walks(), (*c)->masks->lookups());
+    }
+  }
+}
+
+// Equal specs share one compiled constraint (and so its MaskIndex).
+TEST(TokenMask, EqualConstraintsAreShared) {
+  auto vocab = testing::SyntheticIndex(10, 24);
+  const ConstraintSpec spec{ConstraintSpec::kGbnf, "root ::= \"ab\"*"};
+  auto a = CompileConstraint(spec, vocab);
+  auto b = CompileConstraint(spec, vocab);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  GrammarLimits other;
+  other.max_stacks = 100;
+  auto c = CompileConstraint(spec, vocab, other);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(*a, *c);
+  auto d = CompileConstraint({ConstraintSpec::kGbnf, "root ::= \"a\"*"}, vocab);
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(*a, *d);
+}
+
+// Grammars that stress truncation: nullable chains longer than
+// MaskIndex::kMaxKept, rules that end right after a token, ambiguous
+// alternatives of different lengths, right and centre recursion, bounded
+// repetition, UTF-8 classes, a schema with nested arrays.
+TEST(TokenMask, OddGrammarsEqualBruteForce) {
+  auto vocab = testing::SyntheticIndex(300, 22);
+  const char* gbnf[] = {
+      R"(root ::= a{0,40} "x" | "{" root "}"
+         a ::= "a"? "b"?)",
+      R"(root ::= ( x | y )* "."
+         x ::= "ab" | "a" | "abc" y?
+         y ::= "\"" [^"]* "\"" | "[" root "]")",
+      "root ::= \"(\" root \")\" root | \"\"",
+      R"(root ::= item ("," item){0,30}
+         item ::= [0-9]{1,3} | "\"" [a-z\u00e9\u03b2]{0,6} "\"" | "[" root? "]")",
+      R"(root ::= ws (k ws ":" ws v ws)* "!"
+         ws ::= [ 
+]*
+         k ::= [a-z]+
+         v ::= "{" root "}" | k | "")",
+  };
+  uint32_t seed = 50;
+  for (const char* g : gbnf) {
+    SCOPED_TRACE(g);
+    CheckRandomWalks(Bind({ConstraintSpec::kGbnf, g}, vocab), 3, 16, seed++);
+  }
+  const std::string schema = R"({"type":"object","properties":{
+      "a":{"type":"array","items":{"type":"array","items":{"type":"string",
+      "maxLength":4}}},"b":{"$ref":"#"}},"additionalProperties":false})";
+  CheckRandomWalks(Bind({ConstraintSpec::kJsonSchema, schema}, vocab), 3, 20,
+                   seed++);
+}
+
+// An overflowing grammar (stacks cut at max_stacks) turns the index off;
+// masks stay non-empty and allowed tokens are accepted.
+TEST(TokenMask, OverflowFallsBackToThePlainWalk) {
+  auto vocab = testing::SyntheticIndex(50, 23);
+  GrammarLimits limits;
+  limits.max_stacks = 16;
+  auto c = CompileConstraint({ConstraintSpec::kGbnf, R"(root ::= x
+    x ::= "a" x "b" | "a" x "c" | "a" x | "")"},
+                             vocab, limits);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Matcher m(*c);
+  for (int i = 0; i < 30; ++i) {
+    const auto& mask = m.Mask();
+    int32_t pick = -1;
+    for (int32_t t = 0; t < vocab->vocab_size() && pick < 0; ++t) {
+      if (Bit(mask, t)) pick = t;
+    }
+    ASSERT_GE(pick, 0);
+    if (vocab->IsEog(pick)) break;
+    ASSERT_TRUE(m.Accept(pick).ok());
+  }
 }
 
 }  // namespace
