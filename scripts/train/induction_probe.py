@@ -7,7 +7,8 @@ RoPE positions jump at the two span starts (as train_needle.py's skip-wise
 positions), so only a content match can find the first copy.
 
   /usr/bin/python3 scripts/train/induction_probe.py --minutes 20 \\
-      [--vocab 256] [--dim 128 --heads 2 --kv-heads 2] --out probe.jsonl
+      [--vocab 256] [--dim 128 --heads 2 --kv-heads 2] --out probe.jsonl \\
+      [--state probe.pt]
 """
 import argparse
 import json
@@ -37,6 +38,9 @@ def parse_args():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
+    p.add_argument("--state", default="",
+                   help="save the PyTorch state here at the end (with "
+                        "--vocab 2048, a train_needle.py --init)")
     return p.parse_args()
 
 
@@ -103,6 +107,8 @@ def main():
                 f.flush()
                 print(json.dumps(rec), flush=True)
             step += 1
+    if a.state:
+        torch.save(model.state_dict(), a.state)
 
 
 if __name__ == "__main__":
