@@ -229,11 +229,13 @@ class Haystack:
         return ids, weights, cuts, cuts[1], ""
 
     def copy(self, length):
-        """Training only: random tokens with a span of 16-48 of them seen
-        twice, at a random distance (loss on the repeat). A fixed distance
-        is learnt as a positional shortcut that breaks at other lengths."""
+        """Training only: random tokens with a span of them (16 to 48, or
+        to min(96, length / 2 - 8) where that is more: a denser copy loss)
+        seen twice, at a random distance (loss on the repeat). A fixed
+        distance is learnt as a positional shortcut that breaks at other
+        lengths."""
         r = self.rng
-        n = int(r.integers(16, 49))
+        n = int(r.integers(16, max(49, min(97, length // 2 - 8))))
         a, b = sorted(r.integers(0, length - 2 * n, size=2).tolist())
         toks = r.integers(0, len(self.tok.tokens) - 2, length).tolist()
         seg = toks[:n]
