@@ -19,7 +19,11 @@ def _value(v):
     if isinstance(v, bool):
         return struct.pack("<I?", _BOOL, v)
     if isinstance(v, int):
-        return struct.pack("<Ii", _I32, v) if -2**31 <= v < 2**31 else \
+        # llama.cpp reads counts and sizes (general.alignment,
+        # *.context_length, ...) as UINT32 and refuses an INT32 tag.
+        if 0 <= v < 2**32:
+            return struct.pack("<II", _U32, v)
+        return struct.pack("<Ii", _I32, v) if -2**31 <= v < 0 else \
             struct.pack("<IQ", _U64, v)
     if isinstance(v, float):
         return struct.pack("<If", _F32, v)
