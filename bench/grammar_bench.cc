@@ -19,8 +19,8 @@
 // (plot: bench/plot_grammar.py).
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
 #include "absl/algorithm/container.h"
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_common.h"
@@ -54,6 +54,8 @@ ABSL_FLAG(int, decode_steps, 16, "timed decode steps");
 ABSL_FLAG(bool, cpu_time, false,
           "time with the thread's CPU clock instead of the wall clock (the "
           "decode step runs on one thread, so shares stay comparable)");
+ABSL_FLAG(bool, fold_repeats, true,
+          "MaskIndex folds x{m,n} count states (GrammarLimits::fold_repeats)");
 ABSL_FLAG(bool, quick, false,
           "smoke run: demo vocabulary, 1 generation of 40 tokens, decode "
           "at 256 tokens");
@@ -133,7 +135,9 @@ json RunGrammar(const std::shared_ptr<const ckv::grammar::TokenIndex>& vocab,
                 const std::string& grammar_name, const ConstraintSpec& spec,
                 int generations, int max_tokens) {
   const auto c0 = Clock::now();
-  auto c = ckv::grammar::CompileConstraint(spec, vocab);
+  ckv::grammar::GrammarLimits limits;
+  limits.fold_repeats = absl::GetFlag(FLAGS_fold_repeats);
+  auto c = ckv::grammar::CompileConstraint(spec, vocab, limits);
   const double compile_us = Us(c0, Clock::now());
   if (!c.ok())
     return {{"grammar", grammar_name}, {"error", c.status().message()}};
@@ -312,6 +316,7 @@ int main(int argc, char** argv) {
   out["config"] = {{"generations", generations},
                    {"tokens", tokens},
                    {"quick", quick},
+                   {"fold_repeats", absl::GetFlag(FLAGS_fold_repeats)},
                    {"clock", use_cpu_time ? "thread CPU time" : "wall"},
                    {"driver",
                     "random logits N(0,2), +4 on closing tokens "

@@ -43,6 +43,7 @@ class Lowerer {
           absl::StrCat("grammar: no '", root_name, "' rule"));
     }
     g_.root = root->second;
+    AddChainStars();
     // Flatten: every alternative followed by kEnd.
     g_.rule_alternatives.resize(bodies_.size());
     for (size_t r = 0; r < bodies_.size(); ++r) {
@@ -217,12 +218,59 @@ class Lowerer {
       return;
     }
     int32_t next = -1;  // the optional tail, built from the end
+    RepeatChain chain;
+    chain.body_size = static_cast<int32_t>(body.size());
+    // rep_1 ::= x empty | "": x never ends an alternative, so every
+    // rep_k keeps a stack entry while x is matched (MaskIndex folds by it).
+    if (empty_ < 0) empty_ = NewRule({{}});
     for (int i = e.max - e.min; i > 0 && error_.empty(); --i) {
       Alternative some = body;
-      if (next >= 0) some.push_back(next);
+      some.push_back(next >= 0 ? next : empty_);
       next = NewRule({std::move(some), {}});
+      chain.rules.push_back(next);  // allows rules.size() more copies
     }
-    if (next >= 0) out->push_back(next);
+    if (next < 0) return;
+    out->push_back(next);
+    if (error_.empty()) chains_.push_back({std::move(chain), std::move(body)});
+  }
+
+  // For each chain whose x cannot match "" (x* would otherwise be left
+  // recursive): x* with the same body, referenced by no rule, onto which
+  // MaskIndex folds the chain's states (grammar.h, RepeatChain).
+  void AddChainStars() {
+    std::vector<bool> nullable(bodies_.size(), false);
+    auto seq_nullable = [&](const Alternative& alt) {
+      for (int32_t e : alt) {
+        if (!Grammar::IsRef(e) || !nullable[e]) return false;
+      }
+      return true;
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < bodies_.size(); ++r) {
+        if (nullable[r]) continue;
+        for (const Alternative& alt : bodies_[r]) {
+          if (seq_nullable(alt)) {
+            nullable[r] = changed = true;
+            break;
+          }
+        }
+      }
+    }
+    for (auto& [chain, body] : chains_) {
+      // A star that would cross a limit is left out (no new error).
+      if (seq_nullable(body) ||
+          g_.rule_names.size() + 1 > static_cast<size_t>(limits_.max_rules) ||
+          total_elements_ + body.size() + 3 >
+              static_cast<size_t>(limits_.max_elements)) {
+        continue;
+      }
+      total_elements_ += body.size() + 3;
+      chain.star = NewRule({});
+      body.push_back(chain.star);
+      bodies_[chain.star] = {std::move(body), {}};
+      g_.repeat_chains.push_back(std::move(chain));
+    }
   }
 
   const GrammarLimits& limits_;
@@ -230,6 +278,8 @@ class Lowerer {
   std::map<std::string, int32_t> ids_;
   std::vector<bool> defined_;
   std::vector<std::vector<Alternative>> bodies_;
+  std::vector<std::pair<RepeatChain, Alternative>> chains_;  // and x
+  int32_t empty_ = -1;  // the rule "" (rep_1's tail)
   absl::flat_hash_map<std::array<uint64_t, 4>, int32_t> byte_set_ids_;
   std::map<std::vector<CodepointRange>, int32_t> class_rules_;
   size_t total_elements_ = 0;

@@ -41,11 +41,26 @@ struct GrammarLimits {
   // Context-independent masks shared by a constraint's matchers
   // (mask_index.h); 0 turns that path off.
   int64_t mask_index_bytes = 32 << 20;
+  // MaskIndex folds the count states of x{m,n} onto one walk (off: one
+  // walk per count, as before; for measurements and tests).
+  bool fold_repeats = true;
 
   bool operator==(const GrammarLimits&) const = default;
 };
 
 inline constexpr int32_t kEnd = -1;  // element: end of an alternative
+
+// x{m,n} with n > m is lowered to m copies of x and a chain of rules
+// rep_k ::= x rep_(k-1) | "" (rep_1 ::= x empty | "", empty ::= ""),
+// rep_k allowing k more copies; the lowering also adds star ::= x star |
+// "" (when x cannot match ""), referenced by no rule, so that MaskIndex
+// can fold the states of the chain onto it.
+struct RepeatChain {
+  std::vector<int32_t> rules;  // rules[k - 1] = rep_k
+  int32_t star = -1;
+  int32_t body_size = 0;  // elements of x at the start of each first
+                          // alternative (rep_k's and star's)
+};
 
 struct Grammar {
   // element >= 0: reference to rule `element`; kEnd; <= -2: byte set
@@ -55,6 +70,7 @@ struct Grammar {
   std::vector<std::string> rule_names;
   std::vector<std::array<uint64_t, 4>> byte_sets;
   int32_t root = 0;
+  std::vector<RepeatChain> repeat_chains;
 
   static bool IsRef(int32_t e) { return e >= 0; }
   static bool IsBytes(int32_t e) { return e <= -2; }

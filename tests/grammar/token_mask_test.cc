@@ -174,8 +174,8 @@ TEST(TokenMask, SharedIndexInsideNestingEqualsBruteForce) {
     GrammarLimits limits;
     limits.mask_index_bytes = bytes;
     limits.mask_cache_entries = 2;  // most masks come from the index
-    auto c = CompileConstraint({ConstraintSpec::kJsonObject, ""}, vocab,
-                               limits);
+    auto c =
+        CompileConstraint({ConstraintSpec::kJsonObject, ""}, vocab, limits);
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ((*c)->masks == nullptr, bytes == 0);
     uint32_t seed = 30;
@@ -239,6 +239,113 @@ TEST(TokenMask, OddGrammarsEqualBruteForce) {
       "maxLength":4}}},"b":{"$ref":"#"}},"additionalProperties":false})";
   CheckRandomWalks(Bind({ConstraintSpec::kJsonSchema, schema}, vocab), 3, 20,
                    seed++);
+}
+
+// x{m,n}: the states of one repetition fold onto one walk of x*
+// (mask_index.h). Masks equal the brute force where folding applies and
+// where it must give up: a continuation that takes x's first bytes, an x
+// that is not prefix-free, nested repetitions, a schema's maxLength.
+TEST(TokenMask, BoundedRepetitionFoldsExactly) {
+  auto vocab = testing::SyntheticIndex(300, 25);
+  struct Case {
+    ConstraintSpec spec;
+    int folds;  // 1: some entry is folded; 0: none; -1: either
+  };
+  const Case cases[] = {
+      {{ConstraintSpec::kGbnf, R"(root ::= ( "\"" [^"]{0,20} "\"" " " )* ".")"},
+       1},
+      {{ConstraintSpec::kGbnf, R"(root ::= ( [a-z]{2,9} ";" )* ".")"}, 1},
+      {{ConstraintSpec::kGbnf, R"(root ::= ( [a-c]{0,3} "," ){0,4} ".")"}, -1},
+      {{ConstraintSpec::kGbnf, R"(root ::= [a]{0,6} [a]* ".")"}, 0},
+      {{ConstraintSpec::kGbnf, R"(root ::= ( "ab" | "a" ){0,5} "b.")"}, 0},
+      // States inside a copy of x beside a stack for what follows (the
+      // second alternative): such a state is no loop head (StartsCopy).
+      {{ConstraintSpec::kGbnf,
+        R"(root ::= ( "a" [b]* "c" ){0,3} "\"" | "a" [b]* "\"")"},
+       -1},
+      {{ConstraintSpec::kGbnf,
+        R"(root ::= ( "x" | "a" [b]{0,9} "c" ){0,3} "." | "abbb.")"},
+       -1},
+      {{ConstraintSpec::kJsonSchema,
+        R"({"type":"object","properties":{"n":{"type":"string",
+        "maxLength":20},"t":{"type":"array","items":{"type":"string",
+        "maxLength":8},"maxItems":3}},"required":["n","t"],
+        "additionalProperties":false})"},
+       1},
+  };
+  uint32_t seed = 70;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.spec.text);
+    GrammarLimits limits;
+    limits.mask_cache_entries = 2;  // most masks come from the index
+    auto c = CompileConstraint(k.spec, vocab, limits);
+    ASSERT_TRUE(c.ok()) << c.status();
+    CheckRandomWalks(*c, 4, 24, seed++,
+                     k.spec.kind == ConstraintSpec::kGbnf ? "" : "{\"n\": \"");
+    if (k.folds >= 0) {
+      EXPECT_EQ((*c)->masks->folds() > 0, k.folds == 1);
+    }
+  }
+}
+
+// A state inside a copy of x (the inner [b]* of the last copy) beside a
+// stack for what follows must not be folded as a loop head: each 'b'
+// would count as a copy and "bb" would be refused with no copy left to
+// start. (No token here reaches a real loop head, so the folded walk
+// would not notice by itself.)
+TEST(TokenMask, StatesInsideACopyAreNotLoopHeads) {
+  auto vocab = std::make_shared<TokenIndex>(
+      std::vector<std::string>{"", "a", "b", "bb", "bbb", "\""},
+      std::vector<int32_t>{0});
+  auto c = CompileConstraint(
+      {ConstraintSpec::kGbnf, R"(root ::= ( "a" [b]* ){0,2} "\"")"}, vocab);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Matcher m(*c);
+  ASSERT_TRUE(m.AcceptBytes("aa"));
+  const std::vector<uint64_t> mask = m.Mask();
+  for (int32_t t : {2, 3, 4, 5}) EXPECT_TRUE(Bit(mask, t)) << vocab->bytes(t);
+  EXPECT_FALSE(Bit(mask, 1));  // a third "a"
+  CheckRandomWalks(*c, 3, 6, 90);
+}
+
+// The 21 count states of a string of at most 20 characters cost one walk
+// of the folded x* and a few plain ones, not one each (and one each with
+// GrammarLimits::fold_repeats off).
+TEST(TokenMask, CountStatesShareOneWalk) {
+  auto vocab = testing::SyntheticIndex(300, 26);
+  int32_t ab = -1;
+  for (int32_t t = 0; t < vocab->vocab_size(); ++t) {
+    if (vocab->bytes(t) == "ab") ab = t;
+  }
+  ASSERT_GE(ab, 0);
+  for (bool fold : {true, false}) {
+    SCOPED_TRACE(fold);
+    GrammarLimits limits;
+    limits.mask_cache_entries = 2;
+    limits.fold_repeats = fold;
+    auto c = CompileConstraint(
+        {ConstraintSpec::kGbnf, R"(root ::= "\"" [^"]{0,20} "\"")"}, vocab,
+        limits);
+    ASSERT_TRUE(c.ok()) << c.status();
+    Matcher m(*c);
+    ASSERT_TRUE(m.AcceptBytes("\""));
+    for (int i = 0; i < 20; ++i) {
+      const std::vector<uint64_t> mask = m.Mask();
+      // 'x' and "ab" fit while at least one / two characters remain.
+      EXPECT_TRUE(Bit(mask, 'x'));
+      EXPECT_EQ(Bit(mask, ab), i <= 18) << i;
+      ASSERT_TRUE(m.AcceptBytes("x"));
+    }
+    EXPECT_FALSE(Bit(m.Mask(), 'x'));  // 20 characters: only the quote
+    EXPECT_TRUE(Bit(m.Mask(), '"'));
+    if (fold) {
+      EXPECT_GE((*c)->masks->folds(), 15);
+      EXPECT_LE((*c)->masks->walks(), 4);
+    } else {
+      EXPECT_EQ((*c)->masks->folds(), 0);
+      EXPECT_GE((*c)->masks->walks(), 20);
+    }
+  }
 }
 
 // An overflowing grammar (stacks cut at max_stacks) turns the index off;
