@@ -20,6 +20,10 @@ and work/peer.png.
 
 usage: bench/peer/peer.py --build-dir build [--types f16,q8_0,q4_k_m]
          [--threads 1,2] [--load 0.5] [--rounds 2] [--version 3.22.1]
+         [--build-only] [--out-dir DIR]
+--build-only stops after step 1 (bench/prefix_cache_bench.py --llama-server
+uses the llama-server it builds). The results are rewritten after every
+measured cell, so an interrupted pass keeps what it measured.
 The repository's build dir must hold engine_bench, clusterkv-model and
 bench_background_load (ninja -C build engine_bench clusterkv-model
 bench_background_load).
@@ -160,12 +164,18 @@ def main():
     p.add_argument("--version", default="3.22.1",
                    help="node-llama-cpp release (3.22.1: late September 2026)")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--build-only", action="store_true",
+                   help="fetch and build llama.cpp, then stop")
+    p.add_argument("--out-dir", default=WORK,
+                   help="where peer.json/.txt/.png go (default: work/)")
     args = p.parse_args()
     build_dir = os.path.abspath(args.build_dir)
     types = args.types.split(",")
     threads = [int(t) for t in args.threads.split(",")]
     src = fetch_source(args.version)
     bench, quantize, _ = build_llama(src, args.jobs)
+    if args.build_only:
+        return
     models = make_models(build_dir, quantize, types)
     cells = {}
     for rnd in range(args.rounds):
@@ -183,9 +193,16 @@ def main():
                         else:
                             c["llama"].append(llama_bench(
                                 bench, models[t], thr, load, build_dir, 2))
+                    write_results(cells, args, rnd + 1)
+
+
+def summarise(cells):
     rows = []
     for (t, thr, load), c in cells.items():
-        row = {"type": t, "threads": thr, "load": load}
+        if not c["ours"] or not c["llama"]:
+            continue
+        row = {"type": t, "threads": thr, "load": load,
+               "samples": {"ours": len(c["ours"]), "llama": len(c["llama"])}}
         for k in ("pp", "tg"):
             ours = mean([r[k] for r in c["ours"]])
             peer = mean([r[k] for r in c["llama"]])
@@ -193,16 +210,30 @@ def main():
                       "ratio": ours / peer if peer > 0 else None}
         row["ours_tg_p99_over_median"] = mean(
             [r["tg_p99_ms"] / r["tg_median_ms"] for r in c["ours"]])
+        row["ours_tg_max_over_median"] = mean(
+            [r["tg_max_ms"] / r["tg_median_ms"] for r in c["ours"]])
         rows.append(row)
+    return rows
+
+
+def write_results(cells, args, rounds_done):
+    """Rewrites peer.json/.txt/.png from every cell measured so far."""
+    rows = summarise(cells)
     with open(os.path.join(WORK, "llama.cpp.info.json"), encoding="utf-8") as f:
         info = json.load(f)
     result = {"benchmark": "peer", "llama_cpp": info,
               "node_llama_cpp": args.version, "rounds": args.rounds,
-              "load_fraction": args.load, "rows": rows}
-    with open(os.path.join(WORK, "peer.json"), "w", encoding="utf-8") as f:
+              "rounds_started": rounds_done, "load_fraction": args.load,
+              "cpu": cpu_model(), "rows": rows, "raw": [
+                  {"type": t, "threads": thr, "load": load, **c}
+                  for (t, thr, load), c in cells.items()]}
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "peer.json"), "w",
+              encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     lines = [f"ours / llama.cpp {info.get('tag')} (node-llama-cpp "
-             f"{args.version}); decode mean to mean; {args.rounds} rounds",
+             f"{args.version}); decode mean to mean; round {rounds_done} of "
+             f"{args.rounds}",
              f"{'type':<7} {'thr':>3} {'load':>4} {'pp512 ours':>10} "
              f"{'llama':>7} {'ratio':>6} {'tg64 ours':>9} {'llama':>7} "
              f"{'ratio':>6}"]
@@ -213,10 +244,22 @@ def main():
             f"{r['pp']['ratio'] or 0:6.2f} {r['tg']['ours']:9.1f} "
             f"{r['tg']['llama']:7.1f} {r['tg']['ratio'] or 0:6.2f}")
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(WORK, "peer.txt"), "w", encoding="utf-8") as f:
+    with open(os.path.join(args.out_dir, "peer.txt"), "w",
+              encoding="utf-8") as f:
         f.write(text)
-    print(text)
-    plot(rows, os.path.join(WORK, "peer.png"))
+    print(text, flush=True)
+    plot(rows, os.path.join(args.out_dir, "peer.png"))
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 def plot(rows, path):
