@@ -24,7 +24,7 @@ set(CKV_RELEASE_TESTS
   kernels_cluster_test forward_test generation_test quality_test
   kv_oracle_test sampler_test
   tokenizer_test chat_template_test
-  cli_test python_client_test openai_client_test http_front_test
+  cli_test gguf_tools_test python_client_test openai_client_test http_front_test
   status_page_test http_grpc_soak_smoke
   deploy_config_test deploy_k8s_schema_test
   deploy_affinity_test

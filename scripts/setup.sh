@@ -13,7 +13,7 @@ PACKAGES=(
   python3-pip python3-setuptools python3-wheel python3-venv python3-pytest
   libcpp-httplib-dev libboost-dev libssl-dev
   libhwy-dev
-  python3-jsonschema
+  python3-jsonschema python3-numpy
   chromium
 )
 
