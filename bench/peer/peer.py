@@ -20,7 +20,7 @@ and work/peer.png.
 
 usage: bench/peer/peer.py --build-dir build [--types f16,q8_0,q4_k_m]
          [--threads 1,2] [--load 0.5] [--rounds 2] [--version 3.22.1]
-         [--build-only] [--out-dir DIR]
+         [--build-only] [--out-dir DIR] [--start-round R]
 --build-only stops after step 1 (bench/prefix_cache_bench.py --llama-server
 uses the llama-server it builds). The results are rewritten after every
 measured cell, so an interrupted pass keeps what it measured.
@@ -164,6 +164,9 @@ def main():
     p.add_argument("--version", default="3.22.1",
                    help="node-llama-cpp release (3.22.1: late September 2026)")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--start-round", type=int, default=0,
+                   help="index of the first round (odd: llama.cpp first), "
+                        "to add rounds to an earlier pass")
     p.add_argument("--build-only", action="store_true",
                    help="fetch and build llama.cpp, then stop")
     p.add_argument("--out-dir", default=WORK,
@@ -178,7 +181,7 @@ def main():
         return
     models = make_models(build_dir, quantize, types)
     cells = {}
-    for rnd in range(args.rounds):
+    for rnd in range(args.start_round, args.start_round + args.rounds):
         for t in types:
             for thr in threads:
                 for load in (0.0, args.load):
