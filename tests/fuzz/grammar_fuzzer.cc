@@ -143,6 +143,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool track = true;  // the reference follows the walk
   for (size_t i = 0; i < input.size() && i < 16; ++i) {
     const std::vector<uint64_t>& mask = m.Mask();
+    if (track && !m.Overflowed() && i < 4 && walk.num_stacks() < 50) {
+      // The mask is exact: a text token is allowed iff the reference takes
+      // all its bytes (MaskIndex entries, folded repetitions, rechecks).
+      // First steps only: a reference copy per token is slow.
+      for (int32_t t = 0; t < v.vocab_size(); ++t) {
+        if (v.IsEog(t) || v.bytes(t).empty()) continue;
+        ckv::grammar::ReferenceRecognizer r = walk;
+        bool taken = true;
+        for (unsigned char b : v.bytes(t)) {
+          if (!(taken = r.Feed(b))) break;
+        }
+        Check(((mask[t >> 6] >> (t & 63)) & 1) == taken);
+      }
+    }
     std::vector<int32_t> allowed;
     for (int32_t t = 0; t < v.vocab_size(); ++t) {
       if ((mask[t >> 6] >> (t & 63)) & 1) allowed.push_back(t);
