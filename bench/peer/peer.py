@@ -21,6 +21,7 @@ and work/peer.png.
 usage: bench/peer/peer.py --build-dir build [--types f16,q8_0,q4_k_m]
          [--threads 1,2] [--load 0.5] [--rounds 2] [--version 3.22.1]
          [--build-only] [--out-dir DIR] [--start-round R]
+       bench/peer/peer.py --merge A/peer.json B/peer.json --out-dir DIR
 --build-only stops after step 1 (bench/prefix_cache_bench.py --llama-server
 uses the llama-server it builds). The results are rewritten after every
 measured cell, so an interrupted pass keeps what it measured.
@@ -167,11 +168,16 @@ def main():
     p.add_argument("--start-round", type=int, default=0,
                    help="index of the first round (odd: llama.cpp first), "
                         "to add rounds to an earlier pass")
+    p.add_argument("--merge", nargs="+", metavar="PEER_JSON",
+                   help="write the results of the raw samples of these "
+                        "peer.json files together (no measuring)")
     p.add_argument("--build-only", action="store_true",
                    help="fetch and build llama.cpp, then stop")
     p.add_argument("--out-dir", default=WORK,
                    help="where peer.json/.txt/.png go (default: work/)")
     args = p.parse_args()
+    if args.merge:
+        return merge(args)
     build_dir = os.path.abspath(args.build_dir)
     types = args.types.split(",")
     threads = [int(t) for t in args.threads.split(",")]
@@ -197,6 +203,22 @@ def main():
                             c["llama"].append(llama_bench(
                                 bench, models[t], thr, load, build_dir, 2))
                     write_results(cells, args, rnd + 1)
+
+
+def merge(args):
+    """The cells of several passes (their raw samples) as one result."""
+    cells, rounds = {}, 0
+    for path in args.merge:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        rounds = max(rounds, data.get("rounds_started", 0))
+        for c in data["raw"]:
+            cell = cells.setdefault((c["type"], c["threads"], c["load"]),
+                                    {"ours": [], "llama": []})
+            cell["ours"] += c["ours"]
+            cell["llama"] += c["llama"]
+    args.rounds = rounds
+    write_results(cells, args, rounds)
 
 
 def summarise(cells):
