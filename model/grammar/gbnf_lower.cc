@@ -1,4 +1,5 @@
 // Syntax tree -> flat byte-level Grammar (gbnf.h).
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,7 +44,6 @@ class Lowerer {
           absl::StrCat("grammar: no '", root_name, "' rule"));
     }
     g_.root = root->second;
-    AddChainStars();
     // Flatten: every alternative followed by kEnd.
     g_.rule_alternatives.resize(bodies_.size());
     for (size_t r = 0; r < bodies_.size(); ++r) {
@@ -57,6 +57,7 @@ class Lowerer {
     if (g_.elements.size() > static_cast<size_t>(limits_.max_elements)) {
       return TooBig();
     }
+    AddChainStars();
     if (auto s = CheckGrammar(g_, limits_); !s.ok()) return s;
     return std::move(g_);
   }
@@ -234,41 +235,32 @@ class Lowerer {
     if (error_.empty()) chains_.push_back({std::move(chain), std::move(body)});
   }
 
-  // For each chain whose x cannot match "" (x* would otherwise be left
-  // recursive): x* with the same body, referenced by no rule, onto which
-  // MaskIndex folds the chain's states (grammar.h, RepeatChain).
+  // After flattening, for each chain whose x cannot match "" (x* would
+  // otherwise be left recursive): x* ::= x x* | "" with the same body,
+  // referenced by no rule, onto which MaskIndex folds the chain's states
+  // (grammar.h, RepeatChain). A star that would cross a limit is left
+  // out (no new error).
   void AddChainStars() {
-    std::vector<bool> nullable(bodies_.size(), false);
-    auto seq_nullable = [&](const Alternative& alt) {
-      for (int32_t e : alt) {
-        if (!Grammar::IsRef(e) || !nullable[e]) return false;
-      }
-      return true;
-    };
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < bodies_.size(); ++r) {
-        if (nullable[r]) continue;
-        for (const Alternative& alt : bodies_[r]) {
-          if (seq_nullable(alt)) {
-            nullable[r] = changed = true;
-            break;
-          }
-        }
-      }
-    }
+    const std::vector<bool> nullable = Nullable(g_);
     for (auto& [chain, body] : chains_) {
-      // A star that would cross a limit is left out (no new error).
-      if (seq_nullable(body) ||
+      const bool body_nullable = std::all_of(
+          body.begin(), body.end(),
+          [&](int32_t e) { return Grammar::IsRef(e) && nullable[e]; });
+      if (body_nullable ||
           g_.rule_names.size() + 1 > static_cast<size_t>(limits_.max_rules) ||
-          total_elements_ + body.size() + 3 >
+          g_.elements.size() + body.size() + 3 >
               static_cast<size_t>(limits_.max_elements)) {
         continue;
       }
-      total_elements_ += body.size() + 3;
-      chain.star = NewRule({});
-      body.push_back(chain.star);
-      bodies_[chain.star] = {std::move(body), {}};
+      chain.star = static_cast<int32_t>(g_.rule_names.size());
+      g_.rule_names.push_back(absl::StrCat("_", chain.star));
+      const int32_t alt = static_cast<int32_t>(g_.elements.size());
+      g_.elements.insert(g_.elements.end(), body.begin(), body.end());
+      g_.elements.push_back(chain.star);
+      g_.elements.push_back(kEnd);
+      g_.elements.push_back(kEnd);  // the empty alternative
+      g_.rule_alternatives.push_back(
+          {alt, alt + static_cast<int32_t>(body.size()) + 2});
       g_.repeat_chains.push_back(std::move(chain));
     }
   }

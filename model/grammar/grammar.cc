@@ -6,9 +6,7 @@
 #include "absl/strings/str_cat.h"
 
 namespace ckv::grammar {
-namespace {
 
-// Rules that can derive the empty string (fixpoint).
 std::vector<bool> Nullable(const Grammar& g) {
   const size_t n = g.rule_alternatives.size();
   std::vector<bool> nullable(n, false);
@@ -31,6 +29,8 @@ std::vector<bool> Nullable(const Grammar& g) {
   }
   return nullable;
 }
+
+namespace {
 
 // The rules each rule can begin with (left corners), and per left corner
 // the number of alternatives reaching it.

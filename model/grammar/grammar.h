@@ -81,6 +81,9 @@ struct Grammar {
   }
 };
 
+// Per rule: it can derive the empty string (fixpoint).
+std::vector<bool> Nullable(const Grammar& g);
+
 // Checks the grammar's structure after lowering: every reference names a
 // rule, no rule is left-recursive (directly or through nullable
 // prefixes), and no rule expands into more than

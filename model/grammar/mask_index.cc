@@ -164,18 +164,13 @@ std::shared_ptr<const MaskIndex::Entry> MaskIndex::Lookup(const Recognizer& rec,
   }
   if (auto it = entries_.find(p); it != entries_.end()) return it->second;
   std::shared_ptr<const Entry> e = FoldedEntry();
-  if (rec_->Overflowed()) {
-    disabled_ = true;
-    Rebuild();
-    return nullptr;
-  }
-  if (e == nullptr) {
+  if (e != nullptr) {
+    ++folds_;
+  } else if (!rec_->Overflowed()) {
     auto walked = std::make_shared<Entry>();
     Walk(p, walked.get());
     ++walks_;
     e = std::move(walked);
-  } else {
-    ++folds_;
   }
   if (rec_->Overflowed()) {
     disabled_ = true;  // the grammar is too ambiguous for truncated walks
@@ -231,11 +226,7 @@ std::shared_ptr<const MaskIndex::Entry> MaskIndex::FoldedEntry() {
   // all of them; the tokens that leave x are rechecked, as below any cut).
   std::array<uint64_t, 4> rest_first{};
   for (const auto& stack : canon) {
-    const int32_t top = g_->elements[stack[0]];
-    if (InChainKey(stack, chain) || !Grammar::IsBytes(top)) continue;
-    for (int w = 0; w < 4; ++w) {
-      rest_first[w] |= g_->byte_sets[Grammar::SetOf(top)][w];
-    }
+    if (!InChainKey(stack, chain)) OrTopBytes(stack[0], &rest_first);
   }
   int rest_bytes = 0;
   for (uint64_t w : rest_first) rest_bytes += __builtin_popcountll(w);
@@ -317,6 +308,13 @@ bool MaskIndex::StartsCopy(const std::vector<int32_t>& stack,
   return true;
 }
 
+void MaskIndex::OrTopBytes(int32_t top, std::array<uint64_t, 4>* bytes) const {
+  const int32_t e = g_->elements[top];
+  if (!Grammar::IsBytes(e)) return;
+  for (int w = 0; w < 4; ++w)
+    bytes->at(w) |= g_->byte_sets[Grammar::SetOf(e)][w];
+}
+
 bool MaskIndex::InChainKey(const std::vector<int32_t>& stack,
                            int32_t chain) const {
   for (int32_t pos : stack) {
@@ -347,12 +345,7 @@ int MaskIndex::StackClass(Recognizer::State t, int32_t chain) {
     } else {
       other = true;
     }
-    const int32_t top = g_->elements[rec_->NodePos(id)];
-    if (!Grammar::IsBytes(top)) continue;  // the marker's empty set too
-    auto& into = x ? x_first : rest_first;
-    for (int w = 0; w < 4; ++w) {
-      into[w] |= g_->byte_sets[Grammar::SetOf(top)][w];
-    }
+    OrTopBytes(rec_->NodePos(id), x ? &x_first : &rest_first);
   }
   int cls;
   if (in.empty()) {
@@ -398,9 +391,7 @@ std::shared_ptr<const MaskIndex::Folded> MaskIndex::FoldedWalk(
         const int parent = depth_class_[d - 1];
         int cls = kOutside;
         if (parent != kOutside) {
-          cls = static_cast<size_t>(t) < class_.size() && class_[t] >= 0
-                    ? class_[t]
-                    : StackClass(t, chain);
+          cls = StackClass(t, chain);
           if (cls == kMixed) return false;
         }
         const int started = parent == kHead && cls != kOutside;

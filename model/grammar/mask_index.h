@@ -41,6 +41,7 @@
 // when over its GrammarLimits caches. Thread-safe (one mutex; a walk holds it).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -119,6 +120,8 @@ class MaskIndex {
   // The truncated `stack` (top first; its entry `chain_at` in x*'s first
   // alternative) is about to start a copy of x: nothing of it consumed.
   bool StartsCopy(const std::vector<int32_t>& stack, size_t chain_at) const;
+  // ORs the byte set at position `top` (if it is one) into *bytes.
+  void OrTopBytes(int32_t top, std::array<uint64_t, 4>* bytes) const;
   // Some entry of the truncated (and mapped) `stack` is in `chain`'s x*.
   bool InChainKey(const std::vector<int32_t>& stack, int32_t chain) const;
   // Some node of `stack` is in `chain`'s x*.

@@ -289,10 +289,11 @@ TEST(TokenMask, BoundedRepetitionFoldsExactly) {
 }
 
 // A state inside a copy of x (the inner [b]* of the last copy) beside a
-// stack for what follows must not be folded as a loop head: each 'b'
-// would count as a copy and "bb" would be refused with no copy left to
-// start. (No token here reaches a real loop head, so the folded walk
-// would not notice by itself.)
+// stack for what follows: folded as a loop head, each 'b' would count as
+// a copy and "bb" would be refused with no copy left to start. The masks
+// must stay exact here. (This case is not folded even without
+// MaskIndex::StartsCopy, so it does not show that guard is needed; no
+// case built so far does.)
 TEST(TokenMask, StatesInsideACopyAreNotLoopHeads) {
   auto vocab = std::make_shared<TokenIndex>(
       std::vector<std::string>{"", "a", "b", "bb", "bbb", "\""},
