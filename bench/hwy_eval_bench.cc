@@ -172,12 +172,12 @@ absl::Status RunCase(Case& c, int reps) {
     for (float& v : row) v = dist(rng);
     kernels::cpu::QuantizeRow(c.type, row.data(), c.n_in,
                               w.data() + r * row_bytes);
-    kernels::cpu::ref::DequantizeRow(c.type, w.data() + r * row_bytes, c.n_in,
+    kernels::ref::DequantizeRow(c.type, w.data() + r * row_bytes, c.n_in,
                                      row.data());
     for (int64_t i = 0; i < c.n_in; ++i) scale[r] += std::abs(row[i] * x[i]);
   }
   std::vector<float> want(c.n_out), ours(c.n_out), hw(c.n_out);
-  kernels::cpu::ref::MatMul(c.type, w.data(), c.n_in, c.n_out, x.data(), 1,
+  kernels::ref::MatMul(c.type, w.data(), c.n_in, c.n_out, x.data(), 1,
                             want.data());
   const GemvFn hwy_fn = c.type == DType::kF16 ? HWY_DYNAMIC_DISPATCH(GemvF16)
                                               : HWY_DYNAMIC_DISPATCH(GemvF32);

@@ -3,7 +3,7 @@
 //
 // Every block holds BlockSize(type) consecutive elements of one row. "d",
 // "m", "dmin" are F16 bits. Element values (x) are given per type below;
-// quant_ref.cc is the executable statement of these formulas.
+// kernels/ref/quant.cc is the executable statement of these formulas.
 #pragma once
 
 #include <cstdint>
@@ -95,7 +95,7 @@ struct BlockQ5_K {
 static_assert(sizeof(BlockQ5_K) == 176);
 
 // Q6_K: 16 sub-blocks of 16, int8 scales. 6-bit q = 4 bits from ql, 2 from
-// qh; x = d * scale * (q - 32). See quant_ref.cc for the element order.
+// qh; x = d * scale * (q - 32). See kernels/ref/quant.cc for the element order.
 struct BlockQ6_K {
   uint8_t ql[128];
   uint8_t qh[64];

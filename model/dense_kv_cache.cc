@@ -93,7 +93,7 @@ void DenseKvCache::Select(int layer, const LayerQuery& query, AttendSet* out) {
                               : 0;
   const int group = opt_.n_heads / opt_.n_kv_heads;
   for (int h = 0; h < opt_.n_kv_heads; ++h) {
-    kernels::cpu::KvSpan s;
+    kernels::KvSpan s;
     s.k = k_[layer].data() + Offset(h, 0) * elem_bytes_;
     s.v = v_[layer].data() + Offset(h, 0) * elem_bytes_;
     s.dtype = opt_.dtype;

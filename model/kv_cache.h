@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/op_types.h"
 
 namespace ckv {
 
 // What the query heads of one layer attend to. per_head[h] indexes into
 // `spans`; the cache owns the memory the spans point to until the next call.
 struct AttendSet {
-  std::vector<kernels::cpu::KvSpan> spans;
-  std::vector<kernels::cpu::KvSpanList> per_head;
+  std::vector<kernels::KvSpan> spans;
+  std::vector<kernels::KvSpanList> per_head;
 
   void Clear() {
     spans.clear();
@@ -29,11 +29,11 @@ struct AttendSet {
 // The rows of `s` at positions >= min_pos. `s` must be a plain run (no
 // index list, no explicit positions, rows in position order): row i is at
 // position first_pos + i.
-inline kernels::cpu::KvSpan SpanFrom(const kernels::cpu::KvSpan& s,
+inline kernels::KvSpan SpanFrom(const kernels::KvSpan& s,
                                      int64_t min_pos) {
   const int64_t skip = std::clamp<int64_t>(min_pos - s.first_pos, 0, s.count);
   if (skip == 0) return s;
-  kernels::cpu::KvSpan out = s;
+  kernels::KvSpan out = s;
   const int64_t bytes = skip * kernels::RowBytes(s.dtype, s.stride);
   out.k = static_cast<const uint8_t*>(s.k) + bytes;
   out.v = static_cast<const uint8_t*>(s.v) + bytes;

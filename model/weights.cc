@@ -46,7 +46,7 @@ absl::StatusOr<std::vector<float>> BindVector(const gguf::GgufFile& f,
   if (info.n_elements != n || info.dims[0] != n) return BadShape(name, 1, n);
   if (kernels::RowBytes(info.type, n) < 0) return BadShape(name, 1, n);
   std::vector<float> out(n);
-  kernels::cpu::ref::DequantizeRow(info.type, info.data, n, out.data());
+  kernels::ref::DequantizeRow(info.type, info.data, n, out.data());
   return out;
 }
 

@@ -1,5 +1,5 @@
 // Fast GELU-tanh gating and soft-capping: float math split over the pool
-// (the references in ref_ops.cc compute in double).
+// (the references in kernels/ref/ops.cc compute in double).
 #include <cmath>
 
 #include "kernels/cpu/ops.h"

@@ -28,7 +28,7 @@ void ToF32(DType t, const void* src, int64_t n, float* dst) {
       return;
     }
     default:  // block types
-      DequantizeRowRef(t, src, n, dst);
+      ref::DequantizeRow(t, src, n, dst);
       return;
   }
 }

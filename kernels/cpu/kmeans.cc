@@ -9,7 +9,7 @@
 // per-key bound (dot-product rounding gamma_D * |x| * max_c |y_c| plus the
 // rounding of the operands, see Margin()). If the best F32 score beats the
 // runner-up by more than 2 * E_i (we use twice that again), its cluster is the
-// exact argmax. Else the key is settled by internal::ExactScore -- the very
+// exact argmax. Else the key is settled by ref::contract::ExactScore -- the very
 // function ref:: KMeans assigns with -- over every cluster whose F32 score is
 // within the margin of the best, which provably contains the exact winner. Ties
 // thus resolve exactly as in the reference (lowest index among equal doubles).
@@ -26,7 +26,7 @@
 // same -- and is not scored; the others are packed into blocks and scored as
 // above. kL2 scores every key every iteration.
 //
-// Update: internal::UpdateCentroids (shared with the reference): double
+// Update: ref::contract::UpdateCentroids (shared with the reference): double
 // sums per cluster and channel in key order, so centroids are bitwise equal.
 //
 // Operands of the score GEMM per metric (x: key side, y: centroid side):
@@ -42,7 +42,7 @@
 
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/cpu/kernel_set.h"
-#include "kernels/cpu/kmeans_internal.h"
+#include "kernels/ref/kmeans_contract.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace ckv::kernels::cpu {
@@ -149,7 +149,7 @@ void Solver::PackCentroids() {
   std::vector<float> y(dim_a_);
   for (int c = 0; c < k_; ++c) {
     const float* mu = centroids_.data() + int64_t{c} * dim;
-    inv_norm_[c] = internal::CentroidInvNorm(mu, dim);
+    inv_norm_[c] = ref::contract::CentroidInvNorm(mu, dim);
     const double scale =
         p_.metric == ClusterMetric::kCosine ? inv_norm_[c] : 1.0;
     double musq = 0.0, ys = 0.0;
@@ -187,7 +187,7 @@ int32_t Solver::Settle(int64_t i, const float* s, double threshold) const {
   int32_t arg = -1;
   for (int c = 0; c < k_; ++c) {
     if (s[c] < threshold) continue;
-    const double e = internal::ExactScore(
+    const double e = ref::contract::ExactScore(
         p_.metric, key, centroids_.data() + int64_t{c} * p_.dim, inv_norm_[c],
         p_.dim);
     if (arg < 0 || e > best) {  // strict: ties keep the lowest index
@@ -302,7 +302,7 @@ void Solver::Run(ThreadPool* pool, KMeansResult* out) {
   PrepareKeys();
   const int dim = p_.dim;
   centroids_.resize(int64_t{k_} * dim);
-  const std::vector<int64_t> seeds = internal::KMeansSeeds(p_.n, k_, p_.seed);
+  const std::vector<int64_t> seeds = ref::contract::KMeansSeeds(p_.n, k_, p_.seed);
   for (int c = 0; c < k_; ++c) {
     std::copy_n(raw_.data() + seeds[c] * dim, dim,
                 centroids_.data() + int64_t{c} * dim);
@@ -329,7 +329,7 @@ void Solver::Run(ThreadPool* pool, KMeansResult* out) {
     if (prune_) prev_operand_.swap(operand_);  // the bounds' centroids
     const bool changed = next_ != assignment_;
     assignment_.swap(next_);
-    internal::UpdateCentroids(raw_.data(), p_.n, dim, assignment_.data(), k_,
+    ref::contract::UpdateCentroids(raw_.data(), p_.n, dim, assignment_.data(), k_,
                               centroids_.data(), sizes.data());
     out->iterations = it;
     if (!changed) {
@@ -337,7 +337,7 @@ void Solver::Run(ThreadPool* pool, KMeansResult* out) {
       break;
     }
   }
-  internal::FinishKMeans(k_, dim, centroids_, sizes, assignment_, out);
+  ref::contract::FinishKMeans(k_, dim, centroids_, sizes, assignment_, out);
 }
 
 double Cost(const KMeansProblem& p) {

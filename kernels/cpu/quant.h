@@ -1,6 +1,7 @@
-// Quantised weight types on the CPU: the scalar reference dequantiser, the
-// quantiser (used by make-random and the tests), and the 8-bit activation
-// format of the fast integer dot products.
+// Quantised weight types on the CPU: the quantiser (used by make-random and
+// the tests) and the 8-bit activation format of the fast integer dot
+// products. The reference dequantiser is kernels::ref::DequantizeRow
+// (kernels/ref/ops.h).
 #pragma once
 
 #include <cstdint>
@@ -10,14 +11,10 @@
 
 namespace ckv::kernels::cpu {
 
-// Reference: dst[i] = element i of the row of n elements of type t at src.
-// n must be a multiple of BlockSize(t).
-void DequantizeRowRef(DType t, const void* src, int64_t n, float* dst);
-
 // Quantises one row of n floats (n a multiple of BlockSize(t)) into
 // RowBytes(t, n) bytes at dst. Round-to-nearest with a per-block scale
 // search; not bit-identical to llama.cpp's quantiser, but a row it writes
-// dequantises (DequantizeRowRef) to within the type's step size.
+// dequantises (kernels::ref::DequantizeRow) to within the type's step size.
 void QuantizeRow(DType t, const float* src, int64_t n, void* dst);
 
 // Activations quantised for the integer dot products, in two forms.

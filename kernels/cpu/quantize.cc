@@ -1,4 +1,4 @@
-// Quantiser for every block type (the inverse of quant_ref.cc's layouts) and
+// Quantiser for every block type (the inverse of kernels/ref/quant.cc's layouts) and
 // the 8-bit activation quantiser of the integer dot products. Each block is
 // quantised by round-to-nearest against a scale taken from the block's
 // extreme values; sub-block scales and mins are quantised against the

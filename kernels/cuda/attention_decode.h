@@ -1,7 +1,7 @@
 // Decode attention: one query token per head over a KV cache, dense (rows
 // [0, n_rows)) or sparse (a per-query-head index list of rows, ClusterKV's
 // selected tokens plus sinks, tail and current token). Matches
-// cpu::ref::Attention with one span per head (rows = the index list) and
+// kernels::ref::Attention with one span per head (rows = the index list) and
 // a query position after every row. Split-K: the rows are cut into chunks
 // processed by separate blocks (online softmax each), then merged.
 // Plan/run split: DecodeAttentionWorkspaceBytes (host, pure) sizes the

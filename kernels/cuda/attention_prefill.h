@@ -1,7 +1,7 @@
 // Causal prefill attention, flash-style: queries are processed in tiles of
 // 16 against KV tiles of 32 rows staged in shared memory, with an online
 // softmax; no n_q x n_rows score matrix is ever stored. Matches
-// cpu::ref::Attention with one span per head (rows [0, n_rows), positions
+// kernels::ref::Attention with one span per head (rows [0, n_rows), positions
 // first_pos + i) and per-query positions q_pos: a query attends only rows
 // at positions <= its own.
 #pragma once

@@ -13,7 +13,7 @@ namespace ckv::kernels::cuda {
 
 // out[t][0..dim) = row tokens[t] of table [n_vocab][dim] (type kF32, kF16,
 // kBF16 or kQ8_0; rows of RowBytes(type, dim) bytes, dim % 32 == 0 for
-// Q8_0), converted to F32 exactly as cpu::ref::DequantizeRow does. A token
+// Q8_0), converted to F32 exactly as kernels::ref::DequantizeRow does. A token
 // outside [0, n_vocab) yields a row of zeros (callers validate ids first).
 cudaError_t EmbeddingGather(DType type, const void* table, int64_t n_vocab,
                             int64_t dim, const int32_t* tokens,

@@ -1,5 +1,5 @@
 // Weight matmul through cuBLAS: y[t][o] = sum_i W[o][i] * x[t][i], the
-// contract of cpu::ref::MatMul. W is [n_out][n_in] (GGUF layout) in F32,
+// contract of kernels::ref::MatMul. W is [n_out][n_in] (GGUF layout) in F32,
 // F16 or BF16; x and y are F32. For F16/BF16 weights x is rounded to the
 // weight type on the device and the product runs on the tensor cores with
 // F32 accumulation (CUBLAS_COMPUTE_32F); F32 weights use a plain F32 GEMM.

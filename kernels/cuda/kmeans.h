@@ -1,5 +1,5 @@
 // Batched k-means over keys on the GPU (one problem per KV head, all with
-// the same n, k and dim), following the contract of cpu::ref::KMeans
+// the same n, k and dim), following the contract of kernels::ref::KMeans
 // (kernels/cpu/cluster_ops.h) step for step:
 //  - KMeansAssign: every key to the best centroid, ties to the lowest
 //    index. Cosine scores <k, mu> / |mu| (dividing by |k| too would not

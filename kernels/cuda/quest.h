@@ -1,6 +1,6 @@
 // Quest baseline on the GPU: per-page channel min/max of the keys, and page
 // scores sum_d max(q_d * max_d, q_d * min_d). Contracts of
-// cpu::ref::QuestPageBounds / QuestScores, batched over heads.
+// kernels::ref::QuestPageBounds / QuestScores, batched over heads.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -158,6 +158,11 @@ class Backend {
                          absl::Span<const AttentionPart> parts, Activation q,
                          Activation k, Activation v, Activation out,
                          ForwardProfile* profile) = 0;
+  // Copies the current step's rows of `a` (rows x width host floats) to
+  // *out once every op that writes them has finished. Not on the forward
+  // path: for the op suite (tests/ops) and diagnostics. After a device
+  // error *out holds NaN.
+  virtual void ReadRows(Activation a, std::vector<float>* out) = 0;
   // For the listed rows of x (ascending): RmsNorm(norm, eps), the output
   // matrix, then softcap (> 0); writes rows.size() x output.rows host floats
   // to *out.

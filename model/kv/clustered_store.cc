@@ -269,9 +269,9 @@ int ClusteredKvStore::SegmentClusters(size_t i) const {
 
 // ------------------------------------------------------------- selecting
 
-cpu::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head) const {
+kernels::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head) const {
   const RowBuffer& b = sinks_[layer];
-  cpu::KvSpan s;
+  kernels::KvSpan s;
   // data() + offset: with sink_tokens 0 the buffer is empty (no element to
   // index) and the span has no rows.
   s.k = b.k.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
@@ -283,9 +283,9 @@ cpu::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head) const {
   return s;
 }
 
-cpu::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head) const {
+kernels::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head) const {
   const RowBuffer& b = open_[layer];
-  cpu::KvSpan s;
+  kernels::KvSpan s;
   s.k = b.k.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
   s.v = b.v.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
   s.dtype = config_.kv_dtype;
@@ -296,12 +296,12 @@ cpu::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head) const {
 }
 
 // Waits for the layer's index job first: it reorders the rows by cluster.
-cpu::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
+kernels::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
                                           int kv_head) const {
   if (worker_ != nullptr && seg.layer(layer).ticket != 0) {
     worker_->Wait(seg.layer(layer).ticket);
   }
-  cpu::KvSpan s;
+  kernels::KvSpan s;
   s.k = seg.keys(layer, kv_head);
   s.v = seg.values(layer, kv_head);
   s.dtype = config_.kv_dtype;
@@ -328,7 +328,7 @@ void ClusteredKvStore::Select(int layer, const LayerQuery& query,
   const int64_t window = shape_.window(layer);
   if (window > 0 && query.n_q > 0) {  // sliding window: its rows only
     const int64_t min_pos = WindowStart(query.q_pos, query.n_q, window);
-    for (cpu::KvSpan& s : out->spans) s = SpanFrom(s, min_pos);
+    for (kernels::KvSpan& s : out->spans) s = SpanFrom(s, min_pos);
   }
 }
 
@@ -350,9 +350,9 @@ void ClusteredKvStore::RecordNextDecode(int layer) {
   }
 }
 
-std::vector<cpu::KvSpan> ClusteredKvStore::HostSpans(int layer,
+std::vector<kernels::KvSpan> ClusteredKvStore::HostSpans(int layer,
                                                      int kv_head) const {
-  std::vector<cpu::KvSpan> spans{SinkSpan(layer, kv_head)};
+  std::vector<kernels::KvSpan> spans{SinkSpan(layer, kv_head)};
   for (const auto& seg : segments_) {
     spans.push_back(SegmentSpan(*seg, layer, kv_head));
   }
@@ -482,9 +482,9 @@ void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
 // One index-list span per run of head `src`'s rows.
 void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
                                         const BlockCache& cache,
-                                        std::vector<cpu::KvSpan>* spans) {
+                                        std::vector<kernels::KvSpan>* spans) {
   for (const RowRun& run : sel_runs_[src]) {
-    cpu::KvSpan sel;
+    kernels::KvSpan sel;
     if (run.segment < 0) {  // the cache arena
       sel.k = cache.keys();
       sel.v = cache.values();

@@ -160,7 +160,7 @@ class ClusteredKvStore : public KvCache {
   // Host-tier rows of (layer, kv_head) in position order: sinks, each
   // segment, then the tail (including rows appended but not committed).
   // Valid until the next Reserve/Append/Commit.
-  std::vector<kernels::cpu::KvSpan> HostSpans(int layer, int kv_head) const;
+  std::vector<kernels::KvSpan> HostSpans(int layer, int kv_head) const;
 
  private:
   struct RowBuffer {  // per layer: [n_kv][capacity][head_dim]
@@ -181,12 +181,12 @@ class ClusteredKvStore : public KvCache {
   void PlanHeads(int layer, const float* q);
   void GatherRows(int layer, int g, int h, int64_t step, BlockCache& cache);
   void AddSelectedSpans(int layer, int g, int src, const BlockCache& cache,
-                        std::vector<kernels::cpu::KvSpan>* spans);
+                        std::vector<kernels::KvSpan>* spans);
   void RecordSelected(int layer, int src, const BlockCache& cache, int h);
   void RecordDecode(int layer, const LayerQuery& query, bool dense);
-  kernels::cpu::KvSpan SinkSpan(int layer, int kv_head) const;
-  kernels::cpu::KvSpan OpenSpan(int layer, int kv_head) const;
-  kernels::cpu::KvSpan SegmentSpan(const Segment& seg, int layer,
+  kernels::KvSpan SinkSpan(int layer, int kv_head) const;
+  kernels::KvSpan OpenSpan(int layer, int kv_head) const;
+  kernels::KvSpan SegmentSpan(const Segment& seg, int layer,
                                    int kv_head) const;
 
   KvShape shape_;

@@ -137,10 +137,10 @@ struct HeadRows {
 };
 
 // Converts stored row i of span s (K or V data at `base`) to float.
-void RowToFloat(const cpu::KvSpan& s, const void* base, int64_t i, int hd,
+void RowToFloat(const kernels::KvSpan& s, const void* base, int64_t i, int hd,
                 float* dst) {
   const int64_t bytes = kernels::RowBytes(s.dtype, s.stride) * i;
-  cpu::ref::DequantizeRow(s.dtype, static_cast<const uint8_t*>(base) + bytes,
+  kernels::ref::DequantizeRow(s.dtype, static_cast<const uint8_t*>(base) + bytes,
                           hd, dst);
 }
 
@@ -151,10 +151,10 @@ absl::StatusOr<HeadRows> GatherRows(const ClusteredKvStore& store, int layer,
   rows.k.assign(size_t{1} * n * hd, 0.0f);
   rows.v.assign(size_t{1} * n * hd, 0.0f);
   std::vector<char> seen(n, 0);
-  for (const cpu::KvSpan& s : store.HostSpans(layer, kv_head)) {
+  for (const kernels::KvSpan& s : store.HostSpans(layer, kv_head)) {
     for (int64_t r = 0; r < s.count; ++r) {
       const int64_t i = s.rows != nullptr ? s.rows[r] : r;
-      const int64_t pos = cpu::SpanRowPosition(s, r);
+      const int64_t pos = kernels::SpanRowPosition(s, r);
       if (pos < 0 || pos >= n) continue;
       RowToFloat(s, s.k, i, hd, &rows.k[pos * hd]);
       RowToFloat(s, s.v, i, hd, &rows.v[pos * hd]);

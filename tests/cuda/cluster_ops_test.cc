@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "kernels/cpu/cluster_ops.h"
-#include "kernels/cpu/kmeans_internal.h"
+#include "kernels/ref/cluster.h"
+#include "kernels/ref/kmeans_contract.h"
+#include "kernels/ref/ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/kmeans.h"
 #include "kernels/cuda/quest.h"
@@ -18,7 +20,7 @@
 namespace ckv::kernels::cuda {
 namespace {
 
-namespace ref = cpu::ref;
+namespace ref = ::ckv::kernels::ref;
 using cpu::testing::Encode;
 using cpu::testing::RandomFloats;
 using testing::CudaTest;
@@ -34,8 +36,8 @@ class CudaClusterTest : public CudaTest {
 // Exact (double) metric score of key x against centroid mu.
 double ExactScore(KMeansMetric m, const float* x, const float* mu, int dim) {
   const auto cm = static_cast<cpu::ClusterMetric>(static_cast<int>(m));
-  return cpu::internal::ExactScore(cm, x, mu,
-                                   cpu::internal::CentroidInvNorm(mu, dim), dim);
+  return ref::contract::ExactScore(cm, x, mu,
+                                   ref::contract::CentroidInvNorm(mu, dim), dim);
 }
 
 TEST_F(CudaClusterTest, AssignPicksTheBestCentroid) {
@@ -101,7 +103,7 @@ TEST_F(CudaClusterTest, UpdateAveragesMembersAndKeepsEmptyClusters) {
     std::vector<float> want = old;
     std::vector<int32_t> sizes(probs * k);
     for (int p = 0; p < probs; ++p) {
-      cpu::internal::UpdateCentroids(&keys[p * n * dim], n, dim, &asg[p * n],
+      ref::contract::UpdateCentroids(&keys[p * n * dim], n, dim, &asg[p * n],
                                      k, &want[p * k * dim], &sizes[p * k]);
     }
     EXPECT_EQ(ds.Download(), sizes);
@@ -131,7 +133,7 @@ TEST_F(CudaClusterTest, RunMatchesReferenceOnSeparatedClusters) {
   std::normal_distribution<float> noise(0.0f, 0.05f);
   for (int p = 0; p < probs; ++p) {
     seed_of[p] = 7 + p;
-    const auto s = cpu::internal::KMeansSeeds(n, k, seed_of[p]);
+    const auto s = ref::contract::KMeansSeeds(n, k, seed_of[p]);
     std::vector<int> label(n);
     for (auto& l : label) l = static_cast<int>(rng_() % k);
     for (int c = 0; c < k; ++c) label[s[c]] = c, seeds[p * k + c] = s[c];

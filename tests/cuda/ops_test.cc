@@ -1,4 +1,4 @@
-// Every CUDA op of kernels/cuda against its CPU reference (kernels/cpu
+// Every CUDA op of kernels/cuda against its reference (kernels/ref,
 // ref::), on random inputs with odd sizes, per dtype, in the manner of
 // ggml's test-backend-ops. Cluster ops: cluster_ops_test.cc. Without a
 // device every test reports SKIPPED. Each tolerance states its reason.
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/ref/ops.h"
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/gather.h"
@@ -19,7 +20,7 @@
 namespace ckv::kernels::cuda {
 namespace {
 
-namespace ref = cpu::ref;
+namespace ref = ::ckv::kernels::ref;
 using cpu::testing::Encode;
 using cpu::testing::RandomFloats;
 using testing::CudaTest;

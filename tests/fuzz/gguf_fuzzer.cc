@@ -58,7 +58,7 @@ uint64_t DecodeRows(const TensorInfo& t) {
   uint64_t h = 0;
   for (int64_t r = 0; r < t.rows(); ++r) {
     const uint8_t* row = t.data + r * row_bytes;
-    ckv::kernels::cpu::DequantizeRowRef(t.type, row, t.dims[0], a.data());
+    ckv::kernels::ref::DequantizeRow(t.type, row, t.dims[0], a.data());
     ckv::kernels::cpu::DequantizeRow(t.type, row, t.dims[0], b.data());
     for (int64_t i = 0; i < t.dims[0]; ++i)
       h += (a[i] == b[i]) + std::isnan(b[i]);

@@ -81,7 +81,7 @@ void AttendAll(ClusteredKvStore& store) {
     a.scale = 0.5f;
     a.kv = set.per_head.data();
     a.out = out.data();
-    ckv::kernels::cpu::ref::Attention(a);
+    ckv::kernels::ref::Attention(a);
   }
 }
 

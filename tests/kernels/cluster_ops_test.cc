@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/cluster_ops.h"
-#include "kernels/cpu/kmeans_internal.h"
+#include "kernels/ref/kmeans_contract.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/test_util.h"
@@ -228,13 +228,13 @@ TEST(KMeansTest, DeterministicPerSeed) {
   ExpectSame(a, Fast(keys.p, 2));
   ExpectSame(a, Fast(keys.p, 1));
   EXPECT_EQ(a.centroids, Fast(keys.p, 1).centroids);  // bitwise
-  EXPECT_EQ(internal::KMeansSeeds(1500, 19, 7),
-            internal::KMeansSeeds(1500, 19, 7));
-  EXPECT_NE(internal::KMeansSeeds(1500, 19, 7),
-            internal::KMeansSeeds(1500, 19, 8));
+  EXPECT_EQ(ref::contract::KMeansSeeds(1500, 19, 7),
+            ref::contract::KMeansSeeds(1500, 19, 7));
+  EXPECT_NE(ref::contract::KMeansSeeds(1500, 19, 7),
+            ref::contract::KMeansSeeds(1500, 19, 8));
   keys.p.seed += 1;
   EXPECT_NE(a.assignment, Fast(keys.p, 2).assignment);
-  const std::vector<int64_t> s = internal::KMeansSeeds(100, 100, 9);
+  const std::vector<int64_t> s = ref::contract::KMeansSeeds(100, 100, 9);
   EXPECT_EQ(std::set<int64_t>(s.begin(), s.end()).size(), 100u);  // distinct
 }
 
@@ -257,7 +257,7 @@ TEST(KMeansTest, RecoversSeparatedClustersWithCosine) {
   uint64_t seed = 0;
   for (;; ++seed) {
     std::set<int> hit;
-    for (int64_t i : internal::KMeansSeeds(n, true_k, seed))
+    for (int64_t i : ref::contract::KMeansSeeds(n, true_k, seed))
       hit.insert(truth[i]);
     if (static_cast<int>(hit.size()) == true_k) break;
   }

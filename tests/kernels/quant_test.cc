@@ -66,7 +66,7 @@ TEST_P(QuantTypeTest, QuantiserRoundTripsThroughReference) {
     std::vector<uint8_t> q(RowBytes(t, n));
     QuantizeRow(t, x.data(), n, q.data());
     std::vector<float> back(n);
-    DequantizeRowRef(t, q.data(), n, back.data());
+    ref::DequantizeRow(t, q.data(), n, back.data());
     double err = 0.0, ref = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       err += (back[i] - x[i]) * (back[i] - x[i]);
@@ -77,7 +77,7 @@ TEST_P(QuantTypeTest, QuantiserRoundTripsThroughReference) {
     // Zeros stay exact zeros (no division by a zero scale).
     const std::vector<float> zeros(n, 0.0f);
     QuantizeRow(t, zeros.data(), n, q.data());
-    DequantizeRowRef(t, q.data(), n, back.data());
+    ref::DequantizeRow(t, q.data(), n, back.data());
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 0.0f) << i;
   }
 }
@@ -91,7 +91,7 @@ TEST_P(QuantTypeTest, EveryTableDequantisesLikeReference) {
       std::vector<uint8_t> q(RowBytes(t, n));
       QuantizeRow(t, x.data(), n, q.data());
       std::vector<float> want(n), got(n);
-      DequantizeRowRef(t, q.data(), n, want.data());
+      ref::DequantizeRow(t, q.data(), n, want.data());
       ks->to_f32(t, q.data(), n, got.data());
       for (int64_t i = 0; i < n; ++i) {
         // Same formula; only FMA contraction may round differently.
@@ -128,7 +128,7 @@ TEST_P(QuantTypeTest, FastMatMulMatchesReferenceOnOddSizes) {
             ref::MatMul(t, w.data(), n_in, n_out, x.data(), n_tok, yr.data());
             std::vector<float> row(n_in);
             for (int64_t o = 0; o < n_out; ++o) {
-              DequantizeRowRef(t, w.data() + o * RowBytes(t, n_in), n_in,
+              ref::DequantizeRow(t, w.data() + o * RowBytes(t, n_in), n_in,
                                row.data());
               for (int64_t k = 0; k < n_tok; ++k) {
                 const float* xk = x.data() + k * n_in;
@@ -229,7 +229,7 @@ TEST(FusedDotTest, RawRandomBlocksMatchReference) {
       MatMul(nullptr, t, w.data(), n_in, n_out, x.data(), 2, y.data());
       ref::MatMul(t, w.data(), n_in, n_out, x.data(), 2, yr.data());
       for (int64_t o = 0; o < n_out; ++o) {
-        DequantizeRowRef(t, w.data() + o * RowBytes(t, n_in), n_in, row.data());
+        ref::DequantizeRow(t, w.data() + o * RowBytes(t, n_in), n_in, row.data());
         for (int k = 0; k < 2; ++k) {
           const float* xk = x.data() + k * n_in;
           double mag = 0.0;
@@ -307,7 +307,7 @@ TEST(FusedDotTest, QuantGemvMatchesReferenceDot) {
           ks->quant_gemv(t, w.data(), rb, n_rows, n_in, acts, kTok, y.data(),
                          ldy);
           for (int64_t r = 0; r < n_rows; ++r) {
-            DequantizeRowRef(t, w.data() + r * rb, n_in, row.data());
+            ref::DequantizeRow(t, w.data() + r * rb, n_in, row.data());
             for (int k = 0; k < kTok; ++k) {
               const float* xk = x.data() + k * n_in;
               const std::vector<double> xq = DequantizedActs(t, acts[k]);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "kernels/ref/ops.h"
 #include "model/gguf/gguf_writer.h"
 #include "model/kv/clustered_store.h"
 #include "model/model.h"
@@ -46,7 +47,7 @@ Vec Tensor(const gguf::GgufFile& f, const std::string& name) {
   EXPECT_NE(t, nullptr) << name;
   if (t == nullptr) return {};
   std::vector<float> x(t->n_elements);
-  kernels::cpu::ref::DequantizeRow(t->type, t->data, t->n_elements, x.data());
+  kernels::ref::DequantizeRow(t->type, t->data, t->n_elements, x.data());
   return Vec(x.begin(), x.end());
 }
 

@@ -220,7 +220,7 @@ std::vector<double> GroupScores(const ClusteredKvStore& s, int layer, int g,
   for (const auto& seg : s.segments()) {
     for (int32_t r = 0; r < seg->size(); ++r) {  // in position order
       const int64_t row = seg->StoredRow(layer, g, r);
-      kernels::cpu::ref::DequantizeRow(
+      kernels::ref::DequantizeRow(
           s.config().kv_dtype, seg->keys(layer, g) + row * hd, hd, k.data());
       double sum = 0;
       for (int h = g * group; h < (g + 1) * group; ++h) {

@@ -127,6 +127,11 @@ void CpuBackend::Attention(int layer, const AttentionSpec& spec,
   }
 }
 
+void CpuBackend::ReadRows(Activation a, std::vector<float>* out) {
+  const std::vector<float>& d = buffers_[a.id].data;
+  out->assign(d.begin(), d.end());
+}
+
 void CpuBackend::Logits(Activation x, absl::Span<const int64_t> rows,
                         absl::Span<const float> norm, float eps,
                         const Matrix& output, float softcap,

@@ -38,6 +38,7 @@ class CpuBackend final : public Backend {
                  absl::Span<const AttentionPart> parts, Activation q,
                  Activation k, Activation v, Activation out,
                  ForwardProfile* profile) override;
+  void ReadRows(Activation a, std::vector<float>* out) override;
   void Logits(Activation x, absl::Span<const int64_t> rows,
               absl::Span<const float> norm, float eps, const Matrix& output,
               float softcap, std::vector<float>* out) override;

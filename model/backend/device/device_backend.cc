@@ -36,13 +36,13 @@ int64_t FloatBytes(int64_t n) {
 using SpanKey = std::tuple<const void*, const void*, int, int64_t, int64_t,
                            int64_t, const void*, const void*, const void*>;
 
-SpanKey KeyOf(const cpu::KvSpan& s) {
+SpanKey KeyOf(const kernels::KvSpan& s) {
   return {s.k,         s.v,     static_cast<int>(s.dtype),
           s.stride,    s.count, s.first_pos,
           s.positions, s.rows,  s.row_positions};
 }
 
-bool PlainRun(const cpu::KvSpan& s) {
+bool PlainRun(const kernels::KvSpan& s) {
   return s.positions == nullptr && s.rows == nullptr &&
          s.row_positions == nullptr;
 }
@@ -380,10 +380,10 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
   plan_.heads.clear();
   absl::flat_hash_map<SpanKey, int> index;
   for (int h = 0; h < n_heads; ++h) {
-    const cpu::KvSpanList& list = attend_.per_head[h];
+    const kernels::KvSpanList& list = attend_.per_head[h];
     plan_.heads.push_back({static_cast<int>(plan_.order.size()), list.count});
     for (int i = 0; i < list.count; ++i) {
-      const cpu::KvSpan& s = list.spans[i];
+      const kernels::KvSpan& s = list.spans[i];
       auto [it, fresh] =
           index.try_emplace(KeyOf(s), static_cast<int>(plan_.spans.size()));
       if (fresh) {
@@ -415,7 +415,7 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
 void DeviceBackend::GatherRows(char* dst, int head_dim) const {
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
     const SpanMeta& m = plan_.spans[i];
-    const cpu::KvSpan& s = *plan_.sources[i];
+    const kernels::KvSpan& s = *plan_.sources[i];
     const int64_t stored = kernels::RowBytes(s.dtype, s.stride);
     const int64_t used = kernels::RowBytes(s.dtype, head_dim);
     for (int64_t r = 0; r < s.count; ++r) {
@@ -427,7 +427,7 @@ void DeviceBackend::GatherRows(char* dst, int head_dim) const {
     }
     if (m.pos_off < 0) continue;
     int64_t* pos = reinterpret_cast<int64_t*>(dst + m.pos_off);
-    for (int64_t r = 0; r < s.count; ++r) pos[r] = cpu::SpanRowPosition(s, r);
+    for (int64_t r = 0; r < s.count; ++r) pos[r] = kernels::SpanRowPosition(s, r);
   }
 }
 
@@ -467,10 +467,10 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
       [=, spans = plan_.spans, order = plan_.order,
        heads = plan_.heads](dev::OpContext& c) {
         const char* base = c.In<char>(kv, bytes);
-        std::vector<cpu::KvSpan> rebased(order.size());
+        std::vector<kernels::KvSpan> rebased(order.size());
         for (size_t i = 0; i < order.size(); ++i) {
           const SpanMeta& m = spans[order[i]];
-          cpu::KvSpan& s = rebased[i];
+          kernels::KvSpan& s = rebased[i];
           s.k = base + m.k_off;
           s.v = base + m.v_off;
           s.dtype = m.dtype;
@@ -481,7 +481,7 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
             s.positions = reinterpret_cast<const int64_t*>(base + m.pos_off);
           }
         }
-        std::vector<cpu::KvSpanList> lists;
+        std::vector<kernels::KvSpanList> lists;
         for (const auto& [begin, count] : heads) {
           lists.push_back({rebased.data() + begin, count});
         }
@@ -537,18 +537,24 @@ void DeviceBackend::Logits(Activation x, absl::Span<const int64_t> rows,
                     n, l);
         if (softcap > 0.0f) cpu::SoftCap(nullptr, l, n * vocab, softcap);
       });
-  DownloadLogits(n * vocab, out->data());
+  Download(logits_dev_.ptr, FloatBytes(n * vocab), out->data());
 }
 
-bool DeviceBackend::DownloadLogits(int64_t n, float* out) {
-  const int64_t bytes = FloatBytes(n);
+void DeviceBackend::ReadRows(Activation a, std::vector<float>* out) {
+  const Range r = Rows(a);
+  out->assign(static_cast<size_t>(r.bytes / 4),
+              std::numeric_limits<float>::quiet_NaN());
+  if (ok()) Download(r.ptr, r.bytes, out->data());
+}
+
+bool DeviceBackend::Download(DevPtr src, int64_t bytes, float* out) {
   if (!GrowStaging(logits_stage_, bytes)) return false;
   if (debug_.host_reads_device_ptr &&
-      !Ok(rt_->HostRead(reinterpret_cast<const void*>(logits_dev_.ptr.addr),
+      !Ok(rt_->HostRead(reinterpret_cast<const void*>(src.addr),
                         bytes))) {
     return false;
   }
-  if (!Ok(rt_->CopyD2H(logits_stage_.host, logits_dev_.ptr, bytes, stream_))) {
+  if (!Ok(rt_->CopyD2H(logits_stage_.host, src, bytes, stream_))) {
     return false;
   }
   if (!debug_.skip_sync_before_host_read && !Ok(rt_->Synchronize(stream_))) {

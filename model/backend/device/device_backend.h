@@ -83,6 +83,7 @@ class DeviceBackend final : public Backend {
                  absl::Span<const AttentionPart> parts, Activation q,
                  Activation k, Activation v, Activation out,
                  ForwardProfile* profile) override;
+  void ReadRows(Activation a, std::vector<float>* out) override;
   void Logits(Activation x, absl::Span<const int64_t> rows,
               absl::Span<const float> norm, float eps, const Matrix& output,
               float softcap, std::vector<float>* out) override;
@@ -118,7 +119,7 @@ class DeviceBackend final : public Backend {
   // The rebased layout of one part's AttendSet.
   struct KvPlan {
     std::vector<SpanMeta> spans;           // unique spans, by content
-    std::vector<const kernels::cpu::KvSpan*> sources;  // of spans[i]
+    std::vector<const kernels::KvSpan*> sources;  // of spans[i]
     std::vector<int> order;                // per-head lists, concatenated
     std::vector<std::pair<int, int>> heads;  // [begin, count) into order
     int64_t bytes = 0;
@@ -158,8 +159,9 @@ class DeviceBackend final : public Backend {
   void GatherRows(char* dst, int head_dim) const;
   void AttendPart(const AttentionSpec& spec, const AttentionPart& p,
                   Activation q, Activation out);
-  // Copies n floats of device logits to *out (D2H, synchronise, read).
-  bool DownloadLogits(int64_t n, float* out);
+  // Copies `bytes` of device memory at `src` to *out (D2H through the
+  // logits staging, synchronise, read).
+  bool Download(DevPtr src, int64_t bytes, float* out);
 
   std::unique_ptr<kernels::device::Runtime> owned_;  // destroyed last
   kernels::device::Runtime* rt_;

@@ -54,7 +54,7 @@ void OraclePolicy::LoadKeys(const PlanContext& ctx) {
     const uint16_t* k = s->keys(ctx.layer, ctx.kv_head);
     for (int32_t r = 0; r < s->size(); ++r, dst += hd) {
       const int64_t stored = s->StoredRow(ctx.layer, ctx.kv_head, r);
-      kernels::cpu::ref::DequantizeRow(config_.kv_dtype, k + stored * hd, hd,
+      kernels::ref::DequantizeRow(config_.kv_dtype, k + stored * hd, hd,
                                        dst);
     }
   }

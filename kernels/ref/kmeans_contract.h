@@ -1,6 +1,6 @@
-// Internal: the pieces of the k-means contract (cluster_ops.h) that the
-// scalar reference and the fast path share, so that both follow it to the
-// bit. They live in cluster_ref.cc, compiled once without ISA flags, so a
+// The pieces of the k-means contract (kernels/cluster_types.h) that the
+// scalar reference and every fast path share, so that all follow it to the
+// bit. They live in kernels/ref/cluster.cc, compiled once without ISA flags, so a
 // given input always yields the same doubles whichever caller asks.
 // Not part of the public API.
 #pragma once
@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/cluster_ops.h"
+#include "kernels/cluster_types.h"
 
-namespace ckv::kernels::cpu::internal {
+namespace ckv::kernels::ref::contract {
 
 // Step 1 of the contract: min(k, n) distinct indices of [0, n) from a
 // partial Fisher-Yates shuffle driven by SplitMix64(seed); index i of the
@@ -44,4 +44,4 @@ void FinishKMeans(int k, int dim, const std::vector<float>& centroids,
                   const std::vector<int32_t>& sizes,
                   const std::vector<int32_t>& assignment, KMeansResult* out);
 
-}  // namespace ckv::kernels::cpu::internal
+}  // namespace ckv::kernels::ref::contract

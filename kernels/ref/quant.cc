@@ -3,10 +3,10 @@
 // block; formulas as documented in kernels/quant_blocks.h.
 #include <cstring>
 
-#include "kernels/cpu/quant.h"
+#include "kernels/ref/ops.h"
 #include "kernels/quant_blocks.h"
 
-namespace ckv::kernels::cpu {
+namespace ckv::kernels::ref {
 namespace {
 
 float H(uint16_t h) { return F16ToF32(h); }
@@ -179,7 +179,7 @@ void Blocks(const void* src, int64_t n, float* dst) {
 
 }  // namespace
 
-void DequantizeRowRef(DType t, const void* src, int64_t n, float* dst) {
+void DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
   switch (t) {
     case DType::kF32:
       std::memcpy(dst, src, n * sizeof(float));
@@ -219,4 +219,4 @@ void DequantizeRowRef(DType t, const void* src, int64_t n, float* dst) {
   }
 }
 
-}  // namespace ckv::kernels::cpu
+}  // namespace ckv::kernels::ref

@@ -1,13 +1,12 @@
-// Scalar reference ops: the oracle for every fast path. Clarity over speed;
-// accumulation in double.
+// Scalar reference ops (kernels/ref/ops.h): the oracle for every fast path.
+// Clarity over speed; accumulation in double.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/ops.h"
-#include "kernels/cpu/quant.h"
+#include "kernels/ref/ops.h"
 
-namespace ckv::kernels::cpu::ref {
+namespace ckv::kernels::ref {
 namespace {
 
 double ElementAt(DType t, const void* row, int64_t i) {
@@ -23,7 +22,7 @@ double ElementAt(DType t, const void* row, int64_t i) {
       const char* block =
           static_cast<const char*>(row) + i / bs * BlockBytes(t);
       float v[256];
-      DequantizeRowRef(t, block, bs, v);
+      DequantizeRow(t, block, bs, v);
       return v[i % bs];
     }
   }
@@ -40,7 +39,7 @@ void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
   const int64_t row_bytes = RowBytes(wtype, n_in);
   std::vector<float> row(n_in);
   for (int64_t o = 0; o < n_out; ++o) {
-    DequantizeRowRef(wtype, static_cast<const char*>(w) + o * row_bytes, n_in,
+    DequantizeRow(wtype, static_cast<const char*>(w) + o * row_bytes, n_in,
                      row.data());
     for (int64_t t = 0; t < n_tokens; ++t) {
       double acc = 0.0;
@@ -119,10 +118,6 @@ void Add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void DequantizeRow(DType t, const void* src, int64_t n, float* dst) {
-  DequantizeRowRef(t, src, n, dst);
-}
-
 namespace {
 
 // Attention of one query vector over one head's spans (two-pass softmax).
@@ -176,4 +171,4 @@ void Attention(const AttentionArgs& a) {
   }
 }
 
-}  // namespace ckv::kernels::cpu::ref
+}  // namespace ckv::kernels::ref

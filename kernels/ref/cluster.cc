@@ -1,15 +1,15 @@
-// Scalar reference of the clustered-KV ops (cluster_ops.h), double
+// Scalar reference of the clustered-KV ops (kernels/ref/cluster.h), double
 // accumulation, plus the contract pieces shared with the fast path
-// (kmeans_internal.h).
+// (kmeans_contract.h).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-#include "kernels/cpu/cluster_ops.h"
-#include "kernels/cpu/kmeans_internal.h"
+#include "kernels/ref/cluster.h"
+#include "kernels/ref/kmeans_contract.h"
 
-namespace ckv::kernels::cpu {
-namespace internal {
+namespace ckv::kernels::ref {
+namespace contract {
 namespace {
 
 uint64_t SplitMix64(uint64_t* state) {
@@ -108,9 +108,8 @@ void FinishKMeans(int k, int dim, const std::vector<float>& centroids,
   }
 }
 
-}  // namespace internal
+}  // namespace contract
 
-namespace ref {
 namespace {
 
 float ElementF32(DType t, const void* row, int64_t i) {
@@ -142,7 +141,7 @@ bool AssignAll(const KMeansProblem& p, const std::vector<float>& keys, int k,
                std::vector<int32_t>* assignment) {
   std::vector<double> inv(k);
   for (int c = 0; c < k; ++c) {
-    inv[c] = internal::CentroidInvNorm(&centroids[int64_t{c} * p.dim], p.dim);
+    inv[c] = contract::CentroidInvNorm(&centroids[int64_t{c} * p.dim], p.dim);
   }
   bool changed = false;
   for (int64_t i = 0; i < p.n; ++i) {
@@ -150,7 +149,7 @@ bool AssignAll(const KMeansProblem& p, const std::vector<float>& keys, int k,
     int32_t arg = 0;
     for (int c = 0; c < k; ++c) {
       const double s =
-          internal::ExactScore(p.metric, &keys[i * p.dim],
+          contract::ExactScore(p.metric, &keys[i * p.dim],
                                &centroids[int64_t{c} * p.dim], inv[c], p.dim);
       if (s > best) {  // strict: ties keep the lowest index
         best = s;
@@ -172,7 +171,7 @@ void KMeans(const KMeansProblem& p, KMeansResult* out) {
   const std::vector<float> keys =
       RowsToF32(p.keys, p.dtype, p.stride, p.n, p.dim);
   std::vector<float> centroids(int64_t{k} * p.dim);
-  const std::vector<int64_t> seeds = internal::KMeansSeeds(p.n, k, p.seed);
+  const std::vector<int64_t> seeds = contract::KMeansSeeds(p.n, k, p.seed);
   for (int c = 0; c < k; ++c) {
     std::copy_n(&keys[seeds[c] * p.dim], p.dim, &centroids[int64_t{c} * p.dim]);
   }
@@ -180,7 +179,7 @@ void KMeans(const KMeansProblem& p, KMeansResult* out) {
   for (int it = 1; it <= std::max(1, p.max_iters); ++it) {
     const bool changed = AssignAll(p, keys, k, centroids, &assignment);
     out->key_scorings += p.n;
-    internal::UpdateCentroids(keys.data(), p.n, p.dim, assignment.data(), k,
+    contract::UpdateCentroids(keys.data(), p.n, p.dim, assignment.data(), k,
                               centroids.data(), sizes.data());
     out->iterations = it;
     if (!changed) {
@@ -188,7 +187,7 @@ void KMeans(const KMeansProblem& p, KMeansResult* out) {
       break;
     }
   }
-  internal::FinishKMeans(k, p.dim, centroids, sizes, assignment, out);
+  contract::FinishKMeans(k, p.dim, centroids, sizes, assignment, out);
 }
 
 void CentroidScores(const float* q, const float* centroids, int64_t n, int dim,
@@ -236,5 +235,4 @@ void QuestScores(const float* q, const float* page_min, const float* page_max,
   }
 }
 
-}  // namespace ref
-}  // namespace ckv::kernels::cpu
+}  // namespace ckv::kernels::ref
