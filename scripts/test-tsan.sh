@@ -11,6 +11,6 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCLUSTERKV_FUZZ=OFF -DCLUSTERKV_SANITIZE=thread
 cmake --build build-tsan --target kernels_thread_pool_test kv_store_test \
   kv_policy_test engine_loop_test blocking_pool_test device_runtime_test \
-  device_backend_test backend_ops_test
+  device_backend_test backend_ops_test pinned_arena_test
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -L concurrency -j "$(nproc)"

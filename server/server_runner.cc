@@ -133,6 +133,7 @@ absl::Status ClusterKvServer::LoadBackend() {
   auto backend = MakeBackend(config_.backend, backend_options);
   if (!backend.ok()) return backend.status();
   const BackendInfo info = (*backend)->info();
+  sessions_->set_host_arena((*backend)->host_arena());
   LogInfo(absl::StrCat("backend ", info.name,
                        config_.backend == BackendKind::kAuto ? " (auto)" : "",
                        ": ", info.device));

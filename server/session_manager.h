@@ -105,6 +105,11 @@ class SessionManager {
 
   // Durable sessions (server/session_snapshots.h); set once before serving.
   void set_snapshots(SessionSnapshots* snapshots) { snapshots_ = snapshots; }
+  // Where new sessions' stores keep their segment rows: the backend's arena
+  // (Backend::host_arena(); the heap until set). Set before serving.
+  void set_host_arena(std::shared_ptr<HostArena> arena) {
+    arena_ = std::move(arena);
+  }
   // Snapshots every session that is not busy (drain); returns how many.
   int SnapshotAll();
 
@@ -153,6 +158,7 @@ class SessionManager {
   const KvShape shape_;
   const ServerLimits limits_;
   ClusterWorker* worker_;
+  std::shared_ptr<HostArena> arena_;
   mutable std::mutex mu_;
   // Guarded by mu_.
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_;

@@ -170,7 +170,8 @@ absl::Status SessionSnapshots::Unusable(const std::string& id,
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionSnapshots::Restore(
-    const std::string& id, ClusterWorker* worker) {
+    const std::string& id, ClusterWorker* worker,
+    std::shared_ptr<HostArena> arena) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string path;
   {
@@ -181,7 +182,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionSnapshots::Restore(
     }
     path = it->second;
   }
-  auto snap = ReadSnapshotFile(path, expect_);
+  SnapshotExpect expect = expect_;
+  expect.arena = arena;
+  auto snap = ReadSnapshotFile(path, expect);
   if (!snap.ok()) return Unusable(id, snap.status().message());
   SnapshotMeta& m = snap->meta;
   if (m.session_id != id) {
@@ -189,7 +192,8 @@ absl::StatusOr<std::shared_ptr<Session>> SessionSnapshots::Restore(
                                      m.session_id, "'"));
   }
   const KvStoreConfig kv = snap->store.config;
-  auto store = ClusteredKvStore::Restore(std::move(snap->store), worker);
+  auto store = ClusteredKvStore::Restore(std::move(snap->store), worker,
+                                         std::move(arena));
   if (!store.ok()) {
     return Unusable(id, absl::StrCat(path, ": ", store.status().message()));
   }

@@ -28,12 +28,14 @@ int64_t Lap(std::chrono::steady_clock::time_point* t) {
 
 ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
                                    const KvStoreConfig& config,
-                                   ClusterWorker* worker)
+                                   ClusterWorker* worker,
+                                   std::shared_ptr<HostArena> arena)
     : shape_(shape),
       config_(config),
       policy_(MakePolicy(config)),
       indexes_(BuiltIndexes(config)),
       worker_(config.async_clustering ? worker : nullptr),
+      arena_(arena ? std::move(arena) : HeapArena()),
       sinks_(shape.n_layers),
       open_(shape.n_layers),
       sink_rows_(shape.n_layers, 0),
@@ -161,7 +163,7 @@ void ClusteredKvStore::FinishPromptLayer(int layer) {
               ? std::min(end, (pos / prompt_block_ + 1) * prompt_block_)
               : end;
       pending_.push_back(std::make_shared<Segment>(Segment::NextUid(), pos,
-                                                   next - pos, shape_));
+                                                   next - pos, shape_, arena_));
       pos = next;
     }
   }
@@ -197,7 +199,7 @@ void ClusteredKvStore::ScheduleIndex(const std::shared_ptr<Segment>& seg,
 // Moves the first `rows` open rows of every layer into a new segment.
 void ClusteredKvStore::CloseOpenRows(int64_t rows) {
   auto seg = std::make_shared<Segment>(Segment::NextUid(), open_first_pos_,
-                                       rows, shape_);
+                                       rows, shape_, arena_);
   const int hd = shape_.head_dim;
   std::vector<int> sparse;
   for (int l = 0; l < shape_.n_layers; ++l) {
@@ -617,7 +619,7 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Fork(
   if (auto s = CheckForkConfig(config_, child_config); !s.ok()) return s;
   KvStoreConfig c = child_config;
   c.build_all_indexes = config_.build_all_indexes;
-  auto child = std::make_unique<ClusteredKvStore>(shape_, c, worker_);
+  auto child = std::make_unique<ClusteredKvStore>(shape_, c, worker_, arena_);
   child->n_tokens_ = n_tokens_;
   child->sinks_ = sinks_;
   // Only the used open rows: a parent that prefilled a long prompt keeps a
@@ -656,7 +658,8 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::ForkPrefix(
         absl::StrCat("ForkPrefix: ", n_segments, " of ", segments_.size(),
                      " segments, ", sink_count(), " sink rows"));
   }
-  auto child = std::make_unique<ClusteredKvStore>(shape_, config_, worker_);
+  auto child =
+      std::make_unique<ClusteredKvStore>(shape_, config_, worker_, arena_);
   const Segment& last = *segments_[n_segments - 1];
   child->n_tokens_ = last.first_pos() + last.size();
   child->sinks_ = sinks_;

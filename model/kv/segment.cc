@@ -20,17 +20,16 @@ int64_t HeadIndex::bytes() const {
 }
 
 Segment::Segment(int64_t uid, int64_t first_pos, int64_t n,
-                 const KvShape& shape)
+                 const KvShape& shape, std::shared_ptr<HostArena> arena)
     : uid_(uid),
       first_pos_(first_pos),
       n_(n),
       shape_(shape),
       layers_(shape.n_layers) {
-  const size_t per_layer =
-      static_cast<size_t>(shape.n_kv_heads) * n * shape.head_dim;
+  const int64_t per_layer = int64_t{shape.n_kv_heads} * n * shape.head_dim;
   for (auto& l : layers_) {
-    l.k.resize(per_layer);
-    l.v.resize(per_layer);
+    l.k = HostRows(arena, per_layer);
+    l.v = HostRows(arena, per_layer);
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/dtype.h"
+#include "model/kv/host_arena.h"
 #include "model/kv/index_builder.h"
 #include "model/kv/kv_config.h"
 
@@ -72,14 +73,17 @@ struct HeadIndex {
 };
 
 struct SegmentLayer {
-  std::vector<uint16_t> k, v;    // [n_kv_heads][n][head_dim], host tier
+  HostRows k, v;                 // [n_kv_heads][n][head_dim], host tier
   std::vector<HeadIndex> heads;  // [n_kv_heads]; empty for dense layers
   int64_t ticket = 0;            // ClusterWorker job that builds `heads`
 };
 
 class Segment {
  public:
-  Segment(int64_t uid, int64_t first_pos, int64_t n, const KvShape& shape);
+  // The rows come from `arena` (null: the heap), uninitialised: the
+  // store writes every row before anyone reads the segment.
+  Segment(int64_t uid, int64_t first_pos, int64_t n, const KvShape& shape,
+          std::shared_ptr<HostArena> arena = nullptr);
 
   int64_t uid() const { return uid_; }  // unique in the process
   int64_t first_pos() const { return first_pos_; }

@@ -616,7 +616,8 @@ absl::StatusOr<std::shared_ptr<Segment>> ReadSegment(In& in,
   if (!in.Need(uint64_t{2} * 2 * elems * shape.n_layers, "segment rows")) {
     return in.status();
   }
-  auto seg = std::make_shared<Segment>(Segment::NextUid(), first_pos, n, shape);
+  auto seg = std::make_shared<Segment>(Segment::NextUid(), first_pos, n, shape,
+                                       e.arena);
   for (int l = 0; l < shape.n_layers && in.ok(); ++l) {
     SegmentLayer& layer = seg->layer(l);
     in.Fixed(layer.k.data(), elems, "segment keys");

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +83,9 @@ struct SnapshotExpect {
   KvShape shape;                 // of the loaded model
   int vocab_size = 0;            // last_logits: empty or this long
   int64_t max_tokens = 1 << 20;  // replaces the file's store token limit
+  // Where the segments' rows are read into (model/kv/host_arena.h; the
+  // arena of the backend that will run the store); null: the heap.
+  std::shared_ptr<HostArena> arena;
   // False skips both CRCs and the store fingerprint, so that a fuzzer
   // reaches the section parser with arbitrary payloads. Servers verify.
   bool verify_checksums = true;

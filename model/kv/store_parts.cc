@@ -116,7 +116,8 @@ absl::Status CheckSegment(const Segment& seg, int64_t first_pos,
   const size_t elems = size_t{1} * s.n_kv_heads * seg.size() * s.head_dim;
   for (int l = 0; l < s.n_layers; ++l) {
     const SegmentLayer& layer = seg.layer(l);
-    if (layer.k.size() != elems || layer.v.size() != elems) {
+    if (layer.k.size() != static_cast<int64_t>(elems) ||
+        layer.v.size() != static_cast<int64_t>(elems)) {
       return Bad("segment K/V size does not match its rows");
     }
     const bool sparse = l >= c.dense_layers && s.window(l) == 0;
@@ -201,10 +202,10 @@ absl::StatusOr<StoreParts> ClusteredKvStore::Export() const {
 }
 
 absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Restore(
-    StoreParts parts, ClusterWorker* worker) {
+    StoreParts parts, ClusterWorker* worker, std::shared_ptr<HostArena> arena) {
   if (auto st = CheckParts(parts); !st.ok()) return st;
-  auto store =
-      std::make_unique<ClusteredKvStore>(parts.shape, parts.config, worker);
+  auto store = std::make_unique<ClusteredKvStore>(parts.shape, parts.config,
+                                                  worker, std::move(arena));
   const KvShape& s = parts.shape;
   store->n_tokens_ = parts.n_tokens;
   for (int l = 0; l < s.n_layers; ++l) {

@@ -96,6 +96,7 @@ struct Trace {
   std::vector<std::vector<std::vector<int64_t>>> selected;
   CacheStats stats;
   absl::Status status;
+  AttendCopyStats copies;  // a DeviceBackend's
 };
 
 std::unique_ptr<Backend> Cpu() {
@@ -122,8 +123,12 @@ std::vector<std::vector<int64_t>> Selected(const ClusteredKvStore& store,
 // sparse clustered store (or a dense cache when `dense`).
 Trace Greedy(const Model& m, std::unique_ptr<Backend> backend, int prompt,
              int steps, bool dense = false) {
+  const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
+  // The segments' rows in the backend's arena (pinned on the device).
+  std::shared_ptr<HostArena> arena = backend->host_arena();
   Transformer tf(m.config, m.weights, {1, 64}, std::move(backend));
-  ClusteredKvStore store(KvShapeOf(m.config), SparseConfig(), nullptr);
+  ClusteredKvStore store(KvShapeOf(m.config), SparseConfig(), nullptr,
+                         std::move(arena));
   DenseKvCache dense_cache(
       DenseCacheOptions(m.config, kernels::DType::kF16, 4096));
   KvCache* cache = dense ? static_cast<KvCache*>(&dense_cache) : &store;
@@ -144,6 +149,7 @@ Trace Greedy(const Model& m, std::unique_ptr<Backend> backend, int prompt,
     if (!dense) t.selected.push_back(Selected(store, m.config));
   }
   if (!dense) t.stats = store.cache_stats();
+  if (device != nullptr) t.copies = device->attend_copies();
   return t;
 }
 
@@ -192,6 +198,9 @@ TEST_P(DeviceArchTest, GreedyMatchesCpu) {
   const Trace dev = Greedy(*m, Device(rt), 48, 64);
   ExpectSameTrace(dev, cpu, GetParam());
   EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+  // Segment rows (selected clusters, whole segments) went up straight from
+  // the pinned arena.
+  EXPECT_GT(dev.copies.direct_bytes, 0) << GetParam();
   // Selection really was sparse somewhere.
   bool sparse = false;
   for (const auto& step : cpu.selected) {
@@ -232,6 +241,45 @@ TEST(DeviceBackendTest, SchedulesAreBitIdentical) {
   }
 }
 
+// Segment rows in the backend's pinned arena are copied to the device
+// straight from the segments; in heap memory (the arena a store gets when
+// made without the backend's) they go through the staging buffer. Both give
+// the same bits, under every schedule, with the ordering checker clean.
+TEST(DeviceBackendTest, PinnedSegmentRowsAreCopiedStraightFromTheSegments) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  FakeRuntime heap_rt(Fake(Schedule::kInline));
+  const Trace heap = Greedy(*m, Device(heap_rt, {.heap_arena = true}), 48, 24);
+  ASSERT_TRUE(heap.status.ok()) << heap.status;
+  EXPECT_EQ(heap.copies.direct_bytes, 0);
+  EXPECT_GT(heap.copies.staged_bytes, 0);
+  for (Schedule s : {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
+    FakeRuntime rt(Fake(s, 4));
+    const Trace pinned = Greedy(*m, Device(rt), 48, 24);
+    ASSERT_TRUE(pinned.status.ok()) << pinned.status;
+    EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+    ASSERT_EQ(pinned.logits.size(), heap.logits.size());
+    for (size_t i = 0; i < heap.logits.size(); ++i) {
+      EXPECT_EQ(pinned.logits[i], heap.logits[i])
+          << ScheduleName(s) << " step " << i;
+    }
+    EXPECT_EQ(pinned.selected, heap.selected);
+    EXPECT_GT(pinned.copies.direct_bytes, 0);
+    EXPECT_GT(pinned.copies.direct_copies, 0);
+    std::printf(
+        "%s: staged %lld bytes, direct %lld bytes in %lld copies "
+        "(heap arena: staged %lld)\n",
+        ScheduleName(s), static_cast<long long>(pinned.copies.staged_bytes),
+        static_cast<long long>(pinned.copies.direct_bytes),
+        static_cast<long long>(pinned.copies.direct_copies),
+        static_cast<long long>(heap.copies.staged_bytes));
+    // The rows that no longer pass through staging.
+    EXPECT_LT(pinned.copies.staged_bytes + pinned.copies.direct_bytes / 2,
+              heap.copies.staged_bytes)
+        << ScheduleName(s);
+  }
+}
+
 // The trained demo model (F16 or quantised weights as shipped).
 TEST(DeviceBackendTest, DemoModelMatchesCpu) {
   const std::string path =
@@ -258,12 +306,13 @@ struct MultiRun {
 //  2. one step: A decodes a token while B prefills 24 (two parts);
 //  3. A forks twice; A, both forks and B decode 6 steps in one batch.
 MultiRun BatchScenario(const Model& m, std::unique_ptr<Backend> backend) {
+  std::shared_ptr<HostArena> arena = backend->host_arena();
   Transformer tf(m.config, m.weights, {1, 256}, std::move(backend));
   const int vocab = m.config.vocab_size;
   std::vector<std::unique_ptr<ClusteredKvStore>> stores;
   for (int i = 0; i < 2; ++i) {
     stores.push_back(std::make_unique<ClusteredKvStore>(
-        KvShapeOf(m.config), SparseConfig(), nullptr));
+        KvShapeOf(m.config), SparseConfig(), nullptr, arena));
   }
   MultiRun r;
   std::vector<float> la, lb;

@@ -72,6 +72,7 @@ DeviceBackend::~DeviceBackend() { FreeAll(); }
 
 void DeviceBackend::Init() {
   info_.device_memory_bytes = rt_->Info().total_bytes;
+  arena_ = std::make_shared<PinnedArena>(*rt_, owned_);
   auto st = rt_->CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
 }
@@ -97,6 +98,11 @@ void DeviceBackend::FreeAll() {
     }
     *s = Staging{};
   }
+}
+
+std::shared_ptr<HostArena> DeviceBackend::host_arena() {
+  if (debug_.heap_arena) return HeapArena();
+  return arena_;
 }
 
 bool DeviceBackend::Ok(const absl::Status& s) {
@@ -393,32 +399,68 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
       plan_.order.push_back(it->second);
     }
   }
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    plan_.spans[i].direct = IsDirect(*plan_.sources[i], head_dim);
+  }
+  // Staged K rows, staged V rows, explicit positions: one upload from the
+  // staging buffer; then each direct span's K and V.
   int64_t off = 0;
-  for (SpanMeta& m : plan_.spans) {
-    m.k_off = off;
-    off = AlignUp(off + m.count * kernels::RowBytes(m.dtype, head_dim));
-  }
-  for (SpanMeta& m : plan_.spans) {
-    m.v_off = off;
-    off = AlignUp(off + m.count * kernels::RowBytes(m.dtype, head_dim));
-  }
+  auto place_rows = [&](bool direct, bool values) {
+    for (SpanMeta& m : plan_.spans) {
+      if (m.direct != direct) continue;
+      (values ? m.v_off : m.k_off) = off;
+      off = AlignUp(off + m.count * kernels::RowBytes(m.dtype, head_dim));
+    }
+  };
+  place_rows(false, false);
+  place_rows(false, true);
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
     if (PlainRun(*plan_.sources[i])) continue;
     plan_.spans[i].pos_off = off;
     off = AlignUp(off +
                   plan_.spans[i].count * static_cast<int64_t>(sizeof(int64_t)));
   }
+  plan_.staged_bytes = off;
+  place_rows(true, false);
+  place_rows(true, true);
   plan_.bytes = std::max<int64_t>(off, kAlign);
 }
 
-// Copies every planned span's rows (index lists resolved) and positions.
+// A span whose K and V rows are each one contiguous run of pinned arena
+// memory (a selected cluster or a whole segment head, stored by cluster):
+// the device copies it from there.
+bool DeviceBackend::IsDirect(const kernels::KvSpan& s, int head_dim) const {
+  if (s.rows != nullptr || s.stride != head_dim || s.count == 0) return false;
+  const int64_t bytes = s.count * kernels::RowBytes(s.dtype, head_dim);
+  return arena_->Contains(s.k, bytes) && arena_->Contains(s.v, bytes);
+}
+
+// Enqueues the H2D copies of the direct spans' rows into the scratch at kv.
+bool DeviceBackend::CopyDirectSpans(DevPtr kv, int head_dim) {
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    const SpanMeta& m = plan_.spans[i];
+    if (!m.direct) continue;
+    const kernels::KvSpan& s = *plan_.sources[i];
+    const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
+    if (!Ok(rt_->CopyH2D(kv + m.k_off, s.k, bytes, stream_)) ||
+        !Ok(rt_->CopyH2D(kv + m.v_off, s.v, bytes, stream_))) {
+      return false;
+    }
+    copies_.direct_bytes += 2 * bytes;
+    copies_.direct_copies += 2;
+  }
+  return true;
+}
+
+// Copies the staged spans' rows (index lists resolved) and every explicit
+// position list into the staging section [0, plan_.staged_bytes).
 void DeviceBackend::GatherRows(char* dst, int head_dim) const {
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
     const SpanMeta& m = plan_.spans[i];
     const kernels::KvSpan& s = *plan_.sources[i];
     const int64_t stored = kernels::RowBytes(s.dtype, s.stride);
     const int64_t used = kernels::RowBytes(s.dtype, head_dim);
-    for (int64_t r = 0; r < s.count; ++r) {
+    for (int64_t r = 0; r < (m.direct ? 0 : s.count); ++r) {
       const int64_t row = s.rows != nullptr ? s.rows[r] : r;
       std::memcpy(dst + m.k_off + r * used,
                   static_cast<const char*>(s.k) + row * stored, used);
@@ -438,18 +480,18 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
                                Activation out) {
   if (!ok()) return;
   PlanSpans(spec.n_heads, spec.head_dim);
-  const int64_t bytes = plan_.bytes;
-  if (kv_stage_used_ + bytes > kv_stage_.bytes) {
+  const int64_t bytes = plan_.bytes, staged = plan_.staged_bytes;
+  if (kv_stage_used_ + staged > kv_stage_.bytes) {
     // Earlier parts' copies must finish before the staging is rewritten.
-    if (!Ok(rt_->Synchronize(stream_)) || !GrowStaging(kv_stage_, bytes)) {
+    if (!Ok(rt_->Synchronize(stream_)) || !GrowStaging(kv_stage_, staged)) {
       return;
     }
     kv_stage_used_ = 0;
   }
   char* host = kv_stage_.host + kv_stage_used_;
-  if (!Ok(rt_->HostWrite(host, bytes))) return;
+  if (staged > 0 && !Ok(rt_->HostWrite(host, staged))) return;
   GatherRows(host, spec.head_dim);
-  kv_stage_used_ += bytes;
+  kv_stage_used_ += staged;
   // The device scratch is reused in stream order (no wait needed).
   if (kv_dev_used_ + bytes > kv_dev_.bytes) {
     if (!GrowDevice(kv_dev_, bytes)) return;
@@ -457,7 +499,9 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
   }
   const DevPtr kv = kv_dev_.ptr + kv_dev_used_;
   kv_dev_used_ += bytes;
-  if (!Ok(rt_->CopyH2D(kv, host, bytes, stream_))) return;
+  if (staged > 0 && !Ok(rt_->CopyH2D(kv, host, staged, stream_))) return;
+  copies_.staged_bytes += staged;
+  if (!CopyDirectSpans(kv, spec.head_dim)) return;
   const Range qr = Rows(q, p.row, p.n), outr = Rows(out, p.row, p.n);
   const Range pr{pos_dev_.ptr + p.row * static_cast<int64_t>(sizeof(int64_t)),
                  p.n * static_cast<int64_t>(sizeof(int64_t))};

@@ -28,6 +28,7 @@
 
 #include "kernels/device/runtime.h"
 #include "model/backend/backend.h"
+#include "model/backend/device/pinned_arena.h"
 
 namespace ckv {
 
@@ -43,6 +44,16 @@ struct DeviceBackendDebug {
   // Logits announce a host read of the device logits buffer (the runtime
   // refuses a device address as a host pointer).
   bool host_reads_device_ptr = false;
+  // Segment rows from the heap instead of the pinned arena (host_arena()),
+  // so every attended row goes through the staging buffer as in stage 1.
+  bool heap_arena = false;
+};
+
+// How the attended K/V rows reached the device (bytes, summed over calls).
+struct AttendCopyStats {
+  int64_t staged_bytes = 0;  // gathered on the host into pinned staging
+  int64_t direct_bytes = 0;  // copied straight from pinned segment rows
+  int64_t direct_copies = 0;
 };
 
 class DeviceBackend final : public Backend {
@@ -51,7 +62,8 @@ class DeviceBackend final : public Backend {
   // are what info() reports (device memory: the runtime's total bytes).
   DeviceBackend(kernels::device::Runtime& runtime, std::string name,
                 std::string device, DeviceBackendDebug debug = {});
-  // Runs on `runtime`, which it owns.
+  // Runs on `runtime`, which it owns (and which the pinned arena keeps
+  // alive while segments hold its blocks).
   DeviceBackend(std::unique_ptr<kernels::device::Runtime> runtime,
                 std::string name, std::string device,
                 DeviceBackendDebug debug = {});
@@ -65,6 +77,10 @@ class DeviceBackend final : public Backend {
   kernels::device::Runtime& runtime() { return *rt_; }
   // Weights, norms and biases uploaded so far (bytes of device memory).
   int64_t resident_bytes() const { return resident_bytes_; }
+  const AttendCopyStats& attend_copies() const { return copies_; }
+  // The pinned arena (segments made from it must be freed before a runtime
+  // the backend does not own).
+  std::shared_ptr<HostArena> host_arena() override;
 
   Activation NewActivation(int64_t width) override;
   void BeginStep(absl::Span<const int64_t> positions) override;
@@ -115,6 +131,9 @@ class DeviceBackend final : public Backend {
     int64_t first_pos = 0;
     int64_t k_off = 0, v_off = 0;
     int64_t pos_off = -1;  // explicit positions, or -1: first_pos + r
+    // Rows copied straight from pinned segment memory (a contiguous run of
+    // the arena), not gathered into staging.
+    bool direct = false;
   };
   // The rebased layout of one part's AttendSet.
   struct KvPlan {
@@ -122,7 +141,8 @@ class DeviceBackend final : public Backend {
     std::vector<const kernels::KvSpan*> sources;  // of spans[i]
     std::vector<int> order;                // per-head lists, concatenated
     std::vector<std::pair<int, int>> heads;  // [begin, count) into order
-    int64_t bytes = 0;
+    int64_t staged_bytes = 0;  // [0, staged_bytes): from the staging buffer
+    int64_t bytes = 0;         // then the direct spans' K and V
   };
 
   // Records the first error; true when `s` is OK.
@@ -156,6 +176,8 @@ class DeviceBackend final : public Backend {
   void AppendLost(int layer, absl::Span<const AttentionPart> parts,
                   int64_t kv_dim);
   void PlanSpans(int n_heads, int head_dim);
+  bool IsDirect(const kernels::KvSpan& s, int head_dim) const;
+  bool CopyDirectSpans(DevPtr kv, int head_dim);
   void GatherRows(char* dst, int head_dim) const;
   void AttendPart(const AttentionSpec& spec, const AttentionPart& p,
                   Activation q, Activation out);
@@ -163,7 +185,7 @@ class DeviceBackend final : public Backend {
   // logits staging, synchronise, read).
   bool Download(DevPtr src, int64_t bytes, float* out);
 
-  std::unique_ptr<kernels::device::Runtime> owned_;  // destroyed last
+  std::shared_ptr<kernels::device::Runtime> owned_;  // destroyed last
   kernels::device::Runtime* rt_;
   DeviceBackendDebug debug_;
   BackendInfo info_;
@@ -183,6 +205,8 @@ class DeviceBackend final : public Backend {
   AttendSet attend_;
   KvPlan plan_;
   std::vector<float> lost_;  // zero K/V rows appended after an error
+  std::shared_ptr<PinnedArena> arena_;  // segment rows (host_arena())
+  AttendCopyStats copies_;
 };
 
 // MakeBackend(kFake): a DeviceBackend owning a new FakeRuntime made from
