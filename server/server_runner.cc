@@ -133,7 +133,7 @@ absl::Status ClusterKvServer::LoadBackend() {
   auto backend = MakeBackend(config_.backend, backend_options);
   if (!backend.ok()) return backend.status();
   const BackendInfo info = (*backend)->info();
-  sessions_->set_host_arena((*backend)->host_arena());
+  sessions_->set_store_env((*backend)->store_env());
   LogInfo(absl::StrCat("backend ", info.name,
                        config_.backend == BackendKind::kAuto ? " (auto)" : "",
                        ": ", info.device));

@@ -89,7 +89,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Create(
   if (auto s = ValidateSamplingParams(o.sampling); !s.ok()) return s;
   KvStoreConfig kv = o.kv;
   kv.max_tokens = limits_.max_session_tokens;
-  auto store = std::make_unique<ClusteredKvStore>(shape_, kv, worker_, arena_);
+  auto store = std::make_unique<ClusteredKvStore>(shape_, kv, worker_, env_);
   const uint32_t ttl = o.idle_ttl_seconds ? o.idle_ttl_seconds
                                           : limits_.session_idle_ttl_seconds;
   std::lock_guard<std::mutex> lock(mu_);
@@ -138,7 +138,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Restore(
   std::lock_guard<std::mutex> restoring(restore_mu_);
   std::shared_ptr<Session> s = Find(id);  // restored by a concurrent call?
   if (s == nullptr) {
-    auto restored = snapshots_->Restore(id, worker_, arena_);
+    auto restored = snapshots_->Restore(id, worker_, env_);
     if (!restored.ok()) return restored.status();
     s = *std::move(restored);
     if (s->tenant() != tenant) return UnknownSession(id);  // not registered

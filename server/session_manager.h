@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/kv/cluster_worker.h"
+#include "model/kv/store_env.h"
 #include "model/model_config.h"
 #include "server/prefix_cache.h"
 #include "server/server_config.h"
@@ -105,11 +106,10 @@ class SessionManager {
 
   // Durable sessions (server/session_snapshots.h); set once before serving.
   void set_snapshots(SessionSnapshots* snapshots) { snapshots_ = snapshots; }
-  // Where new sessions' stores keep their segment rows: the backend's arena
-  // (Backend::host_arena(); the heap until set). Set before serving.
-  void set_host_arena(std::shared_ptr<HostArena> arena) {
-    arena_ = std::move(arena);
-  }
+  // What new and restored sessions' stores get from the backend
+  // (Backend::store_env(): segment-row arena, layer planner; the heap and
+  // host policies until set). Set before serving.
+  void set_store_env(StoreEnv env) { env_ = std::move(env); }
   // Snapshots every session that is not busy (drain); returns how many.
   int SnapshotAll();
 
@@ -158,7 +158,7 @@ class SessionManager {
   const KvShape shape_;
   const ServerLimits limits_;
   ClusterWorker* worker_;
-  std::shared_ptr<HostArena> arena_;
+  StoreEnv env_;
   mutable std::mutex mu_;
   // Guarded by mu_.
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_;

@@ -170,8 +170,7 @@ absl::Status SessionSnapshots::Unusable(const std::string& id,
 }
 
 absl::StatusOr<std::shared_ptr<Session>> SessionSnapshots::Restore(
-    const std::string& id, ClusterWorker* worker,
-    std::shared_ptr<HostArena> arena) {
+    const std::string& id, ClusterWorker* worker, StoreEnv env) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string path;
   {
@@ -183,7 +182,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionSnapshots::Restore(
     path = it->second;
   }
   SnapshotExpect expect = expect_;
-  expect.arena = arena;
+  expect.arena = env.arena;
   auto snap = ReadSnapshotFile(path, expect);
   if (!snap.ok()) return Unusable(id, snap.status().message());
   SnapshotMeta& m = snap->meta;
@@ -192,8 +191,8 @@ absl::StatusOr<std::shared_ptr<Session>> SessionSnapshots::Restore(
                                      m.session_id, "'"));
   }
   const KvStoreConfig kv = snap->store.config;
-  auto store = ClusteredKvStore::Restore(std::move(snap->store), worker,
-                                         std::move(arena));
+  auto store =
+      ClusteredKvStore::Restore(std::move(snap->store), worker, std::move(env));
   if (!store.ok()) {
     return Unusable(id, absl::StrCat(path, ": ", store.status().message()));
   }

@@ -54,11 +54,11 @@ class SessionSnapshots {
   // NOT_FOUND when none is registered. FAILED_PRECONDITION naming the file
   // when it is unusable (corrupt, truncated, of another model or store
   // layout, or of another id): logged, and the id is forgotten (the file
-  // stays for inspection) so that later calls get NOT_FOUND. The store's
-  // segment rows come from `arena` (null: the heap).
-  absl::StatusOr<std::shared_ptr<Session>> Restore(
-      const std::string& id, ClusterWorker* worker,
-      std::shared_ptr<HostArena> arena = nullptr);
+  // stays for inspection) so that later calls get NOT_FOUND. The store
+  // gets `env` (its segment rows are read into env.arena).
+  absl::StatusOr<std::shared_ptr<Session>> Restore(const std::string& id,
+                                                   ClusterWorker* worker,
+                                                   StoreEnv env = {});
   // Deletes `id`'s snapshot, if any (CloseSession).
   void Remove(const std::string& id);
 

@@ -22,7 +22,7 @@
 #include "absl/types/span.h"
 #include "kernels/device/schedule.h"
 #include "model/arch/arch.h"
-#include "model/kv/host_arena.h"
+#include "model/kv/store_env.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
 
@@ -124,11 +124,12 @@ class Backend {
   // rows where its K and V were lost. Transformer::Forward returns it.
   virtual absl::Status status() const { return absl::OkStatus(); }
 
-  // Where the KV stores of the sequences this backend runs keep their
-  // segments' rows (model/kv/host_arena.h): the heap on the CPU, pinned
-  // memory on a device backend (whose attention then copies those rows
-  // straight from the segments). Stores made with another arena still work.
-  virtual std::shared_ptr<HostArena> host_arena() { return HeapArena(); }
+  // What the clustered stores of the sequences this backend runs should be
+  // made with (model/kv/store_env.h): on the CPU the heap and the stores'
+  // own policies; on a device backend pinned segment rows (which its
+  // attention copies straight from the segments) and a planner that
+  // selects on the device. Stores made without it still work.
+  virtual StoreEnv store_env() { return {HeapArena(), nullptr}; }
 
   // A new activation of `width` floats per row. Call before the first step.
   virtual Activation NewActivation(int64_t width) = 0;

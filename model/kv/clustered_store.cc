@@ -28,14 +28,15 @@ int64_t Lap(std::chrono::steady_clock::time_point* t) {
 
 ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
                                    const KvStoreConfig& config,
-                                   ClusterWorker* worker,
-                                   std::shared_ptr<HostArena> arena)
+                                   ClusterWorker* worker, StoreEnv env)
     : shape_(shape),
       config_(config),
       policy_(MakePolicy(config)),
       indexes_(BuiltIndexes(config)),
       worker_(config.async_clustering ? worker : nullptr),
-      arena_(arena ? std::move(arena) : HeapArena()),
+      env_(std::move(env)),
+      planner_(env_.planner && env_.planner->Plans(config) ? env_.planner.get()
+                                                           : nullptr),
       sinks_(shape.n_layers),
       open_(shape.n_layers),
       sink_rows_(shape.n_layers, 0),
@@ -162,8 +163,8 @@ void ClusteredKvStore::FinishPromptLayer(int layer) {
           prompt_block_ > 0
               ? std::min(end, (pos / prompt_block_ + 1) * prompt_block_)
               : end;
-      pending_.push_back(std::make_shared<Segment>(Segment::NextUid(), pos,
-                                                   next - pos, shape_, arena_));
+      pending_.push_back(std::make_shared<Segment>(
+          Segment::NextUid(), pos, next - pos, shape_, env_.arena));
       pos = next;
     }
   }
@@ -199,7 +200,7 @@ void ClusteredKvStore::ScheduleIndex(const std::shared_ptr<Segment>& seg,
 // Moves the first `rows` open rows of every layer into a new segment.
 void ClusteredKvStore::CloseOpenRows(int64_t rows) {
   auto seg = std::make_shared<Segment>(Segment::NextUid(), open_first_pos_,
-                                       rows, shape_, arena_);
+                                       rows, shape_, env_.arena);
   const int hd = shape_.head_dim;
   std::vector<int> sparse;
   for (int l = 0; l < shape_.n_layers; ++l) {
@@ -380,6 +381,10 @@ void ClusteredKvStore::SelectDense(int layer, AttendSet* out) {
 // Plans every query head of `layer` into plans_ (per_kv_head: one plan of
 // the group's queries, copied to each head of the group).
 void ClusteredKvStore::PlanHeads(int layer, const float* q) {
+  if (planner_ != nullptr && planner_->PlanLayer(config_, shape_, seg_view_,
+                                                 layer, q, plans_.data())) {
+    return;
+  }
   const int hd = shape_.head_dim, group = shape_.group();
   const bool shared = config_.gqa_selection == GqaSelection::kPerKvHead;
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
@@ -619,7 +624,7 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Fork(
   if (auto s = CheckForkConfig(config_, child_config); !s.ok()) return s;
   KvStoreConfig c = child_config;
   c.build_all_indexes = config_.build_all_indexes;
-  auto child = std::make_unique<ClusteredKvStore>(shape_, c, worker_, arena_);
+  auto child = std::make_unique<ClusteredKvStore>(shape_, c, worker_, env_);
   child->n_tokens_ = n_tokens_;
   child->sinks_ = sinks_;
   // Only the used open rows: a parent that prefilled a long prompt keeps a
@@ -659,7 +664,7 @@ absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::ForkPrefix(
                      " segments, ", sink_count(), " sink rows"));
   }
   auto child =
-      std::make_unique<ClusteredKvStore>(shape_, config_, worker_, arena_);
+      std::make_unique<ClusteredKvStore>(shape_, config_, worker_, env_);
   const Segment& last = *segments_[n_segments - 1];
   child->n_tokens_ = last.first_pos() + last.size();
   child->sinks_ = sinks_;

@@ -19,6 +19,7 @@
 #include "model/kv/kv_config.h"
 #include "model/kv/policies/policy.h"
 #include "model/kv/segment.h"
+#include "model/kv/store_env.h"
 #include "model/kv_cache.h"
 
 namespace ckv {
@@ -73,12 +74,12 @@ struct StoreParts {
 class ClusteredKvStore : public KvCache {
  public:
   // `worker` runs clustering off the compute thread; null = inline.
-  // `arena` holds the segments' rows (model/kv/host_arena.h): the arena of
-  // the backend that runs the store's steps (Backend::host_arena()); null =
-  // the heap. Forks share it.
+  // `env` (model/kv/store_env.h): the segments' rows' arena and the layer
+  // planner of the backend that runs the store's steps
+  // (Backend::store_env()); empty: the heap and the store's own policy.
+  // Forks share it.
   ClusteredKvStore(const KvShape& shape, const KvStoreConfig& config,
-                   ClusterWorker* worker,
-                   std::shared_ptr<HostArena> arena = nullptr);
+                   ClusterWorker* worker, StoreEnv env = {});
 
   int64_t num_tokens() const override { return n_tokens_; }
   absl::Status Reserve(int64_t n, AppendKind kind) override;
@@ -121,11 +122,10 @@ class ClusteredKvStore : public KvCache {
   // cannot yield a store that reads out of bounds. Segments are used as
   // they are (no k-means runs; rows of clustered heads still in position
   // order, as the snapshot reader makes them, are reordered by cluster) and
-  // must have no index job pending (ticket 0). New segments' rows come
-  // from `arena` (null: the heap), as for the constructor.
+  // must have no index job pending (ticket 0). `env` as for the
+  // constructor.
   static absl::StatusOr<std::unique_ptr<ClusteredKvStore>> Restore(
-      StoreParts parts, ClusterWorker* worker,
-      std::shared_ptr<HostArena> arena = nullptr);
+      StoreParts parts, ClusterWorker* worker, StoreEnv env = {});
 
   const KvStoreConfig& config() const { return config_; }
   const KvShape& shape() const { return shape_; }
@@ -200,7 +200,8 @@ class ClusteredKvStore : public KvCache {
   std::unique_ptr<SelectionPolicy> policy_;  // null: unregistered (dense)
   IndexSet indexes_;  // built for the sparse layers of closing segments
   ClusterWorker* worker_;
-  std::shared_ptr<HostArena> arena_;  // segment rows
+  StoreEnv env_;           // env_.arena: never null
+  LayerPlanner* planner_;  // env_.planner when it plans for config_, or null
   int64_t n_tokens_ = 0;
   // Current call.
   int64_t reserved_ = 0;

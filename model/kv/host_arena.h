@@ -4,7 +4,8 @@
 // pinned_arena.h), so that the device copies rows straight from the
 // segments (async copies need pinned memory) instead of through a staging
 // buffer. The backend that runs a store's steps supplies its arena
-// (Backend::host_arena()); a store forked from another shares its arena.
+// (Backend::store_env(), model/kv/store_env.h); a store forked from another
+// shares its arena.
 #pragma once
 
 #include <cstdint>

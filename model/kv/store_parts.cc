@@ -202,10 +202,10 @@ absl::StatusOr<StoreParts> ClusteredKvStore::Export() const {
 }
 
 absl::StatusOr<std::unique_ptr<ClusteredKvStore>> ClusteredKvStore::Restore(
-    StoreParts parts, ClusterWorker* worker, std::shared_ptr<HostArena> arena) {
+    StoreParts parts, ClusterWorker* worker, StoreEnv env) {
   if (auto st = CheckParts(parts); !st.ok()) return st;
   auto store = std::make_unique<ClusteredKvStore>(parts.shape, parts.config,
-                                                  worker, std::move(arena));
+                                                  worker, std::move(env));
   const KvShape& s = parts.shape;
   store->n_tokens_ = parts.n_tokens;
   for (int l = 0; l < s.n_layers; ++l) {

@@ -1,9 +1,9 @@
-// The device backend (stage 1, host selection) on the fake device against
-// the CPU backend: one Transformer, tiny random models of every
-// architecture and the demo model. Logits within 1e-5 relative, greedy
-// tokens equal over 64 steps, equal attended positions and cache statistics
-// of a sparse clustered store, the three schedules bit-identical, the
-// ordering checker clean; planted bugs caught.
+// The device backend (stage 1 plus device planning of clusterkv's sparse
+// layers) on the fake device against the CPU backend: one Transformer, tiny
+// random models of every architecture and the demo model. Logits within 1e-5
+// relative, greedy tokens equal over 64 steps, equal attended positions and
+// cache statistics of a sparse clustered store, the three schedules
+// bit-identical, the ordering checker clean; planted bugs caught.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -96,7 +96,8 @@ struct Trace {
   std::vector<std::vector<std::vector<int64_t>>> selected;
   CacheStats stats;
   absl::Status status;
-  AttendCopyStats copies;  // a DeviceBackend's
+  AttendCopyStats copies;    // a DeviceBackend's
+  int64_t device_plans = 0;  // layers its planner planned
 };
 
 std::unique_ptr<Backend> Cpu() {
@@ -106,6 +107,18 @@ std::unique_ptr<Backend> Cpu() {
 std::unique_ptr<Backend> Device(FakeRuntime& rt,
                                 DeviceBackendDebug debug = {}) {
   return std::make_unique<DeviceBackend>(rt, "fake", "fake device", debug);
+}
+
+// Stage-1 ways of the device backend, for comparisons.
+DeviceBackendDebug HeapArenaDebug() {
+  DeviceBackendDebug d;
+  d.heap_arena = true;
+  return d;
+}
+DeviceBackendDebug HostSelectionDebug() {
+  DeviceBackendDebug d;
+  d.host_selection = true;
+  return d;
 }
 
 std::vector<std::vector<int64_t>> Selected(const ClusteredKvStore& store,
@@ -122,13 +135,14 @@ std::vector<std::vector<int64_t>> Selected(const ClusteredKvStore& store,
 // Prefill `prompt` tokens, then `steps` greedy decode steps, through a
 // sparse clustered store (or a dense cache when `dense`).
 Trace Greedy(const Model& m, std::unique_ptr<Backend> backend, int prompt,
-             int steps, bool dense = false) {
+             int steps, bool dense = false,
+             const KvStoreConfig& config = SparseConfig()) {
   const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
-  // The segments' rows in the backend's arena (pinned on the device).
-  std::shared_ptr<HostArena> arena = backend->host_arena();
+  // The backend's store env: segment rows in its arena (pinned on the
+  // device) and, on the device, its planner.
+  StoreEnv env = backend->store_env();
   Transformer tf(m.config, m.weights, {1, 64}, std::move(backend));
-  ClusteredKvStore store(KvShapeOf(m.config), SparseConfig(), nullptr,
-                         std::move(arena));
+  ClusteredKvStore store(KvShapeOf(m.config), config, nullptr, std::move(env));
   DenseKvCache dense_cache(
       DenseCacheOptions(m.config, kernels::DType::kF16, 4096));
   KvCache* cache = dense ? static_cast<KvCache*>(&dense_cache) : &store;
@@ -149,7 +163,10 @@ Trace Greedy(const Model& m, std::unique_ptr<Backend> backend, int prompt,
     if (!dense) t.selected.push_back(Selected(store, m.config));
   }
   if (!dense) t.stats = store.cache_stats();
-  if (device != nullptr) t.copies = device->attend_copies();
+  if (device != nullptr) {
+    t.copies = device->attend_copies();
+    t.device_plans = device->device_plans();
+  }
   return t;
 }
 
@@ -199,8 +216,9 @@ TEST_P(DeviceArchTest, GreedyMatchesCpu) {
   ExpectSameTrace(dev, cpu, GetParam());
   EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
   // Segment rows (selected clusters, whole segments) went up straight from
-  // the pinned arena.
+  // the pinned arena; the sparse layers were planned on the device.
   EXPECT_GT(dev.copies.direct_bytes, 0) << GetParam();
+  EXPECT_GT(dev.device_plans, 0) << GetParam();
   // Selection really was sparse somewhere.
   bool sparse = false;
   for (const auto& step : cpu.selected) {
@@ -249,7 +267,7 @@ TEST(DeviceBackendTest, PinnedSegmentRowsAreCopiedStraightFromTheSegments) {
   auto m = LoadArch("llama");
   ASSERT_NE(m, nullptr);
   FakeRuntime heap_rt(Fake(Schedule::kInline));
-  const Trace heap = Greedy(*m, Device(heap_rt, {.heap_arena = true}), 48, 24);
+  const Trace heap = Greedy(*m, Device(heap_rt, HeapArenaDebug()), 48, 24);
   ASSERT_TRUE(heap.status.ok()) << heap.status;
   EXPECT_EQ(heap.copies.direct_bytes, 0);
   EXPECT_GT(heap.copies.staged_bytes, 0);
@@ -280,6 +298,54 @@ TEST(DeviceBackendTest, PinnedSegmentRowsAreCopiedStraightFromTheSegments) {
   }
 }
 
+// The device planner (DevicePlanner: ScoreClustersOp + SelectBlocksOp on
+// the fake) gives the stores the plans their clusterkv policy gives on the
+// host, in both GQA modes and with recent rows: equal attended positions
+// per (step, layer, head), equal cache statistics, bit-equal logits. A
+// planted off-by-one budget on the device is caught by the same comparison.
+TEST(DeviceBackendTest, DevicePlansEqualTheHostPolicy) {
+  for (const std::string arch : {"llama", "qwen3"}) {
+    auto m = LoadArch(arch);
+    ASSERT_NE(m, nullptr);
+    for (auto [gqa, recent] : {std::pair{GqaSelection::kPerQueryHead, 0},
+                               std::pair{GqaSelection::kPerKvHead, 0},
+                               std::pair{GqaSelection::kPerQueryHead, 5},
+                               std::pair{GqaSelection::kPerKvHead, 5}}) {
+      KvStoreConfig c = SparseConfig();
+      c.gqa_selection = gqa;
+      c.recent_tokens = recent;
+      const std::string what =
+          arch +
+          (gqa == GqaSelection::kPerKvHead ? " per_kv_head"
+                                           : " per_query_head") +
+          " recent " + std::to_string(recent);
+      FakeRuntime host_rt(Fake(Schedule::kInline));
+      const Trace host = Greedy(*m, Device(host_rt, HostSelectionDebug()),
+                                48, 32, false, c);
+      EXPECT_EQ(host.device_plans, 0) << what;
+      FakeRuntime rt(Fake(Schedule::kThreaded, 6));
+      const Trace device = Greedy(*m, Device(rt), 48, 32, false, c);
+      ExpectSameTrace(device, host, what);
+      EXPECT_GT(device.device_plans, 0) << what;
+      EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+      for (size_t i = 0; i < host.logits.size(); ++i) {
+        EXPECT_EQ(device.logits[i], host.logits[i]) << what << " step " << i;
+      }
+    }
+  }
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  FakeRuntime host_rt(Fake(Schedule::kInline)), bad_rt(Fake(Schedule::kInline));
+  const Trace host =
+      Greedy(*m, Device(host_rt, HostSelectionDebug()), 48, 16);
+  DeviceBackendDebug planted;
+  planted.planner.budget_one_short = true;
+  const Trace bad = Greedy(*m, Device(bad_rt, planted), 48, 16);
+  EXPECT_GT(bad.device_plans, 0);
+  EXPECT_FALSE(bad.selected == host.selected)
+      << "a budget one short on the device went unnoticed";
+}
+
 // The trained demo model (F16 or quantised weights as shipped).
 TEST(DeviceBackendTest, DemoModelMatchesCpu) {
   const std::string path =
@@ -306,13 +372,13 @@ struct MultiRun {
 //  2. one step: A decodes a token while B prefills 24 (two parts);
 //  3. A forks twice; A, both forks and B decode 6 steps in one batch.
 MultiRun BatchScenario(const Model& m, std::unique_ptr<Backend> backend) {
-  std::shared_ptr<HostArena> arena = backend->host_arena();
+  const StoreEnv env = backend->store_env();
   Transformer tf(m.config, m.weights, {1, 256}, std::move(backend));
   const int vocab = m.config.vocab_size;
   std::vector<std::unique_ptr<ClusteredKvStore>> stores;
   for (int i = 0; i < 2; ++i) {
     stores.push_back(std::make_unique<ClusteredKvStore>(
-        KvShapeOf(m.config), SparseConfig(), nullptr, arena));
+        KvShapeOf(m.config), SparseConfig(), nullptr, env));
   }
   MultiRun r;
   std::vector<float> la, lb;

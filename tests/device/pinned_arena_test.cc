@@ -225,7 +225,7 @@ TEST(PinnedArenaTest, StoresAndSnapshotRestoresKeepSegmentsInTheArena) {
     }
     return n;
   };
-  ClusteredKvStore store(shape, c, nullptr, arena);
+  ClusteredKvStore store(shape, c, nullptr, StoreEnv{arena, nullptr});
   feed(store, 60, AppendKind::kPrompt, 1);
   for (int i = 0; i < 20; ++i) feed(store, 1, AppendKind::kGenerated, 2 + i);
   EXPECT_EQ(in_arena(store), 2);  // the prompt's and one generated
@@ -246,8 +246,8 @@ TEST(PinnedArenaTest, StoresAndSnapshotRestoresKeepSegmentsInTheArena) {
   e.arena = arena;
   auto parsed = ParseSnapshot(bytes, e);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  auto restored =
-      ClusteredKvStore::Restore(std::move(parsed->store), nullptr, arena);
+  auto restored = ClusteredKvStore::Restore(std::move(parsed->store), nullptr,
+                                            StoreEnv{arena, nullptr});
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(in_arena(**restored), 2);
   auto again = (*restored)->Export();

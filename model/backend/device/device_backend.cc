@@ -73,6 +73,7 @@ DeviceBackend::~DeviceBackend() { FreeAll(); }
 void DeviceBackend::Init() {
   info_.device_memory_bytes = rt_->Info().total_bytes;
   arena_ = std::make_shared<PinnedArena>(*rt_, owned_);
+  planner_ = std::make_shared<DevicePlanner>(*rt_, owned_, debug_.planner);
   auto st = rt_->CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
 }
@@ -100,9 +101,11 @@ void DeviceBackend::FreeAll() {
   }
 }
 
-std::shared_ptr<HostArena> DeviceBackend::host_arena() {
-  if (debug_.heap_arena) return HeapArena();
-  return arena_;
+StoreEnv DeviceBackend::store_env() {
+  StoreEnv env;
+  env.arena = debug_.heap_arena ? HeapArena() : arena_;
+  if (!debug_.host_selection) env.planner = planner_;
+  return env;
 }
 
 bool DeviceBackend::Ok(const absl::Status& s) {
@@ -340,6 +343,9 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
     const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
     p.cache->Select(layer, query, &attend_);
     if (profile) profile->select_ns += NanosSince(t1);
+    // A device error of the planner (the store then planned on the host)
+    // is the backend's: sticky, as every other (AttendPart then skips).
+    Ok(planner_->status());
     AttendPart(spec, p, q, out);
     if (profile) profile->attention_ns += NanosSince(t0);
   }

@@ -28,6 +28,7 @@
 
 #include "kernels/device/runtime.h"
 #include "model/backend/backend.h"
+#include "model/backend/device/device_planner.h"
 #include "model/backend/device/pinned_arena.h"
 
 namespace ckv {
@@ -44,9 +45,13 @@ struct DeviceBackendDebug {
   // Logits announce a host read of the device logits buffer (the runtime
   // refuses a device address as a host pointer).
   bool host_reads_device_ptr = false;
-  // Segment rows from the heap instead of the pinned arena (host_arena()),
+  // Segment rows from the heap instead of the pinned arena (store_env()),
   // so every attended row goes through the staging buffer as in stage 1.
   bool heap_arena = false;
+  // No device planner in store_env(): the stores' policies plan on the
+  // host, as in stage 1.
+  bool host_selection = false;
+  DevicePlannerDebug planner;
 };
 
 // How the attended K/V rows reached the device (bytes, summed over calls).
@@ -78,9 +83,11 @@ class DeviceBackend final : public Backend {
   // Weights, norms and biases uploaded so far (bytes of device memory).
   int64_t resident_bytes() const { return resident_bytes_; }
   const AttendCopyStats& attend_copies() const { return copies_; }
-  // The pinned arena (segments made from it must be freed before a runtime
-  // the backend does not own).
-  std::shared_ptr<HostArena> host_arena() override;
+  // The pinned arena and the device planner (stores made with them must be
+  // freed before a runtime the backend does not own).
+  StoreEnv store_env() override;
+  // Sparse decode layers planned on the device so far.
+  int64_t device_plans() const { return planner_->layers_planned(); }
 
   Activation NewActivation(int64_t width) override;
   void BeginStep(absl::Span<const int64_t> positions) override;
@@ -205,7 +212,8 @@ class DeviceBackend final : public Backend {
   AttendSet attend_;
   KvPlan plan_;
   std::vector<float> lost_;  // zero K/V rows appended after an error
-  std::shared_ptr<PinnedArena> arena_;  // segment rows (host_arena())
+  std::shared_ptr<PinnedArena> arena_;  // segment rows (store_env())
+  std::shared_ptr<DevicePlanner> planner_;
   AttendCopyStats copies_;
 };
 

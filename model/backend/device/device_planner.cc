@@ -1,0 +1,306 @@
+#include "model/backend/device/device_planner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/device/phases.h"
+#include "kernels/device/selection_phases.h"
+
+namespace ckv {
+
+namespace dev = kernels::device;
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Bytes of `n` elements of T, aligned.
+template <class T>
+int64_t Section(int64_t n) {
+  return AlignUp(n * static_cast<int64_t>(sizeof(T)));
+}
+
+}  // namespace
+
+// Where everything of one call lies: the upload (queries, then per KV head
+// the segments' panels, segment table and members), the device work buffer
+// (scores, one shared scratch, then the results the host reads back: per
+// planned query its PlanTotals followed by its blocks).
+struct DevicePlanner::Layout {
+  struct Head {
+    int64_t total = 0;                 // clusters over all segments
+    int64_t members = 0;               // clustered rows over all segments
+    std::vector<int64_t> panel_elems;  // per segment: its panels' first
+    int64_t panels = 0, seg_first = 0, seg_size = 0, member_first = 0,
+            member_rows = 0;  // in_dev offsets
+    int64_t scores = 0;       // work offset: float [nq][total]
+    int64_t max_out = 0;
+    int64_t results = 0;  // work offset of query 0's result
+    int64_t stride = 0;   // bytes per query's result
+  };
+  int n_kv = 0, group = 0, nq = 0, hd = 0, n_segs = 0;
+  bool shared = false;
+  int64_t q = 0;  // in_dev offset: float [n_kv][nq][hd]
+  std::vector<Head> heads;
+  int64_t scratch = 0;  // work offset
+  int64_t results = 0, in_bytes = 0, work_bytes = 0, out_bytes = 0;
+};
+
+DevicePlanner::DevicePlanner(dev::Runtime& runtime,
+                             std::shared_ptr<void> keep_alive,
+                             DevicePlannerDebug debug)
+    : rt_(runtime), keep_alive_(std::move(keep_alive)), debug_(debug) {
+  auto st = rt_.CreateStream(dev::kHighestPriority);
+  if (Ok(st.status())) stream_ = *st;
+}
+
+DevicePlanner::~DevicePlanner() { FreeBuffers(); }
+
+bool DevicePlanner::Plans(const KvStoreConfig& config) const {
+  return config.policy == KvPolicy::kClusterKv;
+}
+
+absl::Status DevicePlanner::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+int64_t DevicePlanner::layers_planned() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return layers_planned_;
+}
+
+bool DevicePlanner::Ok(const absl::Status& s) {
+  if (!s.ok() && status_.ok()) status_ = s;
+  return s.ok();
+}
+
+bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
+                              const std::vector<const Segment*>& segments,
+                              int layer, const float* q, HeadPlan* plans) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!status_.ok() || segments.empty()) return false;
+  Layout l;
+  l.n_kv = shape.n_kv_heads;
+  l.group = shape.group();
+  l.hd = shape.head_dim;
+  l.n_segs = static_cast<int>(segments.size());
+  l.shared = config.gqa_selection == GqaSelection::kPerKvHead;
+  l.nq = l.shared ? 1 : l.group;
+  int64_t in = 0, work = 0, scratch = 0;
+  l.q = in;
+  in += Section<float>(int64_t{l.n_kv} * l.nq * l.hd);
+  for (int g = 0; g < l.n_kv; ++g) {
+    Layout::Head h;
+    for (const Segment* s : segments) {
+      const HeadIndex& x = s->layer(layer).heads[g];
+      h.panel_elems.push_back(static_cast<int64_t>(x.centroid_panels.size()));
+      h.total += x.k;
+      h.members += static_cast<int64_t>(x.members.size());
+    }
+    int64_t panel_elems = 0;
+    for (int64_t& e : h.panel_elems)
+      panel_elems += std::exchange(e, panel_elems);
+    h.panels = in;
+    in += Section<uint16_t>(panel_elems);
+    h.seg_first = in;
+    in += Section<int64_t>(l.n_segs + 1);
+    h.seg_size = in;
+    in += Section<int64_t>(l.n_segs);
+    h.member_first = in;
+    in += Section<int64_t>(h.total + 1);
+    h.member_rows = in;
+    in += Section<int32_t>(std::max<int64_t>(h.members, 1));
+    h.scores = work;
+    work += Section<float>(l.nq * h.total);
+    h.max_out = dev::MaxPlannedBlocks(h.total, l.n_segs, config.recent_tokens,
+                                      config.quest_page_size);
+    h.stride =
+        Section<dev::PlanTotals>(1) + Section<dev::PlannedBlock>(h.max_out);
+    scratch = std::max(scratch, dev::SelectScratchBytes(h.total, l.n_segs));
+    l.heads.push_back(std::move(h));
+  }
+  l.scratch = work;
+  work += AlignUp(std::max<int64_t>(scratch, 1));
+  l.results = work;
+  for (Layout::Head& h : l.heads) {
+    h.results = work;
+    work += h.stride * l.nq;
+  }
+  l.out_bytes = work - l.results;
+  l.in_bytes = in;
+  l.work_bytes = work;
+  if (!Reserve(l) || !Ok(rt_.HostWrite(buf_.in_host, l.in_bytes))) {
+    return false;
+  }
+  Fill(l, config, shape, segments, layer, q);
+  if (!Launch(l, config, shape, segments, layer)) return false;
+  if (!Ok(rt_.Synchronize(stream_)) ||
+      !Ok(rt_.HostRead(buf_.out_host, l.out_bytes))) {
+    return false;
+  }
+  ReadPlans(l, shape, l.shared, plans);
+  ++layers_planned_;
+  return true;
+}
+
+// Grows the pinned and device buffers to the layout (the previous call
+// synchronised, so nothing still uses them).
+bool DevicePlanner::Reserve(const Layout& l) {
+  if (l.in_bytes <= buf_.in_bytes && l.out_bytes <= buf_.out_bytes &&
+      l.work_bytes <= buf_.work_bytes) {
+    return true;
+  }
+  const Buffers old = buf_;
+  FreeBuffers();
+  buf_.in_bytes = std::max(l.in_bytes, 2 * old.in_bytes);
+  buf_.out_bytes = std::max(l.out_bytes, 2 * old.out_bytes);
+  buf_.work_bytes = std::max(l.work_bytes, 2 * old.work_bytes);
+  auto in_host = rt_.HostAllocPinned(buf_.in_bytes);
+  auto out_host = rt_.HostAllocPinned(buf_.out_bytes);
+  auto in_dev = rt_.Malloc(buf_.in_bytes);
+  auto work_dev = rt_.Malloc(buf_.work_bytes);
+  if (in_host.ok()) buf_.in_host = static_cast<char*>(*in_host);
+  if (out_host.ok()) buf_.out_host = static_cast<char*>(*out_host);
+  if (in_dev.ok()) buf_.in_dev = *in_dev;
+  if (work_dev.ok()) buf_.work_dev = *work_dev;
+  return Ok(in_host.status()) && Ok(out_host.status()) && Ok(in_dev.status()) &&
+         Ok(work_dev.status());
+}
+
+void DevicePlanner::FreeBuffers() {
+  if (buf_.in_host != nullptr) rt_.HostFree(buf_.in_host).IgnoreError();
+  if (buf_.out_host != nullptr) rt_.HostFree(buf_.out_host).IgnoreError();
+  if (!buf_.in_dev.null()) rt_.Free(buf_.in_dev).IgnoreError();
+  if (!buf_.work_dev.null()) rt_.Free(buf_.work_dev).IgnoreError();
+  buf_ = Buffers{};
+}
+
+// The upload: every planned query (per_kv_head: the group's queries summed
+// in order, as the policy's Plan sums them; a group of one as it is), and
+// per KV head the segments' panels, tables and members concatenated
+// segment-major (cluster c of segment s is block seg_first[s] + c).
+void DevicePlanner::Fill(const Layout& l, const KvStoreConfig& /*config*/,
+                         const KvShape& /*shape*/,
+                         const std::vector<const Segment*>& segments, int layer,
+                         const float* q) {
+  char* base = buf_.in_host;
+  float* qs = reinterpret_cast<float*>(base + l.q);
+  for (int g = 0; g < l.n_kv; ++g) {
+    const float* group_q = q + int64_t{g} * l.group * l.hd;
+    float* dst = qs + int64_t{g} * l.nq * l.hd;
+    if (!l.shared || l.group == 1) {
+      std::memcpy(dst, group_q, sizeof(float) * l.nq * l.hd);
+      continue;
+    }
+    std::fill_n(dst, l.hd, 0.0f);
+    for (int i = 0; i < l.group; ++i) {
+      for (int d = 0; d < l.hd; ++d) dst[d] += group_q[int64_t{i} * l.hd + d];
+    }
+  }
+  for (int g = 0; g < l.n_kv; ++g) {
+    const Layout::Head& h = l.heads[g];
+    auto* panels = reinterpret_cast<uint16_t*>(base + h.panels);
+    auto* seg_first = reinterpret_cast<int64_t*>(base + h.seg_first);
+    auto* seg_size = reinterpret_cast<int64_t*>(base + h.seg_size);
+    auto* member_first = reinterpret_cast<int64_t*>(base + h.member_first);
+    auto* rows = reinterpret_cast<int32_t*>(base + h.member_rows);
+    int64_t block = 0, member = 0;
+    seg_first[0] = 0;
+    member_first[0] = 0;
+    for (int s = 0; s < l.n_segs; ++s) {
+      const HeadIndex& x = segments[s]->layer(layer).heads[g];
+      std::copy(x.centroid_panels.begin(), x.centroid_panels.end(),
+                panels + h.panel_elems[s]);
+      seg_size[s] = segments[s]->size();
+      for (int c = 1; c <= x.k; ++c) {
+        member_first[block + c] = member + x.offsets[c];
+      }
+      std::copy(x.members.begin(), x.members.end(), rows + member);
+      block += x.k;
+      member += static_cast<int64_t>(x.members.size());
+      seg_first[s + 1] = block;
+    }
+  }
+}
+
+bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
+                           const KvShape& /*shape*/,
+                           const std::vector<const Segment*>& segments,
+                           int layer) {
+  const DevPtr in = buf_.in_dev, work = buf_.work_dev;
+  if (!Ok(rt_.CopyH2D(in, buf_.in_host, l.in_bytes, stream_))) return false;
+  const int64_t q_bytes = int64_t{l.nq} * l.hd * 4;
+  for (int g = 0; g < l.n_kv; ++g) {
+    const Layout::Head& h = l.heads[g];
+    int64_t first = 0;
+    for (int s = 0; s < l.n_segs; ++s) {
+      const int k = segments[s]->layer(layer).heads[g].k;
+      if (k > 0) {
+        const dev::ScoreClustersArgs a{in + l.q + g * q_bytes,
+                                       l.nq,
+                                       in + h.panels + h.panel_elems[s] * 2,
+                                       k,
+                                       l.hd,
+                                       work + h.scores + first * 4,
+                                       h.total};
+        if (!Ok(rt_.Launch(dev::ScoreClustersOp(a), stream_))) return false;
+      }
+      first += k;
+    }
+    for (int j = 0; j < l.nq; ++j) {
+      dev::SelectArgs a;
+      a.scores = work + h.scores + int64_t{j} * h.total * 4;
+      a.n = h.total;
+      a.seg_first = in + h.seg_first;
+      a.seg_size = in + h.seg_size;
+      a.n_segs = l.n_segs;
+      a.member_first = in + h.member_first;
+      a.members = in + h.member_rows;
+      a.n_members = h.members;
+      a.budget = config.budget - (debug_.budget_one_short ? 1 : 0);
+      a.recent_tokens = config.recent_tokens;
+      a.page_size = config.quest_page_size;
+      a.scratch = work + l.scratch;
+      a.totals = work + h.results + j * h.stride;
+      a.out = a.totals + Section<dev::PlanTotals>(1);
+      a.max_out = h.max_out;
+      if (!Ok(rt_.Launch(dev::SelectBlocksOp(a), stream_))) return false;
+    }
+  }
+  return Ok(rt_.CopyD2H(buf_.out_host, work + l.results, l.out_bytes, stream_));
+}
+
+void DevicePlanner::ReadPlans(const Layout& l, const KvShape& shape,
+                              bool shared, HeadPlan* plans) const {
+  for (int g = 0; g < l.n_kv; ++g) {
+    const Layout::Head& h = l.heads[g];
+    for (int j = 0; j < l.nq; ++j) {
+      const char* r = buf_.out_host + (h.results - l.results) + j * h.stride;
+      dev::PlanTotals totals;
+      std::memcpy(&totals, r, sizeof(totals));
+      const auto* blocks = reinterpret_cast<const dev::PlannedBlock*>(
+          r + Section<dev::PlanTotals>(1));
+      HeadPlan& p = plans[g * shape.group() + j];
+      p.blocks.clear();
+      // max_out covers every plan (MaxPlannedBlocks): never -1.
+      for (int64_t b = 0; b < totals.blocks; ++b) {
+        const dev::PlannedBlock& x = blocks[b];
+        p.blocks.push_back({x.segment,
+                            x.kind == dev::kPlannedCluster ? BlockKind::kCluster
+                                                           : BlockKind::kPage,
+                            x.id, x.begin, x.count});
+      }
+      p.tokens = totals.tokens;
+    }
+    if (!shared) continue;
+    for (int i = 1; i < l.group; ++i) {
+      plans[g * l.group + i] = plans[g * l.group];
+    }
+  }
+}
+
+}  // namespace ckv

@@ -1,0 +1,45 @@
+// What a clustered store gets from the backend that runs its steps
+// (Backend::store_env()): where its segments' rows live and, optionally,
+// who plans its sparse decode layers. A store made without one uses the
+// heap and its own SelectionPolicy. Forks and snapshot restores share
+// their parent's (the server's SessionManager passes the backend's).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/kv/host_arena.h"
+#include "model/kv/kv_config.h"
+#include "model/kv/segment.h"
+#include "model/kv/selection.h"
+
+namespace ckv {
+
+// Plans every query head of one sparse layer of a decode query in place of
+// the store's SelectionPolicy: a device backend's planner runs the policy's
+// scoring and selection on its device (model/backend/device/
+// device_planner.h). Its plans must equal the policy's exactly: the
+// cross-backend tests compare attended positions per (step, layer, head).
+class LayerPlanner {
+ public:
+  virtual ~LayerPlanner() = default;
+
+  // Whether it plans for stores of this config (else their policy does).
+  virtual bool Plans(const KvStoreConfig& config) const = 0;
+  // plans[h] for h < shape.n_heads: query head h's plan for its query
+  // (q: [n_heads][head_dim], post-RoPE) over `segments` (whose indexes of
+  // `layer` are built) in `layer`; with gqa_selection = per_kv_head the plan
+  // of the group's queries, in every head of the group. False when it could
+  // not plan (a device error, which its backend reports): the store then
+  // plans with its policy.
+  virtual bool PlanLayer(const KvStoreConfig& config, const KvShape& shape,
+                         const std::vector<const Segment*>& segments, int layer,
+                         const float* q, HeadPlan* plans) = 0;
+};
+
+struct StoreEnv {
+  std::shared_ptr<HostArena> arena;       // segment rows; null: the heap
+  std::shared_ptr<LayerPlanner> planner;  // null: the store's policy plans
+};
+
+}  // namespace ckv
