@@ -99,6 +99,9 @@ Op SelectBlocksOp(const SelectArgs& a) {
               Of<int64_t>(a.seg_size, a.n_segs),
               Of<int64_t>(a.member_first, a.n + 1),
               Of<int32_t>(a.members, a.n_members)};
+  if (!a.member_last.null()) {
+    op.reads.push_back(Of<int64_t>(a.member_last, a.n));
+  }
   op.writes = {Range{a.scratch, SelectScratchBytes(a.n, a.n_segs)},
                Of<PlannedBlock>(a.out, a.max_out), Of<PlanTotals>(a.totals, 1)};
   op.body = [a, sc](OpContext& ctx) {
@@ -106,6 +109,8 @@ Op SelectBlocksOp(const SelectArgs& a) {
     const int64_t* seg_first = ctx.In<int64_t>(a.seg_first, a.n_segs + 1);
     const int64_t* seg_size = ctx.In<int64_t>(a.seg_size, a.n_segs);
     const int64_t* member_first = ctx.In<int64_t>(a.member_first, a.n + 1);
+    const int64_t* member_last =
+        a.member_last.null() ? nullptr : ctx.In<int64_t>(a.member_last, a.n);
     const int32_t* members = ctx.In<int32_t>(a.members, a.n_members);
     int32_t* order = ctx.Out<int32_t>(sc.order, a.n);
     int32_t* avail = ctx.Out<int32_t>(sc.avail, a.n);
@@ -130,7 +135,9 @@ Op SelectBlocksOp(const SelectArgs& a) {
       const int64_t s =
           std::upper_bound(seg_first, seg_first + a.n_segs + 1, b) - seg_first -
           1;
-      const int64_t lo = member_first[b], hi = member_first[b + 1];
+      const int64_t lo = member_first[b];
+      const int64_t hi =
+          member_last != nullptr ? member_last[b] : member_first[b + 1];
       if (s < 0 || s >= a.n_segs || lo < 0 || hi < lo || hi > a.n_members) {
         avail[b] = 0;  // a malformed plan attends nothing of the block
         return;

@@ -46,8 +46,11 @@ struct SelectArgs {
   DevPtr seg_size;   // int64 [n_segs]: rows of each segment
   int32_t n_segs = 0;
   // Block b's members (ascending rows of its segment) are
-  // members[member_first[b] .. member_first[b + 1]).
+  // members[member_first[b] .. end), end = member_last[b] when member_last
+  // is set (blocks anywhere in `members`, e.g. segments resident in a
+  // device pool), else member_first[b + 1] (blocks back to back).
   DevPtr member_first;  // int64 [n + 1]
+  DevPtr member_last;   // optional int64 [n]
   DevPtr members;       // int32 [n_members]
   int64_t n_members = 0;
   int64_t budget = 0;

@@ -98,6 +98,7 @@ struct Trace {
   absl::Status status;
   AttendCopyStats copies;    // a DeviceBackend's
   int64_t device_plans = 0;  // layers its planner planned
+  int64_t table_uploads = 0, table_evictions = 0, table_fallbacks = 0;
 };
 
 std::unique_ptr<Backend> Cpu() {
@@ -165,7 +166,10 @@ Trace Greedy(const Model& m, std::unique_ptr<Backend> backend, int prompt,
   if (!dense) t.stats = store.cache_stats();
   if (device != nullptr) {
     t.copies = device->attend_copies();
-    t.device_plans = device->device_plans();
+    t.device_plans = device->planner().layers_planned();
+    t.table_uploads = device->planner().table_uploads();
+    t.table_evictions = device->planner().table_evictions();
+    t.table_fallbacks = device->planner().table_fallbacks();
   }
   return t;
 }
@@ -219,6 +223,11 @@ TEST_P(DeviceArchTest, GreedyMatchesCpu) {
   // the pinned arena; the sparse layers were planned on the device.
   EXPECT_GT(dev.copies.direct_bytes, 0) << GetParam();
   EXPECT_GT(dev.device_plans, 0) << GetParam();
+  // Segment tables stay resident: uploaded once per (segment, layer), not
+  // per step.
+  EXPECT_GT(dev.table_uploads, 0) << GetParam();
+  EXPECT_LT(dev.table_uploads * 4, dev.device_plans) << GetParam();
+  EXPECT_EQ(dev.table_evictions + dev.table_fallbacks, 0) << GetParam();
   // Selection really was sparse somewhere.
   bool sparse = false;
   for (const auto& step : cpu.selected) {
@@ -344,6 +353,40 @@ TEST(DeviceBackendTest, DevicePlansEqualTheHostPolicy) {
   EXPECT_GT(bad.device_plans, 0);
   EXPECT_FALSE(bad.selected == host.selected)
       << "a budget one short on the device went unnoticed";
+}
+
+// A segment-table pool too small for every layer's segments at once:
+// entries of earlier calls are evicted and uploaded again, a call whose own
+// segments do not fit falls back to the store's policy; plans, selections
+// and logits stay the host's.
+TEST(DeviceBackendTest, SmallSegmentTablePoolEvictsAndFallsBack) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  FakeRuntime host_rt(Fake(Schedule::kInline));
+  const Trace host = Greedy(*m, Device(host_rt, HostSelectionDebug()), 48, 40);
+  for (int64_t bytes : {int64_t{6} << 10, int64_t{3} << 10}) {
+    DeviceBackendDebug small;
+    small.table_bytes = bytes;
+    FakeRuntime rt(Fake(Schedule::kLazy));
+    const Trace dev = Greedy(*m, Device(rt, small), 48, 40);
+    ExpectSameTrace(dev, host, "pool " + std::to_string(bytes));
+    EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+    std::printf(
+        "pool %lld: %lld plans, %lld uploads, %lld evictions, %lld "
+        "fallbacks\n",
+        static_cast<long long>(bytes), static_cast<long long>(dev.device_plans),
+        static_cast<long long>(dev.table_uploads),
+        static_cast<long long>(dev.table_evictions),
+        static_cast<long long>(dev.table_fallbacks));
+    EXPECT_GT(dev.device_plans, 0);
+    // 6 KiB holds one layer's segments (about 2 KiB each here) but not
+    // every layer's; 3 KiB not even one layer's once it has two segments.
+    if (bytes == (int64_t{6} << 10)) {
+      EXPECT_GT(dev.table_evictions, 0);
+    } else {
+      EXPECT_GT(dev.table_fallbacks, 0);
+    }
+  }
 }
 
 // The trained demo model (F16 or quantised weights as shipped).

@@ -294,11 +294,11 @@ TEST(KvStore, ClusteredRowsAreStoredByCluster) {
     for (auto [store, out] :
          {std::pair<ClusteredKvStore*, Rows*>{&clustered, &got},
           {&plain, &want}}) {
-      for (const kernels::cpu::KvSpan& s : store->HostSpans(1, g)) {
+      for (const kernels::KvSpan& s : store->HostSpans(1, g)) {
         for (int64_t r = 0; r < s.count; ++r) {
           const int64_t i = s.rows != nullptr ? s.rows[r] : r;
           const auto* k = static_cast<const uint16_t*>(s.k) + i * s.stride;
-          (*out)[kernels::cpu::SpanRowPosition(s, r)].assign(k, k + hd);
+          (*out)[kernels::SpanRowPosition(s, r)].assign(k, k + hd);
         }
       }
     }

@@ -73,7 +73,12 @@ DeviceBackend::~DeviceBackend() { FreeAll(); }
 void DeviceBackend::Init() {
   info_.device_memory_bytes = rt_->Info().total_bytes;
   arena_ = std::make_shared<PinnedArena>(*rt_, owned_);
-  planner_ = std::make_shared<DevicePlanner>(*rt_, owned_, debug_.planner);
+  // The resident segment tables may take a quarter of the device.
+  planner_ = std::make_shared<DevicePlanner>(
+      *rt_, owned_,
+      debug_.table_bytes > 0 ? debug_.table_bytes
+                             : info_.device_memory_bytes / 4,
+      debug_.planner);
   auto st = rt_->CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
 }
@@ -475,7 +480,8 @@ void DeviceBackend::GatherRows(char* dst, int head_dim) const {
     }
     if (m.pos_off < 0) continue;
     int64_t* pos = reinterpret_cast<int64_t*>(dst + m.pos_off);
-    for (int64_t r = 0; r < s.count; ++r) pos[r] = kernels::SpanRowPosition(s, r);
+    for (int64_t r = 0; r < s.count; ++r)
+      pos[r] = kernels::SpanRowPosition(s, r);
   }
 }
 
@@ -600,8 +606,7 @@ void DeviceBackend::ReadRows(Activation a, std::vector<float>* out) {
 bool DeviceBackend::Download(DevPtr src, int64_t bytes, float* out) {
   if (!GrowStaging(logits_stage_, bytes)) return false;
   if (debug_.host_reads_device_ptr &&
-      !Ok(rt_->HostRead(reinterpret_cast<const void*>(src.addr),
-                        bytes))) {
+      !Ok(rt_->HostRead(reinterpret_cast<const void*>(src.addr), bytes))) {
     return false;
   }
   if (!Ok(rt_->CopyD2H(logits_stage_.host, src, bytes, stream_))) {

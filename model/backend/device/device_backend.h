@@ -52,6 +52,9 @@ struct DeviceBackendDebug {
   // host, as in stage 1.
   bool host_selection = false;
   DevicePlannerDebug planner;
+  // > 0: the planner's segment tables may take this many bytes (default: a
+  // quarter of the device), to test eviction and fallback.
+  int64_t table_bytes = 0;
 };
 
 // How the attended K/V rows reached the device (bytes, summed over calls).
@@ -86,8 +89,9 @@ class DeviceBackend final : public Backend {
   // The pinned arena and the device planner (stores made with them must be
   // freed before a runtime the backend does not own).
   StoreEnv store_env() override;
-  // Sparse decode layers planned on the device so far.
-  int64_t device_plans() const { return planner_->layers_planned(); }
+  // The device planner (its counters: layers planned, table uploads,
+  // evictions and fallbacks).
+  const DevicePlanner& planner() const { return *planner_; }
 
   Activation NewActivation(int64_t width) override;
   void BeginStep(absl::Span<const int64_t> positions) override;
@@ -144,9 +148,9 @@ class DeviceBackend final : public Backend {
   };
   // The rebased layout of one part's AttendSet.
   struct KvPlan {
-    std::vector<SpanMeta> spans;           // unique spans, by content
+    std::vector<SpanMeta> spans;                  // unique spans, by content
     std::vector<const kernels::KvSpan*> sources;  // of spans[i]
-    std::vector<int> order;                // per-head lists, concatenated
+    std::vector<int> order;                  // per-head lists, concatenated
     std::vector<std::pair<int, int>> heads;  // [begin, count) into order
     int64_t staged_bytes = 0;  // [0, staged_bytes): from the staging buffer
     int64_t bytes = 0;         // then the direct spans' K and V
@@ -211,7 +215,7 @@ class DeviceBackend final : public Backend {
   int64_t resident_bytes_ = 0;
   AttendSet attend_;
   KvPlan plan_;
-  std::vector<float> lost_;  // zero K/V rows appended after an error
+  std::vector<float> lost_;             // zero K/V rows appended after an error
   std::shared_ptr<PinnedArena> arena_;  // segment rows (store_env())
   std::shared_ptr<DevicePlanner> planner_;
   AttendCopyStats copies_;

@@ -26,16 +26,15 @@ int64_t Section(int64_t n) {
 }  // namespace
 
 // Where everything of one call lies: the upload (queries, then per KV head
-// the segments' panels, segment table and members), the device work buffer
-// (scores, one shared scratch, then the results the host reads back: per
-// planned query its PlanTotals followed by its blocks).
+// the block table: segment starts and sizes, each block's first and last
+// member in the table pool), the device work buffer (scores, one shared
+// scratch, then the results the host reads back: per planned query its
+// PlanTotals followed by its blocks).
 struct DevicePlanner::Layout {
   struct Head {
-    int64_t total = 0;                 // clusters over all segments
-    int64_t members = 0;               // clustered rows over all segments
-    std::vector<int64_t> panel_elems;  // per segment: its panels' first
-    int64_t panels = 0, seg_first = 0, seg_size = 0, member_first = 0,
-            member_rows = 0;  // in_dev offsets
+    int64_t total = 0;  // clusters over all segments
+    int64_t seg_first = 0, seg_size = 0, member_first = 0,
+            member_last = 0;  // in_dev offsets
     int64_t scores = 0;       // work offset: float [nq][total]
     int64_t max_out = 0;
     int64_t results = 0;  // work offset of query 0's result
@@ -51,13 +50,17 @@ struct DevicePlanner::Layout {
 
 DevicePlanner::DevicePlanner(dev::Runtime& runtime,
                              std::shared_ptr<void> keep_alive,
-                             DevicePlannerDebug debug)
+                             int64_t table_bytes, DevicePlannerDebug debug)
     : rt_(runtime), keep_alive_(std::move(keep_alive)), debug_(debug) {
   auto st = rt_.CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
+  tables_ = std::make_unique<SegmentTables>(rt_, stream_, table_bytes);
 }
 
-DevicePlanner::~DevicePlanner() { FreeBuffers(); }
+DevicePlanner::~DevicePlanner() {
+  tables_.reset();
+  FreeBuffers();
+}
 
 bool DevicePlanner::Plans(const KvStoreConfig& config) const {
   return config.policy == KvPolicy::kClusterKv;
@@ -73,6 +76,21 @@ int64_t DevicePlanner::layers_planned() const {
   return layers_planned_;
 }
 
+int64_t DevicePlanner::table_fallbacks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return table_fallbacks_;
+}
+
+int64_t DevicePlanner::table_uploads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tables_->uploads();
+}
+
+int64_t DevicePlanner::table_evictions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tables_->evictions();
+}
+
 bool DevicePlanner::Ok(const absl::Status& s) {
   if (!s.ok() && status_.ok()) status_ = s;
   return s.ok();
@@ -83,6 +101,7 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
                               int layer, const float* q, HeadPlan* plans) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!status_.ok() || segments.empty()) return false;
+  if (!EnsureTables(segments, layer)) return false;
   Layout l;
   l.n_kv = shape.n_kv_heads;
   l.group = shape.group();
@@ -95,25 +114,15 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
   in += Section<float>(int64_t{l.n_kv} * l.nq * l.hd);
   for (int g = 0; g < l.n_kv; ++g) {
     Layout::Head h;
-    for (const Segment* s : segments) {
-      const HeadIndex& x = s->layer(layer).heads[g];
-      h.panel_elems.push_back(static_cast<int64_t>(x.centroid_panels.size()));
-      h.total += x.k;
-      h.members += static_cast<int64_t>(x.members.size());
-    }
-    int64_t panel_elems = 0;
-    for (int64_t& e : h.panel_elems)
-      panel_elems += std::exchange(e, panel_elems);
-    h.panels = in;
-    in += Section<uint16_t>(panel_elems);
+    for (const Segment* s : segments) h.total += s->layer(layer).heads[g].k;
     h.seg_first = in;
     in += Section<int64_t>(l.n_segs + 1);
     h.seg_size = in;
     in += Section<int64_t>(l.n_segs);
     h.member_first = in;
     in += Section<int64_t>(h.total + 1);
-    h.member_rows = in;
-    in += Section<int32_t>(std::max<int64_t>(h.members, 1));
+    h.member_last = in;
+    in += Section<int64_t>(std::max<int64_t>(h.total, 1));
     h.scores = work;
     work += Section<float>(l.nq * h.total);
     h.max_out = dev::MaxPlannedBlocks(h.total, l.n_segs, config.recent_tokens,
@@ -121,7 +130,7 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
     h.stride =
         Section<dev::PlanTotals>(1) + Section<dev::PlannedBlock>(h.max_out);
     scratch = std::max(scratch, dev::SelectScratchBytes(h.total, l.n_segs));
-    l.heads.push_back(std::move(h));
+    l.heads.push_back(h);
   }
   l.scratch = work;
   work += AlignUp(std::max<int64_t>(scratch, 1));
@@ -136,14 +145,29 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
   if (!Reserve(l) || !Ok(rt_.HostWrite(buf_.in_host, l.in_bytes))) {
     return false;
   }
-  Fill(l, config, shape, segments, layer, q);
-  if (!Launch(l, config, shape, segments, layer)) return false;
+  Fill(l, segments, layer, q);
+  if (!Launch(l, config, segments, layer)) return false;
   if (!Ok(rt_.Synchronize(stream_)) ||
       !Ok(rt_.HostRead(buf_.out_host, l.out_bytes))) {
     return false;
   }
   ReadPlans(l, shape, l.shared, plans);
   ++layers_planned_;
+  return true;
+}
+
+bool DevicePlanner::EnsureTables(const std::vector<const Segment*>& segments,
+                                 int layer) {
+  const int64_t tick = ++calls_;
+  entries_.clear();
+  for (const Segment* s : segments) {
+    const SegmentTables::Entry* e = tables_->Ensure(*s, layer, tick);
+    if (e == nullptr) {
+      if (Ok(tables_->status())) ++table_fallbacks_;
+      return false;
+    }
+    entries_.push_back(e);
+  }
   return true;
 }
 
@@ -181,10 +205,10 @@ void DevicePlanner::FreeBuffers() {
 
 // The upload: every planned query (per_kv_head: the group's queries summed
 // in order, as the policy's Plan sums them; a group of one as it is), and
-// per KV head the segments' panels, tables and members concatenated
-// segment-major (cluster c of segment s is block seg_first[s] + c).
-void DevicePlanner::Fill(const Layout& l, const KvStoreConfig& /*config*/,
-                         const KvShape& /*shape*/,
+// per KV head the block table, segment-major (cluster c of segment s is
+// block seg_first[s] + c; its members are pool elements [member_first,
+// member_last) of the segment's resident entry).
+void DevicePlanner::Fill(const Layout& l,
                          const std::vector<const Segment*>& segments, int layer,
                          const float* q) {
   char* base = buf_.in_host;
@@ -203,35 +227,31 @@ void DevicePlanner::Fill(const Layout& l, const KvStoreConfig& /*config*/,
   }
   for (int g = 0; g < l.n_kv; ++g) {
     const Layout::Head& h = l.heads[g];
-    auto* panels = reinterpret_cast<uint16_t*>(base + h.panels);
     auto* seg_first = reinterpret_cast<int64_t*>(base + h.seg_first);
     auto* seg_size = reinterpret_cast<int64_t*>(base + h.seg_size);
-    auto* member_first = reinterpret_cast<int64_t*>(base + h.member_first);
-    auto* rows = reinterpret_cast<int32_t*>(base + h.member_rows);
-    int64_t block = 0, member = 0;
+    auto* first = reinterpret_cast<int64_t*>(base + h.member_first);
+    auto* last = reinterpret_cast<int64_t*>(base + h.member_last);
+    int64_t block = 0;
     seg_first[0] = 0;
-    member_first[0] = 0;
     for (int s = 0; s < l.n_segs; ++s) {
       const HeadIndex& x = segments[s]->layer(layer).heads[g];
-      std::copy(x.centroid_panels.begin(), x.centroid_panels.end(),
-                panels + h.panel_elems[s]);
+      const int64_t members = entries_[s]->heads[g].members / 4;
       seg_size[s] = segments[s]->size();
-      for (int c = 1; c <= x.k; ++c) {
-        member_first[block + c] = member + x.offsets[c];
+      for (int c = 0; c < x.k; ++c) {
+        first[block + c] = members + x.offsets[c];
+        last[block + c] = members + x.offsets[c + 1];
       }
-      std::copy(x.members.begin(), x.members.end(), rows + member);
       block += x.k;
-      member += static_cast<int64_t>(x.members.size());
       seg_first[s + 1] = block;
     }
+    first[block] = 0;  // declared, unread with member_last
   }
 }
 
 bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
-                           const KvShape& /*shape*/,
                            const std::vector<const Segment*>& segments,
                            int layer) {
-  const DevPtr in = buf_.in_dev, work = buf_.work_dev;
+  const DevPtr in = buf_.in_dev, work = buf_.work_dev, pool = tables_->pool();
   if (!Ok(rt_.CopyH2D(in, buf_.in_host, l.in_bytes, stream_))) return false;
   const int64_t q_bytes = int64_t{l.nq} * l.hd * 4;
   for (int g = 0; g < l.n_kv; ++g) {
@@ -242,7 +262,7 @@ bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
       if (k > 0) {
         const dev::ScoreClustersArgs a{in + l.q + g * q_bytes,
                                        l.nq,
-                                       in + h.panels + h.panel_elems[s] * 2,
+                                       pool + entries_[s]->heads[g].panels,
                                        k,
                                        l.hd,
                                        work + h.scores + first * 4,
@@ -259,8 +279,9 @@ bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
       a.seg_size = in + h.seg_size;
       a.n_segs = l.n_segs;
       a.member_first = in + h.member_first;
-      a.members = in + h.member_rows;
-      a.n_members = h.members;
+      a.member_last = in + h.member_last;
+      a.members = pool;
+      a.n_members = tables_->pool_bytes() / 4;
       a.budget = config.budget - (debug_.budget_one_short ? 1 : 0);
       a.recent_tokens = config.recent_tokens;
       a.page_size = config.quest_page_size;

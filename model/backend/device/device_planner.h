@@ -4,10 +4,11 @@
 // over the segments' F16 centroid panels (the CPU's exact bits), then
 // SelectBlocksOp per planned query (each query head, or the group's summed
 // query with gqa_selection = per_kv_head) — so the device gives the
-// policy's plans exactly. Stage 2a of docs/device-runtime.md: the
-// per-segment index (panels, cluster offsets, members) is uploaded with
-// every call through one pinned staging buffer and the plans come back
-// with one synchronisation per call; resident segment tables and plans
+// policy's plans exactly. Stage 2 of docs/device-runtime.md: the segments'
+// panels and members are resident in a device pool across steps and
+// shared by forks (SegmentTables); each call uploads only the queries and
+// a block table of 16 bytes per cluster through one pinned staging buffer,
+// and the plans come back with one synchronisation per call. Plans
 // consumed on the device (residency, row lists) are the next stage.
 // One call at a time (a mutex); the runtime must outlive the planner, which
 // keeps `keep_alive` (the runtime's owner, or null).
@@ -20,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/device/runtime.h"
+#include "model/backend/device/segment_tables.h"
 #include "model/kv/store_env.h"
 
 namespace ckv {
@@ -32,8 +34,10 @@ struct DevicePlannerDebug {
 
 class DevicePlanner final : public LayerPlanner {
  public:
+  // `table_bytes`: the most device memory the resident segment tables
+  // may take (beyond it a call falls back to the store's policy).
   DevicePlanner(kernels::device::Runtime& runtime,
-                std::shared_ptr<void> keep_alive,
+                std::shared_ptr<void> keep_alive, int64_t table_bytes,
                 DevicePlannerDebug debug = {});
   ~DevicePlanner() override;
 
@@ -44,8 +48,12 @@ class DevicePlanner final : public LayerPlanner {
 
   // The first runtime error (every later call returns false), or OK.
   absl::Status status() const;
-  // Layers planned on the device so far.
+  // Layers planned on the device so far; calls that fell back to the
+  // store's policy because the tables did not fit; segment-table uploads.
   int64_t layers_planned() const;
+  int64_t table_fallbacks() const;
+  int64_t table_uploads() const;
+  int64_t table_evictions() const;
 
  private:
   using DevPtr = kernels::device::DevPtr;
@@ -60,12 +68,12 @@ class DevicePlanner final : public LayerPlanner {
   bool Ok(const absl::Status& s);
   bool Reserve(const Layout& l);
   void FreeBuffers();
-  void Fill(const Layout& l, const KvStoreConfig& config, const KvShape& shape,
-            const std::vector<const Segment*>& segments, int layer,
-            const float* q);
+  // This call's segment-table entries into entries_ (false: fall back).
+  bool EnsureTables(const std::vector<const Segment*>& segments, int layer);
+  void Fill(const Layout& l, const std::vector<const Segment*>& segments,
+            int layer, const float* q);
   bool Launch(const Layout& l, const KvStoreConfig& config,
-              const KvShape& shape, const std::vector<const Segment*>& segments,
-              int layer);
+              const std::vector<const Segment*>& segments, int layer);
   void ReadPlans(const Layout& l, const KvShape& shape, bool shared,
                  HeadPlan* plans) const;
 
@@ -76,7 +84,9 @@ class DevicePlanner final : public LayerPlanner {
   kernels::device::Stream stream_;
   Buffers buf_;
   absl::Status status_;
-  int64_t layers_planned_ = 0;
+  std::unique_ptr<SegmentTables> tables_;
+  std::vector<const SegmentTables::Entry*> entries_;  // this call's
+  int64_t calls_ = 0, layers_planned_ = 0, table_fallbacks_ = 0;
 };
 
 }  // namespace ckv

@@ -37,12 +37,17 @@ void* PinnedArena::Allocate(int64_t bytes) {
     const bool own = need > options_.slab_bytes / 2;
     if (!own) {
       for (Slab& s : slabs_) {
-        if (!s.own && (p = CarveLocked(s, need)) != nullptr) break;
+        if (s.own) continue;
+        const int64_t off = s.ranges.Allocate(need);
+        if (off >= 0) {
+          p = s.base + off;
+          break;
+        }
       }
     }
     if (p == nullptr) {
       const int i = NewSlabLocked(own ? need : options_.slab_bytes, own);
-      if (i >= 0) p = CarveLocked(slabs_[i], need);
+      if (i >= 0) p = slabs_[i].base + slabs_[i].ranges.Allocate(need);
     }
     if (p == nullptr) ++heap_blocks_;
   }
@@ -61,28 +66,11 @@ void PinnedArena::Free(void* p, int64_t bytes) {
     const int i = FindLocked(p, bytes);
     if (i >= 0) {
       Slab& s = slabs_[i];
-      const int64_t size = RoundUp(bytes);
-      int64_t off = static_cast<char*>(p) - s.base;
-      int64_t len = size;
-      s.used -= size;
-      auto next = s.free_.lower_bound(off);
-      if (next != s.free_.end() && next->first == off + len) {
-        len += next->second;
-        next = s.free_.erase(next);
-      }
-      if (next != s.free_.begin()) {
-        auto prev = std::prev(next);
-        if (prev->first + prev->second == off) {
-          off = prev->first;
-          len += prev->second;
-          s.free_.erase(prev);
-        }
-      }
-      s.free_[off] = len;
+      s.ranges.Free(static_cast<char*>(p) - s.base, RoundUp(bytes));
       const bool keep_one =
           !s.own && std::count_if(slabs_.begin(), slabs_.end(),
                                   [](const Slab& x) { return !x.own; }) == 1;
-      if (s.used == 0 && !keep_one) ReleaseLocked(i);
+      if (s.ranges.used() == 0 && !keep_one) ReleaseLocked(i);
       return;
     }
   }
@@ -102,7 +90,7 @@ int64_t PinnedArena::pinned_bytes() const {
 int64_t PinnedArena::used_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t used = 0;
-  for (const Slab& s : slabs_) used += s.used;
+  for (const Slab& s : slabs_) used += s.ranges.used();
   return used;
 }
 
@@ -122,19 +110,6 @@ int PinnedArena::FindLocked(const void* p, int64_t bytes) const {
   return static_cast<int>(it - slabs_.begin());
 }
 
-char* PinnedArena::CarveLocked(Slab& s, int64_t bytes) {
-  for (auto it = s.free_.begin(); it != s.free_.end(); ++it) {
-    if (it->second < bytes) continue;
-    const int64_t off = it->first;
-    const int64_t rest = it->second - bytes;
-    s.free_.erase(it);
-    if (rest > 0) s.free_[off + bytes] = rest;
-    s.used += bytes;
-    return s.base + off;
-  }
-  return nullptr;
-}
-
 int PinnedArena::NewSlabLocked(int64_t bytes, bool own) {
   if (pinned_ + bytes > options_.limit_bytes) return -1;
   absl::StatusOr<void*> p = rt_.HostAllocPinned(bytes);
@@ -143,7 +118,7 @@ int PinnedArena::NewSlabLocked(int64_t bytes, bool own) {
   s.base = static_cast<char*>(*p);
   s.bytes = bytes;
   s.own = own;
-  s.free_[0] = bytes;
+  s.ranges.Grow(bytes);
   pinned_ += bytes;
   auto at =
       std::upper_bound(slabs_.begin(), slabs_.end(), s.base,

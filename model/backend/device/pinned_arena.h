@@ -13,12 +13,12 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "kernels/device/runtime.h"
+#include "model/backend/device/range_allocator.h"
 #include "model/kv/host_arena.h"
 
 namespace ckv {
@@ -49,14 +49,13 @@ class PinnedArena final : public HostArena {
   struct Slab {
     char* base = nullptr;
     int64_t bytes = 0;
-    int64_t used = 0;
-    bool own = false;                  // one block's own allocation
-    std::map<int64_t, int64_t> free_;  // offset -> size, coalesced
+    bool own = false;  // one block's own allocation
+    RangeAllocator ranges;
   };
+
   static int64_t RoundUp(int64_t bytes);
   // The slab holding [p, p + bytes), or -1. Caller holds mu_.
   int FindLocked(const void* p, int64_t bytes) const;
-  char* CarveLocked(Slab& s, int64_t bytes);
   // A new pinned slab of `bytes` (own: for one block), or -1.
   int NewSlabLocked(int64_t bytes, bool own);
   void ReleaseLocked(int slab);

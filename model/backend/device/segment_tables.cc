@@ -1,0 +1,137 @@
+#include "model/backend/device/segment_tables.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ckv {
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+constexpr int64_t kFirstPool = int64_t{1} << 20;
+
+int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+SegmentTables::SegmentTables(kernels::device::Runtime& runtime,
+                             kernels::device::Stream stream, int64_t max_bytes)
+    : rt_(runtime), stream_(stream), max_bytes_(max_bytes) {}
+
+SegmentTables::~SegmentTables() {
+  if (staging_ != nullptr) rt_.HostFree(staging_).IgnoreError();
+  if (!pool_.null()) rt_.Free(pool_).IgnoreError();
+}
+
+bool SegmentTables::Ok(const absl::Status& s) {
+  if (!s.ok() && status_.ok()) status_ = s;
+  return s.ok();
+}
+
+const SegmentTables::Entry* SegmentTables::Ensure(const Segment& seg, int layer,
+                                                  int64_t tick) {
+  if (!status_.ok()) return nullptr;
+  const Key key{seg.uid(), layer};
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    it->second.last_used = tick;
+    return &it->second;
+  }
+  Entry e;
+  e.last_used = tick;
+  int64_t bytes = 0;
+  for (const HeadIndex& h : seg.layer(layer).heads) {
+    Head x;
+    x.panels = bytes;
+    bytes += AlignUp(static_cast<int64_t>(h.centroid_panels.size()) * 2);
+    x.members = bytes;
+    bytes += AlignUp(static_cast<int64_t>(h.members.size()) * 4);
+    e.heads.push_back(x);
+  }
+  e.bytes = std::max<int64_t>(bytes, kAlign);
+  e.offset = Place(e.bytes, tick);
+  if (e.offset < 0) return nullptr;
+  for (Head& x : e.heads) {
+    x.panels += e.offset;
+    x.members += e.offset;
+  }
+  if (!Upload(seg, layer, e)) {
+    ranges_.Free(e.offset, e.bytes);
+    return nullptr;
+  }
+  return &entries_.emplace(key, std::move(e)).first->second;
+}
+
+int64_t SegmentTables::Place(int64_t bytes, int64_t tick) {
+  while (true) {
+    const int64_t off = ranges_.Allocate(bytes);
+    if (off >= 0) return off;
+    if (EvictOne(tick)) continue;
+    if (!GrowPool(bytes)) return -1;
+  }
+}
+
+// Evicts the least recently used entry of an earlier call, if any.
+bool SegmentTables::EvictOne(int64_t tick) {
+  auto victim = entries_.end();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->second.last_used >= tick) continue;
+    if (victim == entries_.end() ||
+        it->second.last_used < victim->second.last_used) {
+      victim = it;
+    }
+  }
+  if (victim == entries_.end()) return false;
+  ranges_.Free(victim->second.offset, victim->second.bytes);
+  entries_.erase(victim);
+  ++evictions_;
+  return true;
+}
+
+// Doubles the pool (at least to hold `need` more bytes) within max_bytes_,
+// copying the resident entries on the device.
+bool SegmentTables::GrowPool(int64_t need) {
+  const int64_t old = ranges_.capacity();
+  int64_t cap = std::max(kFirstPool, 2 * old);
+  while (cap < old + need) cap *= 2;
+  cap = std::min(cap, max_bytes_);
+  if (cap < old + need || cap <= old) return false;
+  auto p = rt_.Malloc(cap);
+  if (!Ok(p.status())) return false;
+  if (old > 0) {
+    if (!Ok(rt_.CopyD2D(*p, pool_, old, stream_))) return false;
+    // Free waits for the device's work, the copy included.
+    if (!Ok(rt_.Free(pool_))) return false;
+  }
+  pool_ = *p;
+  ranges_.Grow(cap);
+  return true;
+}
+
+// Copies the entry's panels and members through the pinned staging.
+bool SegmentTables::Upload(const Segment& seg, int layer, Entry& e) {
+  if (staging_bytes_ < e.bytes) {
+    if (staging_ != nullptr && !Ok(rt_.HostFree(staging_))) return false;
+    staging_ = nullptr;
+    const int64_t bytes = std::max(e.bytes, 2 * staging_bytes_);
+    auto p = rt_.HostAllocPinned(bytes);
+    if (!Ok(p.status())) return false;
+    staging_ = static_cast<char*>(*p);
+    staging_bytes_ = bytes;
+  } else if (!Ok(rt_.Synchronize(stream_))) {  // its last copy is done
+    return false;
+  }
+  if (!Ok(rt_.HostWrite(staging_, e.bytes))) return false;
+  const std::vector<HeadIndex>& heads = seg.layer(layer).heads;
+  for (size_t g = 0; g < heads.size(); ++g) {
+    const HeadIndex& h = heads[g];
+    std::memcpy(staging_ + (e.heads[g].panels - e.offset),
+                h.centroid_panels.data(), h.centroid_panels.size() * 2);
+    std::memcpy(staging_ + (e.heads[g].members - e.offset), h.members.data(),
+                h.members.size() * 4);
+  }
+  ++uploads_;
+  return Ok(rt_.CopyH2D(pool_ + e.offset, staging_, e.bytes, stream_));
+}
+
+}  // namespace ckv
