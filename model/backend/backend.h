@@ -129,7 +129,11 @@ class Backend {
   // own policies; on a device backend pinned segment rows (which its
   // attention copies straight from the segments) and a planner that
   // selects on the device. Stores made without it still work.
-  virtual StoreEnv store_env() { return {HeapArena(), nullptr}; }
+  virtual StoreEnv store_env() {
+    StoreEnv env;
+    env.arena = HeapArena();
+    return env;
+  }
 
   // A new activation of `width` floats per row. Call before the first step.
   virtual Activation NewActivation(int64_t width) = 0;

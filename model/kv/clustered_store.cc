@@ -185,7 +185,12 @@ void ClusteredKvStore::FinishPromptLayer(int layer) {
 void ClusteredKvStore::ScheduleIndex(const std::shared_ptr<Segment>& seg,
                                      std::vector<int> layers) {
   if (layers.empty()) return;
-  auto job = [config = config_, indexes = indexes_, seg, layers] {
+  auto job = [config = config_, indexes = indexes_, seg, layers,
+              device = env_.index_builder] {
+    if (device != nullptr) {
+      IndexSegmentLayers(config, indexes, *seg, layers, *device);
+      return;
+    }
     CpuIndexBuilder builder;  // on the calling (worker) thread
     IndexSegmentLayers(config, indexes, *seg, layers, builder);
   };

@@ -1,14 +1,16 @@
 // What a clustered store gets from the backend that runs its steps
 // (Backend::store_env()): where its segments' rows live and, optionally,
-// who plans its sparse decode layers. A store made without one uses the
-// heap and its own SelectionPolicy. Forks and snapshot restores share
-// their parent's (the server's SessionManager passes the backend's).
+// who plans its sparse decode layers and who clusters its segments. A store
+// made without one uses the heap and its own SelectionPolicy. Forks and
+// snapshot restores share their parent's (the server's SessionManager passes
+// the backend's).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "model/kv/host_arena.h"
+#include "model/kv/index_builder.h"
 #include "model/kv/kv_config.h"
 #include "model/kv/segment.h"
 #include "model/kv/selection.h"
@@ -40,6 +42,9 @@ class LayerPlanner {
 struct StoreEnv {
   std::shared_ptr<HostArena> arena;       // segment rows; null: the heap
   std::shared_ptr<LayerPlanner> planner;  // null: the store's policy plans
+  // Runs the k-means of closing segments (on the ClusterWorker's thread,
+  // or inline); null: a CpuIndexBuilder on that thread.
+  std::shared_ptr<IndexBuilder> index_builder;
 };
 
 }  // namespace ckv

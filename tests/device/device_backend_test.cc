@@ -99,6 +99,7 @@ struct Trace {
   AttendCopyStats copies;    // a DeviceBackend's
   int64_t device_plans = 0;  // layers its planner planned
   int64_t table_uploads = 0, table_evictions = 0, table_fallbacks = 0;
+  int64_t kmeans_jobs = 0, kmeans_mapped_bytes = 0;  // on the device
 };
 
 std::unique_ptr<Backend> Cpu() {
@@ -170,6 +171,8 @@ Trace Greedy(const Model& m, std::unique_ptr<Backend> backend, int prompt,
     t.table_uploads = device->planner().table_uploads();
     t.table_evictions = device->planner().table_evictions();
     t.table_fallbacks = device->planner().table_fallbacks();
+    t.kmeans_jobs = device->index_builder().device_jobs();
+    t.kmeans_mapped_bytes = device->index_builder().mapped_key_bytes();
   }
   return t;
 }
@@ -228,6 +231,10 @@ TEST_P(DeviceArchTest, GreedyMatchesCpu) {
   EXPECT_GT(dev.table_uploads, 0) << GetParam();
   EXPECT_LT(dev.table_uploads * 4, dev.device_plans) << GetParam();
   EXPECT_EQ(dev.table_evictions + dev.table_fallbacks, 0) << GetParam();
+  // The segments were clustered on the device, reading their pinned keys
+  // in place.
+  EXPECT_GT(dev.kmeans_jobs, 0) << GetParam();
+  EXPECT_GT(dev.kmeans_mapped_bytes, 0) << GetParam();
   // Selection really was sparse somewhere.
   bool sparse = false;
   for (const auto& step : cpu.selected) {
@@ -385,6 +392,83 @@ TEST(DeviceBackendTest, SmallSegmentTablePoolEvictsAndFallsBack) {
       EXPECT_GT(dev.table_evictions, 0);
     } else {
       EXPECT_GT(dev.table_fallbacks, 0);
+    }
+  }
+}
+
+// The host waiting for the k-means results through the event is what
+// orders its reads after the device's copy: without the wait the ordering
+// checker reports the race under every schedule (and the lazy schedule
+// hands the host poisoned results, which the builder refuses, solving the
+// jobs on the host and failing the backend).
+TEST(DeviceBackendTest, MissingEventWaitBeforeKMeansResultsIsCaught) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  for (Schedule s : {Schedule::kInline, Schedule::kLazy}) {
+    DeviceBackendDebug planted;
+    planted.index_builder.skip_event_wait = true;
+    FakeRuntime rt(Fake(s));
+    const Trace t = Greedy(*m, Device(rt, planted), 48, 4);
+    EXPECT_GT(rt.race_count(), 0) << ScheduleName(s);
+    if (s == Schedule::kLazy) {
+      EXPECT_FALSE(t.status.ok());
+    }
+  }
+}
+
+// Clustering on the ClusterWorker's thread through the device builder
+// (low-priority stream) while decode steps run on the compute stream; a
+// snapshot export taken while jobs may still run waits for them and holds
+// the CPU's clusters bit for bit.
+TEST(DeviceBackendTest, AsyncDeviceKMeansAndExportEqualTheCpu) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  auto run = [&](std::unique_ptr<Backend> backend, StoreParts* parts) {
+    ClusterWorker worker;
+    KvStoreConfig c = SparseConfig();
+    c.async_clustering = true;
+    const StoreEnv env = backend->store_env();
+    Transformer tf(m->config, m->weights, {1, 64}, std::move(backend));
+    ClusteredKvStore store(KvShapeOf(m->config), c, &worker, env);
+    std::vector<float> logits;
+    const std::vector<int32_t> p = Tokens(64, m->config.vocab_size);
+    SequenceInput in = MakeInput(p, &store, LogitsMode::kLast, &logits);
+    absl::Status st = tf.Forward(absl::MakeSpan(&in, 1));
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 24 && st.ok(); ++i) {
+      const int32_t tok[1] = {Argmax(logits)};
+      tokens.push_back(tok[0]);
+      SequenceInput s = MakeInput(tok, &store, LogitsMode::kLast, &logits,
+                                  AppendKind::kGenerated);
+      st = tf.Forward(absl::MakeSpan(&s, 1));
+    }
+    EXPECT_TRUE(st.ok()) << st;
+    auto exported = store.Export();
+    EXPECT_TRUE(exported.ok()) << exported.status();
+    if (exported.ok()) *parts = *std::move(exported);
+    return tokens;
+  };
+  // The runtime outlives the exported segments, whose rows are its pinned
+  // memory (the backend does not own it here).
+  FakeRuntime rt(Fake(Schedule::kThreaded, 9));
+  StoreParts cpu_parts, dev_parts;
+  const std::vector<int32_t> cpu_tokens = run(Cpu(), &cpu_parts);
+  auto device = std::make_unique<DeviceBackend>(rt, "fake", "fake device");
+  const std::vector<int32_t> dev_tokens = run(std::move(device), &dev_parts);
+  EXPECT_EQ(dev_tokens, cpu_tokens);
+  EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+  ASSERT_EQ(dev_parts.segments.size(), cpu_parts.segments.size());
+  ASSERT_GE(cpu_parts.segments.size(), 2u);
+  for (size_t s = 0; s < cpu_parts.segments.size(); ++s) {
+    for (int l = 1; l < m->config.n_layers; ++l) {
+      const auto& a = cpu_parts.segments[s]->layer(l).heads;
+      const auto& b = dev_parts.segments[s]->layer(l).heads;
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t h = 0; h < a.size(); ++h) {
+        EXPECT_EQ(a[h].centroids, b[h].centroids) << s << "/" << l << "/" << h;
+        EXPECT_EQ(a[h].members, b[h].members) << s << "/" << l << "/" << h;
+        EXPECT_EQ(a[h].offsets, b[h].offsets) << s << "/" << l << "/" << h;
+      }
     }
   }
 }

@@ -26,6 +26,12 @@ using dev::ValueOrDie;
 
 constexpr int64_t kSlab = 64 << 10;
 
+StoreEnv ArenaEnv(std::shared_ptr<HostArena> arena) {
+  StoreEnv env;
+  env.arena = std::move(arena);
+  return env;
+}
+
 std::shared_ptr<PinnedArena> Arena(dev::FakeRuntime& rt,
                                    int64_t limit = int64_t{1} << 30) {
   return std::make_shared<PinnedArena>(
@@ -225,7 +231,7 @@ TEST(PinnedArenaTest, StoresAndSnapshotRestoresKeepSegmentsInTheArena) {
     }
     return n;
   };
-  ClusteredKvStore store(shape, c, nullptr, StoreEnv{arena, nullptr});
+  ClusteredKvStore store(shape, c, nullptr, ArenaEnv(arena));
   feed(store, 60, AppendKind::kPrompt, 1);
   for (int i = 0; i < 20; ++i) feed(store, 1, AppendKind::kGenerated, 2 + i);
   EXPECT_EQ(in_arena(store), 2);  // the prompt's and one generated
@@ -247,7 +253,7 @@ TEST(PinnedArenaTest, StoresAndSnapshotRestoresKeepSegmentsInTheArena) {
   auto parsed = ParseSnapshot(bytes, e);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   auto restored = ClusteredKvStore::Restore(std::move(parsed->store), nullptr,
-                                            StoreEnv{arena, nullptr});
+                                            ArenaEnv(arena));
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(in_arena(**restored), 2);
   auto again = (*restored)->Export();

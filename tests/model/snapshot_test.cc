@@ -691,7 +691,11 @@ TEST(SnapshotModelTest, GreedyContinuationIsIdentical) {
   Snapshot snap = SnapshotOf(store);
   snap.meta.last_logits = logits;
   const std::string bytes = SerializeSnapshot(snap, *fp);
-  SnapshotExpect e{*fp, KvShapeOf(m.config), m.config.vocab_size, 4096};
+  SnapshotExpect e;
+  e.model_fingerprint = *fp;
+  e.shape = KvShapeOf(m.config);
+  e.vocab_size = m.config.vocab_size;
+  e.max_tokens = 4096;
   auto parsed = ParseSnapshot(bytes, e);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   auto restored = ClusteredKvStore::Restore(std::move(parsed->store), &worker);

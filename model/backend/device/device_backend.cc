@@ -79,6 +79,8 @@ void DeviceBackend::Init() {
       debug_.table_bytes > 0 ? debug_.table_bytes
                              : info_.device_memory_bytes / 4,
       debug_.planner);
+  index_builder_ = std::make_shared<DeviceIndexBuilder>(*rt_, owned_, arena_,
+                                                        debug_.index_builder);
   auto st = rt_->CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
 }
@@ -110,6 +112,7 @@ StoreEnv DeviceBackend::store_env() {
   StoreEnv env;
   env.arena = debug_.heap_arena ? HeapArena() : arena_;
   if (!debug_.host_selection) env.planner = planner_;
+  if (!debug_.host_kmeans) env.index_builder = index_builder_;
   return env;
 }
 
@@ -348,9 +351,11 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
     const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
     p.cache->Select(layer, query, &attend_);
     if (profile) profile->select_ns += NanosSince(t1);
-    // A device error of the planner (the store then planned on the host)
-    // is the backend's: sticky, as every other (AttendPart then skips).
+    // A device error of the planner or the k-means builder (the store then
+    // planned or clustered on the host) is the backend's: sticky, as every
+    // other (AttendPart then skips).
     Ok(planner_->status());
+    Ok(index_builder_->status());
     AttendPart(spec, p, q, out);
     if (profile) profile->attention_ns += NanosSince(t0);
   }

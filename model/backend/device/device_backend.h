@@ -28,6 +28,7 @@
 
 #include "kernels/device/runtime.h"
 #include "model/backend/backend.h"
+#include "model/backend/device/device_index_builder.h"
 #include "model/backend/device/device_planner.h"
 #include "model/backend/device/pinned_arena.h"
 
@@ -55,6 +56,9 @@ struct DeviceBackendDebug {
   // > 0: the planner's segment tables may take this many bytes (default: a
   // quarter of the device), to test eviction and fallback.
   int64_t table_bytes = 0;
+  // No device index builder in store_env(): k-means on the host.
+  bool host_kmeans = false;
+  DeviceIndexBuilderDebug index_builder;
 };
 
 // How the attended K/V rows reached the device (bytes, summed over calls).
@@ -92,6 +96,8 @@ class DeviceBackend final : public Backend {
   // The device planner (its counters: layers planned, table uploads,
   // evictions and fallbacks).
   const DevicePlanner& planner() const { return *planner_; }
+  // The k-means builder (its counters: device jobs, keys read in place).
+  const DeviceIndexBuilder& index_builder() const { return *index_builder_; }
 
   Activation NewActivation(int64_t width) override;
   void BeginStep(absl::Span<const int64_t> positions) override;
@@ -218,6 +224,7 @@ class DeviceBackend final : public Backend {
   std::vector<float> lost_;             // zero K/V rows appended after an error
   std::shared_ptr<PinnedArena> arena_;  // segment rows (store_env())
   std::shared_ptr<DevicePlanner> planner_;
+  std::shared_ptr<DeviceIndexBuilder> index_builder_;
   AttendCopyStats copies_;
 };
 

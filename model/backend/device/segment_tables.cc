@@ -71,13 +71,16 @@ int64_t SegmentTables::Place(int64_t bytes, int64_t tick) {
   }
 }
 
-// Evicts the least recently used entry of an earlier call, if any.
+// Evicts the least recently used entry of an earlier call, if any; ties
+// (the entries of one call) go oldest segment first, so that the order
+// does not depend on the hash map's.
 bool SegmentTables::EvictOne(int64_t tick) {
   auto victim = entries_.end();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->second.last_used >= tick) continue;
     if (victim == entries_.end() ||
-        it->second.last_used < victim->second.last_used) {
+        std::pair(it->second.last_used, it->first) <
+            std::pair(victim->second.last_used, victim->first)) {
       victim = it;
     }
   }

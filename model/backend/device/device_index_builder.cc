@@ -1,0 +1,219 @@
+#include "model/backend/device/device_index_builder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ckv {
+
+namespace dev = kernels::device;
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// What a job's result occupies on the device and in pinned memory: a
+// header, then centroids, assignment and sizes at the requested k.
+struct Header {
+  int64_t k = 0, iterations = 0, key_scorings = 0;
+};
+int64_t ResultBytes(const ClusterJob& j) {
+  return AlignUp(sizeof(Header)) + AlignUp(int64_t{j.k} * j.dim * 4) +
+         AlignUp(j.n * 4) + AlignUp(int64_t{j.k} * 4);
+}
+// Elements of the job's keys: n rows of `stride`, the last `dim` long.
+int64_t KeyBytes(const ClusterJob& j) {
+  return kernels::RowBytes(j.dtype, (j.n - 1) * j.stride + j.dim);
+}
+
+}  // namespace
+
+// Where one job's keys are read from and its result written.
+struct DeviceIndexBuilder::Place {
+  DevPtr keys;
+  int64_t staged = -1;  // offset in the staging, or -1: mapped in place
+  int64_t result = 0;   // offset in the result buffers
+};
+
+DeviceIndexBuilder::DeviceIndexBuilder(dev::Runtime& runtime,
+                                       std::shared_ptr<void> keep_alive,
+                                       std::shared_ptr<const HostArena> arena,
+                                       DeviceIndexBuilderDebug debug)
+    : rt_(runtime),
+      keep_alive_(std::move(keep_alive)),
+      arena_(std::move(arena)),
+      debug_(debug) {
+  auto st = rt_.CreateStream(dev::kLowestPriority);
+  if (Ok(st.status())) stream_ = *st;
+  auto ev = rt_.CreateEvent();
+  if (Ok(ev.status())) done_ = *ev;
+}
+
+DeviceIndexBuilder::~DeviceIndexBuilder() { FreeBuffers(); }
+
+absl::Status DeviceIndexBuilder::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+int64_t DeviceIndexBuilder::device_jobs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return device_jobs_;
+}
+
+int64_t DeviceIndexBuilder::mapped_key_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mapped_bytes_;
+}
+
+int64_t DeviceIndexBuilder::staged_key_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_bytes_;
+}
+
+bool DeviceIndexBuilder::Ok(const absl::Status& s) {
+  if (!s.ok() && status_.ok()) status_ = s;
+  return s.ok();
+}
+
+void DeviceIndexBuilder::KMeans(absl::Span<const ClusterJob> jobs,
+                                std::vector<ClusterResult>* out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_.ok() && Solve(jobs, out)) return;
+  }
+  // A device error: the host solves them, so the store gets its index.
+  CpuIndexBuilder().KMeans(jobs, out);
+}
+
+bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
+                               std::vector<ClusterResult>* out) {
+  std::vector<Place> places(jobs.size());
+  int64_t staged = 0, results = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const ClusterJob& j = jobs[i];
+    const int64_t bytes = KeyBytes(j);
+    if (arena_ != nullptr && arena_->Contains(j.keys, bytes)) {
+      auto mapped = rt_.MappedPointer(j.keys);
+      if (!Ok(mapped.status())) return false;
+      places[i].keys = *mapped;
+      mapped_bytes_ += bytes;
+    } else {
+      places[i].staged = staged;
+      staged += AlignUp(bytes);
+      staged_bytes_ += bytes;
+    }
+    places[i].result = results;
+    results += ResultBytes(j);
+  }
+  if (!Grow(staged, results)) return false;
+  if (staged > 0) {
+    if (!Ok(rt_.HostWrite(stage_host_, staged))) return false;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (places[i].staged < 0) continue;
+      std::memcpy(stage_host_ + places[i].staged, jobs[i].keys,
+                  KeyBytes(jobs[i]));
+      places[i].keys = stage_dev_ + places[i].staged;
+    }
+    if (!Ok(rt_.CopyH2D(stage_dev_, stage_host_, staged, stream_))) {
+      return false;
+    }
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const ClusterJob job = jobs[i];
+    const DevPtr keys = places[i].keys;
+    const DevPtr res = result_dev_ + places[i].result;
+    const int64_t key_bytes = KeyBytes(job), res_bytes = ResultBytes(job);
+    dev::Op op;
+    op.name = "kmeans";
+    op.reads = {{keys, key_bytes}};
+    op.writes = {{res, res_bytes}};
+    op.body = [job, keys, res, key_bytes, res_bytes](dev::OpContext& c) {
+      ClusterJob local = job;
+      local.keys = c.In<char>(keys, key_bytes);
+      std::vector<ClusterResult> r;
+      CpuIndexBuilder().KMeans({&local, 1}, &r);
+      char* o = c.Out<char>(res, res_bytes);
+      const Header h{r[0].k, r[0].iterations, r[0].key_scorings};
+      std::memcpy(o, &h, sizeof(h));
+      o += AlignUp(sizeof(Header));
+      std::memcpy(o, r[0].centroids.data(), r[0].centroids.size() * 4);
+      o += AlignUp(int64_t{job.k} * job.dim * 4);
+      std::memcpy(o, r[0].assignment.data(), r[0].assignment.size() * 4);
+      o += AlignUp(job.n * 4);
+      std::memcpy(o, r[0].sizes.data(), r[0].sizes.size() * 4);
+    };
+    if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
+  }
+  if (!Ok(rt_.CopyD2H(result_host_, result_dev_, results, stream_)) ||
+      !Ok(rt_.Record(done_, stream_))) {
+    return false;
+  }
+  if (!debug_.skip_event_wait && !Ok(rt_.Synchronize(done_))) return false;
+  if (!Ok(rt_.HostRead(result_host_, results))) return false;
+  out->resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const ClusterJob& j = jobs[i];
+    const char* p = result_host_ + places[i].result;
+    Header h;
+    std::memcpy(&h, p, sizeof(h));
+    if (h.k < 1 || h.k > j.k) {
+      return Ok(absl::InternalError(absl::StrCat("device k-means gave ", h.k,
+                                                 " clusters for k = ", j.k)));
+    }
+    ClusterResult& r = (*out)[i];
+    r.k = static_cast<int>(h.k);
+    r.iterations = static_cast<int>(h.iterations);
+    r.key_scorings = h.key_scorings;
+    p += AlignUp(sizeof(Header));
+    const auto* centroids = reinterpret_cast<const float*>(p);
+    r.centroids.assign(centroids, centroids + h.k * j.dim);
+    p += AlignUp(int64_t{j.k} * j.dim * 4);
+    const auto* assignment = reinterpret_cast<const int32_t*>(p);
+    r.assignment.assign(assignment, assignment + j.n);
+    p += AlignUp(j.n * 4);
+    const auto* sizes = reinterpret_cast<const int32_t*>(p);
+    r.sizes.assign(sizes, sizes + h.k);
+  }
+  device_jobs_ += static_cast<int64_t>(jobs.size());
+  return true;
+}
+
+// Grows the staging and result buffers (the previous call synchronised).
+bool DeviceIndexBuilder::Grow(int64_t staged, int64_t results) {
+  if (staged <= stage_bytes_ && results <= result_bytes_) return true;
+  const int64_t s = std::max({staged, 2 * stage_bytes_, kAlign});
+  const int64_t r = std::max({results, 2 * result_bytes_, kAlign});
+  FreeBuffers();
+  auto sh = rt_.HostAllocPinned(s);
+  auto rh = rt_.HostAllocPinned(r);
+  auto sd = rt_.Malloc(s);
+  auto rd = rt_.Malloc(r);
+  if (sh.ok()) stage_host_ = static_cast<char*>(*sh);
+  if (rh.ok()) result_host_ = static_cast<char*>(*rh);
+  if (sd.ok()) stage_dev_ = *sd;
+  if (rd.ok()) result_dev_ = *rd;
+  if (!Ok(sh.status()) || !Ok(rh.status()) || !Ok(sd.status()) ||
+      !Ok(rd.status())) {
+    return false;
+  }
+  stage_bytes_ = s;
+  result_bytes_ = r;
+  return true;
+}
+
+void DeviceIndexBuilder::FreeBuffers() {
+  if (stage_host_ != nullptr) rt_.HostFree(stage_host_).IgnoreError();
+  if (result_host_ != nullptr) rt_.HostFree(result_host_).IgnoreError();
+  if (!stage_dev_.null()) rt_.Free(stage_dev_).IgnoreError();
+  if (!result_dev_.null()) rt_.Free(result_dev_).IgnoreError();
+  stage_host_ = result_host_ = nullptr;
+  stage_dev_ = result_dev_ = DevPtr{};
+  stage_bytes_ = result_bytes_ = 0;
+}
+
+}  // namespace ckv
