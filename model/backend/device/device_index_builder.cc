@@ -53,7 +53,12 @@ DeviceIndexBuilder::DeviceIndexBuilder(dev::Runtime& runtime,
   if (Ok(ev.status())) done_ = *ev;
 }
 
-DeviceIndexBuilder::~DeviceIndexBuilder() { FreeBuffers(); }
+DeviceIndexBuilder::~DeviceIndexBuilder() {
+  Release(rt_, &stage_host_);
+  Release(rt_, &result_host_);
+  Release(rt_, &stage_dev_);
+  Release(rt_, &result_dev_);
+}
 
 absl::Status DeviceIndexBuilder::status() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -110,23 +115,29 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
     places[i].result = results;
     results += ResultBytes(j);
   }
-  if (!Grow(staged, results)) return false;
+  // The previous call waited for its work: the buffers are free.
+  if (!Ok(Grow(rt_, staged, &stage_host_)) ||
+      !Ok(Grow(rt_, staged, &stage_dev_)) ||
+      !Ok(Grow(rt_, results, &result_host_)) ||
+      !Ok(Grow(rt_, results, &result_dev_))) {
+    return false;
+  }
   if (staged > 0) {
-    if (!Ok(rt_.HostWrite(stage_host_, staged))) return false;
+    if (!Ok(rt_.HostWrite(stage_host_.host, staged))) return false;
     for (size_t i = 0; i < jobs.size(); ++i) {
       if (places[i].staged < 0) continue;
-      std::memcpy(stage_host_ + places[i].staged, jobs[i].keys,
+      std::memcpy(stage_host_.host + places[i].staged, jobs[i].keys,
                   KeyBytes(jobs[i]));
-      places[i].keys = stage_dev_ + places[i].staged;
+      places[i].keys = stage_dev_.ptr + places[i].staged;
     }
-    if (!Ok(rt_.CopyH2D(stage_dev_, stage_host_, staged, stream_))) {
+    if (!Ok(rt_.CopyH2D(stage_dev_.ptr, stage_host_.host, staged, stream_))) {
       return false;
     }
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     const ClusterJob job = jobs[i];
     const DevPtr keys = places[i].keys;
-    const DevPtr res = result_dev_ + places[i].result;
+    const DevPtr res = result_dev_.ptr + places[i].result;
     const int64_t key_bytes = KeyBytes(job), res_bytes = ResultBytes(job);
     dev::Op op;
     op.name = "kmeans";
@@ -149,16 +160,16 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
     };
     if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
   }
-  if (!Ok(rt_.CopyD2H(result_host_, result_dev_, results, stream_)) ||
+  if (!Ok(rt_.CopyD2H(result_host_.host, result_dev_.ptr, results, stream_)) ||
       !Ok(rt_.Record(done_, stream_))) {
     return false;
   }
   if (!debug_.skip_event_wait && !Ok(rt_.Synchronize(done_))) return false;
-  if (!Ok(rt_.HostRead(result_host_, results))) return false;
+  if (!Ok(rt_.HostRead(result_host_.host, results))) return false;
   out->resize(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     const ClusterJob& j = jobs[i];
-    const char* p = result_host_ + places[i].result;
+    const char* p = result_host_.host + places[i].result;
     Header h;
     std::memcpy(&h, p, sizeof(h));
     if (h.k < 1 || h.k > j.k) {
@@ -181,39 +192,6 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
   }
   device_jobs_ += static_cast<int64_t>(jobs.size());
   return true;
-}
-
-// Grows the staging and result buffers (the previous call synchronised).
-bool DeviceIndexBuilder::Grow(int64_t staged, int64_t results) {
-  if (staged <= stage_bytes_ && results <= result_bytes_) return true;
-  const int64_t s = std::max({staged, 2 * stage_bytes_, kAlign});
-  const int64_t r = std::max({results, 2 * result_bytes_, kAlign});
-  FreeBuffers();
-  auto sh = rt_.HostAllocPinned(s);
-  auto rh = rt_.HostAllocPinned(r);
-  auto sd = rt_.Malloc(s);
-  auto rd = rt_.Malloc(r);
-  if (sh.ok()) stage_host_ = static_cast<char*>(*sh);
-  if (rh.ok()) result_host_ = static_cast<char*>(*rh);
-  if (sd.ok()) stage_dev_ = *sd;
-  if (rd.ok()) result_dev_ = *rd;
-  if (!Ok(sh.status()) || !Ok(rh.status()) || !Ok(sd.status()) ||
-      !Ok(rd.status())) {
-    return false;
-  }
-  stage_bytes_ = s;
-  result_bytes_ = r;
-  return true;
-}
-
-void DeviceIndexBuilder::FreeBuffers() {
-  if (stage_host_ != nullptr) rt_.HostFree(stage_host_).IgnoreError();
-  if (result_host_ != nullptr) rt_.HostFree(result_host_).IgnoreError();
-  if (!stage_dev_.null()) rt_.Free(stage_dev_).IgnoreError();
-  if (!result_dev_.null()) rt_.Free(result_dev_).IgnoreError();
-  stage_host_ = result_host_ = nullptr;
-  stage_dev_ = result_dev_ = DevPtr{};
-  stage_bytes_ = result_bytes_ = 0;
 }
 
 }  // namespace ckv

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/device/runtime.h"
+#include "model/backend/device/grow_buffer.h"
 #include "model/kv/host_arena.h"
 #include "model/kv/index_builder.h"
 
@@ -58,8 +59,6 @@ class DeviceIndexBuilder final : public IndexBuilder {
   bool Ok(const absl::Status& s);
   bool Solve(absl::Span<const ClusterJob> jobs,
              std::vector<ClusterResult>* out);
-  bool Grow(int64_t staged, int64_t results);
-  void FreeBuffers();
 
   kernels::device::Runtime& rt_;
   std::shared_ptr<void> keep_alive_;
@@ -68,10 +67,9 @@ class DeviceIndexBuilder final : public IndexBuilder {
   mutable std::mutex mu_;
   kernels::device::Stream stream_;
   kernels::device::Event done_;
-  char* stage_host_ = nullptr;   // pinned: staged keys
-  char* result_host_ = nullptr;  // pinned: results read back
-  DevPtr stage_dev_, result_dev_;
-  int64_t stage_bytes_ = 0, result_bytes_ = 0;
+  PinnedBuffer stage_host_;   // staged keys
+  PinnedBuffer result_host_;  // results read back
+  DeviceBuffer stage_dev_, result_dev_;
   absl::Status status_;
   int64_t device_jobs_ = 0, mapped_bytes_ = 0, staged_bytes_ = 0;
 };

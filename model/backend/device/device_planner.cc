@@ -59,7 +59,10 @@ DevicePlanner::DevicePlanner(dev::Runtime& runtime,
 
 DevicePlanner::~DevicePlanner() {
   tables_.reset();
-  FreeBuffers();
+  Release(rt_, &in_host_);
+  Release(rt_, &out_host_);
+  Release(rt_, &in_dev_);
+  Release(rt_, &work_dev_);
 }
 
 bool DevicePlanner::Plans(const KvStoreConfig& config) const {
@@ -142,16 +145,16 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
   l.out_bytes = work - l.results;
   l.in_bytes = in;
   l.work_bytes = work;
-  if (!Reserve(l) || !Ok(rt_.HostWrite(buf_.in_host, l.in_bytes))) {
+  if (!Reserve(l) || !Ok(rt_.HostWrite(in_host_.host, l.in_bytes))) {
     return false;
   }
   Fill(l, segments, layer, q);
   if (!Launch(l, config, segments, layer)) return false;
   if (!Ok(rt_.Synchronize(stream_)) ||
-      !Ok(rt_.HostRead(buf_.out_host, l.out_bytes))) {
+      !Ok(rt_.HostRead(out_host_.host, l.out_bytes))) {
     return false;
   }
-  ReadPlans(l, shape, l.shared, plans);
+  ReadPlans(l, plans);
   ++layers_planned_;
   return true;
 }
@@ -174,33 +177,10 @@ bool DevicePlanner::EnsureTables(const std::vector<const Segment*>& segments,
 // Grows the pinned and device buffers to the layout (the previous call
 // synchronised, so nothing still uses them).
 bool DevicePlanner::Reserve(const Layout& l) {
-  if (l.in_bytes <= buf_.in_bytes && l.out_bytes <= buf_.out_bytes &&
-      l.work_bytes <= buf_.work_bytes) {
-    return true;
-  }
-  const Buffers old = buf_;
-  FreeBuffers();
-  buf_.in_bytes = std::max(l.in_bytes, 2 * old.in_bytes);
-  buf_.out_bytes = std::max(l.out_bytes, 2 * old.out_bytes);
-  buf_.work_bytes = std::max(l.work_bytes, 2 * old.work_bytes);
-  auto in_host = rt_.HostAllocPinned(buf_.in_bytes);
-  auto out_host = rt_.HostAllocPinned(buf_.out_bytes);
-  auto in_dev = rt_.Malloc(buf_.in_bytes);
-  auto work_dev = rt_.Malloc(buf_.work_bytes);
-  if (in_host.ok()) buf_.in_host = static_cast<char*>(*in_host);
-  if (out_host.ok()) buf_.out_host = static_cast<char*>(*out_host);
-  if (in_dev.ok()) buf_.in_dev = *in_dev;
-  if (work_dev.ok()) buf_.work_dev = *work_dev;
-  return Ok(in_host.status()) && Ok(out_host.status()) && Ok(in_dev.status()) &&
-         Ok(work_dev.status());
-}
-
-void DevicePlanner::FreeBuffers() {
-  if (buf_.in_host != nullptr) rt_.HostFree(buf_.in_host).IgnoreError();
-  if (buf_.out_host != nullptr) rt_.HostFree(buf_.out_host).IgnoreError();
-  if (!buf_.in_dev.null()) rt_.Free(buf_.in_dev).IgnoreError();
-  if (!buf_.work_dev.null()) rt_.Free(buf_.work_dev).IgnoreError();
-  buf_ = Buffers{};
+  return Ok(Grow(rt_, l.in_bytes, &in_host_)) &&
+         Ok(Grow(rt_, l.out_bytes, &out_host_)) &&
+         Ok(Grow(rt_, l.in_bytes, &in_dev_)) &&
+         Ok(Grow(rt_, l.work_bytes, &work_dev_));
 }
 
 // The upload: every planned query (per_kv_head: the group's queries summed
@@ -211,7 +191,7 @@ void DevicePlanner::FreeBuffers() {
 void DevicePlanner::Fill(const Layout& l,
                          const std::vector<const Segment*>& segments, int layer,
                          const float* q) {
-  char* base = buf_.in_host;
+  char* base = in_host_.host;
   float* qs = reinterpret_cast<float*>(base + l.q);
   for (int g = 0; g < l.n_kv; ++g) {
     const float* group_q = q + int64_t{g} * l.group * l.hd;
@@ -251,8 +231,8 @@ void DevicePlanner::Fill(const Layout& l,
 bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
                            const std::vector<const Segment*>& segments,
                            int layer) {
-  const DevPtr in = buf_.in_dev, work = buf_.work_dev, pool = tables_->pool();
-  if (!Ok(rt_.CopyH2D(in, buf_.in_host, l.in_bytes, stream_))) return false;
+  const DevPtr in = in_dev_.ptr, work = work_dev_.ptr, pool = tables_->pool();
+  if (!Ok(rt_.CopyH2D(in, in_host_.host, l.in_bytes, stream_))) return false;
   const int64_t q_bytes = int64_t{l.nq} * l.hd * 4;
   for (int g = 0; g < l.n_kv; ++g) {
     const Layout::Head& h = l.heads[g];
@@ -292,20 +272,20 @@ bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
       if (!Ok(rt_.Launch(dev::SelectBlocksOp(a), stream_))) return false;
     }
   }
-  return Ok(rt_.CopyD2H(buf_.out_host, work + l.results, l.out_bytes, stream_));
+  return Ok(
+      rt_.CopyD2H(out_host_.host, work + l.results, l.out_bytes, stream_));
 }
 
-void DevicePlanner::ReadPlans(const Layout& l, const KvShape& shape,
-                              bool shared, HeadPlan* plans) const {
+void DevicePlanner::ReadPlans(const Layout& l, HeadPlan* plans) const {
   for (int g = 0; g < l.n_kv; ++g) {
     const Layout::Head& h = l.heads[g];
     for (int j = 0; j < l.nq; ++j) {
-      const char* r = buf_.out_host + (h.results - l.results) + j * h.stride;
+      const char* r = out_host_.host + (h.results - l.results) + j * h.stride;
       dev::PlanTotals totals;
       std::memcpy(&totals, r, sizeof(totals));
       const auto* blocks = reinterpret_cast<const dev::PlannedBlock*>(
           r + Section<dev::PlanTotals>(1));
-      HeadPlan& p = plans[g * shape.group() + j];
+      HeadPlan& p = plans[g * l.group + j];
       p.blocks.clear();
       // max_out covers every plan (MaxPlannedBlocks): never -1.
       for (int64_t b = 0; b < totals.blocks; ++b) {
@@ -317,7 +297,7 @@ void DevicePlanner::ReadPlans(const Layout& l, const KvShape& shape,
       }
       p.tokens = totals.tokens;
     }
-    if (!shared) continue;
+    if (!l.shared) continue;
     for (int i = 1; i < l.group; ++i) {
       plans[g * l.group + i] = plans[g * l.group];
     }

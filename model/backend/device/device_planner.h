@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/device/runtime.h"
+#include "model/backend/device/grow_buffer.h"
 #include "model/backend/device/segment_tables.h"
 #include "model/kv/store_env.h"
 
@@ -57,32 +58,27 @@ class DevicePlanner final : public LayerPlanner {
 
  private:
   using DevPtr = kernels::device::DevPtr;
-  struct Buffers {
-    char* in_host = nullptr;   // pinned: what one call uploads
-    char* out_host = nullptr;  // pinned: the plans it reads back
-    DevPtr in_dev, work_dev;   // device: the upload; scores, plans, scratch
-    int64_t in_bytes = 0, out_bytes = 0, work_bytes = 0;
-  };
   struct Layout;  // device_planner.cc
 
   bool Ok(const absl::Status& s);
   bool Reserve(const Layout& l);
-  void FreeBuffers();
   // This call's segment-table entries into entries_ (false: fall back).
   bool EnsureTables(const std::vector<const Segment*>& segments, int layer);
   void Fill(const Layout& l, const std::vector<const Segment*>& segments,
             int layer, const float* q);
   bool Launch(const Layout& l, const KvStoreConfig& config,
               const std::vector<const Segment*>& segments, int layer);
-  void ReadPlans(const Layout& l, const KvShape& shape, bool shared,
-                 HeadPlan* plans) const;
+  void ReadPlans(const Layout& l, HeadPlan* plans) const;
 
   kernels::device::Runtime& rt_;
   std::shared_ptr<void> keep_alive_;
   DevicePlannerDebug debug_;
   mutable std::mutex mu_;
   kernels::device::Stream stream_;
-  Buffers buf_;
+  PinnedBuffer in_host_;   // what one call uploads
+  PinnedBuffer out_host_;  // the plans it reads back
+  DeviceBuffer in_dev_;    // the upload on the device
+  DeviceBuffer work_dev_;  // scores, scratch, plans
   absl::Status status_;
   std::unique_ptr<SegmentTables> tables_;
   std::vector<const SegmentTables::Entry*> entries_;  // this call's

@@ -19,7 +19,7 @@ SegmentTables::SegmentTables(kernels::device::Runtime& runtime,
     : rt_(runtime), stream_(stream), max_bytes_(max_bytes) {}
 
 SegmentTables::~SegmentTables() {
-  if (staging_ != nullptr) rt_.HostFree(staging_).IgnoreError();
+  Release(rt_, &staging_);
   if (!pool_.null()) rt_.Free(pool_).IgnoreError();
 }
 
@@ -113,28 +113,22 @@ bool SegmentTables::GrowPool(int64_t need) {
 
 // Copies the entry's panels and members through the pinned staging.
 bool SegmentTables::Upload(const Segment& seg, int layer, Entry& e) {
-  if (staging_bytes_ < e.bytes) {
-    if (staging_ != nullptr && !Ok(rt_.HostFree(staging_))) return false;
-    staging_ = nullptr;
-    const int64_t bytes = std::max(e.bytes, 2 * staging_bytes_);
-    auto p = rt_.HostAllocPinned(bytes);
-    if (!Ok(p.status())) return false;
-    staging_ = static_cast<char*>(*p);
-    staging_bytes_ = bytes;
+  if (staging_.bytes < e.bytes) {
+    if (!Ok(Grow(rt_, e.bytes, &staging_))) return false;
   } else if (!Ok(rt_.Synchronize(stream_))) {  // its last copy is done
     return false;
   }
-  if (!Ok(rt_.HostWrite(staging_, e.bytes))) return false;
+  if (!Ok(rt_.HostWrite(staging_.host, e.bytes))) return false;
   const std::vector<HeadIndex>& heads = seg.layer(layer).heads;
   for (size_t g = 0; g < heads.size(); ++g) {
     const HeadIndex& h = heads[g];
-    std::memcpy(staging_ + (e.heads[g].panels - e.offset),
+    std::memcpy(staging_.host + (e.heads[g].panels - e.offset),
                 h.centroid_panels.data(), h.centroid_panels.size() * 2);
-    std::memcpy(staging_ + (e.heads[g].members - e.offset), h.members.data(),
-                h.members.size() * 4);
+    std::memcpy(staging_.host + (e.heads[g].members - e.offset),
+                h.members.data(), h.members.size() * 4);
   }
   ++uploads_;
-  return Ok(rt_.CopyH2D(pool_ + e.offset, staging_, e.bytes, stream_));
+  return Ok(rt_.CopyH2D(pool_ + e.offset, staging_.host, e.bytes, stream_));
 }
 
 }  // namespace ckv

@@ -18,6 +18,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "kernels/device/runtime.h"
+#include "model/backend/device/grow_buffer.h"
 #include "model/backend/device/range_allocator.h"
 #include "model/kv/segment.h"
 
@@ -69,8 +70,7 @@ class SegmentTables {
   int64_t max_bytes_;
   kernels::device::DevPtr pool_;
   RangeAllocator ranges_;
-  char* staging_ = nullptr;  // pinned
-  int64_t staging_bytes_ = 0;
+  PinnedBuffer staging_;
   absl::node_hash_map<Key, Entry> entries_;  // pointer-stable values
   absl::Status status_;
   int64_t uploads_ = 0, evictions_ = 0;
