@@ -15,16 +15,20 @@ void CacheStats::Add(const CacheStats& o) {
 }
 
 BlockCache::BlockCache(int head_dim, int cache_steps, int page_size,
-                       bool copy_rows)
+                       bool copy_rows, std::unique_ptr<CacheRows> arena)
     : head_dim_(head_dim),
       cache_steps_(cache_steps),
       page_size_(page_size),
-      copy_rows_(copy_rows) {}
+      copy_rows_(copy_rows),
+      arena_(std::move(arena)) {
+  if (copy_rows_ && arena_ == nullptr) arena_ = NewHostCacheRows(head_dim);
+  if (!copy_rows_) arena_.reset();
+}
 
 // Without copies: what an arena would hold for the resident blocks.
 int64_t BlockCache::arena_bytes() const {
   if (!copy_rows_) return live_rows_ * int64_t{2} * 2 * head_dim_;
-  return static_cast<int64_t>(k_.size() + v_.size()) * 2 +
+  return arena_->capacity() * int64_t{2} * 2 * head_dim_ +
          static_cast<int64_t>(pos_.size()) * sizeof(int64_t);
 }
 
@@ -32,8 +36,7 @@ int64_t BlockCache::Allocate(int32_t rows) {
   const int64_t capacity = static_cast<int64_t>(pos_.size());
   if (end_ + rows > capacity) {
     const int64_t grown = std::max(end_ + rows, capacity * 2);
-    k_.resize(grown * head_dim_);
-    v_.resize(grown * head_dim_);
+    arena_->Reserve(grown, end_);
     pos_.resize(grown);
   }
   const int64_t offset = end_;
@@ -53,10 +56,7 @@ void BlockCache::Compact() {
   int64_t next = 0;
   for (Entry* e : live) {
     if (e->offset != next) {
-      std::memmove(&k_[next * head_dim_], &k_[e->offset * head_dim_],
-                   size_t{2} * e->size * head_dim_);
-      std::memmove(&v_[next * head_dim_], &v_[e->offset * head_dim_],
-                   size_t{2} * e->size * head_dim_);
+      arena_->MoveDown(next, e->offset, e->size);
       std::memmove(&pos_[next], &pos_[e->offset], sizeof(int64_t) * e->size);
       e->offset = next;
     }
@@ -109,10 +109,10 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
   ++stats_.lookups;
   const int32_t size =
       BlockSize(seg, layer, kv_head, block.kind, block.id, page_size_);
-  const size_t row_bytes = size_t{2} * head_dim_;
+  const int64_t row_bytes = int64_t{2} * head_dim_;
   ++stats_.misses;
   stats_.miss_tokens += size;
-  stats_.h2d_bytes += 2 * static_cast<int64_t>(row_bytes) * size;
+  stats_.h2d_bytes += 2 * row_bytes * size;
   if (!copy_rows_) {
     live_rows_ += size;
     slot = static_cast<int32_t>(entries_.size());
@@ -122,20 +122,20 @@ int64_t BlockCache::Ensure(int64_t step, const Segment& seg, int layer,
   const int64_t offset = Allocate(size);
   const uint16_t* k = seg.keys(layer, kv_head);
   const uint16_t* v = seg.values(layer, kv_head);
-  rows_.clear();
+  block_rows_.clear();
   AppendBlockRows(seg, layer, kv_head, block.kind, block.id, 0, size,
-                  page_size_, &rows_);
+                  page_size_, &block_rows_);
+  const std::vector<int32_t>& rows = block_rows_;
   // One copy per run of consecutive stored rows (a whole cluster when the
   // segment stores its rows by cluster).
   for (int32_t r = 0; r < size;) {
     int32_t run = 1;
-    while (r + run < size && rows_[r + run] == rows_[r] + run) ++run;
-    const int64_t src = int64_t{rows_[r]} * head_dim_;
-    std::memcpy(&k_[(offset + r) * head_dim_], k + src, row_bytes * run);
-    std::memcpy(&v_[(offset + r) * head_dim_], v + src, row_bytes * run);
+    while (r + run < size && rows[r + run] == rows[r] + run) ++run;
+    const int64_t src = int64_t{rows[r]} * head_dim_;
+    arena_->Write(offset + r, k + src, v + src, run);
     for (int32_t i = r; i < r + run; ++i) {
       pos_[offset + i] =
-          seg.first_pos() + seg.SegmentRow(layer, kv_head, rows_[i]);
+          seg.first_pos() + seg.SegmentRow(layer, kv_head, rows[i]);
     }
     r += run;
   }

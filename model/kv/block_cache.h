@@ -1,14 +1,19 @@
 // Cluster-granular block cache of one (layer, KV head): the blocks
 // (clusters or pages) selected in the last R decode steps stay resident in an
-// arena (device memory on a device backend); each step only missing blocks are
-// copied from the host tier. On the CPU backend the arena is ordinary memory
-// and copies are memcpy, counted exactly as host->device copies would be.
+// arena of CacheRows (model/kv/cache_rows.h: device memory on a device
+// backend); each step only missing blocks are copied from the host tier. On
+// the CPU backend the arena is ordinary memory and copies are memcpy,
+// counted exactly as host->device copies would be. The bookkeeping (which
+// block is where, positions, statistics) is host memory on every backend.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "absl/container/flat_hash_map.h"
+#include "model/kv/cache_rows.h"
 #include "model/kv/selection.h"
 
 namespace ckv {
@@ -27,8 +32,10 @@ struct CacheStats {
 class BlockCache {
  public:
   // head_dim elements per row; rows are 2-byte (F16/BF16) K and V. With
-  // copy_rows false the cache only accounts (zero-copy reads).
-  BlockCache(int head_dim, int cache_steps, int page_size, bool copy_rows);
+  // copy_rows false the cache only accounts (zero-copy reads); else rows go
+  // to `arena` (null: host memory).
+  BlockCache(int head_dim, int cache_steps, int page_size, bool copy_rows,
+             std::unique_ptr<CacheRows> arena = nullptr);
 
   // Makes the block resident; returns its first arena row (-1 without
   // copies). Marks it used in `step`; the statistics count a block once per
@@ -38,8 +45,10 @@ class BlockCache {
   // Evicts blocks not used in the last `cache_steps` steps (all when 0).
   void EndStep(int64_t step);
 
-  const uint16_t* keys() const { return k_.data(); }
-  const uint16_t* values() const { return v_.data(); }
+  // The arena's rows (device addresses on a device backend; null without
+  // copies).
+  const uint16_t* keys() const { return arena_ ? arena_->keys() : nullptr; }
+  const uint16_t* values() const { return arena_ ? arena_->values() : nullptr; }
   // Sequence position of each arena row.
   const int64_t* positions() const { return pos_.data(); }
   const CacheStats& stats() const { return stats_; }
@@ -76,11 +85,11 @@ class BlockCache {
   int cache_steps_;
   int page_size_;
   bool copy_rows_;
-  std::vector<uint16_t> k_, v_;  // [capacity][head_dim]
-  std::vector<int64_t> pos_;     // [capacity]
-  std::vector<int32_t> rows_;    // Ensure scratch: a block's stored rows
-  int64_t end_ = 0;              // rows in use up to here (with holes)
-  int64_t step_ = -1;            // the step of the last Ensure
+  std::unique_ptr<CacheRows> arena_;  // [capacity] K and V rows, or null
+  std::vector<int64_t> pos_;          // [capacity]
+  std::vector<int32_t> block_rows_;   // Ensure scratch: a block's rows
+  int64_t end_ = 0;                   // rows in use up to here (with holes)
+  int64_t step_ = -1;                 // the step of the last Ensure
   int64_t live_rows_ = 0;
   std::vector<Table> tables_;
   absl::flat_hash_map<int64_t, int32_t> table_of_;  // TableKey -> tables_

@@ -46,6 +46,7 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
       steps_(shape.n_layers, 0),
       plans_(shape.n_heads),
       sel_rows_(shape.n_heads),
+      sel_pos_(shape.n_heads),
       sel_runs_(shape.n_heads),
       recorded_(shape.n_layers,
                 std::vector<std::vector<int64_t>>(shape.n_heads)),
@@ -57,12 +58,14 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
     s.v.resize(sink_elems);
     s.capacity = config.sink_tokens;
   }
+  const bool copy = config.cache_mode == CacheMode::kCopy;
   caches_.resize(shape.n_layers);
   for (auto& per_layer : caches_) {
     for (int h = 0; h < shape.n_kv_heads; ++h) {
-      per_layer.emplace_back(shape.head_dim, config.cache_steps,
-                             config.quest_page_size,
-                             config.cache_mode == CacheMode::kCopy);
+      per_layer.emplace_back(
+          shape.head_dim, config.cache_steps, config.quest_page_size, copy,
+          copy && env_.cache_rows ? env_.cache_rows->NewRows(shape.head_dim)
+                                  : nullptr);
     }
   }
 }
@@ -305,7 +308,7 @@ kernels::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head) const {
 
 // Waits for the layer's index job first: it reorders the rows by cluster.
 kernels::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
-                                          int kv_head) const {
+                                              int kv_head) const {
   if (worker_ != nullptr && seg.layer(layer).ticket != 0) {
     worker_->Wait(seg.layer(layer).ticket);
   }
@@ -359,7 +362,7 @@ void ClusteredKvStore::RecordNextDecode(int layer) {
 }
 
 std::vector<kernels::KvSpan> ClusteredKvStore::HostSpans(int layer,
-                                                     int kv_head) const {
+                                                         int kv_head) const {
   std::vector<kernels::KvSpan> spans{SinkSpan(layer, kv_head)};
   for (const auto& seg : segments_) {
     spans.push_back(SegmentSpan(*seg, layer, kv_head));
@@ -437,7 +440,7 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
       out->spans.push_back(SinkSpan(layer, g));
       AddSelectedSpans(layer, g, src, cache, &out->spans);
       out->spans.push_back(OpenSpan(layer, g));
-      if (Records(layer)) RecordSelected(layer, src, cache, h);
+      if (Records(layer)) RecordSelected(layer, src, h);
     }
   }
   for (int h = 0; h < shape_.n_heads; ++h) {
@@ -458,6 +461,7 @@ void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
   by_segment_.resize(n_segs);
   for (auto& b : by_segment_) b.clear();
   sel_rows_[h].clear();
+  sel_pos_[h].clear();
   for (const BlockRef& b : plans_[h].blocks) {
     // Counted once per step however many of the group's heads take it.
     const int64_t offset =
@@ -465,6 +469,7 @@ void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
     if (copy) {
       for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
         sel_rows_[h].push_back(static_cast<int32_t>(offset + r));
+        sel_pos_[h].push_back(cache.positions()[offset + r]);
       }
     } else {
       AppendBlockRows(*seg_view_[b.segment], layer, g, b.kind, b.id, b.begin,
@@ -500,7 +505,7 @@ void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
     if (run.segment < 0) {  // the cache arena
       sel.k = cache.keys();
       sel.v = cache.values();
-      sel.positions = cache.positions();
+      sel.positions = sel_pos_[src].data() + run.offset;
     } else {
       const Segment& seg = *seg_view_[run.segment];
       sel.k = seg.keys(layer, g);
@@ -516,8 +521,7 @@ void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
   }
 }
 
-void ClusteredKvStore::RecordSelected(int layer, int src,
-                                      const BlockCache& cache, int h) {
+void ClusteredKvStore::RecordSelected(int layer, int src, int h) {
   const int g = h / shape_.group();
   auto& rec = recorded_[layer][h];
   rec.clear();
@@ -526,7 +530,7 @@ void ClusteredKvStore::RecordSelected(int layer, int src,
     for (int64_t i = run.offset; i < run.offset + run.count; ++i) {
       const int32_t row = sel_rows_[src][i];
       rec.push_back(seg == nullptr
-                        ? cache.positions()[row]
+                        ? sel_pos_[src][i]
                         : seg->first_pos() + seg->SegmentRow(layer, g, row));
     }
   }

@@ -188,12 +188,11 @@ class ClusteredKvStore : public KvCache {
   void GatherRows(int layer, int g, int h, int64_t step, BlockCache& cache);
   void AddSelectedSpans(int layer, int g, int src, const BlockCache& cache,
                         std::vector<kernels::KvSpan>* spans);
-  void RecordSelected(int layer, int src, const BlockCache& cache, int h);
+  void RecordSelected(int layer, int src, int h);
   void RecordDecode(int layer, const LayerQuery& query, bool dense);
   kernels::KvSpan SinkSpan(int layer, int kv_head) const;
   kernels::KvSpan OpenSpan(int layer, int kv_head) const;
-  kernels::KvSpan SegmentSpan(const Segment& seg, int layer,
-                                   int kv_head) const;
+  kernels::KvSpan SegmentSpan(const Segment& seg, int layer, int kv_head) const;
 
   KvShape shape_;
   KvStoreConfig config_;
@@ -216,13 +215,16 @@ class ClusteredKvStore : public KvCache {
   std::vector<int64_t> uncommitted_;  // per layer: appended since Commit
   int64_t open_first_pos_;
   std::vector<std::shared_ptr<Segment>> segments_;
-  // Device tier: cluster cache per (layer, kv head); decode step per layer.
+  // Cluster cache per (layer, kv head), its rows from env_.cache_rows
+  // (device memory on a device backend); decode step per layer.
   std::vector<std::vector<BlockCache>> caches_;
   std::vector<int64_t> steps_;
   // Scratch of the last Select (the spans point here).
   std::vector<const Segment*> seg_view_;
   std::vector<HeadPlan> plans_;
   std::vector<std::vector<int32_t>> sel_rows_;
+  // Copy mode: the position of each of sel_rows_[head]'s cache rows.
+  std::vector<std::vector<int64_t>> sel_pos_;
   struct RowRun {
     int32_t segment;  // index into seg_view_, or -1: the cache arena
     int64_t offset;   // into sel_rows_[head]

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/kv/cache_rows.h"
 #include "model/kv/host_arena.h"
 #include "model/kv/index_builder.h"
 #include "model/kv/kv_config.h"
@@ -45,6 +46,8 @@ struct StoreEnv {
   // Runs the k-means of closing segments (on the ClusterWorker's thread,
   // or inline); null: a CpuIndexBuilder on that thread.
   std::shared_ptr<IndexBuilder> index_builder;
+  // Rows of the block caches (cache_mode copy); null: host memory.
+  std::shared_ptr<CacheRowsFactory> cache_rows;
 };
 
 }  // namespace ckv

@@ -83,6 +83,10 @@ void DeviceBackend::Init() {
                                                         debug_.index_builder);
   auto st = rt_->CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
+  // Block-cache copies go on the compute stream, ahead of the attention
+  // that reads them.
+  cache_rows_ =
+      std::make_shared<DeviceCacheArena>(*rt_, owned_, stream_, arena_);
 }
 
 // Frees every buffer (errors ignored: the backend is going away). Free and
@@ -113,6 +117,7 @@ StoreEnv DeviceBackend::store_env() {
   env.arena = debug_.heap_arena ? HeapArena() : arena_;
   if (!debug_.host_selection) env.planner = planner_;
   if (!debug_.host_kmeans) env.index_builder = index_builder_;
+  if (!debug_.host_cache_rows) env.cache_rows = cache_rows_;
   return env;
 }
 
@@ -356,6 +361,7 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
     // other (AttendPart then skips).
     Ok(planner_->status());
     Ok(index_builder_->status());
+    Ok(cache_rows_->status());
     AttendPart(spec, p, q, out);
     if (profile) profile->attention_ns += NanosSince(t0);
   }
@@ -416,14 +422,16 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
     }
   }
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    plan_.spans[i].direct = IsDirect(*plan_.sources[i], head_dim);
+    SpanMeta& m = plan_.spans[i];
+    m.cached = IsCached(*plan_.sources[i], &m);
+    m.direct = !m.cached && IsDirect(*plan_.sources[i], head_dim);
   }
   // Staged K rows, staged V rows, explicit positions: one upload from the
   // staging buffer; then each direct span's K and V.
   int64_t off = 0;
   auto place_rows = [&](bool direct, bool values) {
     for (SpanMeta& m : plan_.spans) {
-      if (m.direct != direct) continue;
+      if (m.direct != direct || m.cached) continue;
       (values ? m.v_off : m.k_off) = off;
       off = AlignUp(off + m.count * kernels::RowBytes(m.dtype, head_dim));
     }
@@ -435,6 +443,11 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
     plan_.spans[i].pos_off = off;
     off = AlignUp(off +
                   plan_.spans[i].count * static_cast<int64_t>(sizeof(int64_t)));
+  }
+  for (SpanMeta& m : plan_.spans) {
+    if (!m.cached) continue;
+    m.rows_off = off;
+    off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
   }
   plan_.staged_bytes = off;
   place_rows(true, false);
@@ -449,6 +462,13 @@ bool DeviceBackend::IsDirect(const kernels::KvSpan& s, int head_dim) const {
   if (s.rows != nullptr || s.stride != head_dim || s.count == 0) return false;
   const int64_t bytes = s.count * kernels::RowBytes(s.dtype, head_dim);
   return arena_->Contains(s.k, bytes) && arena_->Contains(s.v, bytes);
+}
+
+// A span over a block cache's device rows (an index list into them).
+bool DeviceBackend::IsCached(const kernels::KvSpan& s, SpanMeta* m) const {
+  return s.rows != nullptr && s.count > 0 &&
+         cache_rows_->Find(s.k, &m->cache_k) &&
+         cache_rows_->Find(s.v, &m->cache_v);
 }
 
 // Enqueues the H2D copies of the direct spans' rows into the scratch at kv.
@@ -476,7 +496,11 @@ void DeviceBackend::GatherRows(char* dst, int head_dim) const {
     const kernels::KvSpan& s = *plan_.sources[i];
     const int64_t stored = kernels::RowBytes(s.dtype, s.stride);
     const int64_t used = kernels::RowBytes(s.dtype, head_dim);
-    for (int64_t r = 0; r < (m.direct ? 0 : s.count); ++r) {
+    if (m.cached) {
+      std::memcpy(dst + m.rows_off, s.rows,
+                  sizeof(int32_t) * static_cast<size_t>(s.count));
+    }
+    for (int64_t r = 0; r < (m.direct || m.cached ? 0 : s.count); ++r) {
       const int64_t row = s.rows != nullptr ? s.rows[r] : r;
       std::memcpy(dst + m.k_off + r * used,
                   static_cast<const char*>(s.k) + row * stored, used);
@@ -524,7 +548,14 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
                  p.n * static_cast<int64_t>(sizeof(int64_t))};
   const int64_t n_q = p.n, q_elems = qr.bytes / 4;
   const int head_dim = spec.head_dim;
-  Run("attention", {qr, pr, {kv, bytes}}, {outr},
+  std::vector<Range> reads = {qr, pr, {kv, bytes}};
+  for (const SpanMeta& m : plan_.spans) {
+    if (!m.cached) continue;
+    reads.push_back(m.cache_k);
+    reads.push_back(m.cache_v);
+    copies_.cached_rows += m.count;
+  }
+  Run("attention", std::move(reads), {outr},
       [=, spans = plan_.spans, order = plan_.order,
        heads = plan_.heads](dev::OpContext& c) {
         const char* base = c.In<char>(kv, bytes);
@@ -534,6 +565,11 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
           kernels::KvSpan& s = rebased[i];
           s.k = base + m.k_off;
           s.v = base + m.v_off;
+          if (m.cached) {
+            s.k = c.In<char>(m.cache_k.ptr, m.cache_k.bytes);
+            s.v = c.In<char>(m.cache_v.ptr, m.cache_v.bytes);
+            s.rows = reinterpret_cast<const int32_t*>(base + m.rows_off);
+          }
           s.dtype = m.dtype;
           s.stride = head_dim;
           s.count = m.count;

@@ -28,6 +28,7 @@
 
 #include "kernels/device/runtime.h"
 #include "model/backend/backend.h"
+#include "model/backend/device/device_cache_rows.h"
 #include "model/backend/device/device_index_builder.h"
 #include "model/backend/device/device_planner.h"
 #include "model/backend/device/pinned_arena.h"
@@ -59,6 +60,9 @@ struct DeviceBackendDebug {
   // No device index builder in store_env(): k-means on the host.
   bool host_kmeans = false;
   DeviceIndexBuilderDebug index_builder;
+  // No device cache rows in store_env(): the block caches of copy-mode
+  // stores keep their rows in host memory, staged every step.
+  bool host_cache_rows = false;
 };
 
 // How the attended K/V rows reached the device (bytes, summed over calls).
@@ -66,6 +70,8 @@ struct AttendCopyStats {
   int64_t staged_bytes = 0;  // gathered on the host into pinned staging
   int64_t direct_bytes = 0;  // copied straight from pinned segment rows
   int64_t direct_copies = 0;
+  // Rows read from block caches resident in device memory (no copy).
+  int64_t cached_rows = 0;
 };
 
 class DeviceBackend final : public Backend {
@@ -98,6 +104,8 @@ class DeviceBackend final : public Backend {
   const DevicePlanner& planner() const { return *planner_; }
   // The k-means builder (its counters: device jobs, keys read in place).
   const DeviceIndexBuilder& index_builder() const { return *index_builder_; }
+  // The block caches' device rows (their copies: fill, staged, moved).
+  const DeviceCacheArena& cache_rows() const { return *cache_rows_; }
 
   Activation NewActivation(int64_t width) override;
   void BeginStep(absl::Span<const int64_t> positions) override;
@@ -151,6 +159,11 @@ class DeviceBackend final : public Backend {
     // Rows copied straight from pinned segment memory (a contiguous run of
     // the arena), not gathered into staging.
     bool direct = false;
+    // Rows of a block cache in device memory: read in place through the
+    // row list uploaded at rows_off (K and V: the caches' whole rows).
+    bool cached = false;
+    Range cache_k = {}, cache_v = {};
+    int64_t rows_off = -1;
   };
   // The rebased layout of one part's AttendSet.
   struct KvPlan {
@@ -194,6 +207,7 @@ class DeviceBackend final : public Backend {
                   int64_t kv_dim);
   void PlanSpans(int n_heads, int head_dim);
   bool IsDirect(const kernels::KvSpan& s, int head_dim) const;
+  bool IsCached(const kernels::KvSpan& s, SpanMeta* m) const;
   bool CopyDirectSpans(DevPtr kv, int head_dim);
   void GatherRows(char* dst, int head_dim) const;
   void AttendPart(const AttentionSpec& spec, const AttentionPart& p,
@@ -225,6 +239,7 @@ class DeviceBackend final : public Backend {
   std::shared_ptr<PinnedArena> arena_;  // segment rows (store_env())
   std::shared_ptr<DevicePlanner> planner_;
   std::shared_ptr<DeviceIndexBuilder> index_builder_;
+  std::shared_ptr<DeviceCacheArena> cache_rows_;
   AttendCopyStats copies_;
 };
 

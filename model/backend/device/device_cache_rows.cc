@@ -1,0 +1,174 @@
+#include "model/backend/device/device_cache_rows.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace ckv {
+
+namespace dev = kernels::device;
+
+// One cache's rows: [capacity] K rows, then [capacity] V rows, in one
+// device allocation. Every method runs under the arena's lock.
+class DeviceCacheRows final : public CacheRows {
+ public:
+  DeviceCacheRows(std::shared_ptr<DeviceCacheArena> arena, int head_dim)
+      : arena_(std::move(arena)), row_bytes_(int64_t{2} * head_dim) {}
+
+  ~DeviceCacheRows() override {
+    std::lock_guard<std::mutex> lock(arena_->mu_);
+    if (capacity_ == 0) return;
+    arena_->UnregisterLocked(k(), v());
+    arena_->rt_.Free(base_).IgnoreError();  // waits for work that reads it
+  }
+
+  void Reserve(int64_t rows, int64_t keep) override {
+    std::lock_guard<std::mutex> lock(arena_->mu_);
+    if (rows <= capacity_ || failed_) return;
+    auto grown = arena_->rt_.Malloc(2 * rows * row_bytes_);
+    if (!arena_->OkLocked(grown.status())) {
+      failed_ = true;
+      return;
+    }
+    const DevPtr k2 = *grown, v2 = *grown + rows * row_bytes_;
+    const int64_t kept = keep * row_bytes_;
+    if (kept > 0 && (!arena_->OkLocked(
+                         arena_->rt_.CopyD2D(k2, k(), kept, arena_->stream_)) ||
+                     !arena_->OkLocked(arena_->rt_.CopyD2D(v2, v(), kept,
+                                                           arena_->stream_)))) {
+      failed_ = true;
+    }
+    arena_->stats_.move_bytes += 2 * kept;
+    if (capacity_ > 0) {
+      arena_->UnregisterLocked(k(), v());
+      arena_->rt_.Free(base_).IgnoreError();
+    }
+    base_ = *grown;
+    capacity_ = rows;
+    arena_->RegisterLocked(k(), v(), capacity_ * row_bytes_);
+  }
+
+  void Write(int64_t at, const uint16_t* k_rows, const uint16_t* v_rows,
+             int64_t n) override {
+    std::lock_guard<std::mutex> lock(arena_->mu_);
+    if (failed_ || at + n > capacity_ || n <= 0) return;
+    const int64_t bytes = n * row_bytes_, off = at * row_bytes_;
+    if (!arena_->UploadLocked(k() + off, k_rows, bytes) ||
+        !arena_->UploadLocked(v() + off, v_rows, bytes)) {
+      failed_ = true;
+    }
+  }
+
+  // In chunks of (from - to) rows, so no copy overlaps itself.
+  void MoveDown(int64_t to, int64_t from, int64_t n) override {
+    std::lock_guard<std::mutex> lock(arena_->mu_);
+    if (failed_ || from + n > capacity_ || to >= from) return;
+    for (int64_t done = 0; done < n;) {
+      const int64_t c = std::min(from - to, n - done);
+      const int64_t dst = (to + done) * row_bytes_;
+      const int64_t src = (from + done) * row_bytes_;
+      for (const DevPtr base : {k(), v()}) {
+        if (!arena_->OkLocked(arena_->rt_.CopyD2D(
+                base + dst, base + src, c * row_bytes_, arena_->stream_))) {
+          failed_ = true;
+          return;
+        }
+      }
+      arena_->stats_.move_bytes += 2 * c * row_bytes_;
+      done += c;
+    }
+  }
+
+  int64_t capacity() const override { return capacity_; }
+  // Device addresses: only the device backend's attention reads them.
+  const uint16_t* keys() const override { return AsHost(k()); }
+  const uint16_t* values() const override { return AsHost(v()); }
+
+ private:
+  using DevPtr = dev::DevPtr;
+  DevPtr k() const { return base_; }
+  DevPtr v() const { return base_ + capacity_ * row_bytes_; }
+  static const uint16_t* AsHost(DevPtr p) {
+    return reinterpret_cast<const uint16_t*>(static_cast<uintptr_t>(p.addr));
+  }
+
+  std::shared_ptr<DeviceCacheArena> arena_;
+  int64_t row_bytes_;
+  DevPtr base_;
+  int64_t capacity_ = 0;
+  bool failed_ = false;
+};
+
+DeviceCacheArena::DeviceCacheArena(dev::Runtime& runtime,
+                                   std::shared_ptr<void> keep_alive,
+                                   dev::Stream stream,
+                                   std::shared_ptr<PinnedArena> pinned)
+    : rt_(runtime),
+      keep_alive_(std::move(keep_alive)),
+      stream_(stream),
+      pinned_(std::move(pinned)) {}
+
+DeviceCacheArena::~DeviceCacheArena() { Release(rt_, &staging_); }
+
+std::unique_ptr<CacheRows> DeviceCacheArena::NewRows(int head_dim) {
+  return std::make_unique<DeviceCacheRows>(shared_from_this(), head_dim);
+}
+
+bool DeviceCacheArena::Find(const void* p, dev::Range* rows) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == regions_.end()) return false;
+  *rows = dev::Range{DevPtr{it->first}, it->second};
+  return true;
+}
+
+absl::Status DeviceCacheArena::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+CacheRowsStats DeviceCacheArena::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+bool DeviceCacheArena::OkLocked(const absl::Status& s) {
+  if (!s.ok() && status_.ok()) status_ = s;
+  return s.ok();
+}
+
+void DeviceCacheArena::RegisterLocked(DevPtr k, DevPtr v, int64_t bytes) {
+  regions_[k.addr] = bytes;
+  regions_[v.addr] = bytes;
+}
+
+void DeviceCacheArena::UnregisterLocked(DevPtr k, DevPtr v) {
+  regions_.erase(k.addr);
+  regions_.erase(v.addr);
+}
+
+// Pinned segment rows go up directly; others are copied into the staging
+// buffer first, which is reused from its start after a synchronisation
+// once full (its earlier copies must have finished).
+bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
+                                    int64_t bytes) {
+  stats_.fill_bytes += bytes;
+  if (pinned_ != nullptr && pinned_->Contains(src, bytes)) {
+    return OkLocked(rt_.CopyH2D(dst, src, bytes, stream_));
+  }
+  if (staging_used_ + bytes > staging_.bytes) {
+    if (!OkLocked(rt_.Synchronize(stream_)) ||
+        !OkLocked(Grow(rt_, std::max(bytes, int64_t{1} << 20), &staging_))) {
+      return false;
+    }
+    staging_used_ = 0;
+  }
+  char* host = staging_.host + staging_used_;
+  if (!OkLocked(rt_.HostWrite(host, bytes))) return false;
+  std::memcpy(host, src, static_cast<size_t>(bytes));
+  staging_used_ += (bytes + 63) / 64 * 64;
+  stats_.staged_bytes += bytes;
+  return OkLocked(rt_.CopyH2D(dst, host, bytes, stream_));
+}
+
+}  // namespace ckv
