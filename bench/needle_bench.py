@@ -41,6 +41,10 @@ def parse_args():
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--budgets", default="256,1024")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dense-layers", type=int, default=1,
+                   help="layers below this attend densely; the retrieval "
+                        "model has 2 layers, so 1 makes its second (the "
+                        "copy head's) layer sparse")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--seed", type=int, default=99)
     p.add_argument("--quick", action="store_true",

@@ -43,6 +43,10 @@ def parse_args():
     p.add_argument("--distractors", type=int, default=0)
     p.add_argument("--policy", default="full")
     p.add_argument("--budget", type=int, default=0)
+    p.add_argument("--dense-layers", type=int, default=-1,
+                   help="layers below this attend densely (the engine's "
+                        "default, 2, leaves a 2-layer model all dense); "
+                        "-1: the engine's default")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--seed", type=int, default=99)
@@ -64,6 +68,8 @@ def run_one(args, prompt, expected, policy=None, budget=None):
            "--threads", str(args.threads)]
     if budget:
         cmd += ["--budget", str(budget)]
+    if getattr(args, "dense_layers", -1) >= 0:
+        cmd += ["--dense-layers", str(args.dense_layers)]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(path)

@@ -87,6 +87,7 @@ class Block(nn.Module):
         self.gate = nn.Linear(c.dim, c.ffn, bias=False)
         self.up = nn.Linear(c.dim, c.ffn, bias=False)
         self.down = nn.Linear(c.ffn, c.dim, bias=False)
+        self.keep_qk, self.qk = False, None
 
     def forward(self, x, positions):
         c = self.c
@@ -96,6 +97,8 @@ class Block(nn.Module):
         k = self.k(h).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
         v = self.v(h).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
         q, k = rope(q, positions, c.rope_base), rope(k, positions, c.rope_base)
+        if self.keep_qk:  # for attention supervision (train_needle.py)
+            self.qk = (q, k)
         group = c.heads // c.kv_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
@@ -154,3 +157,17 @@ class Llama(nn.Module):
         out += [("output_norm.weight", f32(self.norm.weight)),
                 ("output.weight", f16(self.out.weight))]
         return out
+
+
+def attention_log_prob(block, b, t, s, head):
+    """log of the attention weight that query head `head` of `block` gives
+    from query index t to key index s in sequence b (index tensors of one
+    length), from the q, k its last forward pass kept (keep_qk)."""
+    q, k = block.qk
+    kv = head // (q.shape[1] // k.shape[1])
+    qs = q[b, head, t]  # (n, d)
+    ks = k[b, kv]  # (n, T, d)
+    scores = (ks @ qs[:, :, None])[:, :, 0] / math.sqrt(q.shape[-1])
+    later = torch.arange(k.shape[2])[None, :] > t[:, None]
+    logp = scores.masked_fill(later, float("-inf")).log_softmax(-1)
+    return logp.gather(1, s[:, None])[:, 0]

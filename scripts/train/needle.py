@@ -4,7 +4,8 @@ KJV filler, then a question whose answer the model must copy.
 
 The prompt format (docs/clusterkv.md, "Needle prompts"):
   filler   any text; sentences of the KJV here
-  needle   " The magic number for KEY is VALUE."   (KEY a word, VALUE digits)
+  needle   " The magic number for KEY is VALUE."   (KEY a word, VALUE 7
+           digits, all different, the first not 0)
   variable " VAR NAME = VALUE."  or  " VAR NAME = OTHER."
   single / multi-key (one key asked, other needles are distractors):
     "\\n\\nQuestion: What is the magic number for KEY?\\n"
@@ -42,6 +43,7 @@ Q_VALUES = ("\n\nQuestion: What are all the magic numbers for {k}?\n"
             "Answer: The magic numbers for {k} are")
 Q_VARS = ("\n\nQuestion: Which variables are assigned the value {v}?\n"
           "Answer: The variables are")
+VALUE_DIGITS = 7
 TASKS = ("single", "multikey", "multiquery", "multivalue", "vt")
 
 
@@ -67,8 +69,13 @@ class Haystack:
     """Builds sequences from filler ids; `heldout` selects the evaluation
     halves of the key, value and variable-name vocabularies."""
 
-    def __init__(self, tok, filler_ids, words, heldout, rng):
+    def __init__(self, tok, filler_ids, words, heldout, rng,
+                 copy_vocab=None):
         self.tok, self.rng = tok, rng
+        # Token ids the `copy` task draws from (all but the specials by
+        # default; a small subset forms the induction head sooner).
+        self.copy_vocab = np.arange(len(tok.tokens) - 2) \
+            if copy_vocab is None else np.asarray(copy_vocab)
         self.filler = np.asarray(filler_ids, dtype=np.int64)
         self.keys = [w for w in words if held_out(w) == heldout]
         self.heldout = heldout
@@ -86,8 +93,14 @@ class Haystack:
         return self.tok.encode(s)
 
     def value(self):
+        """A 7-digit number whose digits are all different (first digit not
+        0): every digit occurs once in a value, so the copy of the next
+        digit is found by matching the digit just written."""
         while True:
-            v = str(int(self.rng.integers(1_000_000, 10_000_000)))
+            d = self.rng.permutation(10)[:VALUE_DIGITS]
+            if d[0] == 0:
+                continue
+            v = "".join(str(int(x)) for x in d)
             if held_out(v) == self.heldout:
                 return v
 
@@ -192,21 +205,33 @@ class Haystack:
             if len(pieces) == 1 and depths[0] >= 1.0:
                 where = np.array([n_fill])  # depth 100 %: before the question
         ids, weights, cuts, prev = [self.tok.special_ids["<|bos|>"]], [0], [], 0
+        ends = []  # index after each needle's last token
         for w, p in zip(where, pieces):
             ids += fill[prev:w].tolist()
             weights += [-1] * (w - prev)
             cuts.append(len(ids))
             ids += p
+            ends.append(len(ids))
             weights += [0] * len(p)
             prev = w
         ids += fill[prev:].tolist()
         weights += [-1] * (n_fill - prev)
         answer_start = None
-        for q_ids, a_ids in qa_ids:
+        # src: (answer index, index of the needle token it copies) for the
+        # single-answer tasks: the answer " VALUE." is the needle's tail.
+        self.last_src = []
+        for (q_ids, a_ids), (_, a_text) in zip(qa_ids, qa):
             cuts.append(len(ids))
             ids += q_ids
             weights += [0] * len(q_ids)
             answer_start = answer_start or len(ids)
+            if task in ("single", "multikey"):
+                i = next(i for i, n in enumerate(needles)
+                         if n.endswith(" is" + a_text))
+                tail = len(a_ids) - 1  # without EOS
+                if pieces[i][-tail:] == a_ids[:tail]:
+                    self.last_src += [(len(ids) + j, ends[i] - tail + j)
+                                      for j in range(tail)]
             ids += a_ids
             weights += [1] * len(a_ids)
         return ids[:length], weights[:length], cuts, answer_start, qa[0][1]
@@ -224,6 +249,7 @@ class Haystack:
         ids = [self.tok.special_ids["<|bos|>"]] + fill[:at] + seg + fill[at:]
         cuts = [1 + at, len(ids)]
         weights = [0] + [-1] * at + [0] * n + [-1] * (n_fill - at)
+        self.last_src = [(cuts[1] + j, cuts[0] + j) for j in range(1, n)]
         ids += seg
         weights += [0] + [1] * (n - 1)
         return ids, weights, cuts, cuts[1], ""
@@ -237,11 +263,14 @@ class Haystack:
         r = self.rng
         n = int(r.integers(16, max(49, min(97, length // 2 - 8))))
         a, b = sorted(r.integers(0, length - 2 * n, size=2).tolist())
-        toks = r.integers(0, len(self.tok.tokens) - 2, length).tolist()
+        toks = self.copy_vocab[r.integers(0, len(self.copy_vocab),
+                                          length)].tolist()
         seg = toks[:n]
         ids = ([self.tok.special_ids["<|bos|>"]] + toks[n:n + a] + seg +
                toks[n + a:n + b] + seg)
         weights = [0] * (1 + a + n + (b - a)) + [0] + [1] * (n - 1)
+        first, second = 1 + a, 1 + b + n  # the span's two starts
+        self.last_src = [(second + j, first + j) for j in range(1, n)]
         rest = length - len(ids)
         ids += toks[n + b:n + b + rest]
         weights += [-1] * rest
