@@ -58,6 +58,12 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
     s.v.resize(sink_elems);
     s.capacity = config.sink_tokens;
   }
+  if (env_.cache_rows != nullptr) {  // sinks and tail mirrored there
+    for (int l = 0; l < shape.n_layers; ++l) {
+      sinks_[l].SetMirror(env_.cache_rows->NewRows(shape.head_dim));
+      open_[l].SetMirror(env_.cache_rows->NewRows(shape.head_dim));
+    }
+  }
   const bool copy = config.cache_mode == CacheMode::kCopy;
   caches_.resize(shape.n_layers);
   for (auto& per_layer : caches_) {
@@ -140,6 +146,7 @@ void ClusteredKvStore::Append(int layer, int64_t n, const float* k,
     const bool sink = pos < config_.sink_tokens;
     RowBuffer& b = sink ? sinks_[layer] : open_[layer];
     int64_t& rows = sink ? sink_rows_[layer] : open_rows_[layer];
+    b.Touch(rows);
     for (int h = 0; h < n_kv; ++h) {
       const size_t dst = (size_t{1} * h * b.capacity + rows) * hd;
       const size_t src = (size_t{1} * i * n_kv + h) * hd;
@@ -213,6 +220,7 @@ void ClusteredKvStore::CloseOpenRows(int64_t rows) {
   std::vector<int> sparse;
   for (int l = 0; l < shape_.n_layers; ++l) {
     RowBuffer& b = open_[l];
+    b.Touch(0);  // the rest moves down
     for (int h = 0; h < shape_.n_kv_heads; ++h) {
       uint16_t* k = &b.k[size_t{1} * h * b.capacity * hd];
       uint16_t* v = &b.v[size_t{1} * h * b.capacity * hd];
@@ -280,13 +288,19 @@ int ClusteredKvStore::SegmentClusters(size_t i) const {
 
 // ------------------------------------------------------------- selecting
 
-kernels::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head) const {
+void ClusteredKvStore::SyncMirrors(int layer) {
+  sinks_[layer].Sync(shape_.n_kv_heads, shape_.head_dim, sink_rows_[layer]);
+  open_[layer].Sync(shape_.n_kv_heads, shape_.head_dim, open_rows_[layer]);
+}
+
+kernels::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head,
+                                           bool mirror) const {
   const RowBuffer& b = sinks_[layer];
   kernels::KvSpan s;
-  // data() + offset: with sink_tokens 0 the buffer is empty (no element to
-  // index) and the span has no rows.
-  s.k = b.k.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
-  s.v = b.v.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
+  // With sink_tokens 0 the buffer is empty (capacity 0) and the span has
+  // no rows.
+  s.k = b.keys(kv_head, shape_.head_dim, mirror);
+  s.v = b.values(kv_head, shape_.head_dim, mirror);
   s.dtype = config_.kv_dtype;
   s.stride = shape_.head_dim;
   s.count = sink_rows_[layer];
@@ -294,11 +308,12 @@ kernels::KvSpan ClusteredKvStore::SinkSpan(int layer, int kv_head) const {
   return s;
 }
 
-kernels::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head) const {
+kernels::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head,
+                                           bool mirror) const {
   const RowBuffer& b = open_[layer];
   kernels::KvSpan s;
-  s.k = b.k.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
-  s.v = b.v.data() + size_t{1} * kv_head * b.capacity * shape_.head_dim;
+  s.k = b.keys(kv_head, shape_.head_dim, mirror);
+  s.v = b.values(kv_head, shape_.head_dim, mirror);
   s.dtype = config_.kv_dtype;
   s.stride = shape_.head_dim;
   s.count = open_rows_[layer];
@@ -326,6 +341,7 @@ kernels::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
 void ClusteredKvStore::Select(int layer, const LayerQuery& query,
                               AttendSet* out) {
   out->Clear();
+  SyncMirrors(layer);
   const bool sparse =
       query.n_q == 1 && IsSparseLayer(layer) && !segments_.empty();
   if (Records(layer) && query.n_q == 1 && layer >= config_.dense_layers) {
@@ -363,22 +379,22 @@ void ClusteredKvStore::RecordNextDecode(int layer) {
 
 std::vector<kernels::KvSpan> ClusteredKvStore::HostSpans(int layer,
                                                          int kv_head) const {
-  std::vector<kernels::KvSpan> spans{SinkSpan(layer, kv_head)};
+  std::vector<kernels::KvSpan> spans{SinkSpan(layer, kv_head, false)};
   for (const auto& seg : segments_) {
     spans.push_back(SegmentSpan(*seg, layer, kv_head));
   }
-  spans.push_back(OpenSpan(layer, kv_head));
+  spans.push_back(OpenSpan(layer, kv_head, false));
   return spans;
 }
 
 void ClusteredKvStore::SelectDense(int layer, AttendSet* out) {
   const int per_head = 2 + static_cast<int>(segments_.size());
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
-    out->spans.push_back(SinkSpan(layer, g));
+    out->spans.push_back(SinkSpan(layer, g, true));
     for (const auto& seg : segments_) {
       out->spans.push_back(SegmentSpan(*seg, layer, g));
     }
-    out->spans.push_back(OpenSpan(layer, g));
+    out->spans.push_back(OpenSpan(layer, g, true));
   }
   out->per_head.resize(shape_.n_heads);
   for (int h = 0; h < shape_.n_heads; ++h) {
@@ -437,9 +453,9 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
     for (int h = g * group; h < (g + 1) * group; ++h) {
       const int src = shared ? g * group : h;  // same arrays: shared tiles
       first_span_[h] = out->spans.size();
-      out->spans.push_back(SinkSpan(layer, g));
+      out->spans.push_back(SinkSpan(layer, g, true));
       AddSelectedSpans(layer, g, src, cache, &out->spans);
-      out->spans.push_back(OpenSpan(layer, g));
+      out->spans.push_back(OpenSpan(layer, g, true));
       if (Records(layer)) RecordSelected(layer, src, h);
     }
   }

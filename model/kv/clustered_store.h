@@ -18,6 +18,7 @@
 #include "model/kv/cluster_worker.h"
 #include "model/kv/kv_config.h"
 #include "model/kv/policies/policy.h"
+#include "model/kv/row_buffer.h"
 #include "model/kv/segment.h"
 #include "model/kv/store_env.h"
 #include "model/kv_cache.h"
@@ -169,11 +170,6 @@ class ClusteredKvStore : public KvCache {
   std::vector<kernels::KvSpan> HostSpans(int layer, int kv_head) const;
 
  private:
-  struct RowBuffer {  // per layer: [n_kv][capacity][head_dim]
-    std::vector<uint16_t> k, v;
-    int64_t capacity = 0;
-  };
-
   bool IsSparseLayer(int layer) const;  // decode steps select here
   bool NeedsIndex(int layer) const;     // segments build an index here
   void GrowOpen(int64_t rows);
@@ -190,8 +186,13 @@ class ClusteredKvStore : public KvCache {
                         std::vector<kernels::KvSpan>* spans);
   void RecordSelected(int layer, int src, int h);
   void RecordDecode(int layer, const LayerQuery& query, bool dense);
-  kernels::KvSpan SinkSpan(int layer, int kv_head) const;
-  kernels::KvSpan OpenSpan(int layer, int kv_head) const;
+  // Over the rows' mirrors (device memory on a device backend) when
+  // `mirror`, as a Select hands them to the backend; else host rows.
+  kernels::KvSpan SinkSpan(int layer, int kv_head, bool mirror) const;
+  kernels::KvSpan OpenSpan(int layer, int kv_head, bool mirror) const;
+  // Brings the layer's sink and tail mirrors up to date (before a Select's
+  // spans name them).
+  void SyncMirrors(int layer);
   kernels::KvSpan SegmentSpan(const Segment& seg, int layer, int kv_head) const;
 
   KvShape shape_;

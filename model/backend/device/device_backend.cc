@@ -423,7 +423,7 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
   }
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
     SpanMeta& m = plan_.spans[i];
-    m.cached = IsCached(*plan_.sources[i], &m);
+    m.cached = IsCached(*plan_.sources[i], head_dim, &m);
     m.direct = !m.cached && IsDirect(*plan_.sources[i], head_dim);
   }
   // Staged K rows, staged V rows, explicit positions: one upload from the
@@ -444,8 +444,9 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
     off = AlignUp(off +
                   plan_.spans[i].count * static_cast<int64_t>(sizeof(int64_t)));
   }
-  for (SpanMeta& m : plan_.spans) {
-    if (!m.cached) continue;
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    SpanMeta& m = plan_.spans[i];
+    if (!m.cached || plan_.sources[i]->rows == nullptr) continue;
     m.rows_off = off;
     off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
   }
@@ -464,11 +465,20 @@ bool DeviceBackend::IsDirect(const kernels::KvSpan& s, int head_dim) const {
   return arena_->Contains(s.k, bytes) && arena_->Contains(s.v, bytes);
 }
 
-// A span over a block cache's device rows (an index list into them).
-bool DeviceBackend::IsCached(const kernels::KvSpan& s, SpanMeta* m) const {
-  return s.rows != nullptr && s.count > 0 &&
-         cache_rows_->Find(s.k, &m->cache_k) &&
-         cache_rows_->Find(s.v, &m->cache_v);
+// A span over store rows in device memory (a block cache's, with an index
+// list, or a run of a sink/tail mirror): the ranges the attention reads.
+bool DeviceBackend::IsCached(const kernels::KvSpan& s, int head_dim,
+                             SpanMeta* m) const {
+  if (s.count == 0 || !cache_rows_->Find(s.k, &m->cache_k) ||
+      !cache_rows_->Find(s.v, &m->cache_v)) {
+    return false;
+  }
+  if (s.rows == nullptr) {  // a run: just its rows
+    const int64_t bytes = s.count * kernels::RowBytes(s.dtype, head_dim);
+    m->cache_k.bytes = std::min(m->cache_k.bytes, bytes);
+    m->cache_v.bytes = std::min(m->cache_v.bytes, bytes);
+  }
+  return true;
 }
 
 // Enqueues the H2D copies of the direct spans' rows into the scratch at kv.
@@ -496,7 +506,7 @@ void DeviceBackend::GatherRows(char* dst, int head_dim) const {
     const kernels::KvSpan& s = *plan_.sources[i];
     const int64_t stored = kernels::RowBytes(s.dtype, s.stride);
     const int64_t used = kernels::RowBytes(s.dtype, head_dim);
-    if (m.cached) {
+    if (m.rows_off >= 0) {
       std::memcpy(dst + m.rows_off, s.rows,
                   sizeof(int32_t) * static_cast<size_t>(s.count));
     }
@@ -548,6 +558,9 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
                  p.n * static_cast<int64_t>(sizeof(int64_t))};
   const int64_t n_q = p.n, q_elems = qr.bytes / 4;
   const int head_dim = spec.head_dim;
+  // The store rows written for this part (sinks, tail, cache misses) land
+  // before the attention reads them.
+  cache_rows_->Flush();
   std::vector<Range> reads = {qr, pr, {kv, bytes}};
   for (const SpanMeta& m : plan_.spans) {
     if (!m.cached) continue;
@@ -568,6 +581,8 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
           if (m.cached) {
             s.k = c.In<char>(m.cache_k.ptr, m.cache_k.bytes);
             s.v = c.In<char>(m.cache_v.ptr, m.cache_v.bytes);
+          }
+          if (m.rows_off >= 0) {
             s.rows = reinterpret_cast<const int32_t*>(base + m.rows_off);
           }
           s.dtype = m.dtype;

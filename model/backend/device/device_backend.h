@@ -60,8 +60,8 @@ struct DeviceBackendDebug {
   // No device index builder in store_env(): k-means on the host.
   bool host_kmeans = false;
   DeviceIndexBuilderDebug index_builder;
-  // No device cache rows in store_env(): the block caches of copy-mode
-  // stores keep their rows in host memory, staged every step.
+  // No device store rows in store_env(): block caches (copy mode), sinks
+  // and tails keep their rows in host memory only, staged every step.
   bool host_cache_rows = false;
 };
 
@@ -70,7 +70,8 @@ struct AttendCopyStats {
   int64_t staged_bytes = 0;  // gathered on the host into pinned staging
   int64_t direct_bytes = 0;  // copied straight from pinned segment rows
   int64_t direct_copies = 0;
-  // Rows read from block caches resident in device memory (no copy).
+  // Rows read from store rows in device memory (block caches, sink and
+  // tail mirrors): no copy at attention time.
   int64_t cached_rows = 0;
 };
 
@@ -159,8 +160,9 @@ class DeviceBackend final : public Backend {
     // Rows copied straight from pinned segment memory (a contiguous run of
     // the arena), not gathered into staging.
     bool direct = false;
-    // Rows of a block cache in device memory: read in place through the
-    // row list uploaded at rows_off (K and V: the caches' whole rows).
+    // Store rows in device memory (cache_rows_), read in place: a block
+    // cache's through the row list uploaded at rows_off, or a run of a
+    // sink/tail mirror (rows_off -1). cache_k/v: the ranges read.
     bool cached = false;
     Range cache_k = {}, cache_v = {};
     int64_t rows_off = -1;
@@ -207,7 +209,7 @@ class DeviceBackend final : public Backend {
                   int64_t kv_dim);
   void PlanSpans(int n_heads, int head_dim);
   bool IsDirect(const kernels::KvSpan& s, int head_dim) const;
-  bool IsCached(const kernels::KvSpan& s, SpanMeta* m) const;
+  bool IsCached(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
   bool CopyDirectSpans(DevPtr kv, int head_dim);
   void GatherRows(char* dst, int head_dim) const;
   void AttendPart(const AttentionSpec& spec, const AttentionPart& p,

@@ -18,6 +18,7 @@ class DeviceCacheRows final : public CacheRows {
   ~DeviceCacheRows() override {
     std::lock_guard<std::mutex> lock(arena_->mu_);
     if (capacity_ == 0) return;
+    arena_->FlushLocked();  // staged writes into these rows land first
     arena_->UnregisterLocked(k(), v());
     arena_->rt_.Free(base_).IgnoreError();  // waits for work that reads it
   }
@@ -32,6 +33,7 @@ class DeviceCacheRows final : public CacheRows {
     }
     const DevPtr k2 = *grown, v2 = *grown + rows * row_bytes_;
     const int64_t kept = keep * row_bytes_;
+    if (!arena_->FlushLocked()) failed_ = true;
     if (kept > 0 && (!arena_->OkLocked(
                          arena_->rt_.CopyD2D(k2, k(), kept, arena_->stream_)) ||
                      !arena_->OkLocked(arena_->rt_.CopyD2D(v2, v(), kept,
@@ -63,6 +65,10 @@ class DeviceCacheRows final : public CacheRows {
   void MoveDown(int64_t to, int64_t from, int64_t n) override {
     std::lock_guard<std::mutex> lock(arena_->mu_);
     if (failed_ || from + n > capacity_ || to >= from) return;
+    if (!arena_->FlushLocked()) {
+      failed_ = true;
+      return;
+    }
     for (int64_t done = 0; done < n;) {
       const int64_t c = std::min(from - to, n - done);
       const int64_t dst = (to + done) * row_bytes_;
@@ -115,11 +121,20 @@ std::unique_ptr<CacheRows> DeviceCacheArena::NewRows(int head_dim) {
 }
 
 bool DeviceCacheArena::Find(const void* p, dev::Range* rows) const {
+  const uint64_t addr = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
-  if (it == regions_.end()) return false;
-  *rows = dev::Range{DevPtr{it->first}, it->second};
+  auto it = regions_.upper_bound(addr);
+  if (it == regions_.begin()) return false;
+  --it;
+  const int64_t end = static_cast<int64_t>(it->first) + it->second;
+  if (static_cast<int64_t>(addr) >= end) return false;
+  *rows = dev::Range{DevPtr{addr}, end - static_cast<int64_t>(addr)};
   return true;
+}
+
+void DeviceCacheArena::Flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FlushLocked();
 }
 
 absl::Status DeviceCacheArena::status() const {
@@ -147,28 +162,59 @@ void DeviceCacheArena::UnregisterLocked(DevPtr k, DevPtr v) {
   regions_.erase(v.addr);
 }
 
-// Pinned segment rows go up directly; others are copied into the staging
-// buffer first, which is reused from its start after a synchronisation
-// once full (its earlier copies must have finished).
+// Pinned segment rows go up directly (after the staged writes before
+// them); others are packed into the staging buffer for the next scatter.
+// The staging is reused from its start once full, after a flush and a
+// synchronisation (its earlier scatters must have read it).
 bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
                                     int64_t bytes) {
   stats_.fill_bytes += bytes;
   if (pinned_ != nullptr && pinned_->Contains(src, bytes)) {
-    return OkLocked(rt_.CopyH2D(dst, src, bytes, stream_));
+    return FlushLocked() && OkLocked(rt_.CopyH2D(dst, src, bytes, stream_));
   }
   if (staging_used_ + bytes > staging_.bytes) {
-    if (!OkLocked(rt_.Synchronize(stream_)) ||
+    if (!FlushLocked() || !OkLocked(rt_.Synchronize(stream_)) ||
         !OkLocked(Grow(rt_, std::max(bytes, int64_t{1} << 20), &staging_))) {
       return false;
     }
-    staging_used_ = 0;
+    auto mapped = rt_.MappedPointer(staging_.host);
+    if (!OkLocked(mapped.status())) return false;
+    staging_dev_ = *mapped;
+    staging_used_ = flushed_ = 0;
   }
   char* host = staging_.host + staging_used_;
   if (!OkLocked(rt_.HostWrite(host, bytes))) return false;
   std::memcpy(host, src, static_cast<size_t>(bytes));
+  pending_.push_back({dst, staging_used_, bytes});
   staging_used_ += (bytes + 63) / 64 * 64;
   stats_.staged_bytes += bytes;
-  return OkLocked(rt_.CopyH2D(dst, host, bytes, stream_));
+  return true;
+}
+
+// One op reads the staged bytes through the staging's mapped view and
+// writes each to its place (a gather kernel on a GPU).
+bool DeviceCacheArena::FlushLocked() {
+  if (pending_.empty() || !status_.ok()) {
+    pending_.clear();
+    return status_.ok();
+  }
+  dev::Op op;
+  op.name = "scatter_rows";
+  const dev::Range src{staging_dev_ + flushed_, staging_used_ - flushed_};
+  op.reads = {src};
+  for (const Pending& p : pending_) op.writes.push_back({p.dst, p.bytes});
+  op.body = [src, base = flushed_,
+             pending = std::move(pending_)](dev::OpContext& c) {
+    const char* from = c.In<char>(src.ptr, src.bytes);
+    for (const Pending& p : pending) {
+      std::memcpy(c.Out<char>(p.dst, p.bytes), from + (p.from - base),
+                  static_cast<size_t>(p.bytes));
+    }
+  };
+  pending_.clear();
+  flushed_ = staging_used_;
+  ++stats_.scatters;
+  return OkLocked(rt_.Launch(std::move(op), stream_));
 }
 
 }  // namespace ckv

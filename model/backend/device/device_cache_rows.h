@@ -1,15 +1,19 @@
-// Block-cache rows in device memory (model/kv/cache_rows.h), the device
-// backend's StoreEnv::cache_rows: with cache_mode copy a store's cluster
-// cache keeps its resident blocks here, so a block selected again within
-// cache_steps steps is read on the device, and only a miss crosses the link
-// (one H2D copy per run of the block's stored rows, straight from the
-// segment when its rows are pinned, else through a staging buffer).
-// Growth and compaction are device-to-device copies.
+// Store rows in device memory (model/kv/cache_rows.h), the device
+// backend's StoreEnv::cache_rows. A clustered store keeps here its block
+// caches' resident blocks (cache_mode copy: a block selected again within
+// cache_steps steps is read on the device, only a miss crosses the link)
+// and the mirrors of its sinks and open tail (model/kv/row_buffer.h: only
+// rows appended since the last step cross). Rows from pinned segments go
+// up by one H2D copy per run; other host rows (sinks, tail, heap segments)
+// are packed into a pinned staging buffer and written to their places by
+// one scatter op per Flush. Growth and compaction are device-to-device.
 //
-// All copies go on the backend's compute stream, ahead of the attention
-// that reads the rows, so stream order is the only ordering needed. The
-// bookkeeping stays on the host (BlockCache); the device residency ops of
-// kernels/device/phases.h are its device form (docs/device-runtime.md).
+// All of it goes on the backend's compute stream, ahead of the attention
+// that reads the rows (the backend calls Flush before it), so stream order
+// is the only ordering needed; staged writes are flushed before any other
+// copy touches rows, so they land in the order they were made. The
+// bookkeeping stays on the host (BlockCache, RowBuffer); the device
+// residency ops of kernels/device/phases.h are its device form.
 //
 // The first runtime error is kept (status(), which the backend reports);
 // later copies into the failed rows are skipped.
@@ -19,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/device/runtime.h"
@@ -32,6 +37,7 @@ namespace ckv {
 struct CacheRowsStats {
   int64_t fill_bytes = 0;    // H2D: misses
   int64_t staged_bytes = 0;  // of fill_bytes, through the staging buffer
+  int64_t scatters = 0;      // scatter ops that wrote the staged rows
   int64_t move_bytes = 0;    // D2D: growth and compaction
 };
 
@@ -49,9 +55,12 @@ class DeviceCacheArena final
 
   std::unique_ptr<CacheRows> NewRows(int head_dim) override;
 
-  // The K or V rows of a live CacheRows of this arena that start at `p`
-  // (what a span over a cache holds): their device range.
+  // When p (a span's K or V base) lies in the rows of a live CacheRows of
+  // this arena: the device range from p to the end of those rows.
   bool Find(const void* p, kernels::device::Range* rows) const;
+  // Enqueues the scatter of the staged writes (before work that reads
+  // their rows).
+  void Flush();
   absl::Status status() const;
   CacheRowsStats stats() const;
 
@@ -65,6 +74,14 @@ class DeviceCacheArena final
   void UnregisterLocked(DevPtr k, DevPtr v);
   // Copies `bytes` of host memory at src to dst (pinned: directly).
   bool UploadLocked(DevPtr dst, const void* src, int64_t bytes);
+  bool FlushLocked();
+
+  // A staged write: bytes at staging offset `from` go to dst.
+  struct Pending {
+    DevPtr dst;
+    int64_t from = 0;
+    int64_t bytes = 0;
+  };
 
   kernels::device::Runtime& rt_;
   std::shared_ptr<void> keep_alive_;
@@ -74,7 +91,10 @@ class DeviceCacheArena final
   absl::Status status_;
   std::map<uint64_t, int64_t> regions_;  // K or V rows: address -> bytes
   PinnedBuffer staging_;
-  int64_t staging_used_ = 0;
+  DevPtr staging_dev_;        // its mapped device view
+  int64_t staging_used_ = 0;  // bytes written since the last reuse
+  int64_t flushed_ = 0;       // [0, flushed_) scattered (enqueued)
+  std::vector<Pending> pending_;
   CacheRowsStats stats_;
 };
 
