@@ -67,6 +67,15 @@ ABSL_FLAG(int64_t, fake_device_mb, kDefaults.fake_device_bytes >> 20,
           "--backend fake: the fake device's memory (MiB)");
 ABSL_FLAG(uint64_t, fake_seed, kDefaults.fake_seed,
           "--backend fake: seed of phase thread orders and threaded delays");
+ABSL_FLAG(std::string, kv_residency,
+          ckv::KvResidencyName(kDefaults.kv_residency),
+          "device backends: where closed segments' K,V live: "
+          "auto|device|offload (auto: on the device while "
+          "--resident-kv-mb lasts, then host only; device: always; offload: "
+          "host only, selected rows recalled per step)");
+ABSL_FLAG(int64_t, resident_kv_mb, kDefaults.resident_kv_bytes >> 20,
+          "--kv-residency auto: device memory for resident segments (MiB; "
+          "0: half the device)");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
 ABSL_FLAG(int, drain_grace_seconds, kDefaults.drain_grace_seconds,
@@ -265,6 +274,15 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   }
   c.fake_device_bytes = fake_mb << 20;
   c.fake_seed = absl::GetFlag(FLAGS_fake_seed);
+  auto residency = ParseKvResidency(absl::GetFlag(FLAGS_kv_residency));
+  if (!residency.ok()) return residency.status();
+  c.kv_residency = *residency;
+  const int64_t resident_mb = absl::GetFlag(FLAGS_resident_kv_mb);
+  if (resident_mb < 0 || resident_mb > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        "--resident-kv-mb must be in [0, 16777216]");
+  }
+  c.resident_kv_bytes = resident_mb << 20;
   c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;
   c.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);

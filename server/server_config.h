@@ -67,12 +67,16 @@ struct ServerConfig {
   // Compute backend (model/backend/backend.h); auto: the best this build
   // has (today the CPU), logged at start and reported by GetServerInfo.
   BackendKind backend = BackendKind::kAuto;
-  int threads = 0;               // 0: all cores
+  int threads = 0;  // 0: all cores
   // --backend fake: the fake device's schedule, size and seed (defaults:
   // BackendOptions').
   kernels::device::Schedule fake_schedule = BackendOptions{}.fake_schedule;
   int64_t fake_device_bytes = BackendOptions{}.fake_device_bytes;
   uint64_t fake_seed = BackendOptions{}.fake_seed;
+  // Device backends: segment K,V residency and auto's budget (0: half the
+  // device).
+  KvResidency kv_residency = BackendOptions{}.kv_residency;
+  int64_t resident_kv_bytes = BackendOptions{}.resident_kv_bytes;
   int prefill_chunk = 256;       // tokens per prefill step
   int drain_grace_seconds = 10;  // SIGTERM: finish streams this long
   // Threads that run unary RPCs (server/blocking_pool.h): snapshot files,

@@ -130,6 +130,8 @@ absl::Status ClusterKvServer::LoadBackend() {
   backend_options.fake_schedule = config_.fake_schedule;
   backend_options.fake_device_bytes = config_.fake_device_bytes;
   backend_options.fake_seed = config_.fake_seed;
+  backend_options.kv_residency = config_.kv_residency;
+  backend_options.resident_kv_bytes = config_.resident_kv_bytes;
   auto backend = MakeBackend(config_.backend, backend_options);
   if (!backend.ok()) return backend.status();
   const BackendInfo info = (*backend)->info();

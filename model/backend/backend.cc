@@ -29,6 +29,27 @@ absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name) {
       "unknown backend '", name, "' (expected auto, cpu, cuda or fake)"));
 }
 
+const char* KvResidencyName(KvResidency r) {
+  switch (r) {
+    case KvResidency::kAuto:
+      return "auto";
+    case KvResidency::kDevice:
+      return "device";
+    case KvResidency::kOffload:
+      return "offload";
+  }
+  return "?";
+}
+
+absl::StatusOr<KvResidency> ParseKvResidency(absl::string_view name) {
+  for (KvResidency r :
+       {KvResidency::kAuto, KvResidency::kDevice, KvResidency::kOffload}) {
+    if (name == KvResidencyName(r)) return r;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown kv residency '", name, "' (expected auto, device or offload)"));
+}
+
 BackendKind ResolveBackendKind(BackendKind kind) {
   // No real device backend is built yet (the fake is for tests): auto is
   // the CPU.

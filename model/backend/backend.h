@@ -47,6 +47,18 @@ absl::Status CheckBackendBuilt(BackendKind kind);
 // ParseBackendKind, then CheckBackendBuilt: what a --backend flag accepts.
 absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name);
 
+// Where a device backend keeps the K,V rows of closed segments (GPU.md,
+// "kv.residency"): kOffload on the host only (pinned; sparse layers recall
+// their selected rows per step, dense layers send whole segments), kDevice
+// also on the device for the segment's life (device memory permitting),
+// kAuto on the device while the resident-KV budget lasts, then offload.
+// The CPU backend keeps everything on the host whatever the setting.
+enum class KvResidency { kAuto, kDevice, kOffload };
+// "auto", "device", "offload".
+const char* KvResidencyName(KvResidency r);
+// Parses a name above (INVALID_ARGUMENT otherwise).
+absl::StatusOr<KvResidency> ParseKvResidency(absl::string_view name);
+
 // The defaults of every backend's settings, in one place.
 struct BackendOptions {
   int threads = 1;  // CPU worker threads (the CPU backend's pool)
@@ -56,6 +68,10 @@ struct BackendOptions {
   int64_t fake_device_bytes = int64_t{1} << 30;
   uint64_t fake_seed = 1;
   int fake_max_delay_us = 50;  // kThreaded: random delay before each item
+  // Device backends: segment K,V residency, and kAuto's budget (0: half
+  // the device's memory).
+  KvResidency kv_residency = KvResidency::kAuto;
+  int64_t resident_kv_bytes = 0;
 };
 
 // What GetServerInfo and the status page report.

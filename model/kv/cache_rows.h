@@ -41,6 +41,14 @@ class CacheRowsFactory {
  public:
   virtual ~CacheRowsFactory() = default;
   virtual std::unique_ptr<CacheRows> NewRows(int head_dim) = 0;
+  // Rows that hold a whole segment layer (`rows` rows) for the segment's
+  // life, within the backend's budget for resident KV; null when segments
+  // stay on the host only (the CPU backend, residency offload, or the
+  // budget is spent).
+  virtual std::unique_ptr<CacheRows> NewResidentRows(int /*head_dim*/,
+                                                     int64_t /*rows*/) {
+    return nullptr;
+  }
 };
 
 // Host memory rows (std::vector).

@@ -322,14 +322,22 @@ kernels::KvSpan ClusteredKvStore::OpenSpan(int layer, int kv_head,
 }
 
 // Waits for the layer's index job first: it reorders the rows by cluster.
+const CacheRows* ClusteredKvStore::Resident(const Segment& seg,
+                                            int layer) const {
+  return env_.cache_rows == nullptr ? nullptr
+                                    : seg.ResidentRows(layer, *env_.cache_rows);
+}
+
 kernels::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
-                                              int kv_head) const {
+                                              int kv_head, bool mirror) const {
   if (worker_ != nullptr && seg.layer(layer).ticket != 0) {
     worker_->Wait(seg.layer(layer).ticket);
   }
   kernels::KvSpan s;
-  s.k = seg.keys(layer, kv_head);
-  s.v = seg.values(layer, kv_head);
+  const CacheRows* resident = mirror ? Resident(seg, layer) : nullptr;
+  const int64_t head = int64_t{kv_head} * seg.size() * shape_.head_dim;
+  s.k = resident ? resident->keys() + head : seg.keys(layer, kv_head);
+  s.v = resident ? resident->values() + head : seg.values(layer, kv_head);
   s.dtype = config_.kv_dtype;
   s.stride = shape_.head_dim;
   s.count = seg.size();
@@ -381,7 +389,7 @@ std::vector<kernels::KvSpan> ClusteredKvStore::HostSpans(int layer,
                                                          int kv_head) const {
   std::vector<kernels::KvSpan> spans{SinkSpan(layer, kv_head, false)};
   for (const auto& seg : segments_) {
-    spans.push_back(SegmentSpan(*seg, layer, kv_head));
+    spans.push_back(SegmentSpan(*seg, layer, kv_head, false));
   }
   spans.push_back(OpenSpan(layer, kv_head, false));
   return spans;
@@ -392,7 +400,7 @@ void ClusteredKvStore::SelectDense(int layer, AttendSet* out) {
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
     out->spans.push_back(SinkSpan(layer, g, true));
     for (const auto& seg : segments_) {
-      out->spans.push_back(SegmentSpan(*seg, layer, g));
+      out->spans.push_back(SegmentSpan(*seg, layer, g, true));
     }
     out->spans.push_back(OpenSpan(layer, g, true));
   }
@@ -524,8 +532,10 @@ void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
       sel.positions = sel_pos_[src].data() + run.offset;
     } else {
       const Segment& seg = *seg_view_[run.segment];
-      sel.k = seg.keys(layer, g);
-      sel.v = seg.values(layer, g);
+      const CacheRows* resident = Resident(seg, layer);
+      const int64_t head = int64_t{g} * seg.size() * shape_.head_dim;
+      sel.k = resident ? resident->keys() + head : seg.keys(layer, g);
+      sel.v = resident ? resident->values() + head : seg.values(layer, g);
       sel.first_pos = seg.first_pos();
       sel.row_positions = seg.row_positions(layer, g);
     }

@@ -193,7 +193,11 @@ class ClusteredKvStore : public KvCache {
   // Brings the layer's sink and tail mirrors up to date (before a Select's
   // spans name them).
   void SyncMirrors(int layer);
-  kernels::KvSpan SegmentSpan(const Segment& seg, int layer, int kv_head) const;
+  // Over the segment's resident rows when `mirror` and the backend keeps
+  // them (device memory), else over its host rows.
+  kernels::KvSpan SegmentSpan(const Segment& seg, int layer, int kv_head,
+                              bool mirror) const;
+  const CacheRows* Resident(const Segment& seg, int layer) const;
 
   KvShape shape_;
   KvStoreConfig config_;

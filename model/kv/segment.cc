@@ -57,6 +57,19 @@ int32_t Segment::StoredRow(int l, int h, int32_t r) const {
   return heads.empty() || !heads[h].rows_by_cluster() ? r : heads[h].row_of[r];
 }
 
+const CacheRows* Segment::ResidentRows(int l, CacheRowsFactory& factory) const {
+  std::lock_guard<std::mutex> lock(resident_mu_);
+  if (resident_.empty()) resident_.resize(layers_.size());
+  if (resident_[l] != nullptr) return resident_[l].get();
+  const int64_t rows = int64_t{shape_.n_kv_heads} * n_;
+  auto made = factory.NewResidentRows(shape_.head_dim, rows);
+  if (made == nullptr) return nullptr;
+  made->Reserve(rows, 0);
+  made->Write(0, keys(l, 0), values(l, 0), rows);
+  resident_[l] = std::move(made);
+  return resident_[l].get();
+}
+
 int32_t Segment::SegmentRow(int l, int h, int32_t stored) const {
   const int32_t* pos = row_positions(l, h);
   return pos == nullptr ? stored : pos[stored];

@@ -7,10 +7,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/dtype.h"
+#include "model/kv/cache_rows.h"
 #include "model/kv/host_arena.h"
 #include "model/kv/index_builder.h"
 #include "model/kv/kv_config.h"
@@ -104,6 +106,13 @@ class Segment {
   int32_t StoredRow(int l, int h, int32_t r) const;
   int32_t SegmentRow(int l, int h, int32_t stored) const;
 
+  // Layer l's K,V rows (every KV head, in stored order) resident on the
+  // device: made on the first call from `factory` (NewResidentRows) and
+  // shared by every store that holds the segment; null when the backend
+  // keeps none. Call only once the layer's rows are final (its index job
+  // done). Thread-safe.
+  const CacheRows* ResidentRows(int l, CacheRowsFactory& factory) const;
+
   int64_t kv_bytes() const;     // host-tier K,V
   int64_t index_bytes() const;  // centroids, offsets, members, pages
 
@@ -127,6 +136,8 @@ class Segment {
   int64_t uid_, first_pos_, n_;
   KvShape shape_;
   std::vector<SegmentLayer> layers_;
+  mutable std::mutex resident_mu_;
+  mutable std::vector<std::unique_ptr<CacheRows>> resident_;  // per layer
   std::atomic<int64_t> kmeans_ns_{0}, kmeans_cpu_ns_{0}, pages_ns_{0};
 };
 

@@ -107,10 +107,14 @@ std::unique_ptr<Backend> Cpu() {
   return std::make_unique<CpuBackend>(BackendOptions{.threads = 1});
 }
 
-std::unique_ptr<Backend> Device(FakeRuntime& rt,
-                                DeviceBackendDebug debug = {}) {
-  return std::make_unique<DeviceBackend>(rt, "fake", "fake device", debug);
+std::unique_ptr<Backend> Device(FakeRuntime& rt, DeviceBackendDebug debug = {},
+                                ResidencyOptions residency = {}) {
+  return std::make_unique<DeviceBackend>(rt, "fake", "fake device", debug,
+                                         residency);
 }
+
+// Segments only on the host (pinned): what crosses the link each step.
+constexpr ResidencyOptions kOffload{KvResidency::kOffload, 0};
 
 // Stage-1 ways of the device backend, for comparisons.
 DeviceBackendDebug HeapArenaDebug() {
@@ -224,9 +228,11 @@ TEST_P(DeviceArchTest, GreedyMatchesCpu) {
   const Trace dev = Greedy(*m, Device(rt), 48, 64);
   ExpectSameTrace(dev, cpu, GetParam());
   EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
-  // Segment rows (selected clusters, whole segments) went up straight from
-  // the pinned arena; the sparse layers were planned on the device.
-  EXPECT_GT(dev.copies.direct_bytes, 0) << GetParam();
+  // Segment rows (selected clusters, whole segments) are resident on the
+  // device (residency auto, within budget): nothing is copied per step;
+  // the sparse layers were planned on the device.
+  EXPECT_GT(dev.cache_rows.resident_bytes, 0) << GetParam();
+  EXPECT_EQ(dev.copies.direct_bytes, 0) << GetParam();
   EXPECT_GT(dev.device_plans, 0) << GetParam();
   // Segment tables stay resident: uploaded once per (segment, layer), not
   // per step.
@@ -277,21 +283,23 @@ TEST(DeviceBackendTest, SchedulesAreBitIdentical) {
   }
 }
 
-// Segment rows in the backend's pinned arena are copied to the device
-// straight from the segments; in heap memory (the arena a store gets when
+// With residency offload (segments only on the host), segment rows in the
+// backend's pinned arena are copied to the device straight from the
+// segments; in heap memory (the arena a store gets when
 // made without the backend's) they go through the staging buffer. Both give
 // the same bits, under every schedule, with the ordering checker clean.
 TEST(DeviceBackendTest, PinnedSegmentRowsAreCopiedStraightFromTheSegments) {
   auto m = LoadArch("llama");
   ASSERT_NE(m, nullptr);
   FakeRuntime heap_rt(Fake(Schedule::kInline));
-  const Trace heap = Greedy(*m, Device(heap_rt, HeapArenaDebug()), 48, 24);
+  const Trace heap =
+      Greedy(*m, Device(heap_rt, HeapArenaDebug(), kOffload), 48, 24);
   ASSERT_TRUE(heap.status.ok()) << heap.status;
   EXPECT_EQ(heap.copies.direct_bytes, 0);
   EXPECT_GT(heap.copies.staged_bytes, 0);
   for (Schedule s : {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
     FakeRuntime rt(Fake(s, 4));
-    const Trace pinned = Greedy(*m, Device(rt), 48, 24);
+    const Trace pinned = Greedy(*m, Device(rt, {}, kOffload), 48, 24);
     ASSERT_TRUE(pinned.status.ok()) << pinned.status;
     EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
     ASSERT_EQ(pinned.logits.size(), heap.logits.size());
@@ -323,7 +331,9 @@ TEST(DeviceBackendTest, PinnedSegmentRowsAreCopiedStraightFromTheSegments) {
 // caches' h2d_bytes plus the appended rows; the results equal the CPU
 // backend's (copy mode there too) under every schedule with the ordering
 // checker clean. The same runs with host store rows (stage 1: every
-// attended row staged each step) move more bytes.
+// attended row staged each step) move more bytes. Residency offload, so
+// that segments stay on the host (SegmentsResidentOnTheDevice has the
+// rest).
 TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
   auto m = LoadArch("llama");
   ASSERT_NE(m, nullptr);
@@ -349,7 +359,8 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
     for (Schedule s :
          {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
       FakeRuntime rt(Fake(s, 7));
-      const Trace dev = Greedy(*m, Device(rt), prompt, steps, false, c);
+      const Trace dev =
+          Greedy(*m, Device(rt, {}, kOffload), prompt, steps, false, c);
       ExpectSameTrace(dev, cpu, what + " " + ScheduleName(s));
       EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
       EXPECT_GT(dev.copies.cached_rows, 0) << what;
@@ -374,6 +385,68 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
           static_cast<long long>(host_link));
     }
   }
+}
+
+// kv residency: with `device` every segment layer goes up once when first
+// attended and is read in place after (no per-step segment copies: the
+// fill is the appended rows plus the resident bytes); with `auto` and a
+// budget too small for all of them, the rest stay on the host (refusals)
+// and are copied per step as with `offload`. All equal the CPU backend.
+TEST(DeviceBackendTest, SegmentsResidentOnTheDevice) {
+  auto m = LoadArch("qwen3");
+  ASSERT_NE(m, nullptr);
+  const int prompt = 48, steps = 40;
+  const int64_t appended = int64_t{prompt + steps} * m->config.n_layers *
+                           m->config.n_kv_heads * m->config.head_dim * 2 * 2;
+  const Trace cpu = Greedy(*m, Cpu(), prompt, steps);
+  auto run = [&](ResidencyOptions r, Schedule s, const std::string& what) {
+    FakeRuntime rt(Fake(s, 3));
+    Trace t = Greedy(*m, Device(rt, {}, r), prompt, steps);
+    ExpectSameTrace(t, cpu, what);
+    EXPECT_TRUE(rt.OrderingStatus().ok()) << what << rt.OrderingStatus();
+    const CacheRowsStats& c = t.cache_rows;
+    std::printf(
+        "%s: link %lld bytes (direct %lld, staged %lld, fill %lld), "
+        "resident %lld bytes, %lld refusals\n",
+        what.c_str(),
+        static_cast<long long>(t.copies.direct_bytes + t.copies.staged_bytes +
+                               c.fill_bytes),
+        static_cast<long long>(t.copies.direct_bytes),
+        static_cast<long long>(t.copies.staged_bytes),
+        static_cast<long long>(c.fill_bytes),
+        static_cast<long long>(c.resident_bytes),
+        static_cast<long long>(c.resident_refusals));
+    return t;
+  };
+  const Trace off = run(kOffload, Schedule::kInline, "offload");
+  EXPECT_EQ(off.cache_rows.resident_bytes, 0);
+  EXPECT_EQ(off.cache_rows.resident_refusals, 0);
+  EXPECT_EQ(off.cache_rows.fill_bytes, appended);
+  EXPECT_GT(off.copies.direct_bytes, 0);
+  for (Schedule s : {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
+    const Trace dev = run({KvResidency::kDevice, 0}, s,
+                          std::string("device ") + ScheduleName(s));
+    EXPECT_EQ(dev.copies.direct_bytes, 0);
+    EXPECT_GT(dev.cache_rows.resident_bytes, 0);
+    EXPECT_EQ(dev.cache_rows.resident_refusals, 0);
+    EXPECT_EQ(dev.cache_rows.fill_bytes,
+              appended + dev.cache_rows.resident_bytes);
+    EXPECT_LT(dev.cache_rows.fill_bytes + dev.copies.staged_bytes,
+              off.copies.direct_bytes + off.copies.staged_bytes +
+                  off.cache_rows.fill_bytes);
+  }
+  // Room for about a third of what `device` kept.
+  FakeRuntime probe_rt(Fake(Schedule::kInline));
+  const Trace all = Greedy(*m, Device(probe_rt, {}, {KvResidency::kDevice, 0}),
+                           prompt, steps);
+  const int64_t budget = all.cache_rows.resident_bytes / 3;
+  const Trace some = run({KvResidency::kAuto, budget}, Schedule::kLazy,
+                         "auto, a third of the budget");
+  EXPECT_GT(some.cache_rows.resident_bytes, 0);
+  EXPECT_LE(some.cache_rows.resident_bytes, budget);
+  EXPECT_GT(some.cache_rows.resident_refusals, 0);
+  EXPECT_GT(some.copies.direct_bytes, 0);
+  EXPECT_LT(some.copies.direct_bytes, off.copies.direct_bytes);
 }
 
 // The device planner (DevicePlanner: ScoreClustersOp + SelectBlocksOp on

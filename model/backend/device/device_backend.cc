@@ -52,25 +52,27 @@ bool PlainRun(const kernels::KvSpan& s) {
 // ---- Set-up ---------------------------------------------------------------
 
 DeviceBackend::DeviceBackend(dev::Runtime& runtime, std::string name,
-                             std::string device, DeviceBackendDebug debug)
+                             std::string device, DeviceBackendDebug debug,
+                             ResidencyOptions residency)
     : rt_(&runtime), debug_(debug) {
   info_.name = std::move(name);
   info_.device = std::move(device);
-  Init();
+  Init(residency);
 }
 
 DeviceBackend::DeviceBackend(std::unique_ptr<dev::Runtime> runtime,
                              std::string name, std::string device,
-                             DeviceBackendDebug debug)
+                             DeviceBackendDebug debug,
+                             ResidencyOptions residency)
     : owned_(std::move(runtime)), rt_(owned_.get()), debug_(debug) {
   info_.name = std::move(name);
   info_.device = std::move(device);
-  Init();
+  Init(residency);
 }
 
 DeviceBackend::~DeviceBackend() { FreeAll(); }
 
-void DeviceBackend::Init() {
+void DeviceBackend::Init(ResidencyOptions residency) {
   info_.device_memory_bytes = rt_->Info().total_bytes;
   arena_ = std::make_shared<PinnedArena>(*rt_, owned_);
   // The resident segment tables may take a quarter of the device.
@@ -85,8 +87,11 @@ void DeviceBackend::Init() {
   if (Ok(st.status())) stream_ = *st;
   // Block-cache copies go on the compute stream, ahead of the attention
   // that reads them.
-  cache_rows_ =
-      std::make_shared<DeviceCacheArena>(*rt_, owned_, stream_, arena_);
+  if (residency.budget_bytes <= 0) {
+    residency.budget_bytes = info_.device_memory_bytes / 2;
+  }
+  cache_rows_ = std::make_shared<DeviceCacheArena>(*rt_, owned_, stream_,
+                                                   arena_, residency);
 }
 
 // Frees every buffer (errors ignored: the backend is going away). Free and
@@ -691,8 +696,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeFakeDeviceBackend(
   std::string device =
       absl::StrCat("fake device (schedule ", dev::ScheduleName(c.schedule),
                    ", seed ", c.seed, ")");
-  auto backend =
-      std::make_unique<DeviceBackend>(std::move(rt), "fake", std::move(device));
+  auto backend = std::make_unique<DeviceBackend>(
+      std::move(rt), "fake", std::move(device), DeviceBackendDebug{},
+      ResidencyOptions{options.kv_residency, options.resident_kv_bytes});
   if (!backend->status().ok()) return backend->status();
   return std::unique_ptr<Backend>(std::move(backend));
 }

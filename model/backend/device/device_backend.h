@@ -80,12 +80,13 @@ class DeviceBackend final : public Backend {
   // Runs on `runtime`, which must outlive the backend. `name` and `device`
   // are what info() reports (device memory: the runtime's total bytes).
   DeviceBackend(kernels::device::Runtime& runtime, std::string name,
-                std::string device, DeviceBackendDebug debug = {});
+                std::string device, DeviceBackendDebug debug = {},
+                ResidencyOptions residency = {});
   // Runs on `runtime`, which it owns (and which the pinned arena keeps
   // alive while segments hold its blocks).
   DeviceBackend(std::unique_ptr<kernels::device::Runtime> runtime,
                 std::string name, std::string device,
-                DeviceBackendDebug debug = {});
+                DeviceBackendDebug debug = {}, ResidencyOptions residency = {});
   ~DeviceBackend() override;
 
   DeviceBackend(const DeviceBackend&) = delete;
@@ -180,7 +181,8 @@ class DeviceBackend final : public Backend {
   // Records the first error; true when `s` is OK.
   bool Ok(const absl::Status& s);
   bool ok() const { return status_.ok(); }
-  void Init();
+  // residency.budget_bytes 0: half the device.
+  void Init(ResidencyOptions residency);
   void FreeAll();
 
   DevPtr Ptr(Activation a) const { return buffers_[a.id].mem.ptr; }

@@ -12,11 +12,17 @@ namespace dev = kernels::device;
 // device allocation. Every method runs under the arena's lock.
 class DeviceCacheRows final : public CacheRows {
  public:
-  DeviceCacheRows(std::shared_ptr<DeviceCacheArena> arena, int head_dim)
-      : arena_(std::move(arena)), row_bytes_(int64_t{2} * head_dim) {}
+  // `budgeted` bytes of the arena's resident budget are this one's (a
+  // resident segment's rows), returned when it goes.
+  DeviceCacheRows(std::shared_ptr<DeviceCacheArena> arena, int head_dim,
+                  int64_t budgeted = 0)
+      : arena_(std::move(arena)),
+        row_bytes_(int64_t{2} * head_dim),
+        budgeted_(budgeted) {}
 
   ~DeviceCacheRows() override {
     std::lock_guard<std::mutex> lock(arena_->mu_);
+    arena_->stats_.resident_bytes -= budgeted_;
     if (capacity_ == 0) return;
     arena_->FlushLocked();  // staged writes into these rows land first
     arena_->UnregisterLocked(k(), v());
@@ -100,6 +106,7 @@ class DeviceCacheRows final : public CacheRows {
 
   std::shared_ptr<DeviceCacheArena> arena_;
   int64_t row_bytes_;
+  int64_t budgeted_;
   DevPtr base_;
   int64_t capacity_ = 0;
   bool failed_ = false;
@@ -108,16 +115,38 @@ class DeviceCacheRows final : public CacheRows {
 DeviceCacheArena::DeviceCacheArena(dev::Runtime& runtime,
                                    std::shared_ptr<void> keep_alive,
                                    dev::Stream stream,
-                                   std::shared_ptr<PinnedArena> pinned)
+                                   std::shared_ptr<PinnedArena> pinned,
+                                   ResidencyOptions residency)
     : rt_(runtime),
       keep_alive_(std::move(keep_alive)),
       stream_(stream),
-      pinned_(std::move(pinned)) {}
+      pinned_(std::move(pinned)),
+      residency_(residency) {}
 
 DeviceCacheArena::~DeviceCacheArena() { Release(rt_, &staging_); }
 
 std::unique_ptr<CacheRows> DeviceCacheArena::NewRows(int head_dim) {
   return std::make_unique<DeviceCacheRows>(shared_from_this(), head_dim);
+}
+
+std::unique_ptr<CacheRows> DeviceCacheArena::NewResidentRows(int head_dim,
+                                                             int64_t rows) {
+  const int64_t bytes = 2 * rows * int64_t{2} * head_dim;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool fits =
+        residency_.mode == KvResidency::kDevice ||
+        (residency_.mode == KvResidency::kAuto &&
+         stats_.resident_bytes + bytes <= residency_.budget_bytes);
+    if (!fits || !status_.ok()) {
+      if (residency_.mode != KvResidency::kOffload) {
+        ++stats_.resident_refusals;
+      }
+      return nullptr;
+    }
+    stats_.resident_bytes += bytes;
+  }
+  return std::make_unique<DeviceCacheRows>(shared_from_this(), head_dim, bytes);
 }
 
 bool DeviceCacheArena::Find(const void* p, dev::Range* rows) const {

@@ -27,18 +27,30 @@
 
 #include "absl/status/status.h"
 #include "kernels/device/runtime.h"
+#include "model/backend/backend.h"
 #include "model/backend/device/grow_buffer.h"
 #include "model/backend/device/pinned_arena.h"
 #include "model/kv/cache_rows.h"
 
 namespace ckv {
 
-// Bytes moved for the block caches (K and V, summed over every cache).
+// Which segments' rows the arena keeps resident (NewResidentRows):
+// kOffload none, kDevice every one asked for, kAuto while their bytes stay
+// within budget_bytes.
+struct ResidencyOptions {
+  KvResidency mode = KvResidency::kAuto;
+  int64_t budget_bytes = 0;
+};
+
+// Bytes moved for the store rows (K and V, summed over every CacheRows),
+// and the resident segments'.
 struct CacheRowsStats {
-  int64_t fill_bytes = 0;    // H2D: misses
-  int64_t staged_bytes = 0;  // of fill_bytes, through the staging buffer
-  int64_t scatters = 0;      // scatter ops that wrote the staged rows
-  int64_t move_bytes = 0;    // D2D: growth and compaction
+  int64_t fill_bytes = 0;         // H2D: misses
+  int64_t staged_bytes = 0;       // of fill_bytes, through the staging buffer
+  int64_t scatters = 0;           // scatter ops that wrote the staged rows
+  int64_t move_bytes = 0;         // D2D: growth and compaction
+  int64_t resident_bytes = 0;     // segment rows resident now
+  int64_t resident_refusals = 0;  // segments kept on the host (budget)
 };
 
 class DeviceCacheArena final
@@ -50,10 +62,13 @@ class DeviceCacheArena final
   DeviceCacheArena(kernels::device::Runtime& runtime,
                    std::shared_ptr<void> keep_alive,
                    kernels::device::Stream stream,
-                   std::shared_ptr<PinnedArena> pinned);
+                   std::shared_ptr<PinnedArena> pinned,
+                   ResidencyOptions residency = {});
   ~DeviceCacheArena() override;
 
   std::unique_ptr<CacheRows> NewRows(int head_dim) override;
+  std::unique_ptr<CacheRows> NewResidentRows(int head_dim,
+                                             int64_t rows) override;
 
   // When p (a span's K or V base) lies in the rows of a live CacheRows of
   // this arena: the device range from p to the end of those rows.
@@ -87,6 +102,7 @@ class DeviceCacheArena final
   std::shared_ptr<void> keep_alive_;
   kernels::device::Stream stream_;
   std::shared_ptr<PinnedArena> pinned_;
+  ResidencyOptions residency_;
   mutable std::mutex mu_;
   absl::Status status_;
   std::map<uint64_t, int64_t> regions_;  // K or V rows: address -> bytes
