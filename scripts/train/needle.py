@@ -217,8 +217,9 @@ class Haystack:
         ids += fill[prev:].tolist()
         weights += [-1] * (n_fill - prev)
         answer_start = None
-        # src: (answer index, index of the needle token it copies) for the
-        # single-answer tasks: the answer " VALUE." is the needle's tail.
+        # src: (answer index, index of the needle token it copies, 1 for an
+        # answer's first token else 0) for the single-answer tasks: the
+        # answer " VALUE." is the needle's tail.
         self.last_src = []
         for (q_ids, a_ids), (_, a_text) in zip(qa_ids, qa):
             cuts.append(len(ids))
@@ -230,8 +231,8 @@ class Haystack:
                          if n.endswith(" is" + a_text))
                 tail = len(a_ids) - 1  # without EOS
                 if pieces[i][-tail:] == a_ids[:tail]:
-                    self.last_src += [(len(ids) + j, ends[i] - tail + j)
-                                      for j in range(tail)]
+                    self.last_src += [(len(ids) + j, ends[i] - tail + j,
+                                       int(j == 0)) for j in range(tail)]
             ids += a_ids
             weights += [1] * len(a_ids)
         return ids[:length], weights[:length], cuts, answer_start, qa[0][1]
@@ -249,7 +250,7 @@ class Haystack:
         ids = [self.tok.special_ids["<|bos|>"]] + fill[:at] + seg + fill[at:]
         cuts = [1 + at, len(ids)]
         weights = [0] + [-1] * at + [0] * n + [-1] * (n_fill - at)
-        self.last_src = [(cuts[1] + j, cuts[0] + j) for j in range(1, n)]
+        self.last_src = [(cuts[1] + j, cuts[0] + j, 0) for j in range(1, n)]
         ids += seg
         weights += [0] + [1] * (n - 1)
         return ids, weights, cuts, cuts[1], ""
@@ -270,25 +271,30 @@ class Haystack:
                toks[n + a:n + b] + seg)
         weights = [0] * (1 + a + n + (b - a)) + [0] + [1] * (n - 1)
         first, second = 1 + a, 1 + b + n  # the span's two starts
-        self.last_src = [(second + j, first + j) for j in range(1, n)]
+        self.last_src = [(second + j, first + j, 0) for j in range(1, n)]
         rest = length - len(ids)
         ids += toks[n + b:n + b + rest]
         weights += [-1] * rest
         return ids[:length], weights[:length], [1 + a, 1 + b + n], 1 + b + n, ""
 
 
-def skip_positions(length, cuts, rng, span=32768, p_skip=0.85):
+def skip_positions(length, cuts, rng, span=32768, p_skip=0.85, alpha=1.0,
+                   power=1.0):
     """Positions 0..length-1 plus skips at chunk starts (PoSE-style): local
     order and distances stay those of the engine (gap 1 within a chunk),
     while distances between chunks reach up to `span`; with probability
-    1 - p_skip the positions are contiguous."""
+    1 - p_skip the positions are contiguous. The skips sum to
+    (span - length) * u ** power (u uniform; power < 1 favours long spans)
+    and are shared out by a Dirichlet(alpha) draw (alpha < 1: mostly one
+    big skip, so chunk distances near `span` are seen as often as short
+    ones)."""
     pos = np.arange(length, dtype=np.int64)
     if rng.random() >= p_skip or span <= length:
         return pos
-    total = int(rng.integers(0, span - length + 1))
+    total = int((span - length) * rng.random() ** power)
     extra = [int(c) for c in rng.integers(1, length, size=2)]
     at = np.array(sorted(set([c for c in cuts if 0 < c < length] + extra)))
-    share = rng.dirichlet(np.ones(len(at))) * total
+    share = rng.dirichlet(np.full(len(at), alpha)) * total
     for a, s in zip(at, np.floor(share).astype(np.int64)):
         pos[a:] += s
     return pos
