@@ -29,8 +29,7 @@ struct AttendSet {
 // The rows of `s` at positions >= min_pos. `s` must be a plain run (no
 // index list, no explicit positions, rows in position order): row i is at
 // position first_pos + i.
-inline kernels::KvSpan SpanFrom(const kernels::KvSpan& s,
-                                     int64_t min_pos) {
+inline kernels::KvSpan SpanFrom(const kernels::KvSpan& s, int64_t min_pos) {
   const int64_t skip = std::clamp<int64_t>(min_pos - s.first_pos, 0, s.count);
   if (skip == 0) return s;
   kernels::KvSpan out = s;
@@ -80,6 +79,12 @@ class KvCache {
   // Fills `out` with the rows each query head attends for `query`, which
   // includes the rows appended for this layer but not yet committed.
   virtual void Select(int layer, const LayerQuery& query, AttendSet* out) = 0;
+
+  // Optional, before Append/Select of `layer` with the same query: a cache
+  // whose selection a backend's planner runs (StoreEnv::planner) queues
+  // that planning here, so that the backend plans every cache of the step
+  // in one batch (LayerPlanner::RunQueued) before their Selects.
+  virtual void PrepareSelect(int /*layer*/, const LayerQuery& /*query*/) {}
 
   // Marks the n appended tokens as stored (after every layer appended them).
   virtual void Commit(int64_t n) = 0;

@@ -346,6 +346,23 @@ kernels::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
   return s;
 }
 
+// Same condition as Select's sparse branch; the segments and the query
+// stay as they are until the Select (Append does not close segments).
+void ClusteredKvStore::PrepareSelect(int layer, const LayerQuery& query) {
+  preplanned_ = false;
+  preplanned_layer_ = -1;
+  if (planner_ == nullptr || query.n_q != 1 || !IsSparseLayer(layer) ||
+      segments_.empty()) {
+    return;
+  }
+  WaitForIndex(layer);
+  seg_view_.clear();
+  for (const auto& s : segments_) seg_view_.push_back(s.get());
+  preplanned_layer_ = layer;
+  planner_->Queue(config_, shape_, seg_view_, layer, query.q, plans_.data(),
+                  &preplanned_);
+}
+
 void ClusteredKvStore::Select(int layer, const LayerQuery& query,
                               AttendSet* out) {
   out->Clear();
@@ -413,6 +430,10 @@ void ClusteredKvStore::SelectDense(int layer, AttendSet* out) {
 // Plans every query head of `layer` into plans_ (per_kv_head: one plan of
 // the group's queries, copied to each head of the group).
 void ClusteredKvStore::PlanHeads(int layer, const float* q) {
+  const bool batched = preplanned_ && preplanned_layer_ == layer;
+  preplanned_ = false;
+  preplanned_layer_ = -1;
+  if (batched) return;  // RunQueued planned it
   if (planner_ != nullptr && planner_->PlanLayer(config_, shape_, seg_view_,
                                                  layer, q, plans_.data())) {
     return;

@@ -86,6 +86,8 @@ class ClusteredKvStore : public KvCache {
   absl::Status Reserve(int64_t n, AppendKind kind) override;
   void Append(int layer, int64_t n, const float* k, const float* v) override;
   void Select(int layer, const LayerQuery& query, AttendSet* out) override;
+  // Queues the sparse decode layer's plan with the backend's planner.
+  void PrepareSelect(int layer, const LayerQuery& query) override;
   void Commit(int64_t n) override;
 
   // A new store sharing this one's segments read-only, with copies of its
@@ -206,6 +208,9 @@ class ClusteredKvStore : public KvCache {
   ClusterWorker* worker_;
   StoreEnv env_;           // env_.arena: never null
   LayerPlanner* planner_;  // env_.planner when it plans for config_, or null
+  // PrepareSelect queued this layer's plan and RunQueued wrote plans_.
+  bool preplanned_ = false;
+  int preplanned_layer_ = -1;
   int64_t n_tokens_ = 0;
   // Current call.
   int64_t reserved_ = 0;

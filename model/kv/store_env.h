@@ -38,6 +38,19 @@ class LayerPlanner {
   virtual bool PlanLayer(const KvStoreConfig& config, const KvShape& shape,
                          const std::vector<const Segment*>& segments, int layer,
                          const float* q, HeadPlan* plans) = 0;
+
+  // The same planning, queued (KvCache::PrepareSelect) for the next
+  // RunQueued, which writes `plans` and sets *planned (left false when it
+  // could not plan: the store plans itself then). Every argument must stay
+  // valid and unchanged until RunQueued returns. A planner without batches
+  // queues nothing.
+  virtual void Queue(const KvStoreConfig& /*config*/, const KvShape& /*shape*/,
+                     const std::vector<const Segment*>& /*segments*/,
+                     int /*layer*/, const float* /*q*/, HeadPlan* /*plans*/,
+                     bool* /*planned*/) {}
+  // Plans everything queued since the last call (one batch: one upload and
+  // one synchronisation on a device).
+  virtual void RunQueued() {}
 };
 
 struct StoreEnv {

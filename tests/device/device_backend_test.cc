@@ -626,6 +626,7 @@ struct MultiRun {
   std::vector<std::vector<float>> logits;
   std::vector<CacheStats> stats;
   absl::Status status;
+  int64_t layers_planned = 0, batches = 0;  // a DeviceBackend's planner
 };
 
 // A prefill chunk inside a decode batch, then forks decoding together:
@@ -633,6 +634,7 @@ struct MultiRun {
 //  2. one step: A decodes a token while B prefills 24 (two parts);
 //  3. A forks twice; A, both forks and B decode 6 steps in one batch.
 MultiRun BatchScenario(const Model& m, std::unique_ptr<Backend> backend) {
+  const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
   const StoreEnv env = backend->store_env();
   Transformer tf(m.config, m.weights, {1, 256}, std::move(backend));
   const int vocab = m.config.vocab_size;
@@ -676,6 +678,10 @@ MultiRun BatchScenario(const Model& m, std::unique_ptr<Backend> backend) {
     r.logits.insert(r.logits.end(), out.begin(), out.end());
   }
   for (const auto& st : stores) r.stats.push_back(st->cache_stats());
+  if (device != nullptr) {
+    r.layers_planned = device->planner().layers_planned();
+    r.batches = device->planner().batches();
+  }
   return r;
 }
 
@@ -698,6 +704,14 @@ TEST(DeviceBackendTest, PrefillInDecodeBatchAndForks) {
       ExpectSameCacheStats(dev.stats[i], cpu.stats[i]);
     }
     EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+    // The decoding stores of a step are planned in one batch per layer:
+    // the four-store steps plan four layers per upload and sync (the step
+    // with B's prefill one).
+    std::printf("%s: %lld layers planned in %lld batches\n", arch.c_str(),
+                static_cast<long long>(dev.layers_planned),
+                static_cast<long long>(dev.batches));
+    EXPECT_GT(dev.batches, 0) << arch;
+    EXPECT_GT(dev.layers_planned, 3 * dev.batches) << arch;
   }
 }
 

@@ -354,6 +354,13 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
   // The synchronisation in FetchQkv finished every earlier copy out of the
   // KV staging: it is reused from its start.
   kv_stage_used_ = 0;
+  // Every part's sparse decode plan in one planner batch (one upload, one
+  // synchronisation for the layer), before the Selects that use them.
+  for (const AttentionPart& p : parts) {
+    p.cache->PrepareSelect(
+        layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
+  }
+  planner_->RunQueued();
   for (const AttentionPart& p : parts) {
     const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
     p.cache->Append(layer, p.n, hk + p.row * kv_dim, hv + p.row * kv_dim);

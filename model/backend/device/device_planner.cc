@@ -46,6 +46,10 @@ struct DevicePlanner::Layout {
   std::vector<Head> heads;
   int64_t scratch = 0;  // work offset
   int64_t results = 0, in_bytes = 0, work_bytes = 0, out_bytes = 0;
+  // Where this request's sections start in the call's buffers (the
+  // offsets above are from these).
+  int64_t in_off = 0, work_off = 0, out_off = 0;
+  std::vector<const SegmentTables::Entry*> entries;  // per segment
 };
 
 DevicePlanner::DevicePlanner(dev::Runtime& runtime,
@@ -94,6 +98,11 @@ int64_t DevicePlanner::table_evictions() const {
   return tables_->evictions();
 }
 
+int64_t DevicePlanner::batches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return batches_;
+}
+
 bool DevicePlanner::Ok(const absl::Status& s) {
   if (!s.ok() && status_.ok()) status_ = s;
   return s.ok();
@@ -103,14 +112,81 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
                               const std::vector<const Segment*>& segments,
                               int layer, const float* q, HeadPlan* plans) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!status_.ok() || segments.empty()) return false;
-  if (!EnsureTables(segments, layer)) return false;
-  Layout l;
-  l.n_kv = shape.n_kv_heads;
-  l.group = shape.group();
-  l.hd = shape.head_dim;
+  bool planned = false;
+  PlanBatch({Request{&config, &shape, &segments, layer, q, plans, &planned}});
+  return planned;
+}
+
+void DevicePlanner::Queue(const KvStoreConfig& config, const KvShape& shape,
+                          const std::vector<const Segment*>& segments,
+                          int layer, const float* q, HeadPlan* plans,
+                          bool* planned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *planned = false;
+  queued_.push_back({&config, &shape, &segments, layer, q, plans, planned});
+}
+
+void DevicePlanner::RunQueued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queued_.empty()) return;
+  const std::vector<Request> requests = std::move(queued_);
+  queued_.clear();
+  PlanBatch(requests);
+}
+
+void DevicePlanner::PlanBatch(const std::vector<Request>& requests) {
+  for (const Request& r : requests) *r.planned = false;
+  if (!status_.ok()) return;
+  const int64_t tick = ++calls_;  // the call's tables are never evicted
+  std::vector<Layout> layouts(requests.size());
+  std::vector<bool> planned(requests.size(), false);
+  int64_t in = 0, work = 0, out = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    planned[i] = !requests[i].segments->empty() &&
+                 MakeLayout(requests[i], tick, &in, &work, &out, &layouts[i]);
+  }
+  if (!Ok(tables_->status()) || in == 0) return;
+  if (!Reserve(in, work, out) || !Ok(rt_.HostWrite(in_host_.host, in))) {
+    return;
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (planned[i]) Fill(layouts[i], requests[i]);
+  }
+  if (!Ok(rt_.CopyH2D(in_dev_.ptr, in_host_.host, in, stream_))) return;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (planned[i] && !Launch(layouts[i], requests[i])) return;
+  }
+  if (!Ok(rt_.Synchronize(stream_)) || !Ok(rt_.HostRead(out_host_.host, out))) {
+    return;
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!planned[i]) continue;
+    ReadPlans(layouts[i], requests[i].plans);
+    *requests[i].planned = true;
+    ++layers_planned_;
+  }
+  ++batches_;
+}
+
+bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
+                               int64_t* work_off, int64_t* out_off,
+                               Layout* out) {
+  const std::vector<const Segment*>& segments = *r.segments;
+  const int layer = r.layer;
+  Layout& l = *out;
+  for (const Segment* s : segments) {
+    const SegmentTables::Entry* e = tables_->Ensure(*s, layer, tick);
+    if (e == nullptr) {
+      if (tables_->status().ok()) ++table_fallbacks_;
+      return false;
+    }
+    l.entries.push_back(e);
+  }
+  l.n_kv = r.shape->n_kv_heads;
+  l.group = r.shape->group();
+  l.hd = r.shape->head_dim;
   l.n_segs = static_cast<int>(segments.size());
-  l.shared = config.gqa_selection == GqaSelection::kPerKvHead;
+  l.shared = r.config->gqa_selection == GqaSelection::kPerKvHead;
   l.nq = l.shared ? 1 : l.group;
   int64_t in = 0, work = 0, scratch = 0;
   l.q = in;
@@ -128,8 +204,8 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
     in += Section<int64_t>(std::max<int64_t>(h.total, 1));
     h.scores = work;
     work += Section<float>(l.nq * h.total);
-    h.max_out = dev::MaxPlannedBlocks(h.total, l.n_segs, config.recent_tokens,
-                                      config.quest_page_size);
+    h.max_out = dev::MaxPlannedBlocks(
+        h.total, l.n_segs, r.config->recent_tokens, r.config->quest_page_size);
     h.stride =
         Section<dev::PlanTotals>(1) + Section<dev::PlannedBlock>(h.max_out);
     scratch = std::max(scratch, dev::SelectScratchBytes(h.total, l.n_segs));
@@ -145,42 +221,20 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
   l.out_bytes = work - l.results;
   l.in_bytes = in;
   l.work_bytes = work;
-  if (!Reserve(l) || !Ok(rt_.HostWrite(in_host_.host, l.in_bytes))) {
-    return false;
-  }
-  Fill(l, segments, layer, q);
-  if (!Launch(l, config, segments, layer)) return false;
-  if (!Ok(rt_.Synchronize(stream_)) ||
-      !Ok(rt_.HostRead(out_host_.host, l.out_bytes))) {
-    return false;
-  }
-  ReadPlans(l, plans);
-  ++layers_planned_;
+  l.in_off = *in_off;
+  l.work_off = *work_off;
+  l.out_off = *out_off;
+  *in_off += AlignUp(l.in_bytes);
+  *work_off += AlignUp(l.work_bytes);
+  *out_off += AlignUp(l.out_bytes);
   return true;
 }
 
-bool DevicePlanner::EnsureTables(const std::vector<const Segment*>& segments,
-                                 int layer) {
-  const int64_t tick = ++calls_;
-  entries_.clear();
-  for (const Segment* s : segments) {
-    const SegmentTables::Entry* e = tables_->Ensure(*s, layer, tick);
-    if (e == nullptr) {
-      if (Ok(tables_->status())) ++table_fallbacks_;
-      return false;
-    }
-    entries_.push_back(e);
-  }
-  return true;
-}
-
-// Grows the pinned and device buffers to the layout (the previous call
-// synchronised, so nothing still uses them).
-bool DevicePlanner::Reserve(const Layout& l) {
-  return Ok(Grow(rt_, l.in_bytes, &in_host_)) &&
-         Ok(Grow(rt_, l.out_bytes, &out_host_)) &&
-         Ok(Grow(rt_, l.in_bytes, &in_dev_)) &&
-         Ok(Grow(rt_, l.work_bytes, &work_dev_));
+// Grows the pinned and device buffers to the call's bytes (the previous
+// call synchronised, so nothing still uses them).
+bool DevicePlanner::Reserve(int64_t in, int64_t work, int64_t out) {
+  return Ok(Grow(rt_, in, &in_host_)) && Ok(Grow(rt_, out, &out_host_)) &&
+         Ok(Grow(rt_, in, &in_dev_)) && Ok(Grow(rt_, work, &work_dev_));
 }
 
 // The upload: every planned query (per_kv_head: the group's queries summed
@@ -188,10 +242,11 @@ bool DevicePlanner::Reserve(const Layout& l) {
 // per KV head the block table, segment-major (cluster c of segment s is
 // block seg_first[s] + c; its members are pool elements [member_first,
 // member_last) of the segment's resident entry).
-void DevicePlanner::Fill(const Layout& l,
-                         const std::vector<const Segment*>& segments, int layer,
-                         const float* q) {
-  char* base = in_host_.host;
+void DevicePlanner::Fill(const Layout& l, const Request& r) {
+  const std::vector<const Segment*>& segments = *r.segments;
+  const int layer = r.layer;
+  const float* q = r.q;
+  char* base = in_host_.host + l.in_off;
   float* qs = reinterpret_cast<float*>(base + l.q);
   for (int g = 0; g < l.n_kv; ++g) {
     const float* group_q = q + int64_t{g} * l.group * l.hd;
@@ -215,7 +270,7 @@ void DevicePlanner::Fill(const Layout& l,
     seg_first[0] = 0;
     for (int s = 0; s < l.n_segs; ++s) {
       const HeadIndex& x = segments[s]->layer(layer).heads[g];
-      const int64_t members = entries_[s]->heads[g].members / 4;
+      const int64_t members = l.entries[s]->heads[g].members / 4;
       seg_size[s] = segments[s]->size();
       for (int c = 0; c < x.k; ++c) {
         first[block + c] = members + x.offsets[c];
@@ -228,11 +283,12 @@ void DevicePlanner::Fill(const Layout& l,
   }
 }
 
-bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
-                           const std::vector<const Segment*>& segments,
-                           int layer) {
-  const DevPtr in = in_dev_.ptr, work = work_dev_.ptr, pool = tables_->pool();
-  if (!Ok(rt_.CopyH2D(in, in_host_.host, l.in_bytes, stream_))) return false;
+bool DevicePlanner::Launch(const Layout& l, const Request& r) {
+  const std::vector<const Segment*>& segments = *r.segments;
+  const KvStoreConfig& config = *r.config;
+  const int layer = r.layer;
+  const DevPtr in = in_dev_.ptr + l.in_off, work = work_dev_.ptr + l.work_off;
+  const DevPtr pool = tables_->pool();
   const int64_t q_bytes = int64_t{l.nq} * l.hd * 4;
   for (int g = 0; g < l.n_kv; ++g) {
     const Layout::Head& h = l.heads[g];
@@ -242,7 +298,7 @@ bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
       if (k > 0) {
         const dev::ScoreClustersArgs a{in + l.q + g * q_bytes,
                                        l.nq,
-                                       pool + entries_[s]->heads[g].panels,
+                                       pool + l.entries[s]->heads[g].panels,
                                        k,
                                        l.hd,
                                        work + h.scores + first * 4,
@@ -272,15 +328,16 @@ bool DevicePlanner::Launch(const Layout& l, const KvStoreConfig& config,
       if (!Ok(rt_.Launch(dev::SelectBlocksOp(a), stream_))) return false;
     }
   }
-  return Ok(
-      rt_.CopyD2H(out_host_.host, work + l.results, l.out_bytes, stream_));
+  return Ok(rt_.CopyD2H(out_host_.host + l.out_off, work + l.results,
+                        l.out_bytes, stream_));
 }
 
 void DevicePlanner::ReadPlans(const Layout& l, HeadPlan* plans) const {
   for (int g = 0; g < l.n_kv; ++g) {
     const Layout::Head& h = l.heads[g];
     for (int j = 0; j < l.nq; ++j) {
-      const char* r = out_host_.host + (h.results - l.results) + j * h.stride;
+      const char* r =
+          out_host_.host + l.out_off + (h.results - l.results) + j * h.stride;
       dev::PlanTotals totals;
       std::memcpy(&totals, r, sizeof(totals));
       const auto* blocks = reinterpret_cast<const dev::PlannedBlock*>(

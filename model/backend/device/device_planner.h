@@ -8,8 +8,10 @@
 // panels and members are resident in a device pool across steps and
 // shared by forks (SegmentTables); each call uploads only the queries and
 // a block table of 16 bytes per cluster through one pinned staging buffer,
-// and the plans come back with one synchronisation per call. Plans
-// consumed on the device (residency, row lists) are the next stage.
+// and the plans come back with one synchronisation per call. A batch
+// (Queue, then RunQueued: every store of a decode step, for one layer)
+// is one call. Plans consumed on the device (residency, row lists) are
+// the next stage.
 // One call at a time (a mutex); the runtime must outlive the planner, which
 // keeps `keep_alive` (the runtime's owner, or null).
 #pragma once
@@ -46,6 +48,10 @@ class DevicePlanner final : public LayerPlanner {
   bool PlanLayer(const KvStoreConfig& config, const KvShape& shape,
                  const std::vector<const Segment*>& segments, int layer,
                  const float* q, HeadPlan* plans) override;
+  void Queue(const KvStoreConfig& config, const KvShape& shape,
+             const std::vector<const Segment*>& segments, int layer,
+             const float* q, HeadPlan* plans, bool* planned) override;
+  void RunQueued() override;
 
   // The first runtime error (every later call returns false), or OK.
   absl::Status status() const;
@@ -55,19 +61,35 @@ class DevicePlanner final : public LayerPlanner {
   int64_t table_fallbacks() const;
   int64_t table_uploads() const;
   int64_t table_evictions() const;
+  // Calls that launched work (each one upload and one synchronisation,
+  // however many layers it planned).
+  int64_t batches() const;
 
  private:
   using DevPtr = kernels::device::DevPtr;
   struct Layout;  // device_planner.cc
+  // One store's layer: PlanLayer's arguments and where the answer goes.
+  struct Request {
+    const KvStoreConfig* config = nullptr;
+    const KvShape* shape = nullptr;
+    const std::vector<const Segment*>* segments = nullptr;
+    int layer = 0;
+    const float* q = nullptr;
+    HeadPlan* plans = nullptr;
+    bool* planned = nullptr;
+  };
 
   bool Ok(const absl::Status& s);
-  bool Reserve(const Layout& l);
-  // This call's segment-table entries into entries_ (false: fall back).
-  bool EnsureTables(const std::vector<const Segment*>& segments, int layer);
-  void Fill(const Layout& l, const std::vector<const Segment*>& segments,
-            int layer, const float* q);
-  bool Launch(const Layout& l, const KvStoreConfig& config,
-              const std::vector<const Segment*>& segments, int layer);
+  // Plans the requests in one call (caller holds mu_); a request whose
+  // tables do not fit keeps *planned false.
+  void PlanBatch(const std::vector<Request>& requests);
+  // The request's layout at the call's running offsets (advanced), or
+  // false when its segment tables do not fit (fall back).
+  bool MakeLayout(const Request& r, int64_t tick, int64_t* in, int64_t* work,
+                  int64_t* out, Layout* l);
+  bool Reserve(int64_t in, int64_t work, int64_t out);
+  void Fill(const Layout& l, const Request& r);
+  bool Launch(const Layout& l, const Request& r);
   void ReadPlans(const Layout& l, HeadPlan* plans) const;
 
   kernels::device::Runtime& rt_;
@@ -81,8 +103,8 @@ class DevicePlanner final : public LayerPlanner {
   DeviceBuffer work_dev_;  // scores, scratch, plans
   absl::Status status_;
   std::unique_ptr<SegmentTables> tables_;
-  std::vector<const SegmentTables::Entry*> entries_;  // this call's
-  int64_t calls_ = 0, layers_planned_ = 0, table_fallbacks_ = 0;
+  std::vector<Request> queued_;
+  int64_t calls_ = 0, batches_ = 0, layers_planned_ = 0, table_fallbacks_ = 0;
 };
 
 }  // namespace ckv
