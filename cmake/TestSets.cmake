@@ -19,7 +19,7 @@
 # <build>/test_sets/{release,sanitize}.regex. A plain build
 # (`cmake --build build`, `ctest`) still builds and runs everything.
 set(CKV_RELEASE_TESTS
-  golden_test arch_golden_test arch_forward_test quant_golden_test
+  golden_test needle_model_test arch_golden_test arch_forward_test quant_golden_test
   quant_model_test long_context_test
   kernels_cluster_test forward_test generation_test quality_test
   kv_oracle_test sampler_test
