@@ -110,13 +110,19 @@ def main():
                                    budget) for p, j in zip(prompts, jobs)]
             rs = []
             for j, f in zip(jobs, futures):
-                r = f.result()
+                try:
+                    r = f.result()
+                except RuntimeError as e:  # an engine failure is a miss
+                    r = {"answer": None, "ok": False,
+                         "error": str(e)[-500:]}
                 r.update({"context": j[0], "depth": round(j[1], 2),
                           "sample": j[2], "expected": j[4]})
                 rs.append(r)
             results[name] = rs
             acc = sum(r["ok"] for r in rs) / len(rs)
-            print(f"{name:20s} accuracy {acc:.3f} ({len(rs)} prompts)",
+            errors = sum("error" in r for r in rs)
+            print(f"{name:20s} accuracy {acc:.3f} ({len(rs)} prompts"
+                  f"{f', {errors} engine errors' if errors else ''})",
                   flush=True)
     tables = {k: eval_needle.accuracy_table(v, contexts, depths)
               for k, v in results.items()}
