@@ -159,15 +159,21 @@ class Llama(nn.Module):
         return out
 
 
-def attention_log_prob(block, b, t, s, head):
+def attention_log_prob(block, b, t, s, head, boost=0.0):
     """log of the attention weight that query head `head` of `block` gives
     from query index t to key index s in sequence b (index tensors of one
-    length), from the q, k its last forward pass kept (keep_qk)."""
+    length), from the q, k its last forward pass kept (keep_qk). With
+    `boost` = ln K every other key counts K times, as if the context were K
+    times longer with keys like these: the weight the head would keep on s
+    among K times more distractors."""
     q, k = block.qk
     kv = head // (q.shape[1] // k.shape[1])
     qs = q[b, head, t]  # (n, d)
     ks = k[b, kv]  # (n, T, d)
     scores = (ks @ qs[:, :, None])[:, :, 0] / math.sqrt(q.shape[-1])
     later = torch.arange(k.shape[2])[None, :] > t[:, None]
+    scores = scores + boost
+    scores = scores.scatter_add(1, s[:, None], torch.full((len(s), 1),
+                                                          -float(boost)))
     logp = scores.masked_fill(later, float("-inf")).log_softmax(-1)
     return logp.gather(1, s[:, None])[:, 0]

@@ -184,7 +184,10 @@ def attention_loss(model, pos, src, rng):
     for head, offset in PREV_HEADS.items():
         tt = torch.from_numpy(rng.integers(offset, t, size=(b, PREV_SAMPLE)))
         bb = torch.arange(b)[:, None].expand(b, PREV_SAMPLE)
-        near = pos.gather(1, tt) - pos.gather(1, tt - offset) == offset
+        if len(src):  # and every copied needle token (digits are rare)
+            bb = torch.cat([bb.reshape(-1), src[:, 0]])
+            tt = torch.cat([tt.reshape(-1), src[:, 2].clamp(min=offset)])
+        near = pos[bb, tt] - pos[bb, tt - offset] == offset
         bb, tt = bb[near], tt[near]
         prev = prev - attention_log_prob(first, bb, tt, tt - offset, head,
                                          boost).mean()
