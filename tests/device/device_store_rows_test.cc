@@ -1,0 +1,143 @@
+// Store rows in device memory on the fake device against the CPU backend:
+// block caches, sink and tail mirrors (StoreRowsStayOnTheDevice) and
+// resident segments per kv residency (SegmentsResidentOnTheDevice), each
+// with the exact bytes that crossed the link.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "tests/device/greedy_trace.h"
+
+namespace ckv {
+namespace {
+
+using namespace ::ckv::device_test;  // NOLINT(build/namespaces)
+
+// Store rows stay in device memory: copy-mode block caches keep their
+// blocks there (a block selected again within cache_steps steps is read in
+// place, only misses cross the link), and the sinks and open tail are
+// mirrored there (each appended row crosses once). The fill is exactly the
+// caches' h2d_bytes plus the appended rows; the results equal the CPU
+// backend's (copy mode there too) under every schedule with the ordering
+// checker clean. The same runs with host store rows (stage 1: every
+// attended row staged each step) move more bytes. Residency offload, so
+// that segments stay on the host (SegmentsResidentOnTheDevice has the
+// rest).
+TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  const int prompt = 48, steps = 40;
+  const int64_t appended = int64_t{prompt + steps} * m->config.n_layers *
+                           m->config.n_kv_heads * m->config.head_dim * 2 * 2;
+  for (const int r : {0, 1, 3}) {
+    KvStoreConfig c = SparseConfig();
+    c.cache_mode = CacheMode::kCopy;
+    c.cache_steps = r;
+    const std::string what = "cache_steps " + std::to_string(r);
+    const Trace cpu = Greedy(*m, Cpu(), prompt, steps, false, c);
+    DeviceBackendDebug host_rows;
+    host_rows.host_cache_rows = true;
+    FakeRuntime host_rt(Fake(Schedule::kInline));
+    const Trace host =
+        Greedy(*m, Device(host_rt, host_rows), prompt, steps, false, c);
+    ExpectSameTrace(host, cpu, what + " host rows");
+    EXPECT_EQ(host.copies.cached_rows, 0);
+    EXPECT_EQ(host.cache_rows.fill_bytes, 0);
+    const int64_t host_link =
+        host.copies.staged_bytes + host.copies.direct_bytes;
+    for (Schedule s :
+         {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
+      FakeRuntime rt(Fake(s, 7));
+      const Trace dev =
+          Greedy(*m, Device(rt, {}, kOffload), prompt, steps, false, c);
+      ExpectSameTrace(dev, cpu, what + " " + ScheduleName(s));
+      EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+      EXPECT_GT(dev.copies.cached_rows, 0) << what;
+      EXPECT_EQ(dev.cache_rows.fill_bytes, cpu.stats.h2d_bytes + appended)
+          << what;
+      // Misses come from pinned segments; only sink and tail rows stage.
+      EXPECT_EQ(dev.cache_rows.staged_bytes, appended) << what;
+      const int64_t link = dev.copies.staged_bytes + dev.copies.direct_bytes +
+                           dev.cache_rows.fill_bytes;
+      EXPECT_LT(link, host_link) << what;
+      std::printf(
+          "%s %s: link %lld bytes (staged %lld, direct %lld, cache fill "
+          "%lld, moved on device %lld; hits %lld of %lld lookups) vs host "
+          "rows %lld\n",
+          what.c_str(), ScheduleName(s), static_cast<long long>(link),
+          static_cast<long long>(dev.copies.staged_bytes),
+          static_cast<long long>(dev.copies.direct_bytes),
+          static_cast<long long>(dev.cache_rows.fill_bytes),
+          static_cast<long long>(dev.cache_rows.move_bytes),
+          static_cast<long long>(cpu.stats.hits),
+          static_cast<long long>(cpu.stats.lookups),
+          static_cast<long long>(host_link));
+    }
+  }
+}
+
+// kv residency: with `device` every segment layer goes up once when first
+// attended and is read in place after (no per-step segment copies: the
+// fill is the appended rows plus the resident bytes); with `auto` and a
+// budget too small for all of them, the rest stay on the host (refusals)
+// and are copied per step as with `offload`. All equal the CPU backend.
+TEST(DeviceBackendTest, SegmentsResidentOnTheDevice) {
+  auto m = LoadArch("qwen3");
+  ASSERT_NE(m, nullptr);
+  const int prompt = 48, steps = 40;
+  const int64_t appended = int64_t{prompt + steps} * m->config.n_layers *
+                           m->config.n_kv_heads * m->config.head_dim * 2 * 2;
+  const Trace cpu = Greedy(*m, Cpu(), prompt, steps);
+  auto run = [&](ResidencyOptions r, Schedule s, const std::string& what) {
+    FakeRuntime rt(Fake(s, 3));
+    Trace t = Greedy(*m, Device(rt, {}, r), prompt, steps);
+    ExpectSameTrace(t, cpu, what);
+    EXPECT_TRUE(rt.OrderingStatus().ok()) << what << rt.OrderingStatus();
+    const CacheRowsStats& c = t.cache_rows;
+    std::printf(
+        "%s: link %lld bytes (direct %lld, staged %lld, fill %lld), "
+        "resident %lld bytes, %lld refusals\n",
+        what.c_str(),
+        static_cast<long long>(t.copies.direct_bytes + t.copies.staged_bytes +
+                               c.fill_bytes),
+        static_cast<long long>(t.copies.direct_bytes),
+        static_cast<long long>(t.copies.staged_bytes),
+        static_cast<long long>(c.fill_bytes),
+        static_cast<long long>(c.resident_bytes),
+        static_cast<long long>(c.resident_refusals));
+    return t;
+  };
+  const Trace off = run(kOffload, Schedule::kInline, "offload");
+  EXPECT_EQ(off.cache_rows.resident_bytes, 0);
+  EXPECT_EQ(off.cache_rows.resident_refusals, 0);
+  EXPECT_EQ(off.cache_rows.fill_bytes, appended);
+  EXPECT_GT(off.copies.direct_bytes, 0);
+  for (Schedule s : {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
+    const Trace dev = run({KvResidency::kDevice, 0}, s,
+                          std::string("device ") + ScheduleName(s));
+    EXPECT_EQ(dev.copies.direct_bytes, 0);
+    EXPECT_GT(dev.cache_rows.resident_bytes, 0);
+    EXPECT_EQ(dev.cache_rows.resident_refusals, 0);
+    EXPECT_EQ(dev.cache_rows.fill_bytes,
+              appended + dev.cache_rows.resident_bytes);
+    EXPECT_LT(dev.cache_rows.fill_bytes + dev.copies.staged_bytes,
+              off.copies.direct_bytes + off.copies.staged_bytes +
+                  off.cache_rows.fill_bytes);
+  }
+  // Room for about a third of what `device` kept.
+  FakeRuntime probe_rt(Fake(Schedule::kInline));
+  const Trace all = Greedy(*m, Device(probe_rt, {}, {KvResidency::kDevice, 0}),
+                           prompt, steps);
+  const int64_t budget = all.cache_rows.resident_bytes / 3;
+  const Trace some = run({KvResidency::kAuto, budget}, Schedule::kLazy,
+                         "auto, a third of the budget");
+  EXPECT_GT(some.cache_rows.resident_bytes, 0);
+  EXPECT_LE(some.cache_rows.resident_bytes, budget);
+  EXPECT_GT(some.cache_rows.resident_refusals, 0);
+  EXPECT_GT(some.copies.direct_bytes, 0);
+  EXPECT_LT(some.copies.direct_bytes, off.copies.direct_bytes);
+}
+
+}  // namespace
+}  // namespace ckv
