@@ -88,6 +88,12 @@ void* CudaRuntime::EventOf(dev::Event e) const {
   return events_[e.id];
 }
 
+absl::StatusOr<void*> CudaRuntime::NativeStream(dev::Stream st) const {
+  void* native = StreamOf(st);
+  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
+  return native;
+}
+
 absl::Status CudaRuntime::CheckPinned(const void* p, int64_t bytes,
                                       const char* what, dev::Site s) const {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -234,9 +240,9 @@ absl::Status CudaRuntime::DoSyncEvent(dev::Event e, Site s) {
 }
 
 absl::Status CudaRuntime::DoSyncStream(dev::Stream st, Site s) {
-  void* native = StreamOf(st);
-  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
-  return FromCuda(cudaStreamSynchronize(AsStream(native)),
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
+  return FromCuda(cudaStreamSynchronize(AsStream(*native)),
                   "cudaStreamSynchronize", s);
 }
 
@@ -247,66 +253,66 @@ absl::Status CudaRuntime::DoSyncDevice(Site s) {
 absl::Status CudaRuntime::DoCopyH2D(DevPtr dst, const void* src, int64_t bytes,
                                     dev::Stream st, Site s) {
   if (auto c = CheckPinned(src, bytes, "CopyH2D", s); !c.ok()) return c;
-  void* native = StreamOf(st);
-  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
   return FromCuda(cudaMemcpyAsync(AsPtr(dst), src, static_cast<size_t>(bytes),
-                                  cudaMemcpyHostToDevice, AsStream(native)),
+                                  cudaMemcpyHostToDevice, AsStream(*native)),
                   "cudaMemcpyAsync(H2D)", s);
 }
 
 absl::Status CudaRuntime::DoCopyD2H(void* dst, DevPtr src, int64_t bytes,
                                     dev::Stream st, Site s) {
   if (auto c = CheckPinned(dst, bytes, "CopyD2H", s); !c.ok()) return c;
-  void* native = StreamOf(st);
-  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
   return FromCuda(cudaMemcpyAsync(dst, AsPtr(src), static_cast<size_t>(bytes),
-                                  cudaMemcpyDeviceToHost, AsStream(native)),
+                                  cudaMemcpyDeviceToHost, AsStream(*native)),
                   "cudaMemcpyAsync(D2H)", s);
 }
 
 absl::Status CudaRuntime::DoCopyD2D(DevPtr dst, DevPtr src, int64_t bytes,
                                     dev::Stream st, Site s) {
-  void* native = StreamOf(st);
-  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
   return FromCuda(
       cudaMemcpyAsync(AsPtr(dst), AsPtr(src), static_cast<size_t>(bytes),
-                      cudaMemcpyDeviceToDevice, AsStream(native)),
+                      cudaMemcpyDeviceToDevice, AsStream(*native)),
       "cudaMemcpyAsync(D2D)", s);
 }
 
 absl::Status CudaRuntime::DoMemset(DevPtr dst, uint8_t value, int64_t bytes,
                                    dev::Stream st, Site s) {
-  void* native = StreamOf(st);
-  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
   return FromCuda(cudaMemsetAsync(AsPtr(dst), value, static_cast<size_t>(bytes),
-                                  AsStream(native)),
+                                  AsStream(*native)),
                   "cudaMemsetAsync", s);
 }
 
 absl::Status CudaRuntime::DoLaunch(dev::Op op, dev::Stream st, Site s) {
-  void* native = StreamOf(st);
-  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
   if (!op.device_launch) {
     return absl::UnimplementedError(
         absl::StrCat("op '", op.name, "' at ", dev::SiteString(s),
                      " has no CUDA kernel yet (only its host form exists)"));
   }
-  return op.device_launch(native);
+  return op.device_launch(*native);
 }
 
 absl::Status CudaRuntime::DoBeginCapture(dev::Stream st, Site s) {
-  void* native = StreamOf(st);
-  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
   return FromCuda(
-      cudaStreamBeginCapture(AsStream(native), cudaStreamCaptureModeGlobal),
+      cudaStreamBeginCapture(AsStream(*native), cudaStreamCaptureModeGlobal),
       "cudaStreamBeginCapture", s);
 }
 
 absl::StatusOr<dev::Graph> CudaRuntime::DoEndCapture(dev::Stream st, Site s) {
-  void* native = StreamOf(st);
-  if (native == nullptr) return absl::InvalidArgumentError("unknown stream");
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
   cudaGraph_t graph = nullptr;
-  if (auto e = FromCuda(cudaStreamEndCapture(AsStream(native), &graph),
+  if (auto e = FromCuda(cudaStreamEndCapture(AsStream(*native), &graph),
                         "cudaStreamEndCapture", s);
       !e.ok()) {
     return e;

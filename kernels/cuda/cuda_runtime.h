@@ -70,6 +70,8 @@ class CudaRuntime final : public device::Runtime {
   // The native handles behind the ids (nullptr when the id is unknown).
   void* StreamOf(device::Stream st) const;
   void* EventOf(device::Event e) const;
+  // StreamOf, or INVALID_ARGUMENT for an unknown stream.
+  absl::StatusOr<void*> NativeStream(device::Stream st) const;
   // OK when [p, p + bytes) lies in one pinned block of this runtime.
   absl::Status CheckPinned(const void* p, int64_t bytes, const char* what,
                            Site s) const;
