@@ -30,8 +30,9 @@ set(CKV_RELEASE_TESTS
   deploy_affinity_test
   engine_bench_smoke cluster_bench_smoke service_bench_smoke
   stall_bench_smoke fuzz_smoke json_schema_corpus_test grammar_bench_smoke
-  cuda_device_test cuda_ops_test cuda_runtime_test cuda_stream_lint_test
-  cuda_ptxas_test)
+  cuda_device_test cuda_ops_test cuda_runtime_test cuda_e2e_test
+  cuda_stream_lint_test
+  cuda_ptxas_test link_probe_dry_run_test)
 set(CKV_BOTH_SETS_TESTS)
 # Benchmarks that no smoke test runs: built by a plain build and
 # scripts/bench.sh, left out of ckv_release_set to keep CI in its budget.

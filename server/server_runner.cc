@@ -139,6 +139,7 @@ absl::Status ClusterKvServer::LoadBackend() {
   LogInfo(absl::StrCat("backend ", info.name,
                        config_.backend == BackendKind::kAuto ? " (auto)" : "",
                        ": ", info.device));
+  if (!info.selection.empty()) LogInfo(info.selection);
   engine_ = std::make_unique<EngineLoop>(
       *model_, t, config_.limits.max_queued_requests, *std::move(backend));
   // A sticky backend failure (a device error) fails every later step: the

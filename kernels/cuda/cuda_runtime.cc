@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_launchers.h"
 
 namespace ckv::kernels::cuda {
 
@@ -30,9 +31,15 @@ absl::StatusOr<std::unique_ptr<CudaRuntime>> CudaRuntime::Create(int ordinal) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no CUDA device: ",
-        e != cudaSuccess ? cudaGetErrorString(e) : "the driver lists none"));
+    int driver = 0;
+    cudaDriverGetVersion(&driver);  // 0 when no driver is loaded
+    std::string why =
+        driver == 0 ? "no CUDA driver is loaded (libcuda.so.1 not found)"
+        : e != cudaSuccess
+            ? absl::StrCat(cudaGetErrorString(e), " (driver ", driver / 1000,
+                           ".", driver % 1000 / 10, ")")
+            : "the driver lists none";
+    return absl::FailedPreconditionError(absl::StrCat("no CUDA device: ", why));
   }
   if (ordinal < 0 || ordinal >= count) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -52,7 +59,14 @@ absl::StatusOr<std::unique_ptr<CudaRuntime>> CudaRuntime::Create(int ordinal) {
   }
   rt->name_ = prop.name;
   rt->total_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
+  auto launchers = CudaLaunchers::Create();
+  if (!launchers.ok()) return launchers.status();
+  rt->launchers_ = *std::move(launchers);
   return rt;
+}
+
+const dev::OpLaunchers* CudaRuntime::launchers() const {
+  return launchers_.get();
 }
 
 CudaRuntime::CudaRuntime(int ordinal) : ordinal_(ordinal) {}
@@ -60,6 +74,7 @@ CudaRuntime::CudaRuntime(int ordinal) : ordinal_(ordinal) {}
 CudaRuntime::~CudaRuntime() {
   cudaSetDevice(ordinal_);
   cudaDeviceSynchronize();
+  launchers_.reset();  // its GEMM scratch is freed on one of the streams
   for (void* g : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
   for (void* e : events_) cudaEventDestroy(AsEvent(e));
   for (void* st : streams_) cudaStreamDestroy(AsStream(st));

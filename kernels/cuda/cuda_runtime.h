@@ -32,6 +32,7 @@ class CudaRuntime final : public device::Runtime {
   ~CudaRuntime() override;
 
   device::DeviceInfo Info() const override;
+  const device::OpLaunchers* launchers() const override;
 
  protected:
   using DevPtr = device::DevPtr;
@@ -84,6 +85,7 @@ class CudaRuntime final : public device::Runtime {
   std::vector<void*> events_;            // cudaEvent_t, by Event::id
   std::vector<void*> graphs_;            // cudaGraphExec_t, by Graph::id
   std::map<uintptr_t, int64_t> pinned_;  // base -> bytes
+  std::unique_ptr<device::OpLaunchers> launchers_;
 };
 
 }  // namespace ckv::kernels::cuda

@@ -25,22 +25,21 @@ __device__ float Q8Element(const void* row, int64_t i) {
 // One block per token; threads walk the row.
 template <typename T, bool kQ8>
 __global__ void EmbeddingKernel(const char* __restrict__ table,
-                                int64_t row_bytes, int64_t n_vocab,
-                                int64_t dim,
-                                const int32_t* __restrict__ tokens,
-                                float* __restrict__ out) {
+                                int64_t row_bytes, int64_t n_vocab, int64_t dim,
+                                const int32_t* __restrict__ tokens, float scale,
+                                int64_t out_stride, float* __restrict__ out) {
   const int64_t t = blockIdx.x;
   const int32_t id = tokens[t];
-  float* o = out + t * dim;
+  float* o = out + t * out_stride;
   const bool valid = id >= 0 && id < n_vocab;
   const void* row = table + (valid ? id : 0) * row_bytes;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     if (!valid) {
       o[i] = 0.0f;
     } else if constexpr (kQ8) {
-      o[i] = Q8Element(row, i);
+      o[i] = Q8Element(row, i) * scale;
     } else {
-      o[i] = TableElement<T>(row, i);
+      o[i] = TableElement<T>(row, i) * scale;
     }
   }
 }
@@ -54,8 +53,8 @@ __global__ void GatherRowsKernel(const char* src, int64_t src_stride,
                                  int64_t n, int64_t units) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
-  for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5;
-       i < n; i += warps) {
+  for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) >> 5; i < n;
+       i += warps) {
     const V* s = reinterpret_cast<const V*>(src + src_rows[i] * src_stride);
     const int64_t d_row = dst_rows != nullptr ? dst_rows[i] : i;
     V* d = reinterpret_cast<V*>(dst + d_row * dst_stride);
@@ -69,9 +68,9 @@ bool Aligned(const void* p, int64_t a) {
 
 template <typename V>
 cudaError_t LaunchGather(const void* src, int64_t src_stride,
-                         const int32_t* src_rows, void* dst,
-                         int64_t dst_stride, const int32_t* dst_rows,
-                         int64_t n, int64_t row_bytes, cudaStream_t stream) {
+                         const int32_t* src_rows, void* dst, int64_t dst_stride,
+                         const int32_t* dst_rows, int64_t n, int64_t row_bytes,
+                         cudaStream_t stream) {
   const int64_t blocks =
       std::clamp<int64_t>(detail::DivUp(n, kThreads / 32), 1, 4096);
   GatherRowsKernel<V><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
@@ -85,10 +84,11 @@ cudaError_t LaunchGather(const void* src, int64_t src_stride,
 
 cudaError_t EmbeddingGather(DType type, const void* table, int64_t n_vocab,
                             int64_t dim, const int32_t* tokens,
-                            int64_t n_tokens, float* out,
-                            cudaStream_t stream) {
+                            int64_t n_tokens, float scale, int64_t out_stride,
+                            float* out, cudaStream_t stream) {
   const int64_t row_bytes = RowBytes(type, dim);
-  if (dim <= 0 || n_tokens < 0 || row_bytes < 0 || n_tokens > 0x7fffffff) {
+  if (dim <= 0 || n_tokens < 0 || row_bytes < 0 || n_tokens > 0x7fffffff ||
+      out_stride < dim) {
     return cudaErrorInvalidValue;
   }
   if (n_tokens == 0) return cudaSuccess;
@@ -96,13 +96,13 @@ cudaError_t EmbeddingGather(DType type, const void* table, int64_t n_vocab,
   const char* base = static_cast<const char*>(table);
   if (type == DType::kQ8_0) {
     EmbeddingKernel<float, true><<<grid, kThreads, 0, stream>>>(
-        base, row_bytes, n_vocab, dim, tokens, out);
+        base, row_bytes, n_vocab, dim, tokens, scale, out_stride, out);
     return cudaGetLastError();
   }
   return detail::DispatchKvType(type, [&](auto tag) {
     using T = decltype(tag);
     EmbeddingKernel<T, false><<<grid, kThreads, 0, stream>>>(
-        base, row_bytes, n_vocab, dim, tokens, out);
+        base, row_bytes, n_vocab, dim, tokens, scale, out_stride, out);
     return cudaGetLastError();
   });
 }

@@ -11,14 +11,15 @@
 
 namespace ckv::kernels::cuda {
 
-// out[t][0..dim) = row tokens[t] of table [n_vocab][dim] (type kF32, kF16,
-// kBF16 or kQ8_0; rows of RowBytes(type, dim) bytes, dim % 32 == 0 for
-// Q8_0), converted to F32 exactly as kernels::ref::DequantizeRow does. A token
-// outside [0, n_vocab) yields a row of zeros (callers validate ids first).
+// out[t * out_stride + i] = element i of row tokens[t] of table
+// [n_vocab][dim] times scale, i < dim (type kF32, kF16, kBF16 or kQ8_0;
+// rows of RowBytes(type, dim) bytes, dim % 32 == 0 for Q8_0), converted to
+// F32 exactly as kernels::ref::DequantizeRow does. A token outside
+// [0, n_vocab) yields a row of zeros (callers validate ids first).
 cudaError_t EmbeddingGather(DType type, const void* table, int64_t n_vocab,
                             int64_t dim, const int32_t* tokens,
-                            int64_t n_tokens, float* out,
-                            cudaStream_t stream);
+                            int64_t n_tokens, float scale, int64_t out_stride,
+                            float* out, cudaStream_t stream);
 
 // For i < n: copies row_bytes bytes from src + src_rows[i] * src_stride to
 // dst + (dst_rows ? dst_rows[i] : i) * dst_stride (strides in bytes).

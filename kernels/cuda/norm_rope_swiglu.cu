@@ -14,10 +14,12 @@ constexpr int kEltThreads = 256;
 
 // One block per row. Each thread reads and writes the same elements, so
 // y == x is safe.
+// picked: null, or the row of x each block reads (y is dense).
 __global__ void RmsNormKernel(const float* __restrict__ x,
-                              const float* __restrict__ w, int64_t n,
-                              float eps, float* y) {
-  const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+                              const float* __restrict__ w, int64_t n, float eps,
+                              const int64_t* __restrict__ picked, float* y) {
+  const int64_t row = picked != nullptr ? picked[blockIdx.x] : blockIdx.x;
+  const float* xr = x + row * n;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
@@ -42,11 +44,12 @@ __global__ void RopeKernel(float* x, int64_t n_tokens, int n_heads,
     float* v = x + th * head_dim;
     // Same operation order as ref::Rope: (pos * scale) * base^(-2i/rot).
     double theta = static_cast<double>(positions[t]) * c.freq_scale *
-                   pow(static_cast<double>(c.freq_base),
-                       -2.0 * i / c.rot_dims);
+                   pow(static_cast<double>(c.freq_base), -2.0 * i / c.rot_dims);
     if (c.freq_factors != nullptr) theta /= c.freq_factors[i];
     double sn, cs;
     sincos(theta, &sn, &cs);
+    sn *= c.attn_factor;
+    cs *= c.attn_factor;
     const int i0 = c.neox ? i : 2 * i;
     const int i1 = c.neox ? i + half : 2 * i + 1;
     const double x0 = v[i0], x1 = v[i1];
@@ -64,6 +67,18 @@ __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n,
   }
 }
 
+// gelu_tanh(g) * up with the reference's constants, in F32.
+__global__ void GeluTanhGateKernel(const float* gate, const float* up,
+                                   int64_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    const float t = tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g));
+    out[i] = 0.5f * g * (1.0f + t) * up[i];
+  }
+}
+
 unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(
       std::clamp<int64_t>(detail::DivUp(n, kEltThreads), 1, 1 << 16));
@@ -76,7 +91,19 @@ cudaError_t RmsNorm(const float* x, const float* weight, int64_t n_rows,
   if (n_rows < 0 || n <= 0 || n_rows > 0x7fffffff) return cudaErrorInvalidValue;
   if (n_rows == 0) return cudaSuccess;
   RmsNormKernel<<<static_cast<unsigned>(n_rows), kNormThreads, 0, stream>>>(
-      x, weight, n, eps, y);
+      x, weight, n, eps, nullptr, y);
+  return cudaGetLastError();
+}
+
+cudaError_t RmsNormPicked(const float* x, const int64_t* picked,
+                          const float* weight, int64_t n_picked, int64_t n,
+                          float eps, float* y, cudaStream_t stream) {
+  if (n_picked < 0 || n <= 0 || n_picked > 0x7fffffff || picked == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (n_picked == 0) return cudaSuccess;
+  RmsNormKernel<<<static_cast<unsigned>(n_picked), kNormThreads, 0, stream>>>(
+      x, weight, n, eps, picked, y);
   return cudaGetLastError();
 }
 
@@ -99,6 +126,14 @@ cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out,
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   SwiGluKernel<<<GridFor(n), kEltThreads, 0, stream>>>(gate, up, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t GeluTanhGate(const float* gate, const float* up, int64_t n,
+                         float* out, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  GeluTanhGateKernel<<<GridFor(n), kEltThreads, 0, stream>>>(gate, up, n, out);
   return cudaGetLastError();
 }
 

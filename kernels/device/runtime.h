@@ -112,6 +112,8 @@ struct DeviceInfo {
 inline constexpr int kLowestPriority = 0;
 inline constexpr int kHighestPriority = -5;
 
+class OpLaunchers;  // kernels/device/op_launchers.h
+
 // Public calls are non-virtual (they take the caller's Site by default
 // argument) and forward to the protected virtual Do* forms.
 class Runtime {
@@ -119,6 +121,9 @@ class Runtime {
   virtual ~Runtime() = default;
 
   virtual DeviceInfo Info() const = 0;
+  // The device's kernels for the device backend's forward ops, or null: a
+  // runtime without them (the fake) runs each op's host form.
+  virtual const OpLaunchers* launchers() const { return nullptr; }
 
   // Memory. Device allocations past the device size: RESOURCE_EXHAUSTED.
   // Free waits for all work (as cudaFree does). None may run while a stream

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/backend/cpu/cpu_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
 #include "model/backend/device/device_backend.h"
 
 namespace ckv {
@@ -51,24 +52,17 @@ absl::StatusOr<KvResidency> ParseKvResidency(absl::string_view name) {
 }
 
 BackendKind ResolveBackendKind(BackendKind kind) {
-  // No real device backend is built yet (the fake is for tests): auto is
-  // the CPU.
-  return kind == BackendKind::kAuto ? BackendKind::kCpu : kind;
+  if (kind != BackendKind::kAuto) return kind;
+  return CudaDeviceStatus().ok() ? BackendKind::kCuda : BackendKind::kCpu;
 }
 
 absl::Status CheckBackendBuilt(BackendKind kind) {
-  switch (ResolveBackendKind(kind)) {
-    case BackendKind::kCpu:
-    case BackendKind::kFake:
-      return absl::OkStatus();
-    case BackendKind::kCuda:
-      return absl::InvalidArgumentError(
-          "--backend cuda: this build has no CUDA backend yet (use cpu or "
-          "auto)");
-    case BackendKind::kAuto:
-      break;
+  if (kind == BackendKind::kCuda && !CudaBackendBuilt()) {
+    return absl::InvalidArgumentError(
+        "--backend cuda: this build has no CUDA backend (configured without "
+        "nvcc or with -DCLUSTERKV_CUDA=OFF; use cpu or auto)");
   }
-  return absl::InternalError("unresolved backend kind");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name) {
@@ -81,11 +75,33 @@ absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name) {
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     BackendKind kind, const BackendOptions& options) {
   if (auto s = CheckBackendBuilt(kind); !s.ok()) return s;
-  if (ResolveBackendKind(kind) == BackendKind::kFake) {
-    return MakeFakeDeviceBackend(options);
+  switch (kind) {
+    case BackendKind::kFake:
+      return MakeFakeDeviceBackend(options);
+    case BackendKind::kCuda:
+      return MakeCudaDeviceBackend(options);
+    case BackendKind::kCpu:
+      return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
+    case BackendKind::kAuto:
+      break;
   }
-  // Otherwise the CPU backend (CheckBackendBuilt).
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
+  // auto: the CUDA backend when a device is usable, else the CPU, saying
+  // why in info().selection.
+  const absl::Status cuda = CudaDeviceStatus();
+  std::string why;
+  if (cuda.ok()) {
+    auto made = MakeCudaDeviceBackend(options);
+    if (made.ok()) {
+      (*made)->set_selection("auto: a CUDA device is usable");
+      return made;
+    }
+    why = std::string(made.status().message());
+  } else {
+    why = std::string(cuda.message());
+  }
+  auto cpu = std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
+  cpu->set_selection(absl::StrCat("auto: CPU (no CUDA backend: ", why, ")"));
+  return cpu;
 }
 
 }  // namespace ckv

@@ -29,20 +29,21 @@
 namespace ckv {
 
 // Which backend runs the model. kAuto picks the best one this build and
-// machine have (today: kCpu). kFake is the device backend on the fake device
+// machine have: kCuda when the build has it and a CUDA device is usable,
+// else kCpu. kFake is the device backend on the fake device
 // (kernels/device/fake_runtime.h): a test instrument, never chosen by kAuto.
-// kCuda is named so that flags accept it and refuse it with a clear error
-// until it exists.
 enum class BackendKind { kAuto, kCpu, kCuda, kFake };
 
 // "auto", "cpu", "cuda", "fake".
 const char* BackendKindName(BackendKind kind);
 // Parses a name above (INVALID_ARGUMENT otherwise).
 absl::StatusOr<BackendKind> ParseBackendKind(absl::string_view name);
-// The concrete kind kAuto stands for in this build; other kinds unchanged.
+// The concrete kind kAuto stands for on this build and machine (probes
+// the CUDA device once); other kinds unchanged.
 BackendKind ResolveBackendKind(BackendKind kind);
 // OK when this build can make `kind`; INVALID_ARGUMENT naming the backend
-// this build does not have yet (cuda) otherwise.
+// this build does not have (cuda without nvcc) otherwise. Whether a device
+// exists is MakeBackend's question (FAILED_PRECONDITION there).
 absl::Status CheckBackendBuilt(BackendKind kind);
 // ParseBackendKind, then CheckBackendBuilt: what a --backend flag accepts.
 absl::StatusOr<BackendKind> ParseBackendFlag(absl::string_view name);
@@ -68,6 +69,9 @@ struct BackendOptions {
   int64_t fake_device_bytes = int64_t{1} << 30;
   uint64_t fake_seed = 1;
   int fake_max_delay_us = 50;  // kThreaded: random delay before each item
+  // kFake: matrices of types other than F32/F16/BF16 uploaded dequantised
+  // to BF16, as the CUDA backend does (the op suite's "bf16" case).
+  bool fake_bf16_weights = false;
   // Device backends: segment K,V residency, and kAuto's budget (0: half
   // the device's memory).
   KvResidency kv_residency = KvResidency::kAuto;
@@ -79,6 +83,8 @@ struct BackendInfo {
   std::string name;                 // "cpu", "cuda", "fake"
   std::string device;               // e.g. the CPU model or GPU name
   int64_t device_memory_bytes = 0;  // device memory; 0 on the CPU backend
+  // How --backend auto chose this backend (empty for a named one).
+  std::string selection;
 };
 
 // Cumulative wall time of Forward calls, when TransformerOptions::profile is
@@ -132,7 +138,14 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  virtual BackendInfo info() const = 0;
+  // What the backend is (its info_, plus how auto chose it).
+  BackendInfo info() const {
+    BackendInfo i = DoInfo();
+    i.selection = selection_;
+    return i;
+  }
+  // MakeBackend(kAuto) records its choice here.
+  void set_selection(std::string s) { selection_ = std::move(s); }
 
   // The first error of the backend's device (ops return nothing): OK, or
   // the error after which every op is skipped and Logits writes NaN. A
@@ -198,12 +211,19 @@ class Backend {
                       absl::Span<const float> norm, float eps,
                       const Matrix& output, float softcap,
                       std::vector<float>* out) = 0;
+
+ protected:
+  virtual BackendInfo DoInfo() const = 0;
+
+ private:
+  std::string selection_;
 };
 
-// Makes a backend of `kind` (kAuto resolved first). INVALID_ARGUMENT for a
-// kind this build does not have (cuda: not yet built); kFake owns a new
-// fake device made from `options` (an error of the fake's set-up is
-// returned).
+// Makes a backend of `kind`. INVALID_ARGUMENT for a kind this build does
+// not have; kCuda without a usable device: FAILED_PRECONDITION naming it;
+// kAuto: kCuda when that works, else the CPU (info().selection says why);
+// kFake owns a new fake device made from `options` (an error of the fake's
+// set-up is returned).
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(
     BackendKind kind, const BackendOptions& options);
 

@@ -90,11 +90,16 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         p = run("nonsense", self.model, check=False)
         self.assertEqual(p.returncode, 2)
-        # A backend this build does not have: exit 2, naming it.
+        # --backend cuda where it cannot run: a build without it is a usage
+        # error (exit 2); a build with it and no usable device fails to
+        # start (exit 1) naming the missing device or driver.
         p = run("generate", self.model, "--prompt", "x", "--backend", "cuda",
                 check=False)
-        self.assertEqual(p.returncode, 2)
-        self.assertIn(b"--backend cuda: this build has no", p.stderr)
+        if p.returncode == 2:
+            self.assertIn(b"--backend cuda: this build has no", p.stderr)
+        else:
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(b"error: --backend cuda: no CUDA device: ", p.stderr)
         # The fake device (the device backend's test instrument) runs the
         # model: the same greedy text as the CPU.
         gen = ("generate", self.model, "--prompt", "In the beginning",

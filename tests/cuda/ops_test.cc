@@ -102,7 +102,8 @@ TEST_F(CudaOpsTest, EmbeddingGatherIsExactForEveryType) {
     DeviceArray<int32_t> dtok(tokens);
     DeviceArray<float> dout(tokens.size() * dim);
     CUDA_ASSERT_OK(EmbeddingGather(t, dt.get(), vocab, dim, dtok.get(),
-                                   tokens.size(), dout.get(), stream_));
+                                   tokens.size(), 1.0f, dim, dout.get(),
+                                   stream_));
     const auto got = dout.Download();
     const int64_t rb = RowBytes(t, dim);
     for (size_t i = 0; i < tokens.size(); ++i) {

@@ -17,6 +17,7 @@
 
 #include "kernels/device/fake_runtime.h"
 #include "model/backend/cpu/cpu_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
 #include "model/backend/device/device_backend.h"
 #include "model/dense_kv_cache.h"
 #include "model/kv/clustered_store.h"
@@ -435,6 +436,42 @@ TEST(DeviceBackendTest, MakeBackendFake) {
   o.fake_device_bytes = 0;
   EXPECT_EQ(MakeBackend(BackendKind::kFake, o).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// --backend cuda and auto on this machine: without a usable CUDA device
+// (or without the CUDA backend) cuda is refused naming the device or the
+// build, and auto falls back to the CPU saying why (info().selection).
+TEST(DeviceBackendTest, CudaWithoutADeviceIsRefusedAndAutoFallsBack) {
+  if (CudaDeviceStatus().ok()) {
+    GTEST_SKIP() << "a CUDA device is usable here (the device check runs it)";
+  }
+  auto cuda = MakeBackend(BackendKind::kCuda, BackendOptions{});
+  ASSERT_FALSE(cuda.ok());
+  if (CudaBackendBuilt()) {
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(cuda.status().message().find("CUDA device"),
+              absl::string_view::npos)
+        << cuda.status();
+  } else {
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_NE(cuda.status().message().find("--backend cuda"),
+            absl::string_view::npos)
+      << cuda.status();
+  auto automatic = MakeBackend(BackendKind::kAuto, BackendOptions{});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  const BackendInfo info = (*automatic)->info();
+  EXPECT_EQ(info.name, "cpu");
+  EXPECT_NE(info.selection.find("auto: CPU (no CUDA backend: "),
+            std::string::npos)
+      << info.selection;
+  EXPECT_NE(info.selection.find(std::string(CudaDeviceStatus().message())),
+            std::string::npos)
+      << info.selection;
+  // A named backend carries no selection note.
+  auto cpu = MakeBackend(BackendKind::kCpu, BackendOptions{});
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_TRUE((*cpu)->info().selection.empty());
 }
 
 // The first error stops the device work; Forward returns it; the logits

@@ -4,16 +4,18 @@
 // here on the same inputs, with a tolerance per dtype. Parameterised over
 // every backend this build makes -- the CPU backend at 1 and 3 threads, the
 // device backend on the fake device on the inline and threaded schedules
-// (a CUDA backend joins the list when it exists) -- times every CPU kernel
-// table this machine runs (the CPU backend's kernels and the fake's op
-// bodies use the active table).
+// -- times every CPU kernel table this machine runs (the CPU backend's
+// kernels and the fake's op bodies use the active table); then the fake
+// with BF16 weight storage and the CUDA backend (skipped without a device).
 //
 // Tolerances (all relative to the magnitude of the exact result's terms):
 //   Add, AddBias               exact (one F32 add, as the reference rounds)
-//   Embed                      1e-6 (dequantisers: FMA contraction only)
+//   Embed                      1e-6 (dequantisers: FMA contraction only);
+//                              BF16-stored tables 2^-9
 //   MatMul, Logits             2e-6 of sum |w x| in F32 accumulation, plus
 //                              the exact bound of the 8-bit activation
-//                              rounding on tables with integer dot products
+//                              rounding on tables with integer dot products;
+//                              BF16 storage and CUDA: GemmTolerance below
 //   RmsNorm                    1e-5;  Rope 2e-6 (inputs in [-1, 1]);
 //   Gate (SwiGLU, GELU-tanh)   2e-6 of |gate * up|;  Attention 3e-5
 #include <cmath>
@@ -30,6 +32,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/ref/ops.h"
 #include "model/backend/backend.h"
+#include "model/backend/cuda/cuda_backend.h"
 #include "model/dense_kv_cache.h"
 #include "tests/kernels/test_util.h"
 
@@ -52,6 +55,9 @@ struct BackendCase {
   int threads = 1;
   Schedule schedule = Schedule::kInline;
   const KernelSet* table = nullptr;
+  // Matrices other than F32/F16/BF16 reach the ops as BF16 (the CUDA
+  // backend; the fake's "bf16" case does the same on the host).
+  bool bf16_weights = false;
 };
 
 std::vector<BackendCase> AllBackends() {
@@ -65,13 +71,23 @@ std::vector<BackendCase> AllBackends() {
     out.push_back(
         {t + "_fake_threaded", BackendKind::kFake, 1, Schedule::kThreaded, ks});
   }
+  const KernelSet* first = AvailableKernelSets().front();
+  out.push_back(
+      {"fake_bf16", BackendKind::kFake, 1, Schedule::kInline, first, true});
+  // Skipped (SetUp) where this build has no CUDA backend or no device.
+  out.push_back(
+      {"cuda", BackendKind::kCuda, 1, Schedule::kInline, first, true});
   return out;
 }
 
+bool StoredAsIs(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
 const DType kAllTypes[] = {
-    DType::kF32,  DType::kF16,  DType::kBF16,   DType::kQ4_0,  DType::kQ4_1,
-    DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,   DType::kQ2_K,  DType::kQ3_K,
-    DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,   DType::kIQ4_NL, DType::kIQ4_XS};
+    DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,   DType::kQ4_1,
+    DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ2_K,   DType::kQ3_K,
+    DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS};
 
 // An odd row length that type t can store (a multiple of its block).
 int64_t OddCols(DType t, int variant) {
@@ -83,6 +99,11 @@ int64_t OddCols(DType t, int variant) {
 
 class BackendOpsTest : public ::testing::TestWithParam<BackendCase> {
  protected:
+  void SetUp() override {
+    if (GetParam().kind == BackendKind::kCuda && !CudaDeviceStatus().ok()) {
+      GTEST_SKIP() << CudaDeviceStatus().message();
+    }
+  }
   // A fresh backend (activations are made before its first step).
   Backend& Fresh() {
     backend_.reset();
@@ -92,6 +113,7 @@ class BackendOpsTest : public ::testing::TestWithParam<BackendCase> {
     o.fake_device_bytes = int64_t{64} << 20;
     o.fake_seed = 7;
     o.fake_max_delay_us = 20;
+    o.fake_bf16_weights = GetParam().bf16_weights;
     auto made = MakeBackend(GetParam().kind, o);
     EXPECT_TRUE(made.ok()) << made.status();
     if (made.ok()) backend_ = std::move(*made);
@@ -129,7 +151,26 @@ class BackendOpsTest : public ::testing::TestWithParam<BackendCase> {
     return out;
   }
   bool QuantisesActs(DType t) const {
-    return kernels::IsQuantized(t) && GetParam().table->quant_gemv != nullptr;
+    return kernels::IsQuantized(t) && GetParam().table->quant_gemv != nullptr &&
+           !GetParam().bf16_weights;
+  }
+  // Of sum |w x|: how far a product with weights of type t may be from the
+  // exact one. CPU and fake: F32 accumulation (2e-6). Weights stored as
+  // BF16 (bf16 cases, types other than F32/F16/BF16): one rounding of each
+  // w, <= 2^-9 relative. CUDA also rounds x to the weight's type before
+  // cuBLAS (2^-9 for BF16, 2^-11 for F16) and sums in another order (F32
+  // weights: 1e-5, n_in <= 768 terms).
+  double GemmTolerance(DType t) const {
+    const double w_round =
+        GetParam().bf16_weights && !StoredAsIs(t) ? 1.0 / 512 : 0.0;
+    if (GetParam().kind != BackendKind::kCuda) return 2e-6 + w_round;
+    if (t == DType::kF32) return 1e-5;
+    const double x_round = t == DType::kF16 ? 1.0 / 2048 : 1.0 / 512;
+    return w_round + x_round + 1e-5;
+  }
+  // Embedding rows: the dequantiser (1e-6), or BF16 storage (2^-9).
+  double EmbedTolerance(DType t) const {
+    return GetParam().bf16_weights && !StoredAsIs(t) ? 1.0 / 512 : 1e-6;
   }
 
   std::mt19937 rng_{20261204};
@@ -166,7 +207,8 @@ TEST_P(BackendOpsTest, EmbedEveryTypeMatchesTheReferenceDequantiser) {
                            cols, want.data());
         for (int64_t j = 0; j < cols; ++j) {
           const double w = double{want[j]} * scale;
-          ASSERT_NEAR(got[r * cols + j], w, 1e-6 * (1 + std::fabs(w)))
+          ASSERT_NEAR(got[r * cols + j], w,
+                      EmbedTolerance(t) * (1 + std::fabs(w)))
               << kernels::DTypeName(t) << " row " << r << " col " << j;
         }
       }
@@ -201,13 +243,15 @@ TEST_P(BackendOpsTest, MatMulEveryTypeOddSizes) {
             for (int64_t r = 0; r < rows; ++r) {
               const float* xr = x.data() + r * n_in;
               double mag = 0;
-              for (int64_t i = 0; i < n_in; ++i) mag += std::fabs(row[i] * xr[i]);
+              for (int64_t i = 0; i < n_in; ++i)
+                mag += std::fabs(row[i] * xr[i]);
               const double act =
-                  QuantisesActs(t) ? 1.001 * ActQuantBound(row.data(), xr, n_in,
-                                                           kernels::BlockSize(t))
-                                   : 0.0;
+                  QuantisesActs(t)
+                      ? 1.001 * ActQuantBound(row.data(), xr, n_in,
+                                              kernels::BlockSize(t))
+                      : 0.0;
               ASSERT_NEAR(got[r * n_out + o], want[r * n_out + o],
-                          2e-6 * mag + act + 1e-6)
+                          GemmTolerance(t) * mag + act + 1e-6)
                   << kernels::DTypeName(t) << " n_in=" << n_in
                   << " n_out=" << n_out << " rows=" << rows << " o=" << o
                   << " r=" << r;
@@ -421,8 +465,12 @@ TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
           std::vector<kernels::KvSpanList> lists(n_heads);
           for (int h = 0; h < n_heads; ++h) {
             const int g = h / (n_heads / n_kv);
-            spans[h] = {ks.data() + g * head_dim, vs.data() + g * head_dim,
-                        DType::kF32, kv_dim, n_rows, 0};
+            spans[h] = {ks.data() + g * head_dim,
+                        vs.data() + g * head_dim,
+                        DType::kF32,
+                        kv_dim,
+                        n_rows,
+                        0};
             lists[h] = {&spans[h], 1};
           }
           kernels::AttentionArgs args;
@@ -457,8 +505,8 @@ TEST_P(BackendOpsTest, LogitsPickedRowsNormOutputSoftcap) {
       const std::vector<float> x = RandomFloats(rng_, rows * width, -3, 3);
       const std::vector<float>& norm =
           Keep(RandomFloats(rng_, width, 0.5f, 1.5f));
-      const Matrix w = Weights(t, RandomFloats(rng_, vocab * width), vocab,
-                               width);
+      const Matrix w =
+          Weights(t, RandomFloats(rng_, vocab * width), vocab, width);
       const std::vector<int64_t> picked = {0, 2, 3};
       Backend& b = Fresh();
       const Activation xa = b.NewActivation(width);
@@ -471,8 +519,8 @@ TEST_P(BackendOpsTest, LogitsPickedRowsNormOutputSoftcap) {
       ASSERT_EQ(got.size(), picked.size() * vocab);
       std::vector<float> xn(width), want(vocab), row(width);
       for (size_t j = 0; j < picked.size(); ++j) {
-        ref::RmsNorm(x.data() + picked[j] * width, norm.data(), 1, width,
-                     1e-5f, xn.data());
+        ref::RmsNorm(x.data() + picked[j] * width, norm.data(), 1, width, 1e-5f,
+                     xn.data());
         ref::MatMul(t, w.data, width, vocab, xn.data(), 1, want.data());
         if (softcap > 0) ref::SoftCap(want.data(), vocab, softcap);
         for (int64_t o = 0; o < vocab; ++o) {
@@ -485,11 +533,12 @@ TEST_P(BackendOpsTest, LogitsPickedRowsNormOutputSoftcap) {
           // The norm's rounding (1e-5 relative per element) propagates
           // through the product; softcap only shrinks differences.
           const double act =
-              QuantisesActs(t) ? 1.001 * ActQuantBound(row.data(), xn.data(),
-                                                       width,
-                                                       kernels::BlockSize(t))
-                               : 0.0;
-          ASSERT_NEAR(got[j * vocab + o], want[o], 1.2e-5 * mag + act + 1e-6)
+              QuantisesActs(t)
+                  ? 1.001 * ActQuantBound(row.data(), xn.data(), width,
+                                          kernels::BlockSize(t))
+                  : 0.0;
+          ASSERT_NEAR(got[j * vocab + o], want[o],
+                      (1e-5 + GemmTolerance(t)) * mag + act + 1e-6)
               << kernels::DTypeName(t) << " softcap " << softcap << " row "
               << picked[j] << " o " << o;
         }
@@ -498,9 +547,11 @@ TEST_P(BackendOpsTest, LogitsPickedRowsNormOutputSoftcap) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, BackendOpsTest, ::testing::ValuesIn(AllBackends()),
-    [](const ::testing::TestParamInfo<BackendCase>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Backends, BackendOpsTest,
+                         ::testing::ValuesIn(AllBackends()),
+                         [](const ::testing::TestParamInfo<BackendCase>& i) {
+                           return i.param.name;
+                         });
 
 }  // namespace
 }  // namespace ckv

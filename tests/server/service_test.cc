@@ -15,6 +15,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "model/backend/cuda/cuda_backend.h"
 #include "model/generation.h"
 #include "model/make_random.h"
 #include "model/model.h"
@@ -680,24 +681,35 @@ TEST_F(ServiceTest, SessionLifecycleAndServerInfo) {
   EXPECT_EQ(server.device_memory_bytes(), 0);
 }
 
-// A backend this build does not have is refused before anything starts,
-// with INVALID_ARGUMENT naming it (the flag parser uses the same check).
-TEST(ServerBackendTest, UnbuiltBackendsAreRefused) {
-  for (const char* name : {"cuda"}) {
-    auto kind = ParseBackendKind(name);
-    ASSERT_TRUE(kind.ok()) << name;
-    auto flag = ParseBackendFlag(name);
+// --backend cuda is refused before anything serves, with an error that
+// names what is missing: INVALID_ARGUMENT when this build has no CUDA
+// backend (the flag parser uses the same check), FAILED_PRECONDITION naming
+// the missing driver or device when it has one and no device is usable.
+TEST(ServerBackendTest, CudaIsRefusedClearlyWithoutItsDevice) {
+  auto kind = ParseBackendKind("cuda");
+  ASSERT_TRUE(kind.ok());
+  ServerConfig c = BaseConfig();
+  c.backend = *kind;
+  auto flag = ParseBackendFlag("cuda");
+  if (!CudaBackendBuilt()) {
     EXPECT_EQ(flag.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(flag.status().message().find(absl::StrCat("--backend ", name)),
+    EXPECT_NE(flag.status().message().find("--backend cuda: this build has no"),
               absl::string_view::npos)
         << flag.status();
-    ServerConfig c = BaseConfig();
-    c.backend = *kind;
     auto s = ClusterKvServer::Start(c, Metrics());
-    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << name;
-    EXPECT_NE(s.status().message().find("this build has no"),
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  } else if (!CudaDeviceStatus().ok()) {
+    ASSERT_TRUE(flag.ok()) << flag.status();
+    auto s = ClusterKvServer::Start(c, Metrics());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition)
+        << s.status();
+    EXPECT_NE(s.status().message().find("--backend cuda: "),
               absl::string_view::npos)
         << s.status();
+    EXPECT_NE(s.status().message().find("CUDA device"), absl::string_view::npos)
+        << s.status();
+  } else {
+    GTEST_SKIP() << "a CUDA device is usable here (the device check runs it)";
   }
   EXPECT_EQ(ParseBackendFlag("gpu").status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -20,7 +20,6 @@ class CpuBackend final : public Backend {
   // schedule; the model layer never uses it.
   kernels::cpu::ThreadPool* pool() { return pool_.get(); }
 
-  BackendInfo info() const override { return info_; }
   Activation NewActivation(int64_t width) override;
   void BeginStep(absl::Span<const int64_t> positions) override;
   void EndStep() override {}
@@ -42,6 +41,9 @@ class CpuBackend final : public Backend {
   void Logits(Activation x, absl::Span<const int64_t> rows,
               absl::Span<const float> norm, float eps, const Matrix& output,
               float softcap, std::vector<float>* out) override;
+
+ protected:
+  BackendInfo DoInfo() const override { return info_; }
 
  private:
   struct Buffer {

@@ -47,6 +47,46 @@ bool PlainRun(const kernels::KvSpan& s) {
          s.row_positions == nullptr;
 }
 
+// The attention op's host form: its span and head tables read through the
+// op's declared ranges, each span's rows mapped the same way, then the CPU
+// attention (what a device kernel computes from the same tables).
+void AttendFromTables(const dev::AttentionArgs& a, dev::OpContext& c) {
+  const auto* desc = c.In<dev::AttnSpanDesc>(a.spans, a.n_spans);
+  const int32_t* heads = c.In<int32_t>(a.heads, 2 * int64_t{a.n_heads});
+  std::vector<kernels::KvSpan> spans(static_cast<size_t>(a.n_spans));
+  for (int64_t i = 0; i < a.n_spans; ++i) {
+    const dev::AttnSpanDesc& d = desc[i];
+    kernels::KvSpan& s = spans[static_cast<size_t>(i)];
+    s.k = c.In<char>(dev::DevPtr{d.k}, d.bytes);
+    s.v = c.In<char>(dev::DevPtr{d.v}, d.bytes);
+    s.dtype = static_cast<kernels::DType>(d.dtype);
+    s.stride = a.head_dim;
+    s.count = d.count;
+    s.first_pos = d.first_pos;
+    if (d.rows != 0) s.rows = c.In<int32_t>(dev::DevPtr{d.rows}, d.count);
+    if (d.positions != 0) {
+      s.positions = c.In<int64_t>(dev::DevPtr{d.positions}, d.count);
+    }
+  }
+  std::vector<kernels::KvSpanList> lists(static_cast<size_t>(a.n_heads));
+  for (int h = 0; h < a.n_heads; ++h) {
+    lists[h] = {spans.data() + heads[2 * h], heads[2 * h + 1]};
+  }
+  const int64_t q_elems = int64_t{a.n_q} * a.n_heads * a.head_dim;
+  cpu::AttentionArgs args;
+  args.q = c.In<float>(a.q, q_elems);
+  args.q_pos = c.In<int64_t>(a.q_pos, a.n_q);
+  args.n_q = a.n_q;
+  args.n_heads = a.n_heads;
+  args.head_dim = a.head_dim;
+  args.scale = a.scale;
+  args.softcap = a.softcap;
+  args.window = a.window;
+  args.kv = lists.data();
+  args.out = c.Out<float>(a.out, q_elems);
+  cpu::Attention(nullptr, args);
+}
+
 }  // namespace
 
 // ---- Set-up ---------------------------------------------------------------
@@ -74,6 +114,7 @@ DeviceBackend::~DeviceBackend() { FreeAll(); }
 
 void DeviceBackend::Init(ResidencyOptions residency) {
   info_.device_memory_bytes = rt_->Info().total_bytes;
+  launchers_ = rt_->launchers();
   arena_ = std::make_shared<PinnedArena>(*rt_, owned_);
   // The resident segment tables may take a quarter of the device.
   planner_ = std::make_shared<DevicePlanner>(
@@ -102,14 +143,14 @@ void DeviceBackend::FreeAll() {
     b = DevBuf{};
   };
   for (Buffer& b : buffers_) free_dev(b.mem);
-  for (DevBuf* b :
-       {&pos_dev_, &tok_dev_, &kv_dev_, &gathered_dev_, &logits_dev_}) {
+  for (DevBuf* b : {&pos_dev_, &tok_dev_, &kv_dev_, &gathered_dev_,
+                    &logits_dev_, &picked_dev_}) {
     free_dev(*b);
   }
   for (auto& [key, ptr] : resident_) rt_->Free(ptr).IgnoreError();
   resident_.clear();
   for (Staging* s : {&pos_stage_, &tok_stage_, &qkv_stage_, &kv_stage_,
-                     &logits_stage_, &upload_stage_}) {
+                     &logits_stage_, &upload_stage_, &picked_stage_}) {
     if (s->host != nullptr && s->pageable == nullptr) {
       rt_->HostFree(s->host).IgnoreError();
     }
@@ -120,8 +161,13 @@ void DeviceBackend::FreeAll() {
 StoreEnv DeviceBackend::store_env() {
   StoreEnv env;
   env.arena = debug_.heap_arena ? HeapArena() : arena_;
-  if (!debug_.host_selection) env.planner = planner_;
-  if (!debug_.host_kmeans) env.index_builder = index_builder_;
+  // A device whose launchers have no selection or k-means kernels yet
+  // (CUDA, issue 29) selects and clusters on the host.
+  const bool device_selection = launchers_ == nullptr;
+  if (!debug_.host_selection && device_selection) env.planner = planner_;
+  if (!debug_.host_kmeans && device_selection) {
+    env.index_builder = index_builder_;
+  }
   if (!debug_.host_cache_rows) env.cache_rows = cache_rows_;
   return env;
 }
@@ -201,13 +247,16 @@ dev::DevPtr DeviceBackend::Resident(const void* host, int64_t bytes) {
 
 void DeviceBackend::Run(std::string name, std::vector<Range> reads,
                         std::vector<Range> writes,
-                        std::function<void(dev::OpContext&)> body, Site site) {
+                        std::function<void(dev::OpContext&)> body,
+                        std::function<absl::Status(void*)> device_launch,
+                        Site site) {
   if (!ok()) return;
   dev::Op op;
   op.name = std::move(name);
   op.reads = std::move(reads);
   op.writes = std::move(writes);
   op.body = std::move(body);
+  op.device_launch = std::move(device_launch);
   Ok(rt_->Launch(std::move(op), stream_, site));
 }
 
@@ -233,110 +282,6 @@ void DeviceBackend::BeginStep(absl::Span<const int64_t> positions) {
 void DeviceBackend::EndStep() {
   // The next step rewrites the staging buffers from the host.
   if (ok()) Ok(rt_->Synchronize(stream_));
-}
-
-void DeviceBackend::Embed(const Matrix& table, absl::Span<const int32_t> tokens,
-                          float scale, Activation out) {
-  const int64_t row_bytes = kernels::RowBytes(table.type, table.cols);
-  const int64_t table_bytes = table.rows * row_bytes;
-  const DevPtr t = Resident(table.data, table_bytes);
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t tok_bytes = n * static_cast<int64_t>(sizeof(int32_t));
-  if (!GrowDevice(tok_dev_, tok_bytes) ||
-      !Upload(tok_dev_.ptr, tokens.data(), tok_bytes, tok_stage_)) {
-    return;
-  }
-  const DevPtr tok = tok_dev_.ptr, x = Ptr(out);
-  const int64_t width = Width(out), cols = table.cols;
-  const kernels::DType type = table.type;
-  Run("embed", {{t, table_bytes}, {tok, tok_bytes}}, {Rows(out)},
-      [=](dev::OpContext& c) {
-        EmbedRows(c.In<uint8_t>(t, table_bytes), type, cols,
-                  c.In<int32_t>(tok, n), n, scale, width,
-                  c.Out<float>(x, n * width));
-      });
-}
-
-void DeviceBackend::MatMul(const Matrix& w, Activation x, Activation y) {
-  const int64_t w_bytes = w.rows * kernels::RowBytes(w.type, w.cols);
-  const DevPtr wd = Resident(w.data, w_bytes);
-  const DevPtr xd = Ptr(x), yd = Ptr(y);
-  const int64_t n = rows_, n_in = w.cols, n_out = w.rows;
-  const kernels::DType type = w.type;
-  Run("matmul", {{wd, w_bytes}, Rows(x)}, {Rows(y)}, [=](dev::OpContext& c) {
-    cpu::MatMul(nullptr, type, c.In<uint8_t>(wd, w_bytes), n_in, n_out,
-                c.In<float>(xd, n * n_in), n, c.Out<float>(yd, n * n_out));
-  });
-}
-
-void DeviceBackend::AddBias(Activation x, absl::Span<const float> bias) {
-  const int64_t n = static_cast<int64_t>(bias.size());
-  const DevPtr b = Resident(bias.data(), FloatBytes(n));
-  const DevPtr xd = Ptr(x);
-  const int64_t rows = rows_;
-  Run("add_bias", {{b, FloatBytes(n)}}, {Rows(x)}, [=](dev::OpContext& c) {
-    cpu::AddBias(c.Out<float>(xd, rows * n), c.In<float>(b, n), rows, n);
-  });
-}
-
-void DeviceBackend::RmsNorm(Activation x, absl::Span<const float> weight,
-                            float eps, Activation out) {
-  const int64_t n = static_cast<int64_t>(weight.size());
-  const DevPtr wd = Resident(weight.data(), FloatBytes(n));
-  const DevPtr xd = Ptr(x), od = Ptr(out);
-  const int64_t total = rows_ * Width(x);
-  const bool in_place = x.id == out.id;
-  std::vector<Range> reads = {{wd, FloatBytes(n)}};
-  if (!in_place) reads.push_back(Rows(x));
-  Run("rms_norm", std::move(reads), {Rows(out)}, [=](dev::OpContext& c) {
-    float* y = c.Out<float>(od, total);
-    const float* in = in_place ? y : c.In<float>(xd, total);
-    cpu::RmsNorm(nullptr, in, c.In<float>(wd, n), total / n, n, eps, y);
-  });
-}
-
-void DeviceBackend::Rope(Activation x, int n_heads, const RopeSpec& rope) {
-  const int64_t n_factors = rope.freq_factors ? rope.rot_dims / 2 : 0;
-  const DevPtr f = Resident(rope.freq_factors, FloatBytes(n_factors));
-  const DevPtr xd = Ptr(x), pd = pos_dev_.ptr;
-  const int64_t rows = rows_, width = Width(x);
-  const int64_t pos_bytes = rows * static_cast<int64_t>(sizeof(int64_t));
-  std::vector<Range> reads = {{pd, pos_bytes}};
-  if (n_factors > 0) reads.push_back({f, FloatBytes(n_factors)});
-  cpu::RopeParams p = CpuRopeParams(rope);  // freq_factors mapped below
-  Run("rope", std::move(reads), {Rows(x)}, [=](dev::OpContext& c) mutable {
-    p.freq_factors = n_factors > 0 ? c.In<float>(f, n_factors) : nullptr;
-    cpu::Rope(nullptr, c.Out<float>(xd, rows * width), rows, n_heads,
-              static_cast<int>(width / n_heads), c.In<int64_t>(pd, rows), p);
-  });
-}
-
-void DeviceBackend::Gate(FfnActivation act, Activation gate, Activation up,
-                         Activation out) {
-  const int64_t n = rows_ * Width(gate);
-  const DevPtr gd = Ptr(gate), ud = Ptr(up), od = Ptr(out);
-  const bool gate_is_out = gate.id == out.id, up_is_out = up.id == out.id;
-  std::vector<Range> reads;
-  if (!gate_is_out) reads.push_back(Rows(gate));
-  if (!up_is_out) reads.push_back(Rows(up));
-  Run("gate", std::move(reads), {Rows(out)}, [=](dev::OpContext& c) {
-    float* o = c.Out<float>(od, n);
-    const float* g = gate_is_out ? o : c.In<float>(gd, n);
-    const float* u = up_is_out ? o : c.In<float>(ud, n);
-    if (act == FfnActivation::kGeluTanhGate) {
-      cpu::GeluTanhGate(nullptr, g, u, n, o);
-    } else {
-      cpu::SwiGlu(nullptr, g, u, n, o);
-    }
-  });
-}
-
-void DeviceBackend::Add(Activation x, Activation y) {
-  const int64_t n = rows_ * Width(x);
-  const DevPtr xd = Ptr(x), yd = Ptr(y);
-  Run("add", {Rows(y)}, {Rows(x)}, [=](dev::OpContext& c) {
-    cpu::Add(c.Out<float>(xd, n), c.In<float>(yd, n), n);
-  });
 }
 
 // ---- Attention (stage 1: selection on the host) -----------------------------
@@ -462,6 +407,11 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
     m.rows_off = off;
     off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
   }
+  plan_.desc_off = off;
+  off = AlignUp(off + static_cast<int64_t>(plan_.order.size() *
+                                           sizeof(dev::AttnSpanDesc)));
+  plan_.heads_off = off;
+  off = AlignUp(off + n_heads * 2 * static_cast<int64_t>(sizeof(int32_t)));
   plan_.staged_bytes = off;
   place_rows(true, false);
   place_rows(true, true);
@@ -562,130 +512,67 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
   }
   const DevPtr kv = kv_dev_.ptr + kv_dev_used_;
   kv_dev_used_ += bytes;
+  WriteTables(host, kv, spec.head_dim);
   if (staged > 0 && !Ok(rt_->CopyH2D(kv, host, staged, stream_))) return;
   copies_.staged_bytes += staged;
   if (!CopyDirectSpans(kv, spec.head_dim)) return;
-  const Range qr = Rows(q, p.row, p.n), outr = Rows(out, p.row, p.n);
-  const Range pr{pos_dev_.ptr + p.row * static_cast<int64_t>(sizeof(int64_t)),
-                 p.n * static_cast<int64_t>(sizeof(int64_t))};
-  const int64_t n_q = p.n, q_elems = qr.bytes / 4;
-  const int head_dim = spec.head_dim;
+  dev::AttentionArgs a;
+  a.q = Rows(q, p.row, p.n).ptr;
+  a.q_pos = pos_dev_.ptr + p.row * static_cast<int64_t>(sizeof(int64_t));
+  a.out = Rows(out, p.row, p.n).ptr;
+  a.spans = kv + plan_.desc_off;
+  a.heads = kv + plan_.heads_off;
+  a.n_spans = static_cast<int64_t>(plan_.order.size());
+  a.n_q = static_cast<int>(p.n);
+  a.n_heads = spec.n_heads;
+  a.head_dim = spec.head_dim;
+  a.scale = spec.scale;
+  a.softcap = spec.softcap;
+  a.window = spec.window;
   // The store rows written for this part (sinks, tail, cache misses) land
   // before the attention reads them.
   cache_rows_->Flush();
-  std::vector<Range> reads = {qr, pr, {kv, bytes}};
+  std::vector<Range> reads = {Rows(q, p.row, p.n),
+                              {a.q_pos, p.n * int64_t{sizeof(int64_t)}},
+                              {kv, bytes}};
   for (const SpanMeta& m : plan_.spans) {
     if (!m.cached) continue;
     reads.push_back(m.cache_k);
     reads.push_back(m.cache_v);
     copies_.cached_rows += m.count;
   }
-  Run("attention", std::move(reads), {outr},
-      [=, spans = plan_.spans, order = plan_.order,
-       heads = plan_.heads](dev::OpContext& c) {
-        const char* base = c.In<char>(kv, bytes);
-        std::vector<kernels::KvSpan> rebased(order.size());
-        for (size_t i = 0; i < order.size(); ++i) {
-          const SpanMeta& m = spans[order[i]];
-          kernels::KvSpan& s = rebased[i];
-          s.k = base + m.k_off;
-          s.v = base + m.v_off;
-          if (m.cached) {
-            s.k = c.In<char>(m.cache_k.ptr, m.cache_k.bytes);
-            s.v = c.In<char>(m.cache_v.ptr, m.cache_v.bytes);
-          }
-          if (m.rows_off >= 0) {
-            s.rows = reinterpret_cast<const int32_t*>(base + m.rows_off);
-          }
-          s.dtype = m.dtype;
-          s.stride = head_dim;
-          s.count = m.count;
-          s.first_pos = m.first_pos;
-          if (m.pos_off >= 0) {
-            s.positions = reinterpret_cast<const int64_t*>(base + m.pos_off);
-          }
-        }
-        std::vector<kernels::KvSpanList> lists;
-        for (const auto& [begin, count] : heads) {
-          lists.push_back({rebased.data() + begin, count});
-        }
-        cpu::AttentionArgs a;
-        a.q = c.In<float>(qr.ptr, q_elems);
-        a.q_pos = c.In<int64_t>(pr.ptr, n_q);
-        a.n_q = static_cast<int>(n_q);
-        a.n_heads = spec.n_heads;
-        a.head_dim = head_dim;
-        a.scale = spec.scale;
-        a.softcap = spec.softcap;
-        a.window = spec.window;
-        a.kv = lists.data();
-        a.out = c.Out<float>(outr.ptr, q_elems);
-        cpu::Attention(nullptr, a);
-      });
+  Run(
+      "attention", std::move(reads), {Rows(out, p.row, p.n)},
+      [a](dev::OpContext& c) { AttendFromTables(a, c); },
+      Kernel(&dev::OpLaunchers::Attention, a));
 }
 
-// ---- Logits -----------------------------------------------------------------
-
-void DeviceBackend::Logits(Activation x, absl::Span<const int64_t> rows,
-                           absl::Span<const float> norm, float eps,
-                           const Matrix& output, float softcap,
-                           std::vector<float>* out) {
-  const int64_t n = static_cast<int64_t>(rows.size());
-  const int64_t width = Width(x), vocab = output.rows;
-  out->assign(static_cast<size_t>(n * vocab),
-              std::numeric_limits<float>::quiet_NaN());
-  const int64_t w_bytes =
-      output.rows * kernels::RowBytes(output.type, output.cols);
-  const DevPtr nd = Resident(norm.data(), FloatBytes(width));
-  const DevPtr wd = Resident(output.data, w_bytes);
-  if (!GrowDevice(gathered_dev_, FloatBytes(n * width)) ||
-      !GrowDevice(logits_dev_, FloatBytes(n * vocab))) {
-    return;
+void DeviceBackend::WriteTables(char* dst, DevPtr kv, int head_dim) const {
+  auto* desc = reinterpret_cast<dev::AttnSpanDesc*>(dst + plan_.desc_off);
+  for (size_t i = 0; i < plan_.order.size(); ++i) {
+    const SpanMeta& m = plan_.spans[plan_.order[i]];
+    dev::AttnSpanDesc& d = desc[i];
+    d = dev::AttnSpanDesc{};
+    if (m.cached) {
+      d.k = m.cache_k.ptr.addr;
+      d.v = m.cache_v.ptr.addr;
+      d.bytes = std::min(m.cache_k.bytes, m.cache_v.bytes);
+    } else {
+      d.k = (kv + m.k_off).addr;
+      d.v = (kv + m.v_off).addr;
+      d.bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
+    }
+    if (m.rows_off >= 0) d.rows = (kv + m.rows_off).addr;
+    if (m.pos_off >= 0) d.positions = (kv + m.pos_off).addr;
+    d.first_pos = m.first_pos;
+    d.count = m.count;
+    d.dtype = static_cast<int32_t>(m.dtype);
   }
-  const DevPtr xd = Ptr(x), gd = gathered_dev_.ptr, ld = logits_dev_.ptr;
-  const int64_t x_floats = rows_ * width;
-  const kernels::DType type = output.type;
-  Run("logits", {Rows(x), {nd, FloatBytes(width)}, {wd, w_bytes}},
-      {{gd, FloatBytes(n * width)}, {ld, FloatBytes(n * vocab)}},
-      [=, picked = std::vector<int64_t>(rows.begin(), rows.end())](
-          dev::OpContext& c) {
-        const float* xs = c.In<float>(xd, x_floats);
-        const float* w = c.In<float>(nd, width);
-        float* g = c.Out<float>(gd, n * width);
-        for (int64_t j = 0; j < n; ++j) {
-          cpu::RmsNorm(nullptr, xs + picked[j] * width, w, 1, width, eps,
-                       g + j * width);
-        }
-        float* l = c.Out<float>(ld, n * vocab);
-        cpu::MatMul(nullptr, type, c.In<uint8_t>(wd, w_bytes), width, vocab, g,
-                    n, l);
-        if (softcap > 0.0f) cpu::SoftCap(nullptr, l, n * vocab, softcap);
-      });
-  Download(logits_dev_.ptr, FloatBytes(n * vocab), out->data());
-}
-
-void DeviceBackend::ReadRows(Activation a, std::vector<float>* out) {
-  const Range r = Rows(a);
-  out->assign(static_cast<size_t>(r.bytes / 4),
-              std::numeric_limits<float>::quiet_NaN());
-  if (ok()) Download(r.ptr, r.bytes, out->data());
-}
-
-bool DeviceBackend::Download(DevPtr src, int64_t bytes, float* out) {
-  if (!GrowStaging(logits_stage_, bytes)) return false;
-  if (debug_.host_reads_device_ptr &&
-      !Ok(rt_->HostRead(reinterpret_cast<const void*>(src.addr), bytes))) {
-    return false;
+  auto* heads = reinterpret_cast<int32_t*>(dst + plan_.heads_off);
+  for (size_t h = 0; h < plan_.heads.size(); ++h) {
+    heads[2 * h] = plan_.heads[h].first;
+    heads[2 * h + 1] = plan_.heads[h].second;
   }
-  if (!Ok(rt_->CopyD2H(logits_stage_.host, src, bytes, stream_))) {
-    return false;
-  }
-  if (!debug_.skip_sync_before_host_read && !Ok(rt_->Synchronize(stream_))) {
-    return false;
-  }
-  if (!Ok(rt_->HostRead(logits_stage_.host, bytes))) return false;
-  std::memcpy(out, logits_stage_.host, static_cast<size_t>(bytes));
-  return true;
 }
 
 // ---- MakeBackend(kFake) ---------------------------------------------------
@@ -703,8 +590,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeFakeDeviceBackend(
   std::string device =
       absl::StrCat("fake device (schedule ", dev::ScheduleName(c.schedule),
                    ", seed ", c.seed, ")");
+  DeviceBackendDebug debug;
+  debug.bf16_weights = options.fake_bf16_weights;
   auto backend = std::make_unique<DeviceBackend>(
-      std::move(rt), "fake", std::move(device), DeviceBackendDebug{},
+      std::move(rt), "fake", std::move(device), debug,
       ResidencyOptions{options.kv_residency, options.resident_kv_bytes});
   if (!backend->status().ok()) return backend->status();
   return std::unique_ptr<Backend>(std::move(backend));

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/device/op_launchers.h"
 #include "kernels/device/runtime.h"
 #include "model/backend/backend.h"
 #include "model/backend/device/device_cache_rows.h"
@@ -63,6 +64,10 @@ struct DeviceBackendDebug {
   // No device store rows in store_env(): block caches (copy mode), sinks
   // and tails keep their rows in host memory only, staged every step.
   bool host_cache_rows = false;
+  // Weights of types other than F32/F16/BF16 uploaded dequantised to BF16,
+  // as a CUDA runtime's launchers take them (on the fake, which otherwise
+  // keeps every type as stored).
+  bool bf16_weights = false;
 };
 
 // How the attended K/V rows reached the device (bytes, summed over calls).
@@ -92,7 +97,6 @@ class DeviceBackend final : public Backend {
   DeviceBackend(const DeviceBackend&) = delete;
   DeviceBackend& operator=(const DeviceBackend&) = delete;
 
-  BackendInfo info() const override { return info_; }
   absl::Status status() const override { return status_; }
   kernels::device::Runtime& runtime() { return *rt_; }
   // Weights, norms and biases uploaded so far (bytes of device memory).
@@ -131,11 +135,20 @@ class DeviceBackend final : public Backend {
               absl::Span<const float> norm, float eps, const Matrix& output,
               float softcap, std::vector<float>* out) override;
 
+ protected:
+  BackendInfo DoInfo() const override { return info_; }
+
  private:
   using DevPtr = kernels::device::DevPtr;
   using Range = kernels::device::Range;
   using Site = kernels::device::Site;
 
+  // A weight matrix in device memory, in the type the ops read.
+  struct DevMatrix {
+    DevPtr ptr;
+    kernels::DType type = kernels::DType::kF32;
+    int64_t bytes = 0;
+  };
   // Device memory that only grows.
   struct DevBuf {
     DevPtr ptr;
@@ -174,6 +187,9 @@ class DeviceBackend final : public Backend {
     std::vector<const kernels::KvSpan*> sources;  // of spans[i]
     std::vector<int> order;                  // per-head lists, concatenated
     std::vector<std::pair<int, int>> heads;  // [begin, count) into order
+    // The op's tables in the staged section: AttnSpanDesc per order entry,
+    // then int32 (first, count) per head.
+    int64_t desc_off = 0, heads_off = 0;
     int64_t staged_bytes = 0;  // [0, staged_bytes): from the staging buffer
     int64_t bytes = 0;         // then the direct spans' K and V
   };
@@ -198,10 +214,29 @@ class DeviceBackend final : public Backend {
   // The device copy of a weight, norm or bias (uploaded at first use, keyed
   // by host address and size: stable for the backend's life).
   DevPtr Resident(const void* host, int64_t bytes);
+  // True when the ops take matrices of type `t` as stored.
+  bool TakesWeightType(kernels::DType t) const;
+  // Resident() for a matrix: as stored, or dequantised to BF16 once.
+  DevMatrix ResidentMatrix(const Matrix& m);
+  // Enqueues an op: `body` is its host form, `device_launch` (may be
+  // empty) its kernel on a runtime with launchers.
   void Run(std::string name, std::vector<Range> reads,
            std::vector<Range> writes,
            std::function<void(kernels::device::OpContext&)> body,
+           std::function<absl::Status(void*)> device_launch,
            Site site = Site::Here());
+  // The runtime's launcher `fn` bound to `args`, or empty without
+  // launchers.
+  template <class Args>
+  std::function<absl::Status(void*)> Kernel(
+      absl::Status (kernels::device::OpLaunchers::*fn)(const Args&, void*)
+          const,
+      const Args& args) const {
+    if (launchers_ == nullptr) return {};
+    return [l = launchers_, fn, args](void* stream) {
+      return (l->*fn)(args, stream);
+    };
+  }
 
   // Attention pieces: q/k/v rows to pinned host memory; zero rows for the
   // caches after an error; one part's rows gathered and attended.
@@ -214,6 +249,9 @@ class DeviceBackend final : public Backend {
   bool IsCached(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
   bool CopyDirectSpans(DevPtr kv, int head_dim);
   void GatherRows(char* dst, int head_dim) const;
+  // Writes the attention op's span and head tables into the staged section
+  // at dst, for the part's device scratch at kv.
+  void WriteTables(char* dst, DevPtr kv, int head_dim) const;
   void AttendPart(const AttentionSpec& spec, const AttentionPart& p,
                   Activation q, Activation out);
   // Copies `bytes` of device memory at `src` to *out (D2H through the
@@ -222,6 +260,7 @@ class DeviceBackend final : public Backend {
 
   std::shared_ptr<kernels::device::Runtime> owned_;  // destroyed last
   kernels::device::Runtime* rt_;
+  const kernels::device::OpLaunchers* launchers_ = nullptr;  // rt_'s
   DeviceBackendDebug debug_;
   BackendInfo info_;
   absl::Status status_;
@@ -230,10 +269,10 @@ class DeviceBackend final : public Backend {
   std::vector<Buffer> buffers_;
   int64_t rows_ = 0;
   std::vector<int64_t> pos_;  // host copy of the step's positions
-  DevBuf pos_dev_, tok_dev_, kv_dev_, gathered_dev_, logits_dev_;
+  DevBuf pos_dev_, tok_dev_, kv_dev_, gathered_dev_, logits_dev_, picked_dev_;
   int64_t kv_dev_used_ = 0;
   Staging pos_stage_, tok_stage_, qkv_stage_, kv_stage_, logits_stage_,
-      upload_stage_;
+      upload_stage_, picked_stage_;
   int64_t kv_stage_used_ = 0;
   std::map<std::pair<const void*, int64_t>, DevPtr> resident_;
   int64_t resident_bytes_ = 0;

@@ -4,9 +4,19 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/device/op_launchers.h"
+
 namespace ckv {
 
 namespace dev = kernels::device;
+
+namespace {
+
+constexpr int64_t kMinStaging = int64_t{1} << 20;
+
+int64_t RoundUp64(int64_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
 
 // One cache's rows: [capacity] K rows, then [capacity] V rows, in one
 // device allocation. Every method runs under the arena's lock.
@@ -201,9 +211,13 @@ bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
   if (pinned_ != nullptr && pinned_->Contains(src, bytes)) {
     return FlushLocked() && OkLocked(rt_.CopyH2D(dst, src, bytes, stream_));
   }
-  if (staging_used_ + bytes > staging_.bytes) {
+  // Room for the row and for the scatter's item table (one per row).
+  const int64_t table =
+      static_cast<int64_t>((pending_.size() + 1) * sizeof(dev::ScatterItem));
+  if (staging_used_ + RoundUp64(bytes) + table > staging_.bytes) {
+    const int64_t want = std::max(2 * (RoundUp64(bytes) + 64), kMinStaging);
     if (!FlushLocked() || !OkLocked(rt_.Synchronize(stream_)) ||
-        !OkLocked(Grow(rt_, std::max(bytes, int64_t{1} << 20), &staging_))) {
+        !OkLocked(Grow(rt_, want, &staging_))) {
       return false;
     }
     auto mapped = rt_.MappedPointer(staging_.host);
@@ -215,31 +229,51 @@ bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
   if (!OkLocked(rt_.HostWrite(host, bytes))) return false;
   std::memcpy(host, src, static_cast<size_t>(bytes));
   pending_.push_back({dst, staging_used_, bytes});
-  staging_used_ += (bytes + 63) / 64 * 64;
+  staging_used_ += RoundUp64(bytes);
   stats_.staged_bytes += bytes;
   return true;
 }
 
-// One op reads the staged bytes through the staging's mapped view and
-// writes each to its place (a gather kernel on a GPU).
+// One op reads the staged bytes and their item table (written after them)
+// through the staging's mapped view and writes each row to its place (the
+// scatter kernel of the runtime's launchers on a GPU).
 bool DeviceCacheArena::FlushLocked() {
   if (pending_.empty() || !status_.ok()) {
     pending_.clear();
     return status_.ok();
   }
+  const int64_t n = static_cast<int64_t>(pending_.size());
+  const int64_t table = n * static_cast<int64_t>(sizeof(dev::ScatterItem));
+  auto* items =
+      reinterpret_cast<dev::ScatterItem*>(staging_.host + staging_used_);
+  if (!OkLocked(rt_.HostWrite(items, table))) return false;
   dev::Op op;
   op.name = "scatter_rows";
-  const dev::Range src{staging_dev_ + flushed_, staging_used_ - flushed_};
-  op.reads = {src};
-  for (const Pending& p : pending_) op.writes.push_back({p.dst, p.bytes});
-  op.body = [src, base = flushed_,
-             pending = std::move(pending_)](dev::OpContext& c) {
-    const char* from = c.In<char>(src.ptr, src.bytes);
-    for (const Pending& p : pending) {
-      std::memcpy(c.Out<char>(p.dst, p.bytes), from + (p.from - base),
-                  static_cast<size_t>(p.bytes));
+  for (int64_t i = 0; i < n; ++i) {
+    const Pending& p = pending_[static_cast<size_t>(i)];
+    items[i] = dev::ScatterItem{p.dst.addr, p.from - flushed_, p.bytes, 0};
+    op.writes.push_back({p.dst, p.bytes});
+  }
+  dev::ScatterRowsArgs a;
+  a.src = staging_dev_ + flushed_;
+  a.src_bytes = staging_used_ - flushed_;
+  a.items = staging_dev_ + staging_used_;
+  a.n = n;
+  staging_used_ += RoundUp64(table);
+  op.reads = {{a.src, a.src_bytes}, {a.items, table}};
+  op.body = [a](dev::OpContext& c) {
+    const char* from = c.In<char>(a.src, a.src_bytes);
+    const dev::ScatterItem* it = c.In<dev::ScatterItem>(a.items, a.n);
+    for (int64_t i = 0; i < a.n; ++i) {
+      std::memcpy(c.Out<char>(dev::DevPtr{it[i].dst}, it[i].bytes),
+                  from + it[i].from, static_cast<size_t>(it[i].bytes));
     }
   };
+  if (const dev::OpLaunchers* l = rt_.launchers(); l != nullptr) {
+    op.device_launch = [l, a](void* stream) {
+      return l->ScatterRows(a, stream);
+    };
+  }
   pending_.clear();
   flushed_ = staging_used_;
   ++stats_.scatters;

@@ -1,0 +1,116 @@
+#include "kernels/cuda/attention_spans.h"
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/dtype.h"
+
+namespace ckv::kernels::cuda {
+namespace {
+
+using detail::WarpSum;
+using device::AttnSpanDesc;
+
+// Element d of row `row` of a head_dim-wide F32/F16/BF16 row array.
+__device__ __forceinline__ float Element(const void* base, int32_t dtype,
+                                         int64_t row, int head_dim, int d) {
+  const int64_t i = row * head_dim + d;
+  if (dtype == static_cast<int32_t>(DType::kF16)) {
+    return __half2float(static_cast<const __half*>(base)[i]);
+  }
+  if (dtype == static_cast<int32_t>(DType::kBF16)) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+  }
+  return static_cast<const float*>(base)[i];
+}
+
+// kPer: ceil(head_dim / 32) elements of q, and of the accumulator, per lane.
+template <int kPer>
+__global__ void __launch_bounds__(kSpanAttentionThreads)
+    SpanAttentionKernel(SpanAttentionParams p) {
+  constexpr int kWarps = kSpanAttentionWarps;
+  __shared__ float s_m[kWarps], s_l[kWarps];
+  __shared__ float s_acc[kWarps][kPer * 32];
+  const int h = blockIdx.x, t = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t off = (int64_t{t} * p.n_heads + h) * p.head_dim;
+  const int64_t q_pos = p.q_pos[t];
+  float q[kPer], acc[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int d = lane + 32 * j;
+    q[j] = d < p.head_dim ? p.q[off + d] : 0.0f;
+    acc[j] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  const int first = p.heads[2 * h], count = p.heads[2 * h + 1];
+  for (int s = first; s < first + count; ++s) {
+    const AttnSpanDesc sp = p.spans[s];
+    const void* kb = reinterpret_cast<const void*>(sp.k);
+    const void* vb = reinterpret_cast<const void*>(sp.v);
+    const int32_t* rows = reinterpret_cast<const int32_t*>(sp.rows);
+    const int64_t* pos = reinterpret_cast<const int64_t*>(sp.positions);
+    for (int64_t r = warp; r < sp.count; r += kWarps) {
+      const int64_t row = rows != nullptr ? rows[r] : r;
+      const int64_t kp = pos != nullptr ? pos[r] : sp.first_pos + row;
+      if (kp > q_pos || (p.window > 0 && q_pos - kp >= p.window)) continue;
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int d = lane + 32 * j;
+        if (d < p.head_dim) {
+          dot = fmaf(q[j], Element(kb, sp.dtype, row, p.head_dim, d), dot);
+        }
+      }
+      float score = WarpSum(dot) * p.scale;
+      if (p.softcap > 0.0f) score = p.softcap * tanhf(score / p.softcap);
+      const float m_new = fmaxf(m, score);
+      const float keep = expf(m - m_new);  // 0 when m was -inf
+      const float w = expf(score - m_new);
+      l = l * keep + w;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int d = lane + 32 * j;
+        const float v =
+            d < p.head_dim ? Element(vb, sp.dtype, row, p.head_dim, d) : 0.0f;
+        acc[j] = fmaf(w, v, acc[j] * keep);
+      }
+      m = m_new;
+    }
+  }
+  if (lane == 0) {
+    s_m[warp] = m;
+    s_l[warp] = l;
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) s_acc[warp][lane + 32 * j] = acc[j];
+  __syncthreads();
+  float big = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) big = fmaxf(big, s_m[w]);
+  float total = 0.0f, f[kWarps];
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    f[w] = s_l[w] > 0.0f ? expf(s_m[w] - big) : 0.0f;
+    total += s_l[w] * f[w];
+  }
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += s_acc[w][d] * f[w];
+    p.out[off + d] = total > 0.0f ? sum / total : 0.0f;
+  }
+}
+
+}  // namespace
+
+cudaError_t SpanAttention(const SpanAttentionParams& p, cudaStream_t stream) {
+  if (p.n_q < 0 || p.n_heads < 0 || p.n_q > 65535) return cudaErrorInvalidValue;
+  if (p.n_q == 0 || p.n_heads == 0) return cudaSuccess;
+  return detail::DispatchPerLane(p.head_dim, [&](auto per) {
+    constexpr int kPer = decltype(per)::kValue;
+    SpanAttentionKernel<kPer>
+        <<<SpanAttentionGrid(p), kSpanAttentionThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace ckv::kernels::cuda

@@ -1,0 +1,41 @@
+// Attention over span tables (the device backend's attention op): query
+// head h of query row t attends the spans (kernels/device/op_tables.h
+// AttnSpanDesc) heads[2h] .. heads[2h] + heads[2h + 1], exactly the
+// contract of kernels::ref::Attention (causal by position, optional sliding
+// window and soft-capping; a head with no visible key writes zeros). K/V
+// rows are F32, F16 or BF16 in device memory, head_dim <= 256.
+// One block of kSpanAttentionWarps warps per (head, query row): each warp
+// runs an online softmax over every kSpanAttentionWarps-th row of each
+// span, then the warps' partials merge in shared memory. No workspace.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/device/op_tables.h"
+
+namespace ckv::kernels::cuda {
+
+inline constexpr int kSpanAttentionWarps = 4;
+
+struct SpanAttentionParams {
+  const float* q = nullptr;        // [n_q][n_heads][head_dim]
+  const int64_t* q_pos = nullptr;  // [n_q]
+  const device::AttnSpanDesc* spans = nullptr;
+  const int32_t* heads = nullptr;  // [n_heads][2]: first span, count
+  float* out = nullptr;            // [n_q][n_heads][head_dim]
+  int n_q = 0, n_heads = 0, head_dim = 0;
+  float scale = 0.0f, softcap = 0.0f;
+  int64_t window = 0;
+};
+
+// Launch geometry (host, pure): grid (n_heads, n_q), this many threads.
+inline dim3 SpanAttentionGrid(const SpanAttentionParams& p) {
+  return dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_q));
+}
+inline constexpr int kSpanAttentionThreads = 32 * kSpanAttentionWarps;
+
+cudaError_t SpanAttention(const SpanAttentionParams& p, cudaStream_t stream);
+
+}  // namespace ckv::kernels::cuda

@@ -1,0 +1,155 @@
+#include "kernels/cuda/cuda_launchers.h"
+
+#include <cuda_runtime.h>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention_spans.h"
+#include "kernels/cuda/forward_ops.h"
+#include "kernels/cuda/gather.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/norm_rope_swiglu.h"
+
+namespace ckv::kernels::cuda {
+namespace {
+
+namespace dev = ::ckv::kernels::device;
+
+template <typename T>
+T* P(dev::DevPtr p) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(p.addr));
+}
+
+cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+// A launcher's cudaError_t as a Status naming the op.
+absl::Status Check(cudaError_t e, const char* op) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  const std::string msg =
+      absl::StrCat("CUDA op '", op, "': ", cudaGetErrorName(e), " (",
+                   cudaGetErrorString(e), ")");
+  if (e == cudaErrorInvalidValue || e == cudaErrorNotSupported) {
+    return absl::InvalidArgumentError(msg);
+  }
+  if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaLaunchers>> CudaLaunchers::Create() {
+  GemmContext* gemm = nullptr;
+  if (auto s = Check(CreateGemmContext(&gemm), "cublasCreate"); !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<CudaLaunchers>(new CudaLaunchers(gemm));
+}
+
+CudaLaunchers::~CudaLaunchers() { DestroyGemmContext(gemm_); }
+
+bool CudaLaunchers::TakesWeightType(DType type) const {
+  return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16;
+}
+
+absl::Status CudaLaunchers::Embed(const dev::EmbedArgs& a, void* stream) const {
+  return Check(EmbeddingGather(a.type, P<const void>(a.table), a.vocab, a.cols,
+                               P<const int32_t>(a.tokens), a.n, a.scale,
+                               a.width, P<float>(a.out), S(stream)),
+               "embed");
+}
+
+absl::Status CudaLaunchers::MatMul(const dev::MatMulArgs& a,
+                                   void* stream) const {
+  return Check(cuda::MatMul(gemm_, a.type, P<const void>(a.w), a.n_in, a.n_out,
+                            P<const float>(a.x), a.n, P<float>(a.y), S(stream)),
+               "matmul");
+}
+
+absl::Status CudaLaunchers::AddBias(const dev::AddBiasArgs& a,
+                                    void* stream) const {
+  return Check(cuda::AddBias(P<float>(a.x), P<const float>(a.bias), a.rows, a.n,
+                             S(stream)),
+               "add_bias");
+}
+
+absl::Status CudaLaunchers::RmsNorm(const dev::RmsNormArgs& a,
+                                    void* stream) const {
+  return Check(cuda::RmsNorm(P<const float>(a.x), P<const float>(a.w), a.rows,
+                             a.n, a.eps, P<float>(a.y), S(stream)),
+               "rms_norm");
+}
+
+absl::Status CudaLaunchers::Rope(const dev::RopeArgs& a, void* stream) const {
+  RopeConfig c;
+  c.neox = a.neox;
+  c.rot_dims = a.rot_dims;
+  c.freq_base = a.freq_base;
+  c.freq_scale = a.freq_scale;
+  c.attn_factor = a.attn_factor;
+  c.freq_factors = a.factors.addr != 0 ? P<const float>(a.factors) : nullptr;
+  return Check(cuda::Rope(P<float>(a.x), a.rows, a.n_heads, a.head_dim,
+                          P<const int64_t>(a.positions), c, S(stream)),
+               "rope");
+}
+
+absl::Status CudaLaunchers::Gate(const dev::GateArgs& a, void* stream) const {
+  const float* g = P<const float>(a.gate);
+  const float* u = P<const float>(a.up);
+  if (a.gelu_tanh) {
+    return Check(GeluTanhGate(g, u, a.n, P<float>(a.out), S(stream)), "gate");
+  }
+  return Check(SwiGlu(g, u, a.n, P<float>(a.out), S(stream)), "gate");
+}
+
+absl::Status CudaLaunchers::Add(const dev::AddArgs& a, void* stream) const {
+  return Check(cuda::Add(P<float>(a.x), P<const float>(a.y), a.n, S(stream)),
+               "add");
+}
+
+absl::Status CudaLaunchers::Attention(const dev::AttentionArgs& a,
+                                      void* stream) const {
+  SpanAttentionParams p;
+  p.q = P<const float>(a.q);
+  p.q_pos = P<const int64_t>(a.q_pos);
+  p.spans = P<const dev::AttnSpanDesc>(a.spans);
+  p.heads = P<const int32_t>(a.heads);
+  p.out = P<float>(a.out);
+  p.n_q = a.n_q;
+  p.n_heads = a.n_heads;
+  p.head_dim = a.head_dim;
+  p.scale = a.scale;
+  p.softcap = a.softcap;
+  p.window = a.window;
+  return Check(SpanAttention(p, S(stream)), "attention");
+}
+
+absl::Status CudaLaunchers::Logits(const dev::LogitsArgs& a,
+                                   void* stream) const {
+  if (auto s =
+          Check(RmsNormPicked(P<const float>(a.x), P<const int64_t>(a.picked),
+                              P<const float>(a.norm), a.n, a.width, a.eps,
+                              P<float>(a.gathered), S(stream)),
+                "logits (norm)");
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = Check(cuda::MatMul(gemm_, a.type, P<const void>(a.w), a.width,
+                                  a.vocab, P<const float>(a.gathered), a.n,
+                                  P<float>(a.logits), S(stream)),
+                     "logits (matmul)");
+      !s.ok()) {
+    return s;
+  }
+  if (a.softcap <= 0.0f) return absl::OkStatus();
+  return Check(SoftCap(P<float>(a.logits), a.n * a.vocab, a.softcap, S(stream)),
+               "logits (softcap)");
+}
+
+absl::Status CudaLaunchers::ScatterRows(const dev::ScatterRowsArgs& a,
+                                        void* stream) const {
+  return Check(ScatterItems(P<const char>(a.src),
+                            P<const dev::ScatterItem>(a.items), a.n, S(stream)),
+               "scatter_rows");
+}
+
+}  // namespace ckv::kernels::cuda

@@ -1,0 +1,47 @@
+// The device backend's forward ops on CUDA (kernels/device/op_launchers.h):
+// each launcher maps its argument block onto a kernels/cuda/ launcher on
+// the given stream (DevPtr addresses are the device's own under unified
+// addressing). Weights: F32, F16 and BF16 as stored (cuBLAS GEMMs with F32
+// accumulation, activations rounded to the weight type); every other type
+// is uploaded dequantised to BF16 by the backend (TakesWeightType). The
+// embedding also takes Q8_0 as stored. One instance per CudaRuntime; its
+// GEMM context (a cuBLAS handle and the activation scratch) serves every
+// stream of that runtime in stream order, which one compute stream keeps.
+#pragma once
+
+#include <memory>
+
+#include "kernels/device/op_launchers.h"
+
+namespace ckv::kernels::cuda {
+
+class GemmContext;
+
+class CudaLaunchers final : public device::OpLaunchers {
+ public:
+  // Needs the runtime's device current (cuBLAS handle creation).
+  static absl::StatusOr<std::unique_ptr<CudaLaunchers>> Create();
+  ~CudaLaunchers() override;
+
+  bool TakesWeightType(DType type) const override;
+  absl::Status Embed(const device::EmbedArgs& a, void* stream) const override;
+  absl::Status MatMul(const device::MatMulArgs& a, void* stream) const override;
+  absl::Status AddBias(const device::AddBiasArgs& a,
+                       void* stream) const override;
+  absl::Status RmsNorm(const device::RmsNormArgs& a,
+                       void* stream) const override;
+  absl::Status Rope(const device::RopeArgs& a, void* stream) const override;
+  absl::Status Gate(const device::GateArgs& a, void* stream) const override;
+  absl::Status Add(const device::AddArgs& a, void* stream) const override;
+  absl::Status Attention(const device::AttentionArgs& a,
+                         void* stream) const override;
+  absl::Status Logits(const device::LogitsArgs& a, void* stream) const override;
+  absl::Status ScatterRows(const device::ScatterRowsArgs& a,
+                           void* stream) const override;
+
+ private:
+  explicit CudaLaunchers(GemmContext* gemm) : gemm_(gemm) {}
+  GemmContext* gemm_;
+};
+
+}  // namespace ckv::kernels::cuda

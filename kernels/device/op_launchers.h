@@ -1,0 +1,130 @@
+// The argument blocks of the device backend's forward ops and the interface
+// a real device implements them behind (issue 29). One block per op names
+// device addresses (DevPtr) and sizes only, so that the op's host form (the
+// fake device runs it, mapping each address through OpContext) and a device
+// kernel consume exactly the same arguments. The device backend
+// (model/backend/device/) builds the blocks; a runtime with launchers
+// (Runtime::launchers(); CudaRuntime's are kernels/cuda/cuda_launchers.h)
+// runs them on a native stream. Contracts are those of kernels/ref/ops.h.
+//
+// The attention op's spans are a table in device memory (AttnSpanDesc)
+// rather than host pointers: the host writes it next to the staged rows,
+// the kernel (or the fake's body) reads it.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/device/op_tables.h"
+#include "kernels/device/runtime.h"
+#include "kernels/dtype.h"
+
+namespace ckv::kernels::device {
+
+// out[r][0, cols) = dequantised table[tokens[r]] * scale, rows of `width`
+// floats (width >= cols; the rest untouched). table: rows of
+// RowBytes(type, cols).
+struct EmbedArgs {
+  DevPtr table, tokens, out;
+  DType type = DType::kF32;
+  int64_t vocab = 0, cols = 0, n = 0, width = 0;
+  float scale = 1.0f;
+};
+
+// y[r] = W x[r] for r < n; W [n_out][n_in] of `type` rows, x, y F32.
+struct MatMulArgs {
+  DevPtr w, x, y;
+  DType type = DType::kF32;
+  int64_t n_in = 0, n_out = 0, n = 0;
+};
+
+// x[r][i] += bias[i], rows x n floats.
+struct AddBiasArgs {
+  DevPtr x, bias;
+  int64_t rows = 0, n = 0;
+};
+
+// y = RmsNorm(x) * w over every run of n floats (rows runs); y may be x.
+struct RmsNormArgs {
+  DevPtr x, w, y;
+  int64_t rows = 0, n = 0;
+  float eps = 0.0f;
+};
+
+// In place on x [rows][n_heads][head_dim] at positions (int64 [rows]);
+// factors: [rot_dims / 2] floats or null (DevPtr{}).
+struct RopeArgs {
+  DevPtr x, positions, factors;
+  int64_t rows = 0;
+  int n_heads = 0, head_dim = 0;
+  bool neox = false;
+  int rot_dims = 0;
+  float freq_base = 10000.0f, freq_scale = 1.0f, attn_factor = 1.0f;
+};
+
+// out[i] = act(gate[i]) * up[i], i < n; out may be gate or up.
+struct GateArgs {
+  DevPtr gate, up, out;
+  int64_t n = 0;
+  bool gelu_tanh = false;  // false: SwiGLU (silu)
+};
+
+// x[i] += y[i], i < n.
+struct AddArgs {
+  DevPtr x, y;
+  int64_t n = 0;
+};
+
+// Query head h of every query row attends spans (AttnSpanDesc) [heads[2h] ..
+// heads[2h] + heads[2h + 1]) (int32 pairs). q, out [n_q][n_heads][head_dim],
+// q_pos int64 [n_q]; a query at p sees keys at k <= p (and p - window < k
+// when window > 0); scores q.k * scale, softcap > 0: cap * tanh(s / cap).
+struct AttentionArgs {
+  DevPtr q, q_pos, out, spans, heads;
+  int64_t n_spans = 0;
+  int n_q = 0, n_heads = 0, head_dim = 0;
+  float scale = 0.0f, softcap = 0.0f;
+  int64_t window = 0;
+};
+
+// For j < n: g[j] = RmsNorm(x[picked[j]]) * norm (width floats), then
+// logits[j] = W g[j] (vocab floats; W [vocab][width] of `type`), then
+// softcap > 0: cap * tanh(l / cap). picked: int64 [n]; x has x_rows rows.
+struct LogitsArgs {
+  DevPtr x, picked, norm, w, gathered, logits;
+  DType type = DType::kF32;
+  int64_t x_rows = 0, n = 0, width = 0, vocab = 0;
+  float eps = 0.0f, softcap = 0.0f;
+};
+
+// For i < n: items[i] (ScatterItem) copies its bytes from src + from to its
+// dst; src and items are device or mapped-pinned memory.
+struct ScatterRowsArgs {
+  DevPtr src, items;
+  int64_t src_bytes = 0, n = 0;
+};
+
+// A device's kernels for the ops above, each enqueued on `stream` (the
+// runtime's native stream handle). An error is the launch's (arguments out
+// of the kernel's range: INVALID_ARGUMENT; the device's: INTERNAL).
+class OpLaunchers {
+ public:
+  virtual ~OpLaunchers() = default;
+  // Weight types MatMul, Embed and Logits take as stored; the backend
+  // uploads a matrix of any other type dequantised to BF16.
+  virtual bool TakesWeightType(DType type) const = 0;
+  virtual absl::Status Embed(const EmbedArgs& a, void* stream) const = 0;
+  virtual absl::Status MatMul(const MatMulArgs& a, void* stream) const = 0;
+  virtual absl::Status AddBias(const AddBiasArgs& a, void* stream) const = 0;
+  virtual absl::Status RmsNorm(const RmsNormArgs& a, void* stream) const = 0;
+  virtual absl::Status Rope(const RopeArgs& a, void* stream) const = 0;
+  virtual absl::Status Gate(const GateArgs& a, void* stream) const = 0;
+  virtual absl::Status Add(const AddArgs& a, void* stream) const = 0;
+  virtual absl::Status Attention(const AttentionArgs& a,
+                                 void* stream) const = 0;
+  virtual absl::Status Logits(const LogitsArgs& a, void* stream) const = 0;
+  virtual absl::Status ScatterRows(const ScatterRowsArgs& a,
+                                   void* stream) const = 0;
+};
+
+}  // namespace ckv::kernels::device

@@ -1,0 +1,33 @@
+// Tables the device backend writes into device-visible memory for an op to
+// read (plain structs: included by host code and by kernels/cuda/*.cu).
+#pragma once
+
+#include <cstdint>
+
+namespace ckv::kernels::device {
+
+// One attended span of the attention op (kernels::KvSpan with device
+// addresses): rows r < count of K and V at k/v + row * head_dim elements of
+// `dtype`, row = rows ? rows[r] (int32) : r; position positions ?
+// positions[r] (int64) : first_pos + row. `bytes`: the size of the K (and
+// of the V) region the span may read. Addresses 0: none.
+struct AttnSpanDesc {
+  uint64_t k = 0, v = 0, rows = 0, positions = 0;
+  int64_t bytes = 0;
+  int64_t first_pos = 0;
+  int64_t count = 0;
+  int32_t dtype = 0;  // kernels::DType
+  int32_t pad = 0;
+};
+static_assert(sizeof(AttnSpanDesc) == 64);
+
+// One staged row of a scatter: `bytes` bytes at src + from go to `dst`.
+struct ScatterItem {
+  uint64_t dst = 0;
+  int64_t from = 0;
+  int64_t bytes = 0;
+  int64_t pad = 0;
+};
+static_assert(sizeof(ScatterItem) == 32);
+
+}  // namespace ckv::kernels::device
