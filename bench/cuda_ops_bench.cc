@@ -19,7 +19,7 @@
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kmeans.h"
-#include "kernels/cuda/selection.h"
+#include "kernels/cuda/selection_ops.h"
 
 namespace ckv::kernels::cuda {
 namespace {
@@ -132,10 +132,11 @@ void BenchDecode(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   p.row_counts = dc;
   p.rows_stride = kAttended;
   const double sparse = TimeMs(s, 50, [&] {
-    Check(DecodeAttention(p, ws, DecodeAttentionWorkspaceBytes(p), s), "sparse");
+    Check(DecodeAttention(p, ws, DecodeAttentionWorkspaceBytes(p), s),
+          "sparse");
   });
-  const double bytes = double{kHeads} * kAttended * kHd * 2 * 2 +
-                       double{kHeads} * kAttended * 4;
+  const double bytes =
+      double{kHeads} * kAttended * kHd * 2 * 2 + double{kHeads} * kAttended * 4;
   rows->push_back({"decode sparse B=1024", sparse,
                    std::to_string(static_cast<int>(bytes / (sparse * 1e6))) +
                        " GB/s (gathered rows per q head)"});
@@ -160,8 +161,9 @@ void BenchKMeans(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   Check(cudaMalloc(&asg, size_t{kKvHeads} * kCtx * 4), "malloc");
   Check(cudaMalloc(&sizes, size_t{kKvHeads} * k * 4), "malloc");
   Check(cudaMalloc(&iters, kKvHeads * 4), "malloc");
-  KMeansBatch b{keys, DType::kBF16, kCtx * kHd, kHd, kKvHeads, kCtx, kHd, k,
-                KMeansMetric::kCosine, cent, asg, sizes};
+  KMeansBatch b{
+      keys, DType::kBF16,          kCtx * kHd, kHd, kKvHeads, kCtx, kHd,
+      k,    KMeansMetric::kCosine, cent,       asg, sizes};
   void* ws = nullptr;
   Check(cudaMalloc(&ws, KMeansWorkspaceBytes(b)), "malloc");
   const double ms = TimeMs(s, 5, [&] {
@@ -181,56 +183,68 @@ void BenchKMeans(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   }
 }
 
+// One layer's selection at 32k: per KV head, score 2048 clusters (F16
+// panels, kernels/cuda/selection_ops.cu) for its 4 query heads, then
+// select_blocks for each query (B = 1024, one segment).
 void BenchSelect(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
-  const int n_c = 410;
-  std::vector<int32_t> offsets(kKvHeads * (n_c + 1));
-  for (int g = 0; g < kKvHeads; ++g) {
-    for (int c = 0; c <= n_c; ++c) offsets[g * (n_c + 1) + c] = c * 80;
-  }
-  std::vector<int32_t> members(size_t{kKvHeads} * n_c * 80);
+  const int64_t n_c = kCtx / 16, group = kHeads / kKvHeads;
+  std::vector<uint16_t> panels(static_cast<size_t>(n_c) * kHd);
+  for (uint16_t& h : panels) h = static_cast<uint16_t>(0x3000 + rng() % 0x0c00);
+  std::vector<int64_t> member_first(n_c + 1);
+  for (int64_t c = 0; c <= n_c; ++c) member_first[c] = c * 16;
+  std::vector<int32_t> members(static_cast<size_t>(kCtx));
   std::iota(members.begin(), members.end(), 0);
   auto* q = Upload(RandomF32(rng, kHeads * kHd));
-  auto* cent = Upload(RandomF32(rng, size_t{kKvHeads} * n_c * kHd));
-  auto* dn = Upload(std::vector<int32_t>(kKvHeads, n_c));
-  auto* doff = Upload(offsets);
+  auto* dpanels = Upload(panels);
+  auto* dfirst = Upload(member_first);
   auto* dmem = Upload(members);
+  auto* dseg_first = Upload(std::vector<int64_t>{0, n_c});
+  auto* dseg_size = Upload(std::vector<int64_t>{kCtx});
+  const int64_t max_out = n_c + 4;
   float* scores = nullptr;
-  int32_t *order, *takes, *nsel, *rws, *nrows;
+  char* scratch = nullptr;
+  char* out = nullptr;
   Check(cudaMalloc(&scores, kHeads * n_c * 4), "malloc");
-  Check(cudaMalloc(&order, kHeads * n_c * 4), "malloc");
-  Check(cudaMalloc(&takes, kHeads * n_c * 4), "malloc");
-  Check(cudaMalloc(&nsel, kHeads * 4), "malloc");
-  Check(cudaMalloc(&rws, kHeads * kBudget * 4), "malloc");
-  Check(cudaMalloc(&nrows, kHeads * 4), "malloc");
-  ClusterSelectParams p;
-  p.q = q;
-  p.n_q_heads = kHeads;
-  p.n_kv_heads = kKvHeads;
-  p.dim = kHd;
-  p.centroids = cent;
-  p.centroid_stride = int64_t{n_c} * kHd;
-  p.n_clusters = dn;
-  p.max_clusters = n_c;
-  p.offsets = doff;
-  p.offsets_stride = n_c + 1;
-  p.members = dmem;
-  p.members_stride = int64_t{n_c} * 80;
-  p.budget = kBudget;
-  p.scores = scores;
-  p.order = order;
-  p.takes = takes;
-  p.n_selected = nsel;
-  p.rows = rws;
-  p.rows_stride = kBudget;
-  p.n_rows = nrows;
-  const double ms = TimeMs(s, 50, [&] { Check(SelectClusters(p, s), "select"); });
-  rows->push_back({"select 32 heads, 410 cl", ms, "scores+sort+trim+lists"});
-  for (void* ptr : {static_cast<void*>(q), static_cast<void*>(cent),
-                    static_cast<void*>(dn), static_cast<void*>(doff),
-                    static_cast<void*>(dmem), static_cast<void*>(scores),
-                    static_cast<void*>(order), static_cast<void*>(takes),
-                    static_cast<void*>(nsel), static_cast<void*>(rws),
-                    static_cast<void*>(nrows)}) {
+  Check(cudaMalloc(&scratch, 32 * n_c * kHeads + 4096), "malloc");
+  Check(cudaMalloc(&out, kHeads * (max_out * 20 + 64)), "malloc");
+  const double ms = TimeMs(s, 20, [&] {
+    for (int g = 0; g < kKvHeads; ++g) {
+      Check(ScoreClusters(q + g * group * kHd, static_cast<int>(group), dpanels,
+                          n_c, kHd, scores + g * group * n_c, n_c, s),
+            "score");
+    }
+    for (int h = 0; h < kHeads; ++h) {
+      device::threads::SelectView v;
+      v.scores = scores + h * n_c;
+      v.n = n_c;
+      v.seg_first = dseg_first;
+      v.seg_size = dseg_size;
+      v.n_segs = 1;
+      v.member_first = dfirst;
+      v.members = dmem;
+      v.n_members = kCtx;
+      v.budget = kBudget;
+      v.page_size = 16;
+      v.max_out = max_out;
+      char* sc = scratch + h * 32 * n_c;
+      v.order = reinterpret_cast<int32_t*>(sc);
+      v.avail = reinterpret_cast<int32_t*>(sc + 4 * n_c);
+      v.before = reinterpret_cast<int64_t*>(sc + 8 * n_c);
+      v.slot = reinterpret_cast<int64_t*>(sc + 16 * n_c);
+      v.recent_begin = reinterpret_cast<int64_t*>(sc + 24 * n_c);
+      char* o = out + h * (max_out * 20 + 64);
+      v.totals = reinterpret_cast<device::PlanTotals*>(o);
+      v.out = reinterpret_cast<device::PlannedBlock*>(o + 64);
+      Check(SelectBlocks(v, s), "select");
+    }
+  });
+  rows->push_back(
+      {"select 32 heads, 2048 cl", ms, "score_clusters + select_blocks"});
+  for (void* ptr : {static_cast<void*>(q), static_cast<void*>(dpanels),
+                    static_cast<void*>(dfirst), static_cast<void*>(dmem),
+                    static_cast<void*>(dseg_first),
+                    static_cast<void*>(dseg_size), static_cast<void*>(scores),
+                    static_cast<void*>(scratch), static_cast<void*>(out)}) {
     cudaFree(ptr);
   }
 }

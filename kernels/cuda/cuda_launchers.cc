@@ -9,6 +9,7 @@
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norm_rope_swiglu.h"
+#include "kernels/cuda/selection_ops.h"
 
 namespace ckv::kernels::cuda {
 namespace {
@@ -150,6 +151,21 @@ absl::Status CudaLaunchers::ScatterRows(const dev::ScatterRowsArgs& a,
   return Check(ScatterItems(P<const char>(a.src),
                             P<const dev::ScatterItem>(a.items), a.n, S(stream)),
                "scatter_rows");
+}
+
+absl::Status CudaLaunchers::ScoreClusters(const dev::ScoreClustersArgs& a,
+                                          void* stream) const {
+  return Check(cuda::ScoreClusters(P<const float>(a.q), a.n_q,
+                                   P<const uint16_t>(a.panels), a.n, a.dim,
+                                   P<float>(a.scores), a.ld, S(stream)),
+               "score_clusters");
+}
+
+absl::Status CudaLaunchers::SelectBlocks(const dev::SelectArgs& a,
+                                         void* stream) const {
+  const dev::threads::SelectView v = dev::SelectViewOf(
+      a, [](dev::DevPtr p, int64_t, bool) { return P<void>(p); });
+  return Check(cuda::SelectBlocks(v, S(stream)), "select_blocks");
 }
 
 }  // namespace ckv::kernels::cuda

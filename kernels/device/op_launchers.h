@@ -16,7 +16,9 @@
 
 #include "absl/status/status.h"
 #include "kernels/device/op_tables.h"
+#include "kernels/device/phases.h"
 #include "kernels/device/runtime.h"
+#include "kernels/device/selection_phases.h"
 #include "kernels/dtype.h"
 
 namespace ckv::kernels::device {
@@ -125,6 +127,12 @@ class OpLaunchers {
   virtual absl::Status Logits(const LogitsArgs& a, void* stream) const = 0;
   virtual absl::Status ScatterRows(const ScatterRowsArgs& a,
                                    void* stream) const = 0;
+  // The device planner's ops (kernels/device/phases.h ScoreClustersOp,
+  // selection_phases.h SelectBlocksOp): the same per-thread bodies.
+  virtual absl::Status ScoreClusters(const ScoreClustersArgs& a,
+                                     void* stream) const = 0;
+  virtual absl::Status SelectBlocks(const SelectArgs& a,
+                                    void* stream) const = 0;
 };
 
 }  // namespace ckv::kernels::device

@@ -30,4 +30,23 @@ struct ScatterItem {
 };
 static_assert(sizeof(ScatterItem) == 32);
 
+// HeadPlan's BlockRef on the device (model/kv/selection.h).
+struct PlannedBlock {
+  int32_t segment = 0;
+  int32_t kind = 0;  // kPlannedCluster or kPlannedPage
+  int32_t id = 0;    // cluster or page index within the segment
+  int32_t begin = 0;
+  int32_t count = 0;
+};
+inline constexpr int32_t kPlannedCluster = 0;  // BlockKind::kCluster
+inline constexpr int32_t kPlannedPage = 1;     // BlockKind::kPage
+
+struct PlanTotals {
+  int64_t blocks = 0;  // PlannedBlock entries written
+  int64_t tokens = 0;  // sum of their counts
+  int64_t recent_blocks = 0;
+  int64_t recent_tokens = 0;
+  int64_t budget = 0;  // min(budget, clustered rows)
+};
+
 }  // namespace ckv::kernels::device

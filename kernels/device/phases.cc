@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/device/selection_threads.h"
 #include "kernels/dtype.h"
 
 namespace ckv::kernels::device {
@@ -24,13 +25,7 @@ int64_t PanelElements(int64_t n, int dim) {
 }
 
 float ScoreCluster(const float* q, const uint16_t* panels, int64_t c, int dim) {
-  const uint16_t* col =
-      panels + (c / kPanelWidth) * dim * kPanelWidth + c % kPanelWidth;
-  float acc = 0.0f;
-  for (int d = 0; d < dim; ++d) {
-    acc = std::fma(q[d], F16ToF32(col[d * kPanelWidth]), acc);
-  }
-  return acc;
+  return threads::ScoreCluster(q, panels, c, dim);
 }
 
 Op ScoreClustersOp(const ScoreClustersArgs& a) {

@@ -16,28 +16,11 @@
 
 #include <cstdint>
 
+#include "kernels/device/op_tables.h"
 #include "kernels/device/runtime.h"
+#include "kernels/device/selection_threads.h"
 
 namespace ckv::kernels::device {
-
-// HeadPlan's BlockRef on the device (model/kv/selection.h).
-struct PlannedBlock {
-  int32_t segment = 0;
-  int32_t kind = 0;  // kPlannedCluster or kPlannedPage
-  int32_t id = 0;    // cluster or page index within the segment
-  int32_t begin = 0;
-  int32_t count = 0;
-};
-inline constexpr int32_t kPlannedCluster = 0;  // BlockKind::kCluster
-inline constexpr int32_t kPlannedPage = 1;     // BlockKind::kPage
-
-struct PlanTotals {
-  int64_t blocks = 0;  // PlannedBlock entries written
-  int64_t tokens = 0;  // sum of their counts
-  int64_t recent_blocks = 0;
-  int64_t recent_tokens = 0;
-  int64_t budget = 0;  // min(budget, clustered rows)
-};
 
 struct SelectArgs {
   DevPtr scores;  // float [n]: every block's score for the query
@@ -69,12 +52,57 @@ int64_t SelectScratchBytes(int64_t n, int32_t n_segs);
 int64_t MaxPlannedBlocks(int64_t n, int32_t n_segs, int64_t recent_tokens,
                          int32_t page_size);
 
-// One op, five phases: the recent pages (one thread), the score order (a
-// thread per block ranks it among all: the reference form of a sort), each
-// block's rows before the recent range (a thread per block), the running
-// token count in order (one thread: a scan), the cluster blocks written at
-// their places (a thread per position). A plan that would overflow max_out
-// writes totals.blocks = -1 and nothing past max_out.
+// The op's pointers: every address of `a` (and its scratch layout) through
+// map(DevPtr, bytes, write) -> void* (the fake's OpContext, or the device
+// address itself on a GPU).
+template <class Map>
+threads::SelectView SelectViewOf(const SelectArgs& a, Map&& map) {
+  threads::SelectView v;
+  auto in = [&](DevPtr p, int64_t bytes) { return map(p, bytes, false); };
+  auto out = [&](DevPtr p, int64_t bytes) { return map(p, bytes, true); };
+  v.scores = static_cast<const float*>(in(a.scores, 4 * a.n));
+  v.n = a.n;
+  v.seg_first =
+      static_cast<const int64_t*>(in(a.seg_first, 8 * (a.n_segs + 1)));
+  v.seg_size = static_cast<const int64_t*>(in(a.seg_size, 8 * a.n_segs));
+  v.n_segs = a.n_segs;
+  v.member_first =
+      static_cast<const int64_t*>(in(a.member_first, 8 * (a.n + 1)));
+  v.member_last = a.member_last.null()
+                      ? nullptr
+                      : static_cast<const int64_t*>(in(a.member_last, 8 * a.n));
+  v.members = static_cast<const int32_t*>(in(a.members, 4 * a.n_members));
+  v.n_members = a.n_members;
+  v.budget = a.budget;
+  v.recent_tokens = a.recent_tokens;
+  v.page_size = a.page_size;
+  v.max_out = a.max_out;
+  // Scratch: order, avail (int32 [n]), before, slot (int64 [n]),
+  // recent_begin (int64 [n_segs]), each 256-byte aligned.
+  auto align = [](int64_t n) { return (n + 255) / 256 * 256; };
+  DevPtr p = a.scratch;
+  v.order = static_cast<int32_t*>(out(p, 4 * a.n));
+  p = p + align(4 * a.n);
+  v.avail = static_cast<int32_t*>(out(p, 4 * a.n));
+  p = p + align(4 * a.n);
+  v.before = static_cast<int64_t*>(out(p, 8 * a.n));
+  p = p + align(8 * a.n);
+  v.slot = static_cast<int64_t*>(out(p, 8 * a.n));
+  p = p + align(8 * a.n);
+  v.recent_begin = static_cast<int64_t*>(out(p, 8 * a.n_segs));
+  v.out = static_cast<PlannedBlock*>(
+      out(a.out, a.max_out * static_cast<int64_t>(sizeof(PlannedBlock))));
+  v.totals = static_cast<PlanTotals*>(
+      out(a.totals, static_cast<int64_t>(sizeof(PlanTotals))));
+  return v;
+}
+
+// One op, five phases (kernels/device/selection_threads.h): the recent pages
+// (one thread), the score order (a thread per block ranks it among all: the
+// reference form of a sort), each block's rows before the recent range (a
+// thread per block), the running token count in order (one thread: a scan), the
+// cluster blocks written at their places (a thread per position). A plan that
+// would overflow max_out writes totals.blocks = -1 and nothing past max_out.
 Op SelectBlocksOp(const SelectArgs& a);
 
 }  // namespace ckv::kernels::device

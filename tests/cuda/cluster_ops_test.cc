@@ -1,19 +1,19 @@
-// CUDA cluster ops (k-means, selection, Quest) against the CPU references
-// of kernels/cpu/cluster_ops.h and the selection contract of
-// model/kv/selection.cc. Without a device every test reports SKIPPED.
+// CUDA cluster ops (k-means, Quest) against the CPU references of
+// kernels/cpu/cluster_ops.h (selection: tests/device/selection_phases_test,
+// whose CUDA case runs kernels/cuda/selection_ops.cu). Without a device
+// every test reports SKIPPED.
 #include <algorithm>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/cluster_ops.h"
-#include "kernels/ref/cluster.h"
-#include "kernels/ref/kmeans_contract.h"
-#include "kernels/ref/ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/kmeans.h"
 #include "kernels/cuda/quest.h"
-#include "kernels/cuda/selection.h"
+#include "kernels/ref/cluster.h"
+#include "kernels/ref/kmeans_contract.h"
+#include "kernels/ref/ops.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/kernels/test_util.h"
 
@@ -36,8 +36,8 @@ class CudaClusterTest : public CudaTest {
 // Exact (double) metric score of key x against centroid mu.
 double ExactScore(KMeansMetric m, const float* x, const float* mu, int dim) {
   const auto cm = static_cast<cpu::ClusterMetric>(static_cast<int>(m));
-  return ref::contract::ExactScore(cm, x, mu,
-                                   ref::contract::CentroidInvNorm(mu, dim), dim);
+  return ref::contract::ExactScore(
+      cm, x, mu, ref::contract::CentroidInvNorm(mu, dim), dim);
 }
 
 TEST_F(CudaClusterTest, AssignPicksTheBestCentroid) {
@@ -57,11 +57,11 @@ TEST_F(CudaClusterTest, AssignPicksTheBestCentroid) {
     DeviceArray<uint8_t> dk(enc);
     DeviceArray<float> dc(cent);
     DeviceArray<int32_t> da(probs * n), dch(std::vector<int32_t>(probs, 0));
-    KMeansBatch b{dk.get(), DType::kF16, n * dim, dim, probs, n, dim, k, m,
-                  dc.get(), da.get(), nullptr};
+    KMeansBatch b{dk.get(), DType::kF16, n * dim, dim,      probs,    n,
+                  dim,      k,           m,       dc.get(), da.get(), nullptr};
     DeviceArray<uint8_t> ws(KMeansWorkspaceBytes(b));
-    CUDA_ASSERT_OK(KMeansAssign(b, nullptr, dch.get(), ws.get(), ws.size(),
-                                stream_));
+    CUDA_ASSERT_OK(
+        KMeansAssign(b, nullptr, dch.get(), ws.get(), ws.size(), stream_));
     const auto got = da.Download();
     EXPECT_EQ(dch.Download(), std::vector<int32_t>(probs, 1));  // from -1
     int near_ties = 0;
@@ -72,7 +72,10 @@ TEST_F(CudaClusterTest, AssignPicksTheBestCentroid) {
         double bs = -INFINITY;
         for (int c = 0; c < k; ++c) {
           const double s = ExactScore(m, x, &cent[(p * k + c) * dim], dim);
-          if (s > bs) { bs = s; best = c; }
+          if (s > bs) {
+            bs = s;
+            best = c;
+          }
         }
         const int g = got[p * n + i];
         ASSERT_TRUE(g >= 0 && g < k);
@@ -97,14 +100,15 @@ TEST_F(CudaClusterTest, UpdateAveragesMembersAndKeepsEmptyClusters) {
     for (auto& a : asg) a = static_cast<int32_t>(rng_() % (k - 3));  // empties
     DeviceArray<float> dk(keys), dc(old);
     DeviceArray<int32_t> da(asg), ds(probs * k);
-    KMeansBatch b{dk.get(), DType::kF32, n * dim, dim, probs, n, dim, k,
-                  KMeansMetric::kCosine, dc.get(), da.get(), ds.get()};
+    KMeansBatch b{
+        dk.get(), DType::kF32,           n * dim,  dim,      probs,   n, dim,
+        k,        KMeansMetric::kCosine, dc.get(), da.get(), ds.get()};
     CUDA_ASSERT_OK(KMeansUpdate(b, nullptr, stream_));
     std::vector<float> want = old;
     std::vector<int32_t> sizes(probs * k);
     for (int p = 0; p < probs; ++p) {
-      ref::contract::UpdateCentroids(&keys[p * n * dim], n, dim, &asg[p * n],
-                                     k, &want[p * k * dim], &sizes[p * k]);
+      ref::contract::UpdateCentroids(&keys[p * n * dim], n, dim, &asg[p * n], k,
+                                     &want[p * k * dim], &sizes[p * k]);
     }
     EXPECT_EQ(ds.Download(), sizes);
     const auto got = dc.Download();
@@ -147,13 +151,14 @@ TEST_F(CudaClusterTest, RunMatchesReferenceOnSeparatedClusters) {
   const auto enc = Encode(DType::kBF16, keys, probs * n, dim);
   DeviceArray<uint8_t> dk(enc);
   DeviceArray<float> dc(probs * k * dim);
-  DeviceArray<int32_t> da(probs * n), ds(probs * k), dseeds(seeds),
-      dit(probs), dconv(probs);
-  KMeansBatch b{dk.get(), DType::kBF16, n * dim, dim, probs, n, dim, k,
-                KMeansMetric::kCosine, dc.get(), da.get(), ds.get()};
+  DeviceArray<int32_t> da(probs * n), ds(probs * k), dseeds(seeds), dit(probs),
+      dconv(probs);
+  KMeansBatch b{
+      dk.get(), DType::kBF16,          n * dim,  dim,      probs,   n, dim,
+      k,        KMeansMetric::kCosine, dc.get(), da.get(), ds.get()};
   DeviceArray<uint8_t> ws(KMeansWorkspaceBytes(b));
-  CUDA_ASSERT_OK(KMeansRun(b, dseeds.get(), 20, ws.get(), ws.size(),
-                           dit.get(), dconv.get(), stream_));
+  CUDA_ASSERT_OK(KMeansRun(b, dseeds.get(), 20, ws.get(), ws.size(), dit.get(),
+                           dconv.get(), stream_));
   const auto asg = da.Download(), sizes = ds.Download(), its = dit.Download(),
              conv = dconv.Download();
   const auto cent = dc.Download();
@@ -169,8 +174,9 @@ TEST_F(CudaClusterTest, RunMatchesReferenceOnSeparatedClusters) {
     cpu::KMeansResult want;
     ref::KMeans(prob, &want);
     ASSERT_EQ(want.k, k);  // no empty cluster by construction
-    EXPECT_EQ(std::vector<int32_t>(asg.begin() + p * n, asg.begin() + (p + 1) * n),
-              want.assignment);
+    EXPECT_EQ(
+        std::vector<int32_t>(asg.begin() + p * n, asg.begin() + (p + 1) * n),
+        want.assignment);
     EXPECT_EQ(std::vector<int32_t>(sizes.begin() + p * k,
                                    sizes.begin() + (p + 1) * k),
               want.sizes);
@@ -182,135 +188,6 @@ TEST_F(CudaClusterTest, RunMatchesReferenceOnSeparatedClusters) {
   }
 }
 
-// The selection contract on given scores (model/kv/selection.cc with
-// recent_tokens = 0): order, takes, rows.
-struct Selection {
-  std::vector<int32_t> order, takes, rows;
-  int n_selected = 0;
-};
-
-Selection SelectOnCpu(const float* scores, const std::vector<int32_t>& off,
-                      const int32_t* members, int n_c, int64_t budget) {
-  Selection s;
-  s.order.resize(n_c);
-  std::iota(s.order.begin(), s.order.end(), 0);
-  std::sort(s.order.begin(), s.order.end(), [&](int a, int b) {
-    if (scores[a] != scores[b]) return scores[a] > scores[b];
-    return a < b;  // stored order = (segment, cluster) order
-  });
-  budget = std::min<int64_t>(budget, off[n_c] - off[0]);
-  int64_t taken = 0;
-  for (const int c : s.order) {
-    const int64_t take = taken < budget ? std::min<int64_t>(off[c + 1] - off[c],
-                                                            budget - taken)
-                                        : 0;
-    s.takes.push_back(static_cast<int32_t>(take));
-    if (taken < budget) ++s.n_selected;
-    for (int64_t r = 0; r < take; ++r) s.rows.push_back(members[off[c] + r]);
-    taken += take;
-  }
-  return s;
-}
-
-void CheckSelect(cudaStream_t stream, std::mt19937& rng, bool per_kv,
-                 int64_t budget, bool ties) {
-  const int n_q = 8, n_kv = 2, dim = 128, max_c = 700;
-  const int n_sel = per_kv ? n_kv : n_q;
-  const std::vector<int32_t> n_c = {max_c, 411};
-  auto cent = RandomFloats(rng, n_kv * max_c * dim);
-  if (ties) {  // duplicated centroids: equal scores, order by index
-    for (int c = 1; c < max_c; c += 3) {
-      std::copy_n(&cent[(c - 1) * dim], dim, &cent[c * dim]);
-    }
-  }
-  const auto q = RandomFloats(rng, n_q * dim);
-  std::vector<int32_t> offsets(n_kv * (max_c + 1), 0);
-  const int64_t m_stride = 700 * 40;
-  std::vector<int32_t> members(n_kv * m_stride);
-  for (int g = 0; g < n_kv; ++g) {
-    int32_t* off = &offsets[g * (max_c + 1)];
-    for (int c = 0; c < n_c[g]; ++c) off[c + 1] = off[c] + 1 + rng() % 39;
-    for (int64_t i = 0; i < off[n_c[g]]; ++i) {
-      members[g * m_stride + i] = static_cast<int32_t>(rng() % 1000000);
-    }
-  }
-  DeviceArray<float> dq(q), dcent(cent), dscores(n_sel * max_c);
-  DeviceArray<int32_t> dn(n_c), doff(offsets), dmem(members),
-      dorder(n_sel * max_c), dtakes(n_sel * max_c), dnsel(n_sel),
-      drows(n_sel * budget), dnrows(n_sel);
-  ClusterSelectParams p;
-  p.q = dq.get();
-  p.n_q_heads = n_q;
-  p.n_kv_heads = n_kv;
-  p.dim = dim;
-  p.per_kv_head = per_kv;
-  p.centroids = dcent.get();
-  p.centroid_stride = int64_t{max_c} * dim;
-  p.n_clusters = dn.get();
-  p.max_clusters = max_c;
-  p.offsets = doff.get();
-  p.offsets_stride = max_c + 1;
-  p.members = dmem.get();
-  p.members_stride = m_stride;
-  p.budget = budget;
-  p.scores = dscores.get();
-  p.order = dorder.get();
-  p.takes = dtakes.get();
-  p.n_selected = dnsel.get();
-  p.rows = drows.get();
-  p.rows_stride = budget;
-  p.n_rows = dnrows.get();
-  CUDA_ASSERT_OK(SelectClusters(p, stream));
-  const std::vector<float> scores = dscores.Download();
-  const auto order = dorder.Download(), takes = dtakes.Download(),
-             nsel = dnsel.Download(), rows = drows.Download(),
-             nrows = dnrows.Download();
-  const int group = n_q / n_kv;
-  for (int s = 0; s < n_sel; ++s) {
-    const int g = per_kv ? s : s / group;
-    std::vector<float> qs(q.begin() + s * dim, q.begin() + (s + 1) * dim);
-    if (per_kv) {  // F32 sum in head order, as the engine does
-      std::fill(qs.begin(), qs.end(), 0.0f);
-      for (int h = g * group; h < (g + 1) * group; ++h) {
-        for (int d = 0; d < dim; ++d) qs[d] += q[h * dim + d];
-      }
-    }
-    std::vector<float> want_scores(n_c[g]);
-    ref::CentroidScores(qs.data(), &cent[g * max_c * dim], n_c[g], dim,
-                        want_scores.data());
-    const float* got_scores = &scores[s * max_c];
-    // F32 dot of 128 terms vs double.
-    EXPECT_LT(RelL2(std::vector<float>(got_scores, got_scores + n_c[g]),
-                    want_scores), 1e-6);
-    // The order must be exact for the GPU's own scores.
-    std::vector<int32_t> off(offsets.begin() + g * (max_c + 1),
-                             offsets.begin() + g * (max_c + 1) + n_c[g] + 1);
-    const Selection want = SelectOnCpu(got_scores, off, &members[g * m_stride],
-                                       n_c[g], budget);
-    const auto at = [&](const std::vector<int32_t>& v, int64_t len) {
-      return std::vector<int32_t>(v.begin() + s * max_c,
-                                  v.begin() + s * max_c + len);
-    };
-    EXPECT_EQ(at(order, n_c[g]), want.order) << "s=" << s;
-    EXPECT_EQ(at(takes, n_c[g]), want.takes) << "s=" << s;
-    EXPECT_EQ(nsel[s], want.n_selected);
-    ASSERT_EQ(nrows[s], static_cast<int32_t>(want.rows.size()));
-    EXPECT_EQ(std::vector<int32_t>(rows.begin() + s * budget,
-                                   rows.begin() + s * budget + nrows[s]),
-              want.rows);
-  }
-}
-
-TEST_F(CudaClusterTest, SelectionMatchesTheContract) {
-  for (const bool per_kv : {false, true}) {
-    for (const int64_t budget : {1, 1024, 10000, 100000}) {
-      for (const bool ties : {false, true}) {
-        CheckSelect(stream_, rng_, per_kv, budget, ties);
-      }
-    }
-  }
-}
-
 TEST_F(CudaClusterTest, QuestBoundsAndScoresMatchReference) {
   const int heads = 3, q_heads = 6, dim = 96;
   const int64_t n = 1000, page = 16;  // last page shorter (1000 % 16 = 8)
@@ -319,15 +196,14 @@ TEST_F(CudaClusterTest, QuestBoundsAndScoresMatchReference) {
   const auto enc = Encode(DType::kF16, keys, heads * n, dim);
   std::vector<float> want_min(heads * pages * dim), want_max(want_min.size());
   for (int h = 0; h < heads; ++h) {
-    ref::QuestPageBounds(enc.data() + h * n * dim * 2, DType::kF16, dim, n,
-                         dim, page, &want_min[h * pages * dim],
+    ref::QuestPageBounds(enc.data() + h * n * dim * 2, DType::kF16, dim, n, dim,
+                         page, &want_min[h * pages * dim],
                          &want_max[h * pages * dim]);
   }
   DeviceArray<uint8_t> dk(enc);
   DeviceArray<float> dmin(want_min.size()), dmax(want_max.size());
-  CUDA_ASSERT_OK(QuestPageBounds(dk.get(), DType::kF16, n * dim, dim, heads,
-                                 n, dim, page, dmin.get(), dmax.get(),
-                                 stream_));
+  CUDA_ASSERT_OK(QuestPageBounds(dk.get(), DType::kF16, n * dim, dim, heads, n,
+                                 dim, page, dmin.get(), dmax.get(), stream_));
   EXPECT_EQ(dmin.Download(), want_min);  // min/max of the same values: exact
   EXPECT_EQ(dmax.Download(), want_max);
   const auto q = RandomFloats(rng_, q_heads * dim);

@@ -15,12 +15,17 @@
 
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/device/fake_runtime.h"
+#include "kernels/device/op_launchers.h"
 #include "kernels/device/phases.h"
 #include "kernels/device/selection_phases.h"
 #include "model/kv/kv_config.h"
 #include "model/kv/policies/registry.h"
 #include "model/kv/segment.h"
 #include "tests/device/test_util.h"
+
+#ifdef CLUSTERKV_HAVE_CUDA
+#include "kernels/cuda/cuda_runtime.h"
+#endif
 
 namespace ckv::kernels::device {
 namespace {
@@ -107,10 +112,11 @@ struct DevicePlan {
 
 // Scores every cluster of every segment for `queries` (ScoreClustersOp per
 // segment into one [n_q][total] buffer), then plans each query.
-std::vector<DevicePlan> PlanOnDevice(
-    const Problem& p, const std::vector<std::vector<float>>& queries,
-    const KvStoreConfig& c, Schedule sched, uint64_t seed) {
-  FakeRuntime rt(TestConfig(sched, seed, 32, 20));
+// On a runtime with launchers (CUDA) the ops run their device kernels.
+std::vector<DevicePlan> PlanOn(Runtime& rt, const Problem& p,
+                               const std::vector<std::vector<float>>& queries,
+                               const KvStoreConfig& c) {
+  const OpLaunchers* k = rt.launchers();
   const Stream st = ValueOrDie(rt.CreateStream());
   const int n_q = static_cast<int>(queries.size());
   const int hd = p.head_dim;
@@ -133,10 +139,13 @@ std::vector<DevicePlan> PlanOnDevice(
   for (size_t s = 0; s < p.segs.size(); ++s) {
     const HeadIndex& h = p.segs[s]->layer(0).heads[0];
     const DevPtr panels = Upload(rt, st, h.centroid_panels);
-    EXPECT_TRUE(rt.Launch(ScoreClustersOp({dq, n_q, panels, h.k, hd,
-                                           scores + seg_first[s] * 4, total}),
-                          st)
-                    .ok());
+    const ScoreClustersArgs sa{
+        dq, n_q, panels, h.k, hd, scores + seg_first[s] * 4, total};
+    Op op = ScoreClustersOp(sa);
+    if (k != nullptr) {
+      op.device_launch = [k, sa](void* x) { return k->ScoreClusters(sa, x); };
+    }
+    EXPECT_TRUE(rt.Launch(std::move(op), st).ok());
   }
   SelectArgs a;
   a.n = total;
@@ -156,11 +165,24 @@ std::vector<DevicePlan> PlanOnDevice(
     a.scratch = ValueOrDie(rt.Malloc(SelectScratchBytes(total, a.n_segs)));
     a.out = ValueOrDie(rt.Malloc(a.max_out * sizeof(PlannedBlock)));
     a.totals = ValueOrDie(rt.Malloc(sizeof(PlanTotals)));
-    EXPECT_TRUE(rt.Launch(SelectBlocksOp(a), st).ok());
+    Op op = SelectBlocksOp(a);
+    if (k != nullptr) {
+      op.device_launch = [k, a](void* x) { return k->SelectBlocks(a, x); };
+    }
+    EXPECT_TRUE(rt.Launch(std::move(op), st).ok());
     plans[j].totals = Download<PlanTotals>(rt, st, a.totals, 1)[0];
     plans[j].blocks = Download<PlannedBlock>(
         rt, st, a.out, std::max<int64_t>(0, plans[j].totals.blocks));
   }
+  return plans;
+}
+
+// The fake (its ordering checker clean after the plans).
+std::vector<DevicePlan> PlanOnDevice(
+    const Problem& p, const std::vector<std::vector<float>>& queries,
+    const KvStoreConfig& c, Schedule sched, uint64_t seed) {
+  FakeRuntime rt(TestConfig(sched, seed, 32, 20));
+  std::vector<DevicePlan> plans = PlanOn(rt, p, queries, c);
   EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
   return plans;
 }
@@ -181,7 +203,10 @@ void ExpectSamePlan(const HeadPlan& want, const DevicePlan& got) {
   }
 }
 
-TEST(SelectBlocksTest, EqualsClusterKvPlans) {
+// The plans of `plan_on(problem, queries, config, case)` against
+// clusterkv's, over random problems with planted ties, NaN and inf.
+template <class PlanFn>
+void ExpectClusterKvPlans(PlanFn plan_on) {
   std::mt19937 rng(2024);
   int cases = 0, planted = 0;
   for (int n_segs : {1, 3}) {
@@ -205,12 +230,11 @@ TEST(SelectBlocksTest, EqualsClusterKvPlans) {
             const PlanContext ctx{&p.segs, 0, 0, head_dim};
             std::vector<const float*> qs;
             for (const auto& q : p.queries) qs.push_back(q.data());
-            const Schedule sched =
-                cases++ % 2 ? Schedule::kThreaded : Schedule::kLazy;
+            ++cases;
             // Per query head: PlanEach.
             std::vector<HeadPlan> each(n_q);
             policy->PlanEach(ctx, qs.data(), n_q, each.data());
-            const auto dev = PlanOnDevice(p, p.queries, c, sched, cases);
+            const auto dev = plan_on(p, p.queries, c, cases);
             for (int j = 0; j < n_q; ++j) ExpectSamePlan(each[j], dev[j]);
             // Per KV head: the group's summed query (Plan), summed as the
             // policy sums it.
@@ -220,7 +244,7 @@ TEST(SelectBlocksTest, EqualsClusterKvPlans) {
             for (const auto& q : p.queries) {
               for (int d = 0; d < head_dim; ++d) sum[d] += q[d];
             }
-            ExpectSamePlan(shared, PlanOnDevice(p, {sum}, c, sched, cases)[0]);
+            ExpectSamePlan(shared, plan_on(p, {sum}, c, cases)[0]);
             for (const Segment* s : p.segs) {
               const auto& mu = s->layer(0).heads[0].centroids;
               planted += std::any_of(mu.begin(), mu.end(), [](float x) {
@@ -233,6 +257,31 @@ TEST(SelectBlocksTest, EqualsClusterKvPlans) {
     }
   }
   EXPECT_GT(planted, 10) << "the NaN / inf centroids were not planted";
+}
+
+TEST(SelectBlocksTest, EqualsClusterKvPlans) {
+  ExpectClusterKvPlans([](const Problem& p,
+                          const std::vector<std::vector<float>>& queries,
+                          const KvStoreConfig& c, int cases) {
+    return PlanOnDevice(p, queries, c,
+                        cases % 2 ? Schedule::kThreaded : Schedule::kLazy,
+                        cases);
+  });
+}
+
+// The same on CUDA: score_clusters and select_blocks run their kernels
+// (kernels/cuda/selection_ops.cu, the same thread bodies).
+TEST(SelectBlocksTest, CudaEqualsClusterKvPlans) {
+#ifdef CLUSTERKV_HAVE_CUDA
+  auto rt = cuda::CudaRuntime::Create(0);
+  if (!rt.ok()) GTEST_SKIP() << rt.status().message();
+  ExpectClusterKvPlans([&rt](const Problem& p,
+                             const std::vector<std::vector<float>>& queries,
+                             const KvStoreConfig& c,
+                             int) { return PlanOn(**rt, p, queries, c); });
+#else
+  GTEST_SKIP() << "this build has no CUDA backend";
+#endif
 }
 
 }  // namespace

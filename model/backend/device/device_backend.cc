@@ -161,11 +161,10 @@ void DeviceBackend::FreeAll() {
 StoreEnv DeviceBackend::store_env() {
   StoreEnv env;
   env.arena = debug_.heap_arena ? HeapArena() : arena_;
-  // A device whose launchers have no selection or k-means kernels yet
-  // (CUDA, issue 29) selects and clusters on the host.
-  const bool device_selection = launchers_ == nullptr;
-  if (!debug_.host_selection && device_selection) env.planner = planner_;
-  if (!debug_.host_kmeans && device_selection) {
+  if (!debug_.host_selection) env.planner = planner_;
+  // A device whose launchers have no k-means kernel yet (CUDA, issue 29)
+  // clusters on the host.
+  if (!debug_.host_kmeans && launchers_ == nullptr) {
     env.index_builder = index_builder_;
   }
   if (!debug_.host_cache_rows) env.cache_rows = cache_rows_;

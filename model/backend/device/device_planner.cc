@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/device/op_launchers.h"
 #include "kernels/device/phases.h"
 #include "kernels/device/selection_phases.h"
 
@@ -303,7 +304,13 @@ bool DevicePlanner::Launch(const Layout& l, const Request& r) {
                                        l.hd,
                                        work + h.scores + first * 4,
                                        h.total};
-        if (!Ok(rt_.Launch(dev::ScoreClustersOp(a), stream_))) return false;
+        dev::Op op = dev::ScoreClustersOp(a);
+        if (const dev::OpLaunchers* k = rt_.launchers(); k != nullptr) {
+          op.device_launch = [k, a](void* st) {
+            return k->ScoreClusters(a, st);
+          };
+        }
+        if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
       }
       first += k;
     }
@@ -325,7 +332,11 @@ bool DevicePlanner::Launch(const Layout& l, const Request& r) {
       a.totals = work + h.results + j * h.stride;
       a.out = a.totals + Section<dev::PlanTotals>(1);
       a.max_out = h.max_out;
-      if (!Ok(rt_.Launch(dev::SelectBlocksOp(a), stream_))) return false;
+      dev::Op op = dev::SelectBlocksOp(a);
+      if (const dev::OpLaunchers* k = rt_.launchers(); k != nullptr) {
+        op.device_launch = [k, a](void* st) { return k->SelectBlocks(a, st); };
+      }
+      if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
     }
   }
   return Ok(rt_.CopyD2H(out_host_.host + l.out_off, work + l.results,

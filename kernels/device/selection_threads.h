@@ -1,0 +1,214 @@
+// The per-thread bodies of the selection ops (score_clusters and
+// select_blocks, kernels/device/phases.h and selection_phases.h), written
+// once for the host and the device: the fake runs them inside its phases
+// (OpContext::Phase), kernels/cuda/selection_ops.cu runs the same functions
+// as one kernel per phase. Plain C++ over raw pointers (no absl, no std
+// algorithms): this header is compiled by nvcc too.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/device/op_tables.h"
+#include "kernels/dtype.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#define CKV_HD __host__ __device__ inline
+#else
+#define CKV_HD inline
+#endif
+
+namespace ckv::kernels::device::threads {
+
+inline constexpr int kPanelWidth = 16;  // = phases.h kPanelWidth
+
+// Exact F16 -> F32 (every F16 is an F32).
+CKV_HD float HalfToFloat(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#else
+  return F16ToF32(h);
+#endif
+}
+
+// The score of centroid c for query q: acc = fma(q[d], f16(c[d]), acc) in
+// element order from 0, each step one correctly rounded fma (std::fma on
+// the host, __fmaf_rn on the device): the CPU's CentroidScores bits.
+CKV_HD float ScoreCluster(const float* q, const uint16_t* panels, int64_t c,
+                          int dim) {
+  const uint16_t* col =
+      panels + (c / kPanelWidth) * dim * kPanelWidth + c % kPanelWidth;
+  float acc = 0.0f;
+  for (int d = 0; d < dim; ++d) {
+#if defined(__CUDA_ARCH__)
+    acc = __fmaf_rn(q[d], HalfToFloat(col[d * kPanelWidth]), acc);
+#else
+    acc = std::fma(q[d], HalfToFloat(col[d * kPanelWidth]), acc);
+#endif
+  }
+  return acc;
+}
+
+// First index in [lo, hi) of a[] whose value is > v (a ascending).
+CKV_HD int64_t UpperBound(const int64_t* a, int64_t lo, int64_t hi, int64_t v) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (a[mid] <= v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// First index in [lo, hi) of a[] whose value is >= v (a ascending).
+CKV_HD int64_t LowerBound(const int32_t* a, int64_t lo, int64_t hi, int64_t v) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (a[mid] < v) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+CKV_HD int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// select_blocks over pointers (SelectArgs of selection_phases.h, mapped):
+// inputs, the scratch arrays and the outputs.
+struct SelectView {
+  const float* scores = nullptr;
+  int64_t n = 0;
+  const int64_t* seg_first = nullptr;  // [n_segs + 1]
+  const int64_t* seg_size = nullptr;   // [n_segs]
+  int32_t n_segs = 0;
+  const int64_t* member_first = nullptr;  // [n + 1]
+  const int64_t* member_last = nullptr;   // [n] or null
+  const int32_t* members = nullptr;
+  int64_t n_members = 0;
+  int64_t budget = 0, recent_tokens = 0;
+  int32_t page_size = 16;
+  int64_t max_out = 0;
+  int32_t* order = nullptr;         // [n]
+  int32_t* avail = nullptr;         // [n]
+  int64_t* before = nullptr;        // [n]
+  int64_t* slot = nullptr;          // [n]
+  int64_t* recent_begin = nullptr;  // [n_segs]
+  PlannedBlock* out = nullptr;      // [max_out]
+  PlanTotals* totals = nullptr;
+};
+
+// ScoreBefore (model/kv/selection.h) on block indices, NaN as -inf: the
+// concatenation is segment-major, so "segment, then cluster" is the index.
+CKV_HD bool Before(const float* scores, int64_t a, int64_t b) {
+  const float sa = scores[a] != scores[a] ? -INFINITY : scores[a];  // NaN
+  const float sb = scores[b] != scores[b] ? -INFINITY : scores[b];
+  if (sa != sb) return sa > sb;
+  return a < b;
+}
+
+// Segment of block b (seg_first ascending).
+CKV_HD int64_t SegmentOf(const SelectView& v, int64_t b) {
+  return UpperBound(v.seg_first, 0, v.n_segs + 1, b) - 1;
+}
+
+// Phase 1 (one thread): the totals reset, then AddRecentRows: the
+// recent_tokens most recent rows as pages, the last segment first.
+CKV_HD void SelectRecent(const SelectView& v) {
+  PlanTotals* t = v.totals;
+  *t = PlanTotals{};
+  int64_t clustered = 0;
+  for (int32_t s = 0; s < v.n_segs; ++s) clustered += v.seg_size[s];
+  t->budget = Min64(v.budget, clustered);
+  int64_t left = Min64(v.recent_tokens, t->budget);
+  for (int32_t s = 0; s < v.n_segs; ++s) v.recent_begin[s] = v.seg_size[s];
+  for (int32_t s = v.n_segs - 1; s >= 0 && left > 0; --s) {
+    const int64_t size = v.seg_size[s];
+    const int64_t take = Min64(left, size);
+    v.recent_begin[s] = size - take;
+    left -= take;
+    for (int64_t row = size - take; row < size;) {
+      const int64_t page = row / v.page_size;
+      const int64_t end = Min64(size, (page + 1) * v.page_size);
+      if (t->blocks >= v.max_out) {
+        t->blocks = -1;
+        return;
+      }
+      PlannedBlock& o = v.out[t->blocks++];
+      o.segment = s;
+      o.kind = kPlannedPage;
+      o.id = static_cast<int32_t>(page);
+      o.begin = static_cast<int32_t>(row - page * v.page_size);
+      o.count = static_cast<int32_t>(end - row);
+      t->tokens += end - row;
+      row = end;
+    }
+  }
+  t->recent_blocks = t->blocks;
+  t->recent_tokens = t->tokens;
+}
+
+// Phase 2 (a thread per block): its rank is the number of blocks before
+// it; the order is total, so the ranks are a permutation.
+CKV_HD void SelectRank(const SelectView& v, int64_t b) {
+  int64_t rank = 0;
+  for (int64_t o = 0; o < v.n; ++o) rank += Before(v.scores, o, b);
+  v.order[rank] = static_cast<int32_t>(b);
+}
+
+// Phase 3 (a thread per block): its rows before the recent range.
+CKV_HD void SelectAvail(const SelectView& v, int64_t b) {
+  const int64_t s = SegmentOf(v, b);
+  const int64_t lo = v.member_first[b];
+  const int64_t hi =
+      v.member_last != nullptr ? v.member_last[b] : v.member_first[b + 1];
+  if (s < 0 || s >= v.n_segs || lo < 0 || hi < lo || hi > v.n_members) {
+    v.avail[b] = 0;  // a malformed plan attends nothing of the block
+    return;
+  }
+  v.avail[b] = static_cast<int32_t>(
+      v.recent_begin[s] >= v.seg_size[s]
+          ? hi - lo
+          : LowerBound(v.members, lo, hi, v.recent_begin[s]) - lo);
+}
+
+// Phase 4 (one thread): the running token count in score order, and each
+// taken position's output slot.
+CKV_HD void SelectScan(const SelectView& v) {
+  PlanTotals* t = v.totals;
+  if (t->blocks < 0) return;
+  int64_t tokens = t->tokens, blocks = t->blocks;
+  for (int64_t i = 0; i < v.n; ++i) {
+    v.before[i] = tokens;
+    const int64_t take = Min64(v.avail[v.order[i]], t->budget - tokens);
+    v.slot[i] = take > 0 ? blocks++ : -1;
+    if (take > 0) tokens += take;
+  }
+  if (blocks > v.max_out) {
+    t->blocks = -1;
+    return;
+  }
+  t->blocks = blocks;
+  t->tokens = tokens;
+}
+
+// Phase 5 (a thread per position i of the order): the cluster block taken
+// there, trimmed to the budget.
+CKV_HD void SelectWrite(const SelectView& v, int64_t i) {
+  if (v.totals->blocks < 0 || v.slot[i] < 0) return;
+  const int32_t b = v.order[i];
+  const int64_t s = SegmentOf(v, b);
+  PlannedBlock& o = v.out[v.slot[i]];
+  o.segment = static_cast<int32_t>(s);
+  o.kind = kPlannedCluster;
+  o.id = static_cast<int32_t>(b - v.seg_first[s]);
+  o.begin = 0;
+  o.count =
+      static_cast<int32_t>(Min64(v.avail[b], v.totals->budget - v.before[i]));
+}
+
+}  // namespace ckv::kernels::device::threads
