@@ -8,6 +8,7 @@
 #include "kernels/cuda/forward_ops.h"
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kmeans.h"
 #include "kernels/cuda/norm_rope_swiglu.h"
 #include "kernels/cuda/selection_ops.h"
 
@@ -166,6 +167,72 @@ absl::Status CudaLaunchers::SelectBlocks(const dev::SelectArgs& a,
   const dev::threads::SelectView v = dev::SelectViewOf(
       a, [](dev::DevPtr p, int64_t, bool) { return P<void>(p); });
   return Check(cuda::SelectBlocks(v, S(stream)), "select_blocks");
+}
+
+namespace {
+
+// The raw KMeansRun arrays and its workspace, carved from the op's scratch.
+struct KMeansScratch {
+  int64_t centroids = 0, assignment = 0, sizes = 0, remap = 0, iters = 0,
+          workspace = 0, bytes = 0;
+};
+
+KMeansScratch CarveKMeans(int64_t n, int k, int dim) {
+  auto up = [](int64_t b) { return (b + 255) / 256 * 256; };
+  KMeansBatch probe;
+  probe.n_problems = 1;
+  probe.n = n;
+  probe.k = k;
+  probe.dim = dim;
+  KMeansScratch s;
+  s.assignment = up(int64_t{k} * dim * 4);
+  s.sizes = s.assignment + up(n * 4);
+  s.remap = s.sizes + up(int64_t{k} * 4);
+  s.iters = s.remap + up(int64_t{k} * 4);
+  s.workspace = s.iters + 256;
+  s.bytes = s.workspace + up(static_cast<int64_t>(KMeansWorkspaceBytes(probe)));
+  return s;
+}
+
+}  // namespace
+
+int64_t CudaLaunchers::KMeansScratchBytes(int64_t n, int k, int dim) const {
+  return CarveKMeans(n, k, dim).bytes;
+}
+
+absl::Status CudaLaunchers::KMeans(const dev::KMeansArgs& a,
+                                   void* stream) const {
+  const KMeansScratch s = CarveKMeans(a.n, a.k, a.dim);
+  if (a.scratch_bytes < s.bytes) {
+    return absl::InvalidArgumentError("CUDA op 'kmeans': scratch too small");
+  }
+  char* base = P<char>(a.scratch);
+  KMeansBatch b;
+  b.keys = P<const void>(a.keys);
+  b.dtype = a.type;
+  b.head_stride = 0;
+  b.row_stride = a.stride;
+  b.n_problems = 1;
+  b.n = a.n;
+  b.dim = a.dim;
+  b.k = a.k;
+  b.metric = static_cast<KMeansMetric>(a.metric);
+  b.centroids = reinterpret_cast<float*>(base);
+  b.assignment = reinterpret_cast<int32_t*>(base + s.assignment);
+  b.sizes = reinterpret_cast<int32_t*>(base + s.sizes);
+  auto* iters = reinterpret_cast<int32_t*>(base + s.iters);
+  if (auto st = Check(KMeansRun(b, P<const int32_t>(a.seeds), a.max_iters,
+                                base + s.workspace,
+                                static_cast<size_t>(s.bytes - s.workspace),
+                                iters, nullptr, S(stream)),
+                      "kmeans");
+      !st.ok()) {
+    return st;
+  }
+  return Check(
+      KMeansCompact(b, iters, reinterpret_cast<int32_t*>(base + s.remap),
+                    P<void>(a.result), S(stream)),
+      "kmeans (compact)");
 }
 
 }  // namespace ckv::kernels::cuda

@@ -42,6 +42,9 @@ class CudaLaunchers final : public device::OpLaunchers {
                              void* stream) const override;
   absl::Status SelectBlocks(const device::SelectArgs& a,
                             void* stream) const override;
+  int64_t KMeansScratchBytes(int64_t n, int k, int dim) const override;
+  absl::Status KMeans(const device::KMeansArgs& a,
+                      void* stream) const override;
 
  private:
   explicit CudaLaunchers(GemmContext* gemm) : gemm_(gemm) {}

@@ -41,8 +41,8 @@ Workspace Carve(const KMeansBatch& b, void* base) {
 }
 
 // grid n_problems; one warp per centroid.
-__global__ void NormsKernel(const float* __restrict__ centroids, int k,
-                            int dim, float2* __restrict__ norms) {
+__global__ void NormsKernel(const float* __restrict__ centroids, int k, int dim,
+                            float2* __restrict__ norms) {
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const float* base = centroids + int64_t{blockIdx.x} * k * dim;
   for (int c = threadIdx.x >> 5; c < k; c += warps) {
@@ -82,8 +82,8 @@ __device__ void StageTiles(const T* keys, int64_t row_stride, int64_t n,
   for (int e = threadIdx.x; e < kTM * kTD; e += blockDim.x) {
     const int m = e / kTD, dd = e % kTD, d = d0 + dd;
     const int64_t row = m0 + m;
-    ks[dd][m] = row < n && d < dim ? detail::ToF32(keys[row * row_stride + d])
-                                   : 0.0f;
+    ks[dd][m] =
+        row < n && d < dim ? detail::ToF32(keys[row * row_stride + d]) : 0.0f;
     const int c = n0 + m;
     cs[dd][m] = c < k && d < dim ? cent[int64_t{c} * dim + d] : 0.0f;
   }
@@ -166,16 +166,23 @@ __global__ void __launch_bounds__(kAssignThreads)
   }
 }
 
+// Sums are fixed point (units of 2^-24, int64): integer atomics are
+// associative, so the sums, the means and every later round are the same
+// bits run to run whatever order the warps add in. Every F16 key is a
+// multiple of 2^-24 (exact); F32/BF16 keys round to that grid once.
+constexpr float kFixedScale = 16777216.0f;  // 2^24
+
 // grid (n_problems, ceil(dim / 32), chunks); clusters [c0, c0 + kc).
 template <typename T>
 __global__ void __launch_bounds__(kUpdateThreads)
     UpdateKernel(KMeansBatch b, const int32_t* active, int kc) {
   const int prob = blockIdx.x;
   if (active != nullptr && active[prob] == 0) return;
-  extern __shared__ float sums[];  // [nc][kSlice], then int counts[nc]
+  // [nc][kSlice] fixed-point sums, then int counts[nc].
+  extern __shared__ unsigned long long sums[];
   const int c0 = blockIdx.z * kc, nc = min(kc, b.k - c0);
   int* counts = reinterpret_cast<int*>(sums + kc * kSlice);
-  for (int e = threadIdx.x; e < nc * kSlice; e += blockDim.x) sums[e] = 0.0f;
+  for (int e = threadIdx.x; e < nc * kSlice; e += blockDim.x) sums[e] = 0;
   for (int e = threadIdx.x; e < nc; e += blockDim.x) counts[e] = 0;
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -186,19 +193,23 @@ __global__ void __launch_bounds__(kUpdateThreads)
   const int64_t step = int64_t{blockDim.x >> 5} * kUpdateUnroll;
   for (int64_t i = int64_t{warp} * kUpdateUnroll; i < b.n; i += step) {
     int c[kUpdateUnroll];
-    float x[kUpdateUnroll];
+    long long x[kUpdateUnroll];
 #pragma unroll
     for (int u = 0; u < kUpdateUnroll; ++u) {
       c[u] = i + u < b.n ? asg[i + u] - c0 : -1;
       const bool mine = c[u] >= 0 && c[u] < nc;
       c[u] = mine ? c[u] : -1;
-      x[u] = mine && in ? detail::ToF32(keys[(i + u) * b.row_stride + ch])
-                        : 0.0f;
+      const float v =
+          mine && in ? detail::ToF32(keys[(i + u) * b.row_stride + ch]) : 0.0f;
+      x[u] = __float2ll_rn(v * kFixedScale);
     }
 #pragma unroll
     for (int u = 0; u < kUpdateUnroll; ++u) {
       if (c[u] < 0) continue;
-      if (in) atomicAdd(&sums[c[u] * kSlice + lane], x[u]);
+      if (in) {
+        atomicAdd(&sums[c[u] * kSlice + lane],
+                  static_cast<unsigned long long>(x[u]));
+      }
       if (lane == 0) atomicAdd(&counts[c[u]], 1);
     }
   }
@@ -207,7 +218,9 @@ __global__ void __launch_bounds__(kUpdateThreads)
   for (int e = threadIdx.x; e < nc * kSlice; e += blockDim.x) {
     const int cl = e / kSlice, d = blockIdx.y * kSlice + e % kSlice;
     if (d < b.dim && counts[cl] > 0) {
-      cent[int64_t{cl} * b.dim + d] = sums[e] / static_cast<float>(counts[cl]);
+      const double sum = static_cast<double>(static_cast<long long>(sums[e]));
+      cent[int64_t{cl} * b.dim + d] =
+          static_cast<float>(sum / kFixedScale / counts[cl]);
     }
   }
   if (blockIdx.y == 0) {
@@ -241,6 +254,43 @@ __global__ void FinishRoundKernel(int n_problems, Workspace w) {
   w.changed[prob] = 0;
 }
 
+// One thread: the new index of every cluster (-1: empty) and the header.
+__global__ void RemapKernel(int64_t n, int k, const int32_t* __restrict__ sizes,
+                            const int32_t* __restrict__ iterations,
+                            int32_t* remap, device::KMeansHeader* header) {
+  int32_t next = 0;
+  for (int c = 0; c < k; ++c) remap[c] = sizes[c] > 0 ? next++ : -1;
+  header->k = next;
+  header->iterations = *iterations;
+  header->key_scorings = n * int64_t{*iterations};
+}
+
+__global__ void CompactClustersKernel(int k, int dim,
+                                      const float* __restrict__ centroids,
+                                      const int32_t* __restrict__ sizes,
+                                      const int32_t* __restrict__ remap,
+                                      float* out_centroids,
+                                      int32_t* out_sizes) {
+  const int64_t total = int64_t{k} * dim;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = e / dim, d = e % dim;
+    const int32_t to = remap[c];
+    if (to < 0) continue;
+    out_centroids[int64_t{to} * dim + d] = centroids[e];
+    if (d == 0) out_sizes[to] = sizes[c];
+  }
+}
+
+__global__ void RenumberKernel(int64_t n, const int32_t* __restrict__ asg,
+                               const int32_t* __restrict__ remap,
+                               int32_t* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = remap[asg[i]];
+  }
+}
+
 bool Valid(const KMeansBatch& b) {
   return b.n_problems > 0 && b.n_problems <= 65535 && b.n > 0 &&
          b.n < (int64_t{1} << 31) && b.dim > 0 && b.k >= 1 && b.k <= b.n;
@@ -263,12 +313,11 @@ cudaError_t KMeansAssign(const KMeansBatch& b, const int32_t* active,
   NormsKernel<<<b.n_problems, 256, 0, stream>>>(b.centroids, b.k, b.dim,
                                                 w.norms);
   CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  const dim3 grid(static_cast<unsigned>(detail::DivUp(b.n, kTM)),
-                  b.n_problems);
+  const dim3 grid(static_cast<unsigned>(detail::DivUp(b.n, kTM)), b.n_problems);
   return detail::DispatchKvType(b.dtype, [&](auto tag) {
     using T = decltype(tag);
-    AssignKernel<T><<<grid, kAssignThreads, 0, stream>>>(b, w.norms, active,
-                                                        changed);
+    AssignKernel<T>
+        <<<grid, kAssignThreads, 0, stream>>>(b, w.norms, active, changed);
     return cudaGetLastError();
   });
 }
@@ -276,9 +325,9 @@ cudaError_t KMeansAssign(const KMeansBatch& b, const int32_t* active,
 cudaError_t KMeansUpdate(const KMeansBatch& b, const int32_t* active,
                          cudaStream_t stream) {
   if (!Valid(b)) return cudaErrorInvalidValue;
-  const int kc_max = static_cast<int>(kUpdateSmemMax / ((kSlice + 1) * 4));
+  const int kc_max = static_cast<int>(kUpdateSmemMax / (kSlice * 8 + 4));
   const int kc = std::min(b.k, kc_max);
-  const size_t bytes = size_t{4} * kc * (kSlice + 1);
+  const size_t bytes = size_t{8} * kc * kSlice + size_t{4} * kc;
   const dim3 grid(b.n_problems,
                   static_cast<unsigned>(detail::DivUp(b.dim, kSlice)),
                   static_cast<unsigned>(detail::DivUp(b.k, kc)));
@@ -291,8 +340,8 @@ cudaError_t KMeansUpdate(const KMeansBatch& b, const int32_t* active,
   });
 }
 
-cudaError_t KMeansRun(const KMeansBatch& b, const int32_t* seeds,
-                      int max_iters, void* workspace, size_t workspace_bytes,
+cudaError_t KMeansRun(const KMeansBatch& b, const int32_t* seeds, int max_iters,
+                      void* workspace, size_t workspace_bytes,
                       int32_t* iterations, int32_t* converged,
                       cudaStream_t stream) {
   if (!Valid(b) || workspace_bytes < KMeansWorkspaceBytes(b)) {
@@ -321,14 +370,40 @@ cudaError_t KMeansRun(const KMeansBatch& b, const int32_t* seeds,
     CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   if (iterations != nullptr) {
-    CKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        iterations, w.iters, ints, cudaMemcpyDeviceToDevice, stream));
+    CKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(iterations, w.iters, ints,
+                                             cudaMemcpyDeviceToDevice, stream));
   }
   if (converged != nullptr) {
-    CKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        converged, w.conv, ints, cudaMemcpyDeviceToDevice, stream));
+    CKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(converged, w.conv, ints,
+                                             cudaMemcpyDeviceToDevice, stream));
   }
   return cudaSuccess;
+}
+
+cudaError_t KMeansCompact(const KMeansBatch& b, const int32_t* iterations,
+                          int32_t* remap, void* result, cudaStream_t stream) {
+  if (!Valid(b) || result == nullptr || remap == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const device::KMeansLayout l = device::KMeansResultLayout(b.n, b.k, b.dim);
+  char* r = static_cast<char*>(result);
+  auto* header = reinterpret_cast<device::KMeansHeader*>(r);
+  RemapKernel<<<1, 1, 0, stream>>>(b.n, b.k, b.sizes, iterations, remap,
+                                   header);
+  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const int64_t cells = int64_t{b.k} * b.dim;
+  const auto grid = [](int64_t n) {
+    return static_cast<unsigned>(
+        std::clamp<int64_t>(detail::DivUp(n, 256), 1, 1 << 16));
+  };
+  CompactClustersKernel<<<grid(cells), 256, 0, stream>>>(
+      b.k, b.dim, b.centroids, b.sizes, remap,
+      reinterpret_cast<float*>(r + l.centroids),
+      reinterpret_cast<int32_t*>(r + l.sizes));
+  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  RenumberKernel<<<grid(b.n), 256, 0, stream>>>(
+      b.n, b.assignment, remap, reinterpret_cast<int32_t*>(r + l.assignment));
+  return cudaGetLastError();
 }
 
 }  // namespace ckv::kernels::cuda

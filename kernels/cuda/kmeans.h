@@ -9,15 +9,15 @@
 //    double-precision reference.
 //  - KMeansUpdate: one block per (problem, 32-channel slice, cluster
 //    chunk) walks the tokens (strided over warps) and sums its channels per
-//    cluster in shared memory in F32 (the paper's kernel used F16); a
+//    cluster in shared memory in 2^-24 fixed point (int64; integer atomics,
+//    so the result is deterministic: no float atomics in any reduction); a
 //    non-empty cluster's centroid becomes the mean, an empty one keeps its
-//    previous centroid. Float atomics: the last bits may vary run to run.
+//    previous centroid.
 //  - KMeansRun: seeds -> centroids, then up to max_iters (assign, update)
 //    rounds; a problem stops after a round in which no assignment changed
 //    (the first always counts as a change). Everything stays on the device
 //    (no host sync): finished problems skip the remaining rounds.
-//  Step 3 of the contract (dropping empty clusters) is left to the caller:
-//  sizes[c] == 0 marks them.
+//  Step 3 of the contract (dropping empty clusters): KMeansCompact.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/device/op_tables.h"
 #include "kernels/dtype.h"
 
 namespace ckv::kernels::cuda {
@@ -42,9 +43,9 @@ struct KMeansBatch {
   int n_problems = 0;
   int64_t n = 0;  // keys per problem, < 2^31
   int dim = 0;
-  int k = 0;      // clusters per problem, 1..n
+  int k = 0;  // clusters per problem, 1..n
   KMeansMetric metric = KMeansMetric::kCosine;
-  float* centroids = nullptr;   // [n_problems][k][dim]
+  float* centroids = nullptr;     // [n_problems][k][dim]
   int32_t* assignment = nullptr;  // [n_problems][n]
   int32_t* sizes = nullptr;       // [n_problems][k]
 };
@@ -67,9 +68,18 @@ cudaError_t KMeansUpdate(const KMeansBatch& b, const int32_t* active,
 // (cpu::internal::KMeansSeeds gives the reference's). iterations: device
 // [n_problems] rounds run per problem, and converged: device
 // [n_problems] 1 when it stopped on no change (either may be null).
-cudaError_t KMeansRun(const KMeansBatch& b, const int32_t* seeds,
-                      int max_iters, void* workspace, size_t workspace_bytes,
+cudaError_t KMeansRun(const KMeansBatch& b, const int32_t* seeds, int max_iters,
+                      void* workspace, size_t workspace_bytes,
                       int32_t* iterations, int32_t* converged,
                       cudaStream_t stream);
+
+// Step 3 of the contract for problem 0 of a KMeansRun: the non-empty
+// clusters in index order into the job result at `result`
+// (device::KMeansResultLayout(n, k, dim)): header (k kept, iterations,
+// key_scorings = n * iterations), centroids, sizes, and the assignment
+// renumbered. remap: device int32 [k] scratch. iterations: device int32
+// (KMeansRun's).
+cudaError_t KMeansCompact(const KMeansBatch& b, const int32_t* iterations,
+                          int32_t* remap, void* result, cudaStream_t stream);
 
 }  // namespace ckv::kernels::cuda

@@ -106,6 +106,19 @@ struct ScatterRowsArgs {
   int64_t src_bytes = 0, n = 0;
 };
 
+// One k-means job (model/kv/index_builder.h ClusterJob on the device):
+// n keys of `dim` elements, rows `stride` elements apart, of `type`; k
+// clusters from seeds (int32 [k]: ref::contract::KMeansSeeds); metric a
+// kernels::ClusterMetric value. Writes the job result at `result`
+// (KMeansResultLayout). scratch: KMeansScratchBytes(n, k, dim) bytes.
+struct KMeansArgs {
+  DevPtr keys, seeds, result, scratch;
+  DType type = DType::kF16;
+  int64_t stride = 0, n = 0, scratch_bytes = 0;
+  int dim = 0, k = 1, max_iters = 20;
+  int32_t metric = 0;
+};
+
 // A device's kernels for the ops above, each enqueued on `stream` (the
 // runtime's native stream handle). An error is the launch's (arguments out
 // of the kernel's range: INVALID_ARGUMENT; the device's: INTERNAL).
@@ -133,6 +146,10 @@ class OpLaunchers {
                                      void* stream) const = 0;
   virtual absl::Status SelectBlocks(const SelectArgs& a,
                                     void* stream) const = 0;
+  // The index builder's k-means (deterministic for given arguments; need
+  // not equal the CPU's bits), and the scratch it needs.
+  virtual int64_t KMeansScratchBytes(int64_t n, int k, int dim) const = 0;
+  virtual absl::Status KMeans(const KMeansArgs& a, void* stream) const = 0;
 };
 
 }  // namespace ckv::kernels::device

@@ -49,4 +49,26 @@ struct PlanTotals {
   int64_t budget = 0;  // min(budget, clustered rows)
 };
 
+// The result of one k-means job in device memory: this header, then
+// centroids [k][dim] floats, assignment [n] and sizes [k] int32 at the
+// requested k, each section 64-byte aligned; the header's k is the number
+// of non-empty clusters (the first k of each array are valid).
+struct KMeansHeader {
+  int64_t k = 0, iterations = 0, key_scorings = 0;
+};
+
+struct KMeansLayout {
+  int64_t centroids = 0, assignment = 0, sizes = 0, bytes = 0;
+};
+
+inline KMeansLayout KMeansResultLayout(int64_t n, int k, int dim) {
+  auto up = [](int64_t b) { return (b + 63) / 64 * 64; };
+  KMeansLayout l;
+  l.centroids = up(static_cast<int64_t>(sizeof(KMeansHeader)));
+  l.assignment = l.centroids + up(int64_t{k} * dim * 4);
+  l.sizes = l.assignment + up(n * 4);
+  l.bytes = l.sizes + up(int64_t{k} * 4);
+  return l;
+}
+
 }  // namespace ckv::kernels::device

@@ -72,6 +72,10 @@ struct BackendOptions {
   // kFake: matrices of types other than F32/F16/BF16 uploaded dequantised
   // to BF16, as the CUDA backend does (the op suite's "bf16" case).
   bool fake_bf16_weights = false;
+  // Device backends: cluster closed segments on the host (the CPU's
+  // k-means bits, so that selections can be compared exactly with the CPU
+  // backend's) instead of on the device.
+  bool host_kmeans = false;
   // Device backends: segment K,V residency, and kAuto's budget (0: half
   // the device's memory).
   KvResidency kv_residency = KvResidency::kAuto;

@@ -3,6 +3,7 @@
 // whose CUDA case runs kernels/cuda/selection_ops.cu). Without a device
 // every test reports SKIPPED.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -186,6 +187,63 @@ TEST_F(CudaClusterTest, RunMatchesReferenceOnSeparatedClusters) {
                                    cent.begin() + (p + 1) * k * dim);
     EXPECT_LT(MaxAbs(got_c, want.centroids), 1e-5);  // F32 vs double means
   }
+}
+
+// The index builder's job on the device: KMeansRun then KMeansCompact.
+// Keys repeat 5 vectors; seeds 0..11 make clusters 5..11 copies of earlier
+// ones, which lose every tie to the lower index and stay empty (the means
+// of identical keys are those keys): the result keeps exactly 5 clusters,
+// renumbers the assignment, and a second run gives the same bytes (no
+// float atomics anywhere).
+TEST_F(CudaClusterTest, KMeansJobIsDeterministicAndDropsEmptyClusters) {
+  const int dim = 48, k = 12, distinct = 5;
+  const int64_t n = 3000;
+  const auto base = RandomFloats(rng_, distinct * dim, -2.0f, 2.0f);
+  std::vector<float> keys(n * dim);
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy(base.begin() + (i % distinct) * dim,
+              base.begin() + (i % distinct + 1) * dim, keys.begin() + i * dim);
+  }
+  std::vector<int32_t> seeds(k);
+  std::iota(seeds.begin(), seeds.end(), 0);
+  const auto enc = Encode(DType::kF16, keys, n, dim);
+  DeviceArray<uint8_t> dk(enc);
+  DeviceArray<int32_t> dseeds(seeds), dit(1), remap(k);
+  const device::KMeansLayout l = device::KMeansResultLayout(n, k, dim);
+  std::vector<std::vector<uint8_t>> results;
+  for (int run = 0; run < 2; ++run) {
+    DeviceArray<float> dc(k * dim);
+    DeviceArray<int32_t> da(n), ds(k);
+    KMeansBatch b{
+        dk.get(), DType::kF16,           0,        dim,      1,       n, dim,
+        k,        KMeansMetric::kCosine, dc.get(), da.get(), ds.get()};
+    DeviceArray<uint8_t> ws(KMeansWorkspaceBytes(b)), out(l.bytes);
+    CUDA_ASSERT_OK(KMeansRun(b, dseeds.get(), 20, ws.get(), ws.size(),
+                             dit.get(), nullptr, stream_));
+    CUDA_ASSERT_OK(
+        KMeansCompact(b, dit.get(), remap.get(), out.get(), stream_));
+    results.push_back(out.Download());
+  }
+  EXPECT_EQ(results[0], results[1]);
+  const uint8_t* r = results[0].data();
+  device::KMeansHeader h;
+  std::memcpy(&h, r, sizeof(h));
+  ASSERT_EQ(h.k, distinct);
+  EXPECT_GE(h.iterations, 1);
+  EXPECT_EQ(h.key_scorings, n * h.iterations);
+  const auto* asg = reinterpret_cast<const int32_t*>(r + l.assignment);
+  const auto* sizes = reinterpret_cast<const int32_t*>(r + l.sizes);
+  std::vector<int64_t> counted(h.k, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_GE(asg[i], 0);
+    ASSERT_LT(asg[i], h.k);
+    ++counted[asg[i]];
+  }
+  for (int c = 0; c < h.k; ++c) {
+    EXPECT_GT(sizes[c], 0);
+    EXPECT_EQ(sizes[c], counted[c]) << c;
+  }
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(asg[i], i % distinct) << i;
 }
 
 TEST_F(CudaClusterTest, QuestBoundsAndScoresMatchReference) {

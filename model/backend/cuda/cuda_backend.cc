@@ -33,8 +33,10 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaDeviceBackend(
   const kernels::device::DeviceInfo device = (*rt)->Info();
   std::string name = absl::StrCat(device.name, " (CUDA device 0, ",
                                   device.total_bytes >> 20, " MiB)");
+  DeviceBackendDebug debug;
+  debug.host_kmeans = options.host_kmeans;
   auto backend = std::make_unique<DeviceBackend>(
-      *std::move(rt), "cuda", std::move(name), DeviceBackendDebug{},
+      *std::move(rt), "cuda", std::move(name), debug,
       ResidencyOptions{options.kv_residency, options.resident_kv_bytes});
   if (!backend->status().ok()) return backend->status();
   return std::unique_ptr<Backend>(std::move(backend));

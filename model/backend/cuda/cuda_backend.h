@@ -1,8 +1,8 @@
 // The CUDA backend: the device backend (model/backend/device/) on a
 // CudaRuntime (kernels/cuda/cuda_runtime.h), whose launchers run the
-// forward ops (issue 29). Selection and k-means stay on the host until
-// their device kernels exist (DeviceBackend::store_env). Built when the
-// CUDA part of kernels/ is (CLUSTERKV_HAVE_CUDA); otherwise these say so.
+// forward ops, the planner's selection and the index builder's k-means
+// (issue 29). Built when the CUDA part of kernels/ is
+// (CLUSTERKV_HAVE_CUDA); otherwise these say so.
 #pragma once
 
 #include <memory>

@@ -162,11 +162,7 @@ StoreEnv DeviceBackend::store_env() {
   StoreEnv env;
   env.arena = debug_.heap_arena ? HeapArena() : arena_;
   if (!debug_.host_selection) env.planner = planner_;
-  // A device whose launchers have no k-means kernel yet (CUDA, issue 29)
-  // clusters on the host.
-  if (!debug_.host_kmeans && launchers_ == nullptr) {
-    env.index_builder = index_builder_;
-  }
+  if (!debug_.host_kmeans) env.index_builder = index_builder_;
   if (!debug_.host_cache_rows) env.cache_rows = cache_rows_;
   return env;
 }
@@ -591,6 +587,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeFakeDeviceBackend(
                    ", seed ", c.seed, ")");
   DeviceBackendDebug debug;
   debug.bf16_weights = options.fake_bf16_weights;
+  debug.host_kmeans = options.host_kmeans;
   auto backend = std::make_unique<DeviceBackend>(
       std::move(rt), "fake", std::move(device), debug,
       ResidencyOptions{options.kv_residency, options.resident_kv_bytes});

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/device/op_launchers.h"
+#include "kernels/ref/kmeans_contract.h"
 
 namespace ckv {
 
@@ -16,15 +18,25 @@ constexpr int64_t kAlign = 64;
 
 int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// What a job's result occupies on the device and in pinned memory: a
-// header, then centroids, assignment and sizes at the requested k.
-struct Header {
-  int64_t k = 0, iterations = 0, key_scorings = 0;
-};
-int64_t ResultBytes(const ClusterJob& j) {
-  return AlignUp(sizeof(Header)) + AlignUp(int64_t{j.k} * j.dim * 4) +
-         AlignUp(j.n * 4) + AlignUp(int64_t{j.k} * 4);
+using Header = dev::KMeansHeader;
+
+kernels::ClusterMetric ToKernelMetric(ClusterMetric m) {
+  switch (m) {
+    case ClusterMetric::kL2:
+      return kernels::ClusterMetric::kL2;
+    case ClusterMetric::kInnerProduct:
+      return kernels::ClusterMetric::kInnerProduct;
+    case ClusterMetric::kCosine:
+      break;
+  }
+  return kernels::ClusterMetric::kCosine;
 }
+
+// What a job's result occupies on the device and in pinned memory.
+int64_t ResultBytes(const ClusterJob& j) {
+  return dev::KMeansResultLayout(j.n, j.k, j.dim).bytes;
+}
+
 // Elements of the job's keys: n rows of `stride`, the last `dim` long.
 int64_t KeyBytes(const ClusterJob& j) {
   return kernels::RowBytes(j.dtype, (j.n - 1) * j.stride + j.dim);
@@ -37,6 +49,7 @@ struct DeviceIndexBuilder::Place {
   DevPtr keys;
   int64_t staged = -1;  // offset in the staging, or -1: mapped in place
   int64_t result = 0;   // offset in the result buffers
+  int64_t seeds = -1;   // offset of the staged seeds (device k-means)
 };
 
 DeviceIndexBuilder::DeviceIndexBuilder(dev::Runtime& runtime,
@@ -58,6 +71,7 @@ DeviceIndexBuilder::~DeviceIndexBuilder() {
   Release(rt_, &result_host_);
   Release(rt_, &stage_dev_);
   Release(rt_, &result_dev_);
+  Release(rt_, &scratch_dev_);
 }
 
 absl::Status DeviceIndexBuilder::status() const {
@@ -98,7 +112,8 @@ void DeviceIndexBuilder::KMeans(absl::Span<const ClusterJob> jobs,
 bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
                                std::vector<ClusterResult>* out) {
   std::vector<Place> places(jobs.size());
-  int64_t staged = 0, results = 0;
+  const dev::OpLaunchers* launchers = rt_.launchers();
+  int64_t staged = 0, results = 0, scratch = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const ClusterJob& j = jobs[i];
     const int64_t bytes = KeyBytes(j);
@@ -114,17 +129,25 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
     }
     places[i].result = results;
     results += ResultBytes(j);
+    if (launchers != nullptr) {  // the device k-means' seeds, staged
+      places[i].seeds = staged;
+      staged += AlignUp(int64_t{j.k} * 4);
+      scratch =
+          std::max(scratch, launchers->KMeansScratchBytes(j.n, j.k, j.dim));
+    }
   }
   // The previous call waited for its work: the buffers are free.
   if (!Ok(Grow(rt_, staged, &stage_host_)) ||
       !Ok(Grow(rt_, staged, &stage_dev_)) ||
       !Ok(Grow(rt_, results, &result_host_)) ||
-      !Ok(Grow(rt_, results, &result_dev_))) {
+      !Ok(Grow(rt_, results, &result_dev_)) ||
+      !Ok(Grow(rt_, scratch, &scratch_dev_))) {
     return false;
   }
   if (staged > 0) {
     if (!Ok(rt_.HostWrite(stage_host_.host, staged))) return false;
     for (size_t i = 0; i < jobs.size(); ++i) {
+      if (places[i].seeds >= 0) StageSeeds(jobs[i], places[i].seeds);
       if (places[i].staged < 0) continue;
       std::memcpy(stage_host_.host + places[i].staged, jobs[i].keys,
                   KeyBytes(jobs[i]));
@@ -158,6 +181,26 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
       o += AlignUp(job.n * 4);
       std::memcpy(o, r[0].sizes.data(), r[0].sizes.size() * 4);
     };
+    if (launchers != nullptr) {
+      dev::KMeansArgs a;
+      a.keys = keys;
+      a.seeds = stage_dev_.ptr + places[i].seeds;
+      a.result = res;
+      a.scratch = scratch_dev_.ptr;
+      a.scratch_bytes = scratch_dev_.bytes;
+      a.type = job.dtype;
+      a.stride = job.stride;
+      a.n = job.n;
+      a.dim = job.dim;
+      a.k = job.k;
+      a.max_iters = job.max_iters;
+      a.metric = static_cast<int32_t>(ToKernelMetric(job.metric));
+      op.reads.push_back({a.seeds, int64_t{job.k} * 4});
+      op.writes.push_back({a.scratch, a.scratch_bytes});
+      op.device_launch = [launchers, a](void* st) {
+        return launchers->KMeans(a, st);
+      };
+    }
     if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
   }
   if (!Ok(rt_.CopyD2H(result_host_.host, result_dev_.ptr, results, stream_)) ||
@@ -192,6 +235,18 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
   }
   device_jobs_ += static_cast<int64_t>(jobs.size());
   return true;
+}
+
+// The CPU's seeds of `j` (ref::contract::KMeansSeeds) as int32 at `off`
+// of the key staging.
+void DeviceIndexBuilder::StageSeeds(const ClusterJob& j, int64_t off) {
+  const std::vector<int64_t> seeds =
+      kernels::ref::contract::KMeansSeeds(j.n, j.k, j.seed);
+  auto* out = reinterpret_cast<int32_t*>(stage_host_.host + off);
+  for (int c = 0; c < j.k; ++c) {
+    out[c] =
+        c < static_cast<int>(seeds.size()) ? static_cast<int32_t>(seeds[c]) : 0;
+  }
 }
 
 }  // namespace ckv

@@ -59,6 +59,7 @@ class DeviceIndexBuilder final : public IndexBuilder {
   bool Ok(const absl::Status& s);
   bool Solve(absl::Span<const ClusterJob> jobs,
              std::vector<ClusterResult>* out);
+  void StageSeeds(const ClusterJob& j, int64_t off);
 
   kernels::device::Runtime& rt_;
   std::shared_ptr<void> keep_alive_;
@@ -69,7 +70,7 @@ class DeviceIndexBuilder final : public IndexBuilder {
   kernels::device::Event done_;
   PinnedBuffer stage_host_;   // staged keys
   PinnedBuffer result_host_;  // results read back
-  DeviceBuffer stage_dev_, result_dev_;
+  DeviceBuffer stage_dev_, result_dev_, scratch_dev_;
   absl::Status status_;
   int64_t device_jobs_ = 0, mapped_bytes_ = 0, staged_bytes_ = 0;
 };
