@@ -79,7 +79,7 @@ list_tests() {
 gtest_run() {
   local bin="$1" out
   shift
-  out="$(mktemp)"
+  out="$(mktemp "$RESULTS/gtest.XXXXXX")"  # left behind if killed
   echo "--- $bin $*"
   timeout -k 5 "$CASE_TIMEOUT" "./bin/$bin" "$@" > "$out" 2>&1
   G_RC=$?
@@ -405,7 +405,8 @@ fi
 BUNDLE="$(cd "$BUNDLE" && pwd)"
 RESULTS="$BUNDLE/results"
 mkdir -p "$RESULTS"
-rm -f "$RESULTS"/*.log "$RESULTS"/*.status "$RESULTS"/*.show
+rm -f "$RESULTS"/*.log "$RESULTS"/*.status "$RESULTS"/*.show \
+  "$RESULTS"/gtest.??????
 # The binaries come gzipped (scripts/device-bundle.sh): unpack each once.
 for z in "$BUNDLE"/bin/*.gz; do
   [ -f "$z" ] || continue
