@@ -10,8 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_common.h"
+#include "bench/cluster_keygen.h"
 #include "bench/engine_prefill_cache.h"
 #include "bench/step_stats.h"
+#include "model/backend/device/device_backend.h"
 #include "model/kv/clustered_store.h"
 #include "model/kv/policies/registry.h"
 #include "model/kv/quality.h"
@@ -99,6 +101,8 @@ struct DecodeSeries {
   ForwardProfile prof;     // summed over the timed steps
   CacheStats before;       // cache counters before the timed steps
   int rounds = 0;
+  double link_bytes = 0;        // host -> device bytes of the timed steps
+  int64_t device_resident = 0;  // weights + resident KV after them
 };
 
 // Timed steps of every context are spread over this many interleaved rounds.
@@ -124,6 +128,11 @@ class EngineBench {
   // Prefill(ctx), or the saved one (--engine_prefill_cache), saving it.
   absl::StatusOr<Prefilled> PrefillOrReuse(int64_t ctx);
   absl::StatusOr<Prefilled> Prefill(int64_t ctx);
+  absl::Status SyntheticPrefill(Prefilled& p);
+  // A device backend's host -> device bytes so far (0 on the CPU), and its
+  // device memory in use (weights and resident KV).
+  int64_t LinkBytes() const;
+  int64_t DeviceResidentBytes() const;
   // Decodes `pc` at every prefilled context (interleaved rounds) and
   // records one RunRecord per context.
   absl::Status Decode(const PolicyChoice& pc, int budget, int batch);
@@ -167,9 +176,13 @@ absl::Status EngineBench::LoadAndDescribe() {
   to.threads = threads_;
   to.prefill_chunk = o_.prefill_chunk;
   to.profile = true;
-  auto tr = NewTransformer(model_->config, model_->weights, to, o_.backend);
-  if (!tr.ok()) return tr.status();
-  tr_ = *std::move(tr);
+  BackendOptions bo;
+  bo.threads = threads_;
+  bo.kv_residency = o_.kv_residency;
+  auto backend = MakeBackend(o_.backend, bo);
+  if (!backend.ok()) return backend.status();
+  tr_ = std::make_unique<Transformer>(model_->config, model_->weights, to,
+                                      *std::move(backend));
   if (!o_.engine_prefill_cache.empty()) {
     auto cache = PrefillCache::Open(o_.engine_prefill_cache, *model_);
     if (!cache.ok()) return cache.status();
@@ -188,7 +201,13 @@ absl::Status EngineBench::LoadAndDescribe() {
       {"ffn_dim", c.ffn_dim},
       {"vocab_size", c.vocab_size},
       {"weight_type", kernels::DTypeName(model_->weights.layers[0].wq.type)},
-      {"matrix_bytes", model_->weights.MatrixBytes()}};
+      {"matrix_bytes", model_->weights.MatrixBytes()},
+      {"backend", tr_->backend().info().name},
+      {"device", tr_->backend().info().device},
+      {"backend_selection", tr_->backend().info().selection},
+      {"kv_residency", KvResidencyName(o_.kv_residency)},
+      {"gqa_selection", GqaSelectionName(o_.gqa_selection)},
+      {"synthetic_sessions", o_.engine_synthetic}};
   std::printf(
       "engine model: %s\n  %d layers (dense_layers %d), d_model %d, "
       "heads %d/%d (head_dim %d), ffn %d, vocab %d, %.1f MB of "
@@ -240,8 +259,12 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
   p.context = ctx;
   PrefillStats& st = p.stats;
   st.threads = threads_;
-  p.store =
-      std::make_unique<ClusteredKvStore>(KvShapeOf(model_->config), c, worker_);
+  p.store = std::make_unique<ClusteredKvStore>(
+      KvShapeOf(model_->config), c, worker_, tr_->backend().store_env());
+  if (o_.engine_synthetic) {
+    if (auto s = SyntheticPrefill(p); !s.ok()) return s;
+    return p;
+  }
   std::mt19937_64 rng(o_.seed * 31 + ctx);
   std::uniform_int_distribution<int32_t> byte(3, model_->config.vocab_size - 1);
   std::vector<int32_t> tokens(ctx);
@@ -286,6 +309,38 @@ absl::StatusOr<Prefilled> EngineBench::Prefill(int64_t ctx) {
                    : 0.0,
                100 * std::max(0.0, st.ScoredShare()), st.index_wait_ms / 1e3);
   return p;
+}
+
+// The session of p.context tokens from synthetic clustered keys
+// (cluster_keygen: the structure of real post-RoPE keys) and random
+// values, the same rows appended to every layer in chunks of 4096 (so
+// that segments close and cluster as in a chunked prefill); then every
+// layer's index is waited for. Times the appends and the wait.
+absl::Status EngineBench::SyntheticPrefill(Prefilled& p) {
+  const ModelConfig& m = model_->config;
+  const KeyData keys =
+      GenerateKeys(o_.keygen, m.n_kv_heads, m.head_dim, p.context,
+                   o_.seed * 31 + p.context, nullptr);
+  const int64_t row = keys.row_elems(), chunk = 4096;
+  auto t0 = Clock::now();
+  for (int64_t at = 0; at < p.context; at += chunk) {
+    const int64_t n = std::min(chunk, p.context - at);
+    if (auto s = p.store->Reserve(n, AppendKind::kPrompt); !s.ok()) return s;
+    for (int l = 0; l < m.n_layers; ++l) {
+      p.store->Append(l, n, keys.k.data() + at * row, keys.v.data() + at * row);
+    }
+    p.store->Commit(n);
+  }
+  p.stats.prefill_ms = MsSince(t0);
+  t0 = Clock::now();
+  for (int l = 0; l < m.n_layers; ++l) p.store->WaitForIndex(l);
+  p.stats.index_wait_ms = MsSince(t0);
+  std::fprintf(stderr,
+               "cluster_bench: engine synthetic session of %lld tokens: "
+               "appends %.1f s, index wait %.2f s\n",
+               static_cast<long long>(p.context), p.stats.prefill_ms / 1e3,
+               p.stats.index_wait_ms / 1e3);
+  return absl::OkStatus();
 }
 
 absl::Status EngineBench::Step(
@@ -345,6 +400,7 @@ absl::StatusOr<DecodeSeries> EngineBench::StartSeries(const Prefilled& p,
   KvStoreConfig c = p.store->config();
   c.policy = pc.policy;
   c.budget = std::max(budget, 1);
+  c.gqa_selection = o_.gqa_selection;
   DecodeSeries s;
   s.p = &p;
   for (int i = 0; i < batch; ++i) {
@@ -359,8 +415,22 @@ absl::StatusOr<DecodeSeries> EngineBench::StartSeries(const Prefilled& p,
   return s;
 }
 
+int64_t EngineBench::LinkBytes() const {
+  const auto* d = dynamic_cast<const DeviceBackend*>(&tr_->backend());
+  if (d == nullptr) return 0;
+  return d->attend_copies().staged_bytes + d->attend_copies().direct_bytes +
+         d->cache_rows().stats().fill_bytes;
+}
+
+int64_t EngineBench::DeviceResidentBytes() const {
+  const auto* d = dynamic_cast<const DeviceBackend*>(&tr_->backend());
+  if (d == nullptr) return 0;
+  return d->resident_bytes() + d->cache_rows().stats().resident_bytes;
+}
+
 absl::Status EngineBench::TimeSteps(DecodeSeries& s, int steps) {
   tr_->ResetProfile();
+  const int64_t link0 = LinkBytes();
   for (int i = 0; i < steps; ++i) {
     const auto t0 = Clock::now();
     if (auto st = Step(s.sessions, s.tokens); !st.ok()) return st;
@@ -371,6 +441,8 @@ absl::Status EngineBench::TimeSteps(DecodeSeries& s, int steps) {
   s.prof.total_ns += prof.total_ns;
   s.prof.attention_ns += prof.attention_ns;
   s.prof.select_ns += prof.select_ns;
+  s.link_bytes += static_cast<double>(LinkBytes() - link0);
+  s.device_resident = DeviceResidentBytes();
   return absl::OkStatus();
 }
 
@@ -430,6 +502,8 @@ absl::Status EngineBench::FinishSeries(DecodeSeries& s, const PolicyChoice& pc,
       {"session_host_bytes", mem.host_bytes},
       {"session_host_shared_bytes", mem.host_shared_bytes},
       {"session_device_bytes", mem.working_set_bytes},
+      {"link_h2d_bytes_per_step", s.link_bytes / n},
+      {"device_resident_bytes", s.device_resident},
       {"timed_steps", o_.decode_steps},
       {"timed_rounds", s.rounds}};
   PrintRecord(r, stderr);

@@ -81,6 +81,21 @@ ABSL_FLAG(int, prefill_chunk, Defaults().prefill_chunk,
           "engine: max tokens per forward step during prefill");
 ABSL_FLAG(bool, engine_quality, Defaults().engine_quality,
           "engine: measure recall on session 0 of the first batch size");
+ABSL_FLAG(bool, engine_synthetic, Defaults().engine_synthetic,
+          "engine: build each context's session from synthetic clustered "
+          "keys appended to every layer (no prefill; for large models on a "
+          "device)");
+ABSL_FLAG(std::string, kv_residency,
+          ckv::KvResidencyName(Defaults().kv_residency),
+          "engine on a device backend: segment K,V residency "
+          "(auto|device|offload)");
+ABSL_FLAG(std::string, gqa_selection,
+          ckv::GqaSelectionName(Defaults().gqa_selection),
+          "engine: per_query_head or per_kv_head selection");
+ABSL_FLAG(std::string, weight_type,
+          ckv::kernels::DTypeName(Defaults().model.dtype),
+          "engine: weight type of the random model (f32, f16, bf16, q8_0, "
+          "...)");
 ABSL_FLAG(std::string, engine_prefill_cache, Defaults().engine_prefill_cache,
           "engine: folder of saved prefills; a context prefilled before with "
           "the same model, store layout, seed and chunk is restored from "
@@ -180,6 +195,18 @@ absl::Status ReadScalars(ClusterBenchOptions& o) {
   o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   o.engine_quality = absl::GetFlag(FLAGS_engine_quality);
   o.engine_prefill_cache = absl::GetFlag(FLAGS_engine_prefill_cache);
+  o.engine_synthetic = absl::GetFlag(FLAGS_engine_synthetic);
+  auto residency = ParseKvResidency(absl::GetFlag(FLAGS_kv_residency));
+  if (!residency.ok()) return residency.status();
+  o.kv_residency = *residency;
+  auto gqa = ParseGqaSelection(absl::GetFlag(FLAGS_gqa_selection));
+  if (!gqa.ok()) return gqa.status();
+  o.gqa_selection = *gqa;
+  const std::string wt = absl::GetFlag(FLAGS_weight_type);
+  if (!kernels::ParseDTypeName(wt.c_str(), &o.model.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--weight_type: unknown type '", wt, "'"));
+  }
   o.text_model = absl::GetFlag(FLAGS_text_model);
   o.text_file = absl::GetFlag(FLAGS_text_file);
   o.text_prompt_tokens = absl::GetFlag(FLAGS_text_prompt_tokens);

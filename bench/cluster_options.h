@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/backend/backend.h"
+#include "model/kv/kv_config.h"
 #include "model/make_random.h"
 
 namespace ckv::bench {
@@ -36,8 +37,8 @@ struct ClusterBenchOptions {
   std::string work_dir = "bench/results";  // the cached random model
   bool quick = false;
   int threads = 0;  // 0: every hardware thread
-  // Compute backend of the engine and text workloads (auto|cpu; cuda and
-  // fake refused until built).
+  // Compute backend of the engine and text workloads
+  // (auto|cpu|cuda|fake).
   BackendKind backend = BackendKind::kAuto;
   uint64_t seed = 1;
   bool run_keys = true;
@@ -78,6 +79,13 @@ struct ClusterBenchOptions {
   int decode_steps = 8;  // timed, after one untimed step
   int prefill_chunk = 256;
   bool engine_quality = true;  // measure recall on session 0 (first batch)
+  // engine on a device backend (bench/gpu_engine_bench.sh): sessions built
+  // from synthetic clustered keys (cluster_keygen) appended to every layer
+  // instead of a prefill; the backend's KV residency; the GQA selection
+  // mode of every sparse policy.
+  bool engine_synthetic = false;
+  KvResidency kv_residency = KvResidency::kAuto;
+  GqaSelection gqa_selection = GqaSelection::kPerQueryHead;
   std::string engine_prefill_cache;  // folder of saved prefills; empty: none
 
   // text: a real model on real text (bench/cluster_text.h); off unless

@@ -83,6 +83,8 @@ class Transformer {
 
   const ModelConfig& config() const { return config_; }
   const Backend& backend() const { return *backend_; }
+  // The backend, e.g. for the store env of the caches it runs.
+  Backend& backend() { return *backend_; }
   const ForwardProfile& profile() const { return profile_; }
   void ResetProfile() { profile_ = ForwardProfile{}; }
 
