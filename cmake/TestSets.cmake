@@ -29,7 +29,7 @@ set(CKV_RELEASE_TESTS
   deploy_config_test deploy_k8s_schema_test
   deploy_affinity_test
   engine_bench_smoke cluster_bench_smoke service_bench_smoke
-  gpu_engine_bench_dry_run
+  gpu_engine_bench_dry_run needle_bench_smoke
   stall_bench_smoke fuzz_smoke json_schema_corpus_test grammar_bench_smoke
   cuda_device_test cuda_ops_test cuda_runtime_test cuda_e2e_test
   cuda_stream_lint_test

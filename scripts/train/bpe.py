@@ -106,3 +106,13 @@ class Tokenizer:
         for w in _SPLIT.findall(text):
             out.extend(self._word(w))
         return out
+
+
+def from_gguf_meta(meta):
+    """The tokenizer of a GGUF file's metadata (merges and the control
+    tokens, token_type 3)."""
+    merges = [tuple(x.split(" ")) for x in meta["tokenizer.ggml.merges"]]
+    specials = [s for s, kind in zip(meta["tokenizer.ggml.tokens"],
+                                     meta["tokenizer.ggml.token_type"])
+                if kind == 3]
+    return Tokenizer(merges, specials)

@@ -52,11 +52,7 @@ def load(path):
 
 
 def tokenizer(meta):
-    merges = [tuple(x.split(" ")) for x in meta["tokenizer.ggml.merges"]]
-    specials = [s for s, kind in zip(meta["tokenizer.ggml.tokens"],
-                                     meta["tokenizer.ggml.token_type"])
-                if kind == 3]
-    return bpe.Tokenizer(merges, specials)
+    return bpe.from_gguf_meta(meta)
 
 
 def write_golden(model_path, heldout_path, out_path):

@@ -1,0 +1,42 @@
+#!/usr/bin/python3
+"""ctest needle_bench_smoke: bench/needle_bench.py --quick (4k, 3 depths,
+one sample, B = 256) through the built clusterkv-model on the committed
+retrieval model, then the facts that make it a benchmark a policy can
+fail: dense attention and the oracle find every needle; streaming (the
+most recent B tokens) misses the needle at depth 0, which lies outside
+its window; the JSON lists every policy. A missing model fails.
+
+usage: needle_bench_smoke.py BINARY MODEL OUT_PREFIX
+"""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def main():
+    binary, model, out = sys.argv[1:4]
+    if not os.path.exists(model):
+        sys.exit("needle model missing: %s" % model)
+    subprocess.run([sys.executable, os.path.join(ROOT, "bench",
+                                                 "needle_bench.py"),
+                    "--quick", "--binary", binary, "--model", model,
+                    "--out", out], check=True, cwd=ROOT)
+    with open(out + ".json") as f:
+        acc = json.load(f)["accuracy"]
+    want = {"full", "clusterkv B=256", "quest B=256", "streaming B=256",
+            "oracle B=256"}
+    missing = want - set(acc)
+    assert not missing, "policies missing from the JSON: %s" % missing
+    for policy in ("full", "oracle B=256"):
+        assert acc[policy]["4096"]["mean"] == 1.0, (policy, acc[policy])
+    depth0 = acc["streaming B=256"]["4096"]["by_depth"]["0.0"]
+    assert depth0 == 0.0, ("streaming found a needle outside its window",
+                           acc["streaming B=256"])
+    print("needle_bench_smoke: ok", {p: acc[p]["4096"]["mean"] for p in acc})
+
+
+if __name__ == "__main__":
+    main()
