@@ -68,7 +68,7 @@ have_gpu() {
 list_tests() {
   local args=(--gtest_list_tests)
   [ -n "$2" ] && args+=(--gtest_filter="$2")
-  timeout 30 "./bin/$1" "${args[@]}" 2> /dev/null | awk '
+  timeout 30 "$BIN/$1" "${args[@]}" 2> /dev/null | awk '
     /^[^ ]/ { suite = $1; next }
     /^  [^ ]/ { print suite $1 }'
 }
@@ -81,7 +81,7 @@ gtest_run() {
   shift
   out="$(mktemp "$RESULTS/gtest.XXXXXX")"  # left behind if killed
   echo "--- $bin $*"
-  timeout -k 5 "$CASE_TIMEOUT" "./bin/$bin" "$@" > "$out" 2>&1
+  timeout -k 5 "$CASE_TIMEOUT" "$BIN/$bin" "$@" > "$out" 2>&1
   G_RC=$?
   cat "$out"
   G_PASSED=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\?\..*/\1/p' "$out")
@@ -116,7 +116,7 @@ gtest_stage_part() {
     [ -n "$listed" ] && mapfile -t names <<< "$listed"
     n=${#names[@]}
     if [ "$n" -eq 0 ]; then
-      P_BAD="no test matches '${filter:-*}': $(timeout 30 "./bin/$bin" \
+      P_BAD="no test matches '${filter:-*}': $(timeout 30 "$BIN/$bin" \
         --gtest_list_tests 2>&1 | tail -1 | cut -c1-160)"
       P_FAILED=1
       return
@@ -205,8 +205,7 @@ stage_probe() {
   detail="$detail; $CUBLAS_NOTE"
   command -v compute-sanitizer > /dev/null 2>&1 &&
     timeout 20 compute-sanitizer --version | tail -1
-  for b in bin/*; do
-    [[ "$b" == *.gz ]] && continue
+  for b in "$BIN"/*; do
     echo "--- ldd $b"
     ldd "$b" 2>&1
     for line in $(ldd "$b" 2>&1 | awk '/not found/ { print $1 }'); do
@@ -217,7 +216,7 @@ stage_probe() {
     status=FAIL
     detail="$detail; not found: ${missing[*]}"
   else
-    detail="$detail; $(find bin -type f ! -name '*.gz' | wc -l) binaries load"
+    detail="$detail; $(find "$BIN" -type f | wc -l) binaries load"
   fi
   report "$status" "$detail"
 }
@@ -228,13 +227,13 @@ stage_device() {
 
 stage_link() {
   local json="$RESULTS/link_probe.json" rc v name detail="" bad=""
-  if [ ! -x bin/link_probe ]; then
-    report FAIL "bin/link_probe missing"
+  if [ ! -x "$BIN/link_probe" ]; then
+    report FAIL "link_probe not in the bundle"
     return
   fi
   rm -f "$json"
   if [ "$MODE" = dry-run ]; then
-    ./bin/link_probe --dry-run --pool-mib 64 --gather-mib 16 --json "$json"
+    "$BIN/link_probe" --dry-run --pool-mib 64 --gather-mib 16 --json "$json"
     rc=$?
     cat "$json"
     if [ "$rc" -ne 0 ] || [ "$(json_value dry_run "$json")" != true ]; then
@@ -248,7 +247,7 @@ stage_link() {
     detail="JSON shape ok, $(json_value gather_runs "$json") runs of"
     detail="$detail $(json_value gather_rows "$json") rows"
     if ! have_gpu; then  # the refusal without a device
-      ./bin/link_probe --pool-mib 64 --gather-mib 16 > /dev/null 2> "$json.err"
+      "$BIN/link_probe" --pool-mib 64 --gather-mib 16 > /dev/null 2> "$json.err"
       rc=$?
       cat "$json.err"
       if [ "$rc" -ne 2 ] || ! grep -q "no CUDA device" "$json.err"; then
@@ -260,7 +259,7 @@ stage_link() {
     report PASS "$detail"
     return
   fi
-  ./bin/link_probe --json "$json"
+  "$BIN/link_probe" --json "$json"
   rc=$?
   cat "$json" 2> /dev/null
   for name in h2d_pinned d2h_pinned d2d gather_zero_copy gather_device; do
@@ -282,8 +281,8 @@ stage_ops_cuda() { gtest_stage "cuda_ops_test - cases"; }
 stage_ops_backend() {
   local filter='*cuda*:*Cuda*:*CUDA*'
   [ "$MODE" = dry-run ] && filter='*fake*'
-  if [ ! -x bin/backend_ops_test ]; then
-    report FAIL "bin/backend_ops_test missing"
+  if [ ! -x "$BIN/backend_ops_test" ]; then
+    report FAIL "backend_ops_test not in the bundle"
   elif [ "$MODE" = device ] && [ -z "$(list_tests backend_ops_test "$filter")" ]
   then
     report SKIP "backend_ops_test has no CUDA case yet"
@@ -294,12 +293,12 @@ stage_ops_backend() {
 
 stage_e2e() {
   if [ "$MODE" = dry-run ]; then
-    if [ -x bin/cuda_e2e_test ]; then  # its fake cases; CUDA cases skip
+    if [ -x "$BIN/cuda_e2e_test" ]; then  # its fake cases; CUDA cases skip
       gtest_stage "device_backend_test - whole" "cuda_e2e_test - whole"
     else
       gtest_stage "device_backend_test - whole"
     fi
-  elif [ -x bin/cuda_e2e_test ]; then
+  elif [ -x "$BIN/cuda_e2e_test" ]; then
     gtest_stage "cuda_e2e_test - whole"
   else
     report SKIP "cuda_e2e_test not in the bundle"
@@ -309,13 +308,13 @@ stage_e2e() {
 stage_bench() {
   local b rc detail="" status=PASS benches=()
   for b in cuda_ops_bench gpu_engine_bench; do
-    [ -x "bin/$b" ] && benches+=("$b")
+    [ -x "$BIN/$b" ] && benches+=("$b")
   done
   [ "${#benches[@]}" -eq 0 ] && { report FAIL "no benchmark bundled"; return; }
   for b in "${benches[@]}"; do
     echo "--- $b"
     if [ "$MODE" = dry-run ] && ! have_gpu; then
-      "./bin/$b" > "$RESULTS/$b.out" 2>&1
+      "$BIN/$b" > "$RESULTS/$b.out" 2>&1
       rc=$?
       cat "$RESULTS/$b.out"
       if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
@@ -326,7 +325,7 @@ stage_bench() {
       fi
       continue
     fi
-    "./bin/$b" > "$RESULTS/$b.out" 2>&1
+    "$BIN/$b" > "$RESULTS/$b.out" 2>&1
     rc=$?
     cat "$RESULTS/$b.out"
     show "--- $b (exit $rc)" "$(tail -n 12 "$RESULTS/$b.out")"
@@ -343,14 +342,15 @@ stage_bench() {
 # compute-sanitizer --tool $1 over cuda_ops_test.
 sanitizer_stage() {
   local tool="$1" filter="${2:-*}" cs rc summary
-  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null)
+  cs=$(command -v compute-sanitizer ||
+    ls /usr/local/cuda/bin/compute-sanitizer 2> /dev/null)
   if [ "$MODE" = dry-run ]; then
     report SKIP "dry run: needs a device${cs:+ (compute-sanitizer found)}"
     return
   fi
   [ -n "$cs" ] || { report SKIP "compute-sanitizer not found"; return; }
   "$cs" --tool "$tool" --error-exitcode 86 --print-limit 20 \
-    ./bin/cuda_ops_test --gtest_filter="$filter" > "$RESULTS/$tool.out" 2>&1
+    "$BIN/cuda_ops_test" --gtest_filter="$filter" > "$RESULTS/$tool.out" 2>&1
   rc=$?
   cat "$RESULTS/$tool.out"
   summary=$(grep 'ERROR SUMMARY' "$RESULTS/$tool.out" | tail -1 |
@@ -407,20 +407,29 @@ RESULTS="$BUNDLE/results"
 mkdir -p "$RESULTS"
 rm -f "$RESULTS"/*.log "$RESULTS"/*.status "$RESULTS"/*.show \
   "$RESULTS"/gtest.??????
-# The binaries come gzipped (scripts/device-bundle.sh): unpack each once.
-for z in "$BUNDLE"/bin/*.gz; do
-  [ -f "$z" ] || continue
-  b="${z%.gz}"
-  if [ ! -f "$b" ] || [ "$z" -nt "$b" ]; then
-    { gzip -dc "$z" > "$b.part" && mv "$b.part" "$b"; } ||
-      echo "device-check: cannot unpack $z" >&2
+# The binaries come gzipped (scripts/device-bundle.sh): unpacked into a
+# temporary folder (removed at the end), so that the bundle stays as small
+# as it was made (a dry run here does not grow what the call carries).
+BIN_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/ckv-device-check.XXXXXX")"
+BIN="$BIN_ROOT/bin"
+mkdir -p "$BIN"
+for f in "$BUNDLE"/bin/*; do
+  [ -f "$f" ] || continue
+  if [[ "$f" == *.gz ]]; then
+    b="$BIN/$(basename "$f" .gz)"
+    gzip -dc "$f" > "$b" || echo "device-check: cannot unpack $f" >&2
+  else
+    b="$BIN/$(basename "$f")"
+    cp "$f" "$b"
   fi
-  chmod +x "$b" 2> /dev/null
+  chmod +x "$b"
 done
+# Shared libraries the bundle carries (RUNPATH $ORIGIN/../lib).
+[ -d "$BUNDLE/lib" ] && cp -a "$BUNDLE/lib" "$BIN_ROOT/lib"
 DEADLINE="${CKV_CHECK_DEADLINE_S:-480}"
 START_NS=$(date +%s%N)
 START_ISO=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-export MODE BUNDLE RESULTS CASE_TIMEOUT MAX_PROCS
+export MODE BUNDLE RESULTS CASE_TIMEOUT MAX_PROCS BIN
 
 elapsed_s() { echo $((($(date +%s%N) - START_NS) / 1000000000)); }
 
@@ -429,9 +438,7 @@ elapsed_s() { echo $((($(date +%s%N) - START_NS) / 1000000000)); }
 # LD_LIBRARY_PATH when the loader would not find it on its own.
 find_cublas() {
   local need dir py cands=()
-  need=$(for b in "$BUNDLE"/bin/*; do
-      [[ "$b" == *.gz ]] || ldd "$b" 2> /dev/null
-    done |
+  need=$(for b in "$BIN"/*; do ldd "$b" 2> /dev/null; done |
     grep -o 'libcublas\.so\.[0-9]*' | sort -u | head -1)
   CUBLAS_NEED="${need:-libcublas.so.13}"
   if ldconfig -p 2> /dev/null | grep -q "$CUBLAS_NEED "; then
@@ -572,6 +579,7 @@ finish() {
       2> /dev/null
   fi
   cat "$table"
+  rm -rf "$BIN_ROOT"
   exit "$rc"
 }
 trap finish EXIT

@@ -188,6 +188,8 @@ expect_row clean ops_backend PASS "2 passed in 2 procs"
 expect_row clean device PASS "cuda_runtime_test: 2 passed"
 expect_table_last clean PASS
 expect_json "$B1" clean PASS
+[ ! -e "$B1/bin/cuda_device_test" ] ||
+  fail "clean: the run unpacked a binary into the bundle"
 
 # 2. A failing test, a crash, a planted slow stage: recorded, the next
 # stages still run, the table comes last, exit status 1.
