@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <utility>
+
 namespace ckv {
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path) {
@@ -64,12 +66,13 @@ KvShape KvShapeOf(const ModelConfig& c) {
 std::unique_ptr<KvCache> NewKvCache(const ModelConfig& config,
                                     const KvStoreConfig& kv,
                                     kernels::DType dense_type,
-                                    ClusterWorker* worker) {
+                                    ClusterWorker* worker, StoreEnv env) {
   if (kv.policy == KvPolicy::kFull) {
     return std::make_unique<DenseKvCache>(
         DenseCacheOptions(config, dense_type, kv.max_tokens));
   }
-  return std::make_unique<ClusteredKvStore>(KvShapeOf(config), kv, worker);
+  return std::make_unique<ClusteredKvStore>(KvShapeOf(config), kv, worker,
+                                            std::move(env));
 }
 
 }  // namespace ckv

@@ -38,11 +38,13 @@ DenseKvCacheOptions DenseCacheOptions(const ModelConfig& config,
 
 // The KV cache a session of `config` uses: policy full -> a dense cache of
 // `dense_type` (F32 allowed); otherwise the clustered store (its host tier
-// is kv.kv_dtype), clustering on `worker` when given.
+// is kv.kv_dtype), clustering on `worker` when given, made with `env` (the
+// backend's store_env(): pinned rows, a device planner and k-means on a
+// device backend; empty: the store's own host defaults).
 std::unique_ptr<KvCache> NewKvCache(const ModelConfig& config,
                                     const KvStoreConfig& kv,
                                     kernels::DType dense_type,
-                                    ClusterWorker* worker);
+                                    ClusterWorker* worker, StoreEnv env = {});
 // The KV shape of `config`, with its sliding-window layers.
 KvShape KvShapeOf(const ModelConfig& config);
 // Per layer: the attention window (0 = unlimited).

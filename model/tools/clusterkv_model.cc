@@ -90,7 +90,8 @@ absl::Status Logits(const std::string& path, const CliOptions& o) {
   auto tf = NewToolTransformer(c, (*model)->weights, o);
   if (!tf.ok()) return tf.status();
   ClusterWorker worker;
-  auto cache = NewKvCache(c, o.kv, o.kv_type, &worker);
+  auto cache =
+      NewKvCache(c, o.kv, o.kv_type, &worker, (*tf)->backend().store_env());
   std::vector<float> logits;
   const bool all = o.positions == "all";
   SequenceInput in = MakeInput(
@@ -126,7 +127,8 @@ absl::Status RunGenerate(const std::string& path, const CliOptions& o) {
   auto tf = NewToolTransformer(m.config, m.weights, o);
   if (!tf.ok()) return tf.status();
   ClusterWorker worker;
-  auto cache = NewKvCache(m.config, o.kv, o.kv_type, &worker);
+  auto cache = NewKvCache(m.config, o.kv, o.kv_type, &worker,
+                          (*tf)->backend().store_env());
   auto result = Generate(**tf, *m.tokenizer, *cache, *ids, o.sampling,
                          [](absl::string_view piece) {
                            std::fwrite(piece.data(), 1, piece.size(), stdout);
