@@ -32,6 +32,7 @@ set(CKV_RELEASE_TESTS
   gpu_engine_bench_dry_run needle_bench_smoke
   stall_bench_smoke fuzz_smoke json_schema_corpus_test grammar_bench_smoke
   cuda_device_test cuda_ops_test cuda_runtime_test cuda_e2e_test
+  cuda_launch_checks_test
   cuda_stream_lint_test
   cuda_ptxas_test link_probe_dry_run_test)
 set(CKV_BOTH_SETS_TESTS)

@@ -1,0 +1,145 @@
+// Host-side checks of the CUDA launchers that need no device (issue 29:
+// "launch-geometry and workspace-size helpers are unit-tested on the
+// host"): the layouts the host and the kernels share (select_blocks'
+// scratch through SelectViewOf, the k-means job result) are in bounds,
+// aligned and disjoint; every launcher refuses out-of-range arguments with
+// cudaErrorInvalidValue before it touches the device, and an empty launch
+// succeeds without one. Runs in CI (no GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/attention_spans.h"
+#include "kernels/cuda/forward_ops.h"
+#include "kernels/cuda/gather.h"
+#include "kernels/cuda/norm_rope_swiglu.h"
+#include "kernels/cuda/selection_ops.h"
+#include "kernels/device/op_tables.h"
+#include "kernels/device/selection_phases.h"
+
+namespace ckv::kernels::cuda {
+namespace {
+
+namespace dev = ::ckv::kernels::device;
+
+struct Span {
+  uintptr_t begin, end;  // [begin, end)
+};
+
+// Every span lies in [lo, hi), is aligned to `align` and overlaps no other.
+void ExpectDisjointWithin(std::vector<Span> spans, uintptr_t lo, uintptr_t hi,
+                          uintptr_t align) {
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_GE(spans[i].begin, lo) << i;
+    EXPECT_LE(spans[i].end, hi) << i;
+    EXPECT_EQ(spans[i].begin % align, 0u) << i;
+    if (i > 0) {
+      EXPECT_GE(spans[i].begin, spans[i - 1].end) << i;
+    }
+  }
+}
+
+TEST(LaunchChecksTest, SelectScratchLayoutFitsItsBytes) {
+  for (int64_t n : {1, 7, 64, 2048, 100003}) {
+    for (int32_t segs : {1, 3, 40}) {
+      dev::SelectArgs a;
+      a.n = n;
+      a.n_segs = segs;
+      a.scratch = dev::DevPtr{0x10000000};
+      a.max_out = dev::MaxPlannedBlocks(n, segs, 64, 16);
+      a.out = dev::DevPtr{0x80000000};
+      a.totals = dev::DevPtr{0x90000000};
+      std::vector<Span> seen;
+      const dev::threads::SelectView v =
+          dev::SelectViewOf(a, [&](dev::DevPtr p, int64_t bytes, bool write) {
+            if (write && p.addr >= a.scratch.addr &&
+                p.addr < a.scratch.addr + 0x10000000) {
+              seen.push_back({p.addr, p.addr + static_cast<uintptr_t>(bytes)});
+            }
+            return reinterpret_cast<void*>(static_cast<uintptr_t>(p.addr));
+          });
+      ASSERT_EQ(seen.size(), 5u);  // order, avail, before, slot, recent
+      ExpectDisjointWithin(seen, a.scratch.addr,
+                           a.scratch.addr + dev::SelectScratchBytes(n, segs),
+                           8);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(v.order), a.scratch.addr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(v.totals), a.totals.addr);
+    }
+  }
+}
+
+TEST(LaunchChecksTest, KMeansResultSectionsAreAlignedAndDisjoint) {
+  for (int64_t n : {1, 100, 131072}) {
+    for (int k : {1, 13, 1639}) {
+      if (k > n) continue;
+      for (int dim : {64, 128}) {
+        const dev::KMeansLayout l = dev::KMeansResultLayout(n, k, dim);
+        ExpectDisjointWithin(
+            {{0, sizeof(dev::KMeansHeader)},
+             {static_cast<uintptr_t>(l.centroids),
+              static_cast<uintptr_t>(l.centroids + int64_t{k} * dim * 4)},
+             {static_cast<uintptr_t>(l.assignment),
+              static_cast<uintptr_t>(l.assignment + n * 4)},
+             {static_cast<uintptr_t>(l.sizes),
+              static_cast<uintptr_t>(l.sizes + int64_t{k} * 4)}},
+            0, static_cast<uintptr_t>(l.bytes), 64);
+      }
+    }
+  }
+}
+
+TEST(LaunchChecksTest, SpanAttentionGeometry) {
+  SpanAttentionParams p;
+  p.n_heads = 32;
+  p.n_q = 8;
+  const dim3 g = SpanAttentionGrid(p);
+  EXPECT_EQ(g.x, 32u);
+  EXPECT_EQ(g.y, 8u);
+  EXPECT_EQ(kSpanAttentionThreads % 32, 0);
+  EXPECT_LE(kSpanAttentionThreads, 1024);
+}
+
+// Refusals happen before any CUDA call: they hold on a machine without a
+// driver, and so do empty launches.
+TEST(LaunchChecksTest, LaunchersRefuseBadArgumentsWithoutADevice) {
+  cudaStream_t s = nullptr;
+  SpanAttentionParams p;
+  p.n_heads = 4;
+  p.head_dim = 64;
+  p.n_q = 65536;  // gridDim.y limit
+  EXPECT_EQ(SpanAttention(p, s), cudaErrorInvalidValue);
+  p.n_q = -1;
+  EXPECT_EQ(SpanAttention(p, s), cudaErrorInvalidValue);
+  p.n_q = 0;
+  EXPECT_EQ(SpanAttention(p, s), cudaSuccess);
+  EXPECT_EQ(ScoreClusters(nullptr, 1, nullptr, 10, 64, nullptr, 9, s),
+            cudaErrorInvalidValue);  // ld < n
+  EXPECT_EQ(ScoreClusters(nullptr, 0, nullptr, 10, 64, nullptr, 10, s),
+            cudaSuccess);
+  dev::threads::SelectView v;
+  v.page_size = 0;
+  EXPECT_EQ(SelectBlocks(v, s), cudaErrorInvalidValue);
+  EXPECT_EQ(SoftCap(nullptr, 8, 0.0f, s), cudaErrorInvalidValue);
+  EXPECT_EQ(SoftCap(nullptr, 0, 30.0f, s), cudaSuccess);
+  EXPECT_EQ(AddBias(nullptr, nullptr, 3, 0, s), cudaErrorInvalidValue);
+  EXPECT_EQ(Add(nullptr, nullptr, -1, s), cudaErrorInvalidValue);
+  EXPECT_EQ(Add(nullptr, nullptr, 0, s), cudaSuccess);
+  EXPECT_EQ(ScatterItems(nullptr, nullptr, -1, s), cudaErrorInvalidValue);
+  EXPECT_EQ(ScatterItems(nullptr, nullptr, 0, s), cudaSuccess);
+  EXPECT_EQ(RmsNormPicked(nullptr, nullptr, nullptr, 2, 64, 1e-5f, nullptr, s),
+            cudaErrorInvalidValue);  // no picked rows
+  EXPECT_EQ(EmbeddingGather(DType::kF16, nullptr, 10, 64, nullptr, 2, 1.0f, 32,
+                            nullptr, s),
+            cudaErrorInvalidValue);  // out_stride < dim
+  RopeConfig rc;
+  rc.rot_dims = 66;  // > head_dim
+  EXPECT_EQ(Rope(nullptr, 1, 1, 64, nullptr, rc, s), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace ckv::kernels::cuda
