@@ -4,9 +4,10 @@
 # CLUSTERKV_BUNDLE=ON (libstdc++, libgcc, cudart, Abseil, PCRE2 and GTest
 # static; cuBLAS found on the device at run time), stripped and gzipped
 # (device-check.sh unpacks them), in OUT/bin; scripts/device-check.sh as
-# OUT/device-check.sh; the demo model in OUT/models; OUT/MANIFEST (commit,
-# build flags, files and sizes). The bundle must stay within 20 MiB (the
-# device call carries it).
+# OUT/device-check.sh; the demo model, gzipped, in OUT/models; the engine
+# benchmark's scripts in OUT/bench; OUT/MANIFEST (commit, build flags,
+# files and sizes). The bundle must stay within 20 MiB (the device call
+# carries it): DROP_ORDER says what goes first.
 #
 # Usage: scripts/device-bundle.sh [OUT]      (default: bundle)
 # Environment: CKV_BUNDLE_BUILD (build folder, default build-bundle),
@@ -20,10 +21,17 @@ ARCHS="${CKV_CUDA_ARCHS:-90}"
 MAX_BYTES=$((20 * 1024 * 1024))
 
 # What the device check runs. A missing required target fails the bundle;
-# a missing optional one (not written yet) is a warning.
+# a missing optional one (not written yet) is a warning. cluster_bench
+# comes with bench/gpu_engine_bench.sh and its plot script (the engine
+# stage).
 REQUIRED_TARGETS=(cuda_device_test cuda_runtime_test cuda_ops_test
   backend_ops_test device_backend_test cuda_ops_bench link_probe)
-OPTIONAL_TARGETS=(cuda_e2e_test gpu_engine_bench)
+OPTIONAL_TARGETS=(cuda_e2e_test cluster_bench)
+ENGINE_FILES=(bench/gpu_engine_bench.sh bench/plot_gpu_engine.py)
+# Left out, in this order, while the bundle is over the limit (with a
+# warning): binaries the device stages do not run (device_backend_test
+# serves only the dry run, beside cuda_e2e_test's fake cases).
+DROP_ORDER=(device_backend_test)
 MODEL=models/kjv-llama.gguf
 
 # Shared libraries a bundled binary may need: the C library's and cuBLAS
@@ -101,7 +109,27 @@ rmdir "$OUT/lib" 2> /dev/null || true
 
 cp scripts/device-check.sh "$OUT/device-check.sh"
 chmod +x "$OUT/device-check.sh"
-cp "$MODEL" "$OUT/models/"
+gzip -9 -n -c "$MODEL" > "$OUT/models/$(basename "$MODEL").gz"
+if [ -f "$OUT/bin/cluster_bench.gz" ]; then
+  mkdir -p "$OUT/bench"
+  for f in "${ENGINE_FILES[@]}"; do
+    if [ -f "$f" ]; then
+      cp "$f" "$OUT/bench/"
+    else
+      warn "$f missing: the engine stage will be skipped"
+    fi
+  done
+fi
+
+dropped=()
+for t in "${DROP_ORDER[@]}"; do
+  [ "$(du -sb "$OUT" | cut -f1)" -gt "$MAX_BYTES" ] || break
+  if [ -f "$OUT/bin/$t.gz" ]; then
+    warn "over $MAX_BYTES bytes: $t left out"
+    rm "$OUT/bin/$t.gz"
+    dropped+=("$t")
+  fi
+done
 
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD/CMakeCache.txt"; }
 {
@@ -125,6 +153,7 @@ cache() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD/CMakeCache.txt"; }
   echo "binaries: gzip -9 (device-check.sh unpacks them), $unpacked_bytes" \
        "bytes unpacked"
   echo "optional targets not bundled: ${missing_optional[*]:-none}"
+  echo "left out for size: ${dropped[*]:-none}"
   echo "files (bytes path):"
   (cd "$OUT" && find . -type f ! -name MANIFEST | sort |
      xargs stat -c '  %s %n')

@@ -13,7 +13,8 @@
 #   ops_cuda     cuda_ops_test, one process per test
 #   ops_backend  backend_ops_test's CUDA cases, one process per test
 #   e2e          cuda_e2e_test (CUDA vs CPU), when bundled
-#   bench        cuda_ops_bench; gpu_engine_bench when bundled
+#   bench        cuda_ops_bench
+#   engine       bench/gpu_engine_bench.sh over cluster_bench, when bundled
 #   memcheck     compute-sanitizer memcheck of cuda_ops_test
 #   racecheck    compute-sanitizer racecheck of cuda_ops_test
 # On the device a skipped GTest case fails its stage (no usable device).
@@ -21,9 +22,10 @@
 # --dry-run: the host-only self-test (no GPU needed): the probe reports a
 # missing GPU, the stages run the binaries' fake-device parts instead
 # (fake cases of cuda_runtime_test, backend_ops_test and cuda_e2e_test,
-# device_backend_test, link_probe --dry-run, the benchmarks' refusal without
-# a device), the sanitizer stages are skipped, and a planted slow stage
-# checks that a stage timeout is recorded as TIMEOUT.
+# device_backend_test, link_probe --dry-run, the benchmark's refusal without
+# a device, gpu_engine_bench.sh --dry-run on the fake), the sanitizer stages
+# are skipped, and a planted slow stage checks that a stage timeout is
+# recorded as TIMEOUT.
 #
 # Usage: device-check.sh [BUNDLE] [--dry-run]
 #   BUNDLE: the bundle folder (default: this script's folder).
@@ -34,15 +36,20 @@
 #   CKV_CHECK_MAX_PROCS        test processes per stage at most (default 64;
 #                              more tests are run in groups)
 #   CKV_CHECK_ONLY             stages to run, e.g. "probe link" (others SKIP)
-#   OUT                        where the table's JSON, link_probe.json and a
-#                              tarball of the logs are copied
+#   CKV_CHECK_ENGINE_MODE      gpu_engine_bench.sh's mode on the device:
+#                              empty (the full set, default) or --quick
+#   OUT                        where the table's JSON, link_probe.json,
+#                              gpu_engine.{json,png} and a tarball of the
+#                              logs are copied
 # Results: BUNDLE/results/STAGE.log per stage, device-check.json, table.txt.
 # Exit status: 0 when no stage failed or timed out, 1 otherwise, 64 usage.
 
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
-STAGES=(probe device link ops_cuda ops_backend e2e bench memcheck racecheck)
+STAGES=(probe device link ops_cuda ops_backend e2e bench engine memcheck
+  racecheck)
 declare -A STAGE_TIMEOUT=([probe]=60 [device]=120 [link]=90 [ops_cuda]=150
-  [ops_backend]=120 [e2e]=150 [bench]=150 [memcheck]=150 [racecheck]=90)
+  [ops_backend]=120 [e2e]=150 [bench]=120 [engine]=240 [memcheck]=150
+  [racecheck]=90)
 CASE_TIMEOUT="${CKV_CHECK_CASE_TIMEOUT_S:-90}"
 MAX_PROCS="${CKV_CHECK_MAX_PROCS:-64}"
 
@@ -180,7 +187,7 @@ json_figure() {
 stage_probe() {
   local status=PASS detail="" gpu missing=() b line
   echo "bundle: $BUNDLE"
-  sed -n '1,6p' MANIFEST 2> /dev/null
+  sed -n '1,6p' "$BUNDLE/MANIFEST" 2> /dev/null
   uname -a
   sed -n 's/^PRETTY_NAME=//p' /etc/os-release 2> /dev/null
   if command -v nvidia-smi > /dev/null 2>&1; then
@@ -292,11 +299,17 @@ stage_ops_backend() {
 }
 
 stage_e2e() {
+  local parts=() b
   if [ "$MODE" = dry-run ]; then
-    if [ -x "$BIN/cuda_e2e_test" ]; then  # its fake cases; CUDA cases skip
-      gtest_stage "device_backend_test - whole" "cuda_e2e_test - whole"
+    # device_backend_test (left out of a bundle that would be too big) and
+    # cuda_e2e_test's fake cases (its CUDA cases skip).
+    for b in device_backend_test cuda_e2e_test; do
+      [ -x "$BIN/$b" ] && parts+=("$b - whole")
+    done
+    if [ "${#parts[@]}" -eq 0 ]; then
+      report FAIL "neither device_backend_test nor cuda_e2e_test bundled"
     else
-      gtest_stage "device_backend_test - whole"
+      gtest_stage "${parts[@]}"
     fi
   elif [ -x "$BIN/cuda_e2e_test" ]; then
     gtest_stage "cuda_e2e_test - whole"
@@ -306,37 +319,58 @@ stage_e2e() {
 }
 
 stage_bench() {
-  local b rc detail="" status=PASS benches=()
-  for b in cuda_ops_bench gpu_engine_bench; do
-    [ -x "$BIN/$b" ] && benches+=("$b")
-  done
-  [ "${#benches[@]}" -eq 0 ] && { report FAIL "no benchmark bundled"; return; }
-  for b in "${benches[@]}"; do
-    echo "--- $b"
-    if [ "$MODE" = dry-run ] && ! have_gpu; then
-      "$BIN/$b" > "$RESULTS/$b.out" 2>&1
-      rc=$?
-      cat "$RESULTS/$b.out"
-      if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
-        status=FAIL
-        detail="$detail$b: exit $rc without a device; "
-      else
-        detail="$detail$b refuses without a device (exit $rc); "
-      fi
-      continue
-    fi
-    "$BIN/$b" > "$RESULTS/$b.out" 2>&1
-    rc=$?
-    cat "$RESULTS/$b.out"
-    show "--- $b (exit $rc)" "$(tail -n 12 "$RESULTS/$b.out")"
-    if [ "$rc" -ne 0 ]; then
-      status=FAIL
-      detail="$detail$b: exit $rc: $(tail -1 "$RESULTS/$b.out"); "
+  local b=cuda_ops_bench rc
+  [ -x "$BIN/$b" ] || { report FAIL "$b not in the bundle"; return; }
+  "$BIN/$b" > "$RESULTS/$b.out" 2>&1
+  rc=$?
+  cat "$RESULTS/$b.out"
+  if [ "$MODE" = dry-run ] && ! have_gpu; then
+    if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
+      report FAIL "$b: exit $rc without a device (want a refusal)"
     else
-      detail="$detail$b ok ($(grep -c . "$RESULTS/$b.out") lines); "
+      report PASS "$b refuses without a device (exit $rc)"
     fi
-  done
-  report "$status" "${detail%; }"
+  elif [ "$rc" -ne 0 ]; then
+    report FAIL "$b: exit $rc: $(tail -1 "$RESULTS/$b.out")"
+  else
+    show "--- $b" "$(tail -n 16 "$RESULTS/$b.out")"
+    report PASS "$b: $(grep -c . "$RESULTS/$b.out") lines, table above"
+  fi
+}
+
+# bench/gpu_engine_bench.sh (the engine benchmark) over cluster_bench: the
+# full set on the device (CKV_CHECK_ENGINE_MODE=--quick: 32k only), the
+# fake device and a tiny shape in a dry run. Each run writes its JSON; the
+# plot (python3 with matplotlib) merges them.
+stage_engine() {
+  local script="$BUNDLE/bench/gpu_engine_bench.sh" out="$RESULTS/gpu_engine"
+  local mode=() rc runs failed
+  if [ ! -f "$script" ] || [ ! -x "$BIN/cluster_bench" ]; then
+    report SKIP "gpu_engine_bench.sh or cluster_bench not in the bundle"
+    return
+  fi
+  if [ "$MODE" = dry-run ]; then
+    mode=(--dry-run)
+  elif [ -n "${CKV_CHECK_ENGINE_MODE:-}" ]; then
+    mode=("$CKV_CHECK_ENGINE_MODE")
+  fi
+  rm -rf "$out"
+  bash "$script" "$BIN/cluster_bench" "$out" "${mode[@]}" > "$out.txt" 2>&1
+  rc=$?
+  cat "$out.txt"
+  runs=$(find "$out" -name 'gpu_engine_*.json' 2> /dev/null | wc -l)
+  failed=$(grep -c 'failed (exit' "$out.txt")
+  if [ -s "$out/gpu_engine.json" ]; then
+    show "$(grep -v '^==' "$out.txt" | tail -n 24)"
+  fi
+  if [ "$rc" -eq 0 ]; then
+    report PASS "$runs runs${mode[*]:+ (${mode[*]})}; table: gpu_engine.json"
+  elif [ "$MODE" = dry-run ] && [ "$failed" -eq 0 ] && [ "$runs" -gt 0 ]
+  then
+    report PASS "$runs runs (--dry-run); no plot (no python3 with matplotlib)"
+  else
+    report FAIL "exit $rc: $failed of the runs failed, $runs JSON written"
+  fi
 }
 
 # compute-sanitizer --tool $1 over cuda_ops_test.
@@ -378,14 +412,14 @@ stage__slow() {
 # ---- one stage in its own process ----------------------------------------
 
 if [ "${1:-}" = --stage ]; then
-  cd "$BUNDLE" || exit 1
+  cd "$BIN_ROOT" || exit 1  # bin/ and models/ (unpacked) are here
   "stage_$2"
   exit 0
 fi
 
 # ---- the run ---------------------------------------------------------------
 
-usage() { sed -n '2,40p' "$SELF" | sed 's/^# \{0,1\}//'; exit "${1:-64}"; }
+usage() { sed -n '2,45p' "$SELF" | sed 's/^# \{0,1\}//'; exit "${1:-64}"; }
 MODE=device
 BUNDLE=""
 for a in "$@"; do
@@ -426,10 +460,22 @@ for f in "$BUNDLE"/bin/*; do
 done
 # Shared libraries the bundle carries (RUNPATH $ORIGIN/../lib).
 [ -d "$BUNDLE/lib" ] && cp -a "$BUNDLE/lib" "$BIN_ROOT/lib"
+# The models, gzipped or not: the stages run in BIN_ROOT, where the tests'
+# relative "models/" path finds them.
+mkdir -p "$BIN_ROOT/models"
+for f in "$BUNDLE"/models/*; do
+  [ -f "$f" ] || continue
+  if [[ "$f" == *.gz ]]; then
+    gzip -dc "$f" > "$BIN_ROOT/models/$(basename "$f" .gz)" ||
+      echo "device-check: cannot unpack $f" >&2
+  else
+    ln -s "$f" "$BIN_ROOT/models/$(basename "$f")"
+  fi
+done
 DEADLINE="${CKV_CHECK_DEADLINE_S:-480}"
 START_NS=$(date +%s%N)
 START_ISO=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-export MODE BUNDLE RESULTS CASE_TIMEOUT MAX_PROCS BIN
+export MODE BUNDLE RESULTS CASE_TIMEOUT MAX_PROCS BIN BIN_ROOT
 
 elapsed_s() { echo $((($(date +%s%N) - START_NS) / 1000000000)); }
 
@@ -574,7 +620,10 @@ finish() {
   } > "$json"
   if [ -n "${OUT:-}" ] && mkdir -p "$OUT" 2> /dev/null; then
     cp "$json" "$OUT/device-check.json"
-    [ -f "$RESULTS/link_probe.json" ] && cp "$RESULTS/link_probe.json" "$OUT/"
+    for f in link_probe.json gpu_engine/gpu_engine.json \
+             gpu_engine/gpu_engine.png; do
+      [ -f "$RESULTS/$f" ] && cp "$RESULTS/$f" "$OUT/"
+    done
     tar czf "$OUT/device-check-logs.tar.gz" -C "$BUNDLE" results \
       2> /dev/null
   fi

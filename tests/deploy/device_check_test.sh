@@ -126,6 +126,19 @@ v=null verified=null
 out="{\"probe\":\"link_probe\",\"dry_run\":$([ $dry = 1 ] && echo true || echo false),\"config\":{\"gather_runs\":3,\"gather_rows\":99},\"results\":{$(fig h2d_pinned $v),$(fig d2h_pinned $v),$(fig d2d $v),$(fig gather_zero_copy $v),$(fig gather_device $v)},\"gather_verified\":$verified}"
 if [ -n "$json" ]; then echo "$out" > "$json"; else echo "$out"; fi
 EOF
+  # The engine benchmark: one run's JSON; the plot (gpu_engine.json) only
+  # where STUB_ENGINE_PLOT is set, else exit 1 as without matplotlib.
+  mkdir -p "$dir/bench"
+  printf '#!/usr/bin/env bash\n' > "$dir/bin/cluster_bench"
+  cat > "$dir/bench/gpu_engine_bench.sh" << 'EOF'
+#!/usr/bin/env bash
+mkdir -p "$2"
+echo '{}' > "$2/gpu_engine_device_per_query_head.json"
+[ -n "${STUB_ENGINE_PLOT:-}" ] || exit 1
+echo '{}' > "$2/gpu_engine.json"
+echo "mode step_ms"
+echo "resident 1.0"
+EOF
   cat > "$dir/bin/cuda_ops_bench" << 'EOF'
 #!/usr/bin/env bash
 [ -n "${STUB_DEVICE:-}" ] || { echo "FATAL: no CUDA device: stub" >&2; exit 1; }
@@ -183,6 +196,7 @@ for s in probe device link ops_cuda ops_backend e2e bench; do
   expect_row clean "$s" PASS
 done
 expect_row clean memcheck SKIP "dry run"
+expect_row clean engine PASS "1 runs (--dry-run); no plot"
 expect_row clean timeout_ctl PASS "processes stopped"
 expect_row clean ops_backend PASS "2 passed in 2 procs"
 expect_row clean device PASS "cuda_runtime_test: 2 passed"
@@ -205,7 +219,7 @@ expect_row planted ops_backend TIMEOUT "no result after 4 s"
 expect_row planted e2e PASS
 expect_row planted bench PASS
 expect_row planted timeout_ctl PASS
-expect_table_last planted "FAIL (3 of 10 stages: device ops_cuda ops_backend)"
+expect_table_last planted "FAIL (3 of 11 stages: device ops_cuda ops_backend)"
 grep -q "last lines of results/ops_cuda.log" "$TMP/planted.out" ||
   fail "planted: the failing stage's last lines are not printed"
 grep -q "CudaOpsTest.B, where GetParam" "$TMP/planted.out" ||
@@ -250,7 +264,7 @@ echo "========= ERROR SUMMARY: 0 errors"
 exit $rc
 EOF
 chmod +x "$TMP/path"/*
-run device PATH="$TMP/path:$PATH" STUB_DEVICE=1 \
+run device PATH="$TMP/path:$PATH" STUB_DEVICE=1 STUB_ENGINE_PLOT=1 \
   "STUB_SKIP_cuda_runtime_test=Rt/Conf.Copies/cuda" \
   STUB_SLEEP_backend_ops_test=30 CKV_CHECK_CASE_TIMEOUT_S=1 -- "$B4"
 [ "$RC" -eq 1 ] || fail "device: exit $RC, want 1"
@@ -260,9 +274,12 @@ expect_row device link PASS "h2d_pinned 12.5"
 expect_row device ops_backend TIMEOUT "timed out after 1 s"
 expect_row device e2e SKIP "not in the bundle"
 expect_row device bench PASS
+expect_row device engine PASS "1 runs; table: gpu_engine.json"
+grep -q "resident 1.0" "$TMP/device.out" ||
+  fail "device: the engine table is not printed"
 expect_row device memcheck PASS "ERROR SUMMARY: 0 errors"
 grep -q "timeout_ctl" "$TMP/device.out" && fail "device: a timeout_ctl row"
-expect_table_last device "FAIL (2 of 9 stages: device ops_backend)"
+expect_table_last device "FAIL (2 of 10 stages: device ops_backend)"
 
 # 5. No bundle: usage error.
 run nobundle -- "$TMP/none" --dry-run
