@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
   constexpr int kWarps = kSpanAttentionWarps;
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][kPer * 32];
-  const int h = blockIdx.x, t = blockIdx.y;
+  const int t = blockIdx.x, h = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t off = (int64_t{t} * p.n_heads + h) * p.head_dim;
   const int64_t q_pos = p.q_pos[t];
@@ -103,7 +103,9 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
 }  // namespace
 
 cudaError_t SpanAttention(const SpanAttentionParams& p, cudaStream_t stream) {
-  if (p.n_q < 0 || p.n_heads < 0 || p.n_q > 65535) return cudaErrorInvalidValue;
+  if (p.n_q < 0 || p.n_heads < 0 || p.n_heads > 65535) {
+    return cudaErrorInvalidValue;
+  }
   if (p.n_q == 0 || p.n_heads == 0) return cudaSuccess;
   return detail::DispatchPerLane(p.head_dim, [&](auto per) {
     constexpr int kPer = decltype(per)::kValue;

@@ -4,7 +4,7 @@
 // contract of kernels::ref::Attention (causal by position, optional sliding
 // window and soft-capping; a head with no visible key writes zeros). K/V
 // rows are F32, F16 or BF16 in device memory, head_dim <= 256.
-// One block of kSpanAttentionWarps warps per (head, query row): each warp
+// One block of kSpanAttentionWarps warps per (query row, head): each warp
 // runs an online softmax over every kSpanAttentionWarps-th row of each
 // span, then the warps' partials merge in shared memory. No workspace.
 #pragma once
@@ -30,9 +30,11 @@ struct SpanAttentionParams {
   int64_t window = 0;
 };
 
-// Launch geometry (host, pure): grid (n_heads, n_q), this many threads.
+// Launch geometry (host, pure): grid (n_q, n_heads), this many threads.
+// Query rows go on x (up to 2^31 - 1: a prefill chunk of any size), heads
+// on y (gridDim.y <= 65535).
 inline dim3 SpanAttentionGrid(const SpanAttentionParams& p) {
-  return dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_q));
+  return dim3(static_cast<unsigned>(p.n_q), static_cast<unsigned>(p.n_heads));
 }
 inline constexpr int kSpanAttentionThreads = 32 * kSpanAttentionWarps;
 

@@ -98,8 +98,8 @@ TEST(LaunchChecksTest, SpanAttentionGeometry) {
   p.n_heads = 32;
   p.n_q = 8;
   const dim3 g = SpanAttentionGrid(p);
-  EXPECT_EQ(g.x, 32u);
-  EXPECT_EQ(g.y, 8u);
+  EXPECT_EQ(g.x, 8u);  // query rows on x: no 65535 cap on a prefill chunk
+  EXPECT_EQ(g.y, 32u);
   EXPECT_EQ(kSpanAttentionThreads % 32, 0);
   EXPECT_LE(kSpanAttentionThreads, 1024);
 }
@@ -111,8 +111,10 @@ TEST(LaunchChecksTest, LaunchersRefuseBadArgumentsWithoutADevice) {
   SpanAttentionParams p;
   p.n_heads = 4;
   p.head_dim = 64;
-  p.n_q = 65536;  // gridDim.y limit
+  p.n_q = 1;
+  p.n_heads = 65536;  // gridDim.y limit
   EXPECT_EQ(SpanAttention(p, s), cudaErrorInvalidValue);
+  p.n_heads = 4;
   p.n_q = -1;
   EXPECT_EQ(SpanAttention(p, s), cudaErrorInvalidValue);
   p.n_q = 0;
