@@ -25,7 +25,8 @@ MAX_BYTES=$((20 * 1024 * 1024))
 # comes with bench/gpu_engine_bench.sh and its plot script (the engine
 # stage).
 REQUIRED_TARGETS=(cuda_device_test cuda_runtime_test cuda_ops_test
-  backend_ops_test device_backend_test cuda_ops_bench link_probe)
+  device_runtime_test backend_ops_test device_backend_test cuda_ops_bench
+  link_probe)
 OPTIONAL_TARGETS=(cuda_e2e_test cluster_bench)
 ENGINE_FILES=(bench/gpu_engine_bench.sh bench/plot_gpu_engine.py)
 # Left out, in this order, while the bundle is over the limit (with a

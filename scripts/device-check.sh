@@ -283,7 +283,13 @@ stage_link() {
   fi
 }
 
-stage_ops_cuda() { gtest_stage "cuda_ops_test - cases"; }
+# The kernels against the references, and the CUDA selection kernels
+# against clusterkv's own plans (device_runtime_test's SelectBlocksTest:
+# its fake case runs in the dry run, its CUDA case on the device).
+stage_ops_cuda() {
+  gtest_stage "device_runtime_test SelectBlocksTest.* cases" \
+    "cuda_ops_test - cases"
+}
 
 stage_ops_backend() {
   local filter='*cuda*:*Cuda*:*CUDA*'

@@ -101,6 +101,7 @@ make_bundle() {
            cuda_runtime_test:"Rt/Conf.Copies/fake Rt/Conf.Copies/cuda" \
            cuda_ops_test:"CudaOpsTest.A CudaOpsTest.B CudaOpsTest.C" \
            backend_ops_test:"B/Ops.Add/cpu1 B/Ops.Add/fake_inline B/Ops.Mul/fake_threaded B/Ops.Add/cuda" \
+           device_runtime_test:"SelectBlocksTest.Fake SelectBlocksTest.Cuda" \
            device_backend_test:"DeviceBackendTest.Demo DeviceBackendTest.Fork"
   do
     # A copy (the stub's name is its file's), its cases on line 2.
