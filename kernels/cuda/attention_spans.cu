@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
   constexpr int kWarps = kSpanAttentionWarps;
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps][kPer * 32];
-  const int t = blockIdx.x, h = blockIdx.y;
+  const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t off = (int64_t{t} * p.n_heads + h) * p.head_dim;
   const int64_t q_pos = p.q_pos[t];
@@ -48,7 +48,11 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
     const void* vb = reinterpret_cast<const void*>(sp.v);
     const int32_t* rows = reinterpret_cast<const int32_t*>(sp.rows);
     const int64_t* pos = reinterpret_cast<const int64_t*>(sp.positions);
-    for (int64_t r = warp; r < sp.count; r += kWarps) {
+    // Split `split` of p.splits takes its share of every span's rows.
+    const int64_t chunk = (sp.count + p.splits - 1) / p.splits;
+    const int64_t lo = split * chunk;
+    const int64_t hi = lo + chunk < sp.count ? lo + chunk : sp.count;
+    for (int64_t r = lo + warp; r < hi; r += kWarps) {
       const int64_t row = rows != nullptr ? rows[r] : r;
       const int64_t kp = pos != nullptr ? pos[r] : sp.first_pos + row;
       if (kp > q_pos || (p.window > 0 && q_pos - kp >= p.window)) continue;
@@ -92,10 +96,54 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
     f[w] = s_l[w] > 0.0f ? expf(s_m[w] - big) : 0.0f;
     total += s_l[w] * f[w];
   }
+  if (p.splits == 1) {
+    for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += s_acc[w][d] * f[w];
+      p.out[off + d] = total > 0.0f ? sum / total : 0.0f;
+    }
+    return;
+  }
+  // A partial: (max, sum of weights, unnormalised accumulator) of this
+  // split, merged by SpanMergeKernel.
+  float* part = p.workspace + ((int64_t{split} * p.n_q + t) * p.n_heads + h) *
+                                  (p.head_dim + 2);
+  if (threadIdx.x == 0) {
+    part[0] = big;
+    part[1] = total;
+  }
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) sum += s_acc[w][d] * f[w];
+    part[2 + d] = sum;
+  }
+}
+
+// One block per (query row, head): the splits' partials into `out`.
+__global__ void SpanMergeKernel(SpanAttentionParams p) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int64_t stride = int64_t{p.n_q} * p.n_heads * (p.head_dim + 2);
+  const float* part =
+      p.workspace + (int64_t{t} * p.n_heads + h) * (p.head_dim + 2);
+  float big = -INFINITY;
+  for (int s = 0; s < p.splits; ++s) {
+    if (part[s * stride + 1] > 0.0f) big = fmaxf(big, part[s * stride]);
+  }
+  float total = 0.0f;
+  for (int s = 0; s < p.splits; ++s) {
+    const float l = part[s * stride + 1];
+    if (l > 0.0f) total += l * expf(part[s * stride] - big);
+  }
+  const int64_t off = (int64_t{t} * p.n_heads + h) * p.head_dim;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float l = part[s * stride + 1];
+      if (l > 0.0f)
+        sum += part[s * stride + 2 + d] * expf(part[s * stride] - big);
+    }
     p.out[off + d] = total > 0.0f ? sum / total : 0.0f;
   }
 }
@@ -103,16 +151,23 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
 }  // namespace
 
 cudaError_t SpanAttention(const SpanAttentionParams& p, cudaStream_t stream) {
-  if (p.n_q < 0 || p.n_heads < 0 || p.n_heads > 65535) {
+  if (p.n_q < 0 || p.n_heads < 0 || p.n_heads > 65535 || p.splits < 1 ||
+      p.splits > kMaxSpanAttentionSplits ||
+      (p.splits > 1 && p.workspace == nullptr)) {
     return cudaErrorInvalidValue;
   }
   if (p.n_q == 0 || p.n_heads == 0) return cudaSuccess;
-  return detail::DispatchPerLane(p.head_dim, [&](auto per) {
+  CKV_CUDA_RETURN_IF_ERROR(detail::DispatchPerLane(p.head_dim, [&](auto per) {
     constexpr int kPer = decltype(per)::kValue;
     SpanAttentionKernel<kPer>
         <<<SpanAttentionGrid(p), kSpanAttentionThreads, 0, stream>>>(p);
     return cudaGetLastError();
-  });
+  }));
+  if (p.splits == 1) return cudaSuccess;
+  SpanMergeKernel<<<dim3(static_cast<unsigned>(p.n_q),
+                         static_cast<unsigned>(p.n_heads)),
+                    128, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace ckv::kernels::cuda

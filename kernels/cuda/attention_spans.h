@@ -4,9 +4,10 @@
 // contract of kernels::ref::Attention (causal by position, optional sliding
 // window and soft-capping; a head with no visible key writes zeros). K/V
 // rows are F32, F16 or BF16 in device memory, head_dim <= 256.
-// One block of kSpanAttentionWarps warps per (query row, head): each warp
-// runs an online softmax over every kSpanAttentionWarps-th row of each
-// span, then the warps' partials merge in shared memory. No workspace.
+// One block of kSpanAttentionWarps warps per (query row, head, split):
+// each warp runs an online softmax over every kSpanAttentionWarps-th row of
+// the split's share of each span, the warps' partials merge in shared
+// memory, and with splits > 1 a second kernel merges the splits.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,13 +29,22 @@ struct SpanAttentionParams {
   int n_q = 0, n_heads = 0, head_dim = 0;
   float scale = 0.0f, softcap = 0.0f;
   int64_t window = 0;
+  // Split-K: each span's rows are cut into `splits` chunks attended by
+  // separate blocks (grid z), whose partials (max, weight sum, unnormalised
+  // accumulator: head_dim + 2 floats per split x query row x head, in
+  // `workspace`) a second kernel merges. 1: no workspace.
+  int splits = 1;
+  float* workspace = nullptr;
 };
+
+inline constexpr int kMaxSpanAttentionSplits = 64;
 
 // Launch geometry (host, pure): grid (n_q, n_heads), this many threads.
 // Query rows go on x (up to 2^31 - 1: a prefill chunk of any size), heads
 // on y (gridDim.y <= 65535).
 inline dim3 SpanAttentionGrid(const SpanAttentionParams& p) {
-  return dim3(static_cast<unsigned>(p.n_q), static_cast<unsigned>(p.n_heads));
+  return dim3(static_cast<unsigned>(p.n_q), static_cast<unsigned>(p.n_heads),
+              static_cast<unsigned>(p.splits));
 }
 inline constexpr int kSpanAttentionThreads = 32 * kSpanAttentionWarps;
 

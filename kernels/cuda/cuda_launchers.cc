@@ -122,6 +122,8 @@ absl::Status CudaLaunchers::Attention(const dev::AttentionArgs& a,
   p.scale = a.scale;
   p.softcap = a.softcap;
   p.window = a.window;
+  p.splits = a.splits;
+  p.workspace = a.splits > 1 ? P<float>(a.workspace) : nullptr;
   return Check(SpanAttention(p, S(stream)), "attention");
 }
 

@@ -3,8 +3,8 @@
 // the given stream (DevPtr addresses are the device's own under unified
 // addressing). Weights: F32, F16 and BF16 as stored (cuBLAS GEMMs with F32
 // accumulation, activations rounded to the weight type); every other type
-// is uploaded dequantised to BF16 by the backend (TakesWeightType). The
-// embedding also takes Q8_0 as stored. One instance per CudaRuntime; its
+// is uploaded dequantised to BF16 by the backend (TakesWeightType). One
+// instance per CudaRuntime; its
 // GEMM context (a cuBLAS handle and the activation scratch) serves every
 // stream of that runtime in stream order, which one compute stream keeps.
 #pragma once
@@ -43,8 +43,7 @@ class CudaLaunchers final : public device::OpLaunchers {
   absl::Status SelectBlocks(const device::SelectArgs& a,
                             void* stream) const override;
   int64_t KMeansScratchBytes(int64_t n, int k, int dim) const override;
-  absl::Status KMeans(const device::KMeansArgs& a,
-                      void* stream) const override;
+  absl::Status KMeans(const device::KMeansArgs& a, void* stream) const override;
 
  private:
   explicit CudaLaunchers(GemmContext* gemm) : gemm_(gemm) {}

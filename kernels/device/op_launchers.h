@@ -81,13 +81,36 @@ struct AddArgs {
 // heads[2h] + heads[2h + 1]) (int32 pairs). q, out [n_q][n_heads][head_dim],
 // q_pos int64 [n_q]; a query at p sees keys at k <= p (and p - window < k
 // when window > 0); scores q.k * scale, softcap > 0: cap * tanh(s / cap).
+// splits > 1: a device may cut each head's rows into that many chunks
+// attended in parallel and merged (workspace: AttentionWorkspaceBytes);
+// the result is the same attention (summed in another order).
 struct AttentionArgs {
   DevPtr q, q_pos, out, spans, heads;
   int64_t n_spans = 0;
   int n_q = 0, n_heads = 0, head_dim = 0;
   float scale = 0.0f, softcap = 0.0f;
   int64_t window = 0;
+  int splits = 1;
+  DevPtr workspace;
 };
+
+// The split count for n_q x n_heads query heads of at most max_rows rows
+// each: enough blocks to fill a large GPU (~ 4 x 132), chunks of >= 256
+// rows, at most 64 splits.
+inline int AttentionSplits(int n_q, int n_heads, int64_t max_rows) {
+  const int64_t blocks = int64_t{n_q} * n_heads;
+  if (blocks <= 0 || max_rows < 512) return 1;
+  int64_t splits = (528 + blocks - 1) / blocks;
+  if (splits > max_rows / 256) splits = max_rows / 256;
+  if (splits > 64) splits = 64;
+  return splits < 1 ? 1 : static_cast<int>(splits);
+}
+
+inline int64_t AttentionWorkspaceBytes(int n_q, int n_heads, int head_dim,
+                                       int splits) {
+  if (splits <= 1) return 0;
+  return int64_t{splits} * n_q * n_heads * (head_dim + 2) * 4;
+}
 
 // For j < n: g[j] = RmsNorm(x[picked[j]]) * norm (width floats), then
 // logits[j] = W g[j] (vocab floats; W [vocab][width] of `type`), then

@@ -17,6 +17,7 @@
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/norm_rope_swiglu.h"
 #include "kernels/cuda/selection_ops.h"
+#include "kernels/device/op_launchers.h"
 #include "kernels/device/op_tables.h"
 #include "kernels/device/selection_phases.h"
 
@@ -104,6 +105,24 @@ TEST(LaunchChecksTest, SpanAttentionGeometry) {
   EXPECT_LE(kSpanAttentionThreads, 1024);
 }
 
+// Split-K: none for short rows; for one query of 32 heads over 32k rows
+// enough splits to fill a large GPU; never more than 64 or chunks < 256.
+TEST(LaunchChecksTest, AttentionSplitsAndWorkspace) {
+  EXPECT_EQ(dev::AttentionSplits(1, 32, 300), 1);
+  EXPECT_EQ(dev::AttentionSplits(4096, 32, 32768), 1);  // a prefill chunk
+  const int s = dev::AttentionSplits(1, 32, 32768);
+  EXPECT_GE(int64_t{s} * 32, 528);
+  EXPECT_LE(s, 64);
+  for (int64_t rows : {512, 1000, 5000, 131072}) {
+    const int k = dev::AttentionSplits(1, 8, rows);
+    EXPECT_GE(rows / k, 256) << rows;
+    EXPECT_LE(k, 64);
+  }
+  EXPECT_EQ(dev::AttentionWorkspaceBytes(1, 32, 128, 1), 0);
+  EXPECT_EQ(dev::AttentionWorkspaceBytes(2, 32, 128, 17),
+            int64_t{17} * 2 * 32 * 130 * 4);
+}
+
 // Refusals happen before any CUDA call: they hold on a machine without a
 // driver, and so do empty launches.
 TEST(LaunchChecksTest, LaunchersRefuseBadArgumentsWithoutADevice) {
@@ -119,6 +138,12 @@ TEST(LaunchChecksTest, LaunchersRefuseBadArgumentsWithoutADevice) {
   EXPECT_EQ(SpanAttention(p, s), cudaErrorInvalidValue);
   p.n_q = 0;
   EXPECT_EQ(SpanAttention(p, s), cudaSuccess);
+  p.n_q = 1;
+  p.splits = 4;  // no workspace
+  EXPECT_EQ(SpanAttention(p, s), cudaErrorInvalidValue);
+  p.splits = 0;
+  EXPECT_EQ(SpanAttention(p, s), cudaErrorInvalidValue);
+  p.splits = 1;
   EXPECT_EQ(ScoreClusters(nullptr, 1, nullptr, 10, 64, nullptr, 9, s),
             cudaErrorInvalidValue);  // ld < n
   EXPECT_EQ(ScoreClusters(nullptr, 0, nullptr, 10, 64, nullptr, 10, s),

@@ -144,7 +144,7 @@ void DeviceBackend::FreeAll() {
   };
   for (Buffer& b : buffers_) free_dev(b.mem);
   for (DevBuf* b : {&pos_dev_, &tok_dev_, &kv_dev_, &gathered_dev_,
-                    &logits_dev_, &picked_dev_}) {
+                    &logits_dev_, &picked_dev_, &attn_ws_dev_}) {
     free_dev(*b);
   }
   for (auto& [key, ptr] : resident_) rt_->Free(ptr).IgnoreError();
@@ -524,6 +524,14 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
   a.scale = spec.scale;
   a.softcap = spec.softcap;
   a.window = spec.window;
+  // Split-K for long rows (a device's choice; the host form ignores it).
+  a.splits = dev::AttentionSplits(a.n_q, a.n_heads, MaxHeadRows());
+  const int64_t ws_bytes =
+      dev::AttentionWorkspaceBytes(a.n_q, a.n_heads, a.head_dim, a.splits);
+  if (ws_bytes > 0) {
+    if (!GrowDevice(attn_ws_dev_, ws_bytes)) return;
+    a.workspace = attn_ws_dev_.ptr;
+  }
   // The store rows written for this part (sinks, tail, cache misses) land
   // before the attention reads them.
   cache_rows_->Flush();
@@ -536,10 +544,25 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
     reads.push_back(m.cache_v);
     copies_.cached_rows += m.count;
   }
+  std::vector<Range> writes = {Rows(out, p.row, p.n)};
+  if (ws_bytes > 0) writes.push_back({a.workspace, ws_bytes});
   Run(
-      "attention", std::move(reads), {Rows(out, p.row, p.n)},
+      "attention", std::move(reads), std::move(writes),
       [a](dev::OpContext& c) { AttendFromTables(a, c); },
       Kernel(&dev::OpLaunchers::Attention, a));
+}
+
+// The most rows any query head of the current plan attends.
+int64_t DeviceBackend::MaxHeadRows() const {
+  int64_t most = 0;
+  for (const auto& [begin, count] : plan_.heads) {
+    int64_t rows = 0;
+    for (int i = begin; i < begin + count; ++i) {
+      rows += plan_.spans[plan_.order[i]].count;
+    }
+    most = std::max(most, rows);
+  }
+  return most;
 }
 
 void DeviceBackend::WriteTables(char* dst, DevPtr kv, int head_dim) const {

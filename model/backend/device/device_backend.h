@@ -252,6 +252,8 @@ class DeviceBackend final : public Backend {
   // Writes the attention op's span and head tables into the staged section
   // at dst, for the part's device scratch at kv.
   void WriteTables(char* dst, DevPtr kv, int head_dim) const;
+  // The most rows any query head of the current plan attends.
+  int64_t MaxHeadRows() const;
   void AttendPart(const AttentionSpec& spec, const AttentionPart& p,
                   Activation q, Activation out);
   // Copies `bytes` of device memory at `src` to *out (D2H through the
@@ -269,7 +271,8 @@ class DeviceBackend final : public Backend {
   std::vector<Buffer> buffers_;
   int64_t rows_ = 0;
   std::vector<int64_t> pos_;  // host copy of the step's positions
-  DevBuf pos_dev_, tok_dev_, kv_dev_, gathered_dev_, logits_dev_, picked_dev_;
+  DevBuf pos_dev_, tok_dev_, kv_dev_, gathered_dev_, logits_dev_, picked_dev_,
+      attn_ws_dev_;
   int64_t kv_dev_used_ = 0;
   Staging pos_stage_, tok_stage_, qkv_stage_, kv_stage_, logits_stage_,
       upload_stage_, picked_stage_;
