@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "model/kv/policies/registry.h"
 #include "model/kv/quality.h"
+#include "model/kv/span_probe.h"
 #include "model/model.h"
 #include "model/transformer.h"
 #include "nlohmann/json.hpp"
@@ -20,8 +25,64 @@ ABSL_FLAG(std::string, recall_policies, "",
           "one run, one JSON line each (\"all\": every registered policy); "
           "empty: --policy");
 
+ABSL_FLAG(std::string, probe_span, "",
+          "recall: BEGIN:END, positions of a span (e.g. a needle's tokens): "
+          "each decode step adds where clusterkv left the span's keys "
+          "(model/kv/span_probe.h) to \"span_probe\"");
+
 namespace ckv {
 namespace {
+
+// --probe-span as [begin, end); {-1, -1} when not given.
+absl::StatusOr<std::pair<int64_t, int64_t>> ProbeSpanFlag() {
+  const std::string v = absl::GetFlag(FLAGS_probe_span);
+  if (v.empty()) return std::make_pair(int64_t{-1}, int64_t{-1});
+  std::vector<std::string> parts = absl::StrSplit(v, ':');
+  int64_t b = 0, e = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &b) ||
+      !absl::SimpleAtoi(parts[1], &e) || b < 0 || e <= b) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--probe-span wants BEGIN:END with 0 <= BEGIN < END, "
+                     "got \"",
+                     v, "\""));
+  }
+  return std::make_pair(b, e);
+}
+
+int64_t Argmax(const std::vector<float>& x) {
+  return std::max_element(x.begin(), x.end()) - x.begin();
+}
+
+// One decode step's span probe of `layer`: {"layer", "heads": [...]}.
+nlohmann::ordered_json SpanProbeJson(int layer,
+                                     const std::vector<SpanHeadProbe>& heads) {
+  nlohmann::ordered_json hs = nlohmann::ordered_json::array();
+  for (const SpanHeadProbe& h : heads) {
+    nlohmann::ordered_json keys = nlohmann::ordered_json::array();
+    for (const SpanKey& k : h.keys) {
+      keys.push_back({{"pos", k.pos},
+                      {"score", k.score},
+                      {"weight", k.weight},
+                      {"key_rank", k.key_rank},
+                      {"segment", k.segment},
+                      {"cluster", k.cluster},
+                      {"cluster_rank", k.cluster_rank},
+                      {"tokens_ahead", k.tokens_ahead},
+                      {"cluster_size", k.cluster_size},
+                      {"span_members", k.span_members},
+                      {"cluster_score", k.cluster_score},
+                      {"selected", k.selected}});
+    }
+    hs.push_back({{"head", h.head},
+                  {"target", h.target},
+                  {"span_weight", h.span_weight},
+                  {"clusters", h.clusters},
+                  {"clustered", h.clustered},
+                  {"top_cluster_score", h.top_cluster_score},
+                  {"keys", keys}});
+  }
+  return {{"layer", layer}, {"heads", hs}};
+}
 
 // Sums of the per-step measures; Json() turns them into means.
 struct RecallTotals {
@@ -158,10 +219,11 @@ absl::Status MeasureStep(Sessions& s, int vocab_size, RecallTotals* t) {
 }
 
 // One sparse session with `kv` and its dense shadow over `tokens`, the
-// first p as the prompt: one JSON line of RunRecall.
+// first p as the prompt: one JSON line of RunRecall; with span.first >= 0
+// also the span probe of every decode step.
 absl::StatusOr<nlohmann::ordered_json> RecallOne(
     Transformer& tf, const ModelConfig& c, const std::vector<int32_t>& tokens,
-    int64_t p, const KvStoreConfig& kv) {
+    int64_t p, const KvStoreConfig& kv, std::pair<int64_t, int64_t> span) {
   Sessions sessions(c, kv);
   const absl::Span<const int32_t> all(tokens);
   if (auto s = sessions.Feed(tf, all.subspan(0, p), AppendKind::kPrompt);
@@ -172,6 +234,7 @@ absl::StatusOr<nlohmann::ordered_json> RecallOne(
   for (int l = std::max(0, kv.dense_layers); l < c.n_layers; ++l) {
     totals.layers.push_back({l});
   }
+  nlohmann::ordered_json probes = nlohmann::ordered_json::array();
   for (size_t i = p; i < tokens.size(); ++i) {
     if (auto s = sessions.Feed(tf, all.subspan(i, 1), AppendKind::kGenerated);
         !s.ok()) {
@@ -180,8 +243,22 @@ absl::StatusOr<nlohmann::ordered_json> RecallOne(
     if (auto s = MeasureStep(sessions, c.vocab_size, &totals); !s.ok()) {
       return s;
     }
+    if (span.first < 0) continue;
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const RecallTotals::Layer& l : totals.layers) {
+      auto heads = ProbeSpan(sessions.sparse, l.layer, span.first, span.second);
+      if (!heads.ok()) return heads.status();
+      layers.push_back(SpanProbeJson(l.layer, *heads));
+    }
+    probes.push_back(
+        {{"q_pos", static_cast<int64_t>(i)},
+         {"next_token", i + 1 < tokens.size() ? tokens[i + 1] : -1},
+         {"dense_argmax", Argmax(sessions.dense_logits)},
+         {"sparse_argmax", Argmax(sessions.sparse_logits)},
+         {"layers", layers}});
   }
   nlohmann::ordered_json j = totals.Json();
+  if (span.first >= 0) j["span_probe"] = probes;
   j["config"] = ConfigJson(kv, p);
   return j;
 }
@@ -194,6 +271,8 @@ absl::Status RunRecall(const std::string& model_path,
   const int64_t p = absl::GetFlag(FLAGS_prompt_tokens);
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (auto s = ValidatePromptTokens(p, n); !s.ok()) return s;
+  auto span = ProbeSpanFlag();
+  if (!span.ok()) return span.status();
   auto model = LoadModel(model_path);
   if (!model.ok()) return model.status();
   const ModelConfig& c = (*model)->config;
@@ -205,7 +284,7 @@ absl::Status RunRecall(const std::string& model_path,
   for (KvPolicy policy : *policies) {
     KvStoreConfig kv = o.kv;
     kv.policy = policy;
-    auto j = RecallOne(**tf, c, tokens, p, kv);
+    auto j = RecallOne(**tf, c, tokens, p, kv, *span);
     if (!j.ok()) return j.status();
     std::cout << j->dump() << "\n";
   }

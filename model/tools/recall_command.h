@@ -21,8 +21,12 @@ namespace ckv {
 //  "output_rel_err", "layers": [{"layer", "topk_recall", "mass_recall",
 //  "output_rel_err"}], "config": {...}}: means over steps and query heads
 // of the layers >= dense_layers; kl (nats) and top1_agreement over steps.
+// With --probe-span B:E also "span_probe": per decode step {"q_pos",
+// "next_token", "dense_argmax", "sparse_argmax", "layers": [{"layer",
+// "heads": [SpanHeadProbe as JSON]}]} (model/kv/span_probe.h).
 // INVALID_ARGUMENT when P < 1, P >= tokens.size(), an id is outside the
-// vocabulary or a policy name is unknown.
+// vocabulary, a policy name is unknown or --probe-span is not B:E with
+// 0 <= B < E.
 absl::Status RunRecall(const std::string& model_path,
                        const std::vector<int32_t>& tokens,
                        const CliOptions& options);

@@ -187,6 +187,35 @@ class CliTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn(b"--recall-policies", p.stderr)
 
+    def test_recall_probes_a_span(self):
+        ids = [(i * 37 + 11) % 259 for i in range(300)]
+        toks = self.path("recall_span.txt", " ".join(map(str, ids)))
+        base = ("recall", self.model, "--tokens-file", toks,
+                "--prompt-tokens", "280", "--dense-layers", "1",
+                "--window", "32", "--threads", "1", "--budget", "16",
+                "--policy", "clusterkv")
+        got = json.loads(run(*base, "--probe-span", "100:120").stdout)
+        steps = got["span_probe"]
+        self.assertEqual([s["q_pos"] for s in steps], list(range(280, 300)))
+        for step in steps:
+            self.assertEqual([l["layer"] for l in step["layers"]], [1])
+            for head in step["layers"][0]["heads"]:
+                keys = head["keys"]
+                self.assertEqual([k["pos"] for k in keys],
+                                 list(range(100, 120)))
+                self.assertTrue(0 <= head["target"] < 20)
+                self.assertLessEqual(head["span_weight"], 1.0 + 1e-9)
+                for k in keys:  # clustered: ranked, and B decides
+                    self.assertGreaterEqual(k["cluster_rank"], 0)
+                    self.assertGreaterEqual(k["span_members"], 1)
+                    if k["tokens_ahead"] >= 16:
+                        self.assertFalse(k["selected"], k)
+        self.assertNotIn("span_probe", json.loads(run(*base).stdout))
+        for bad in ("5:3", "7", "a:9"):
+            p = run(*base, "--probe-span", bad, check=False)
+            self.assertEqual(p.returncode, 2, bad)
+            self.assertIn(b"--probe-span", p.stderr)
+
     def test_tokenize_matches_llama_cpp(self):
         tok = os.path.join(FIXTURES, "tokenizer")
         for vocab in ("llama-spm", "llama-bpe", "qwen2", "gpt-2"):
