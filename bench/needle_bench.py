@@ -11,6 +11,14 @@ context, one per policy and budget).
   /usr/bin/python3 bench/needle_bench.py --contexts 4096,8192,16384,32768 \\
       --samples 4 --budgets 256,1024 --jobs 2
 
+Cluster ablations (issue 32 section 2): --cluster-metrics cosine,l2,ip and
+--tokens-per-cluster 40,80,160 run clusterkv once per combination (named
+"clusterkv B=256 l2 tpc=40"); the other policies ignore them.
+
+  /usr/bin/python3 bench/needle_bench.py --contexts 32768 --samples 3 \\
+      --policies clusterkv --budgets 256 --cluster-metrics cosine,l2,ip \\
+      --tokens-per-cluster 80 --jobs 1
+
 Each configuration prefills the prompt again (one process per answer); the
 recall measures on the answer step are not computed here yet.
 """
@@ -45,6 +53,12 @@ def parse_args():
                    help="layers below this attend densely; the retrieval "
                         "model has 2 layers, so 1 makes its second (the "
                         "copy head's) layer sparse")
+    p.add_argument("--cluster-metrics", default="",
+                   help="comma list of cosine|l2|ip: clusterkv runs once per "
+                        "metric (empty: the engine's default, unnamed)")
+    p.add_argument("--tokens-per-cluster", default="",
+                   help="comma list of ints: clusterkv runs once per value "
+                        "(empty: the engine's default, unnamed)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--seed", type=int, default=99)
     p.add_argument("--quick", action="store_true",
@@ -59,12 +73,29 @@ def parse_args():
 
 
 def configs(args):
+    """(name, policy, budget, extra clusterkv-model flags) per configuration;
+    clusterkv once per cluster metric x tokens_per_cluster asked for."""
+    metrics = [m for m in args.cluster_metrics.split(",") if m] or [None]
+    tpcs = [int(t) for t in args.tokens_per_cluster.split(",") if t] or [None]
     out = []
     for policy in args.policies.split(","):
         if policy == "full":
-            out.append(("full", 0))
-        else:
-            out += [(policy, int(b)) for b in args.budgets.split(",")]
+            out.append(("full", "full", 0, []))
+            continue
+        for b in args.budgets.split(","):
+            if policy != "clusterkv":
+                out.append((f"{policy} B={b}", policy, int(b), []))
+                continue
+            for m in metrics:
+                for t in tpcs:
+                    name, extra = f"{policy} B={b}", []
+                    if m:
+                        name += f" {m}"
+                        extra += ["--cluster-metric", m]
+                    if t:
+                        name += f" tpc={t}"
+                        extra += ["--tokens-per-cluster", str(t)]
+                    out.append((name, policy, int(b), extra))
     return out
 
 
@@ -104,10 +135,10 @@ def main():
     prompts = [needle.decode(tok, j[3]) for j in jobs]
     results = {}
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for policy, budget in configs(args):
-            name = policy if policy == "full" else f"{policy} B={budget}"
+        for name, policy, budget, extra in configs(args):
             futures = [pool.submit(eval_needle.run_one, args, p, j[4], policy,
-                                   budget) for p, j in zip(prompts, jobs)]
+                                   budget, extra)
+                       for p, j in zip(prompts, jobs)]
             rs = []
             for j, f in zip(jobs, futures):
                 try:
@@ -130,7 +161,9 @@ def main():
     with open(args.out + ".json", "w") as f:
         json.dump({"model": os.path.basename(args.model), "task": "single",
                    "contexts": contexts, "depths": depths.tolist(),
-                   "samples_per_cell": args.samples, "accuracy": tables,
+                   "samples_per_cell": args.samples,
+                   "flags": {c[0]: c[3] for c in configs(args)},
+                   "accuracy": tables,
                    "results": results,
                    "seconds": round(time.time() - t0, 1)}, f, indent=1)
     plot(args.out + ".png", tables, contexts, depths)

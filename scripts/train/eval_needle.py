@@ -54,9 +54,10 @@ def parse_args():
     return p.parse_args()
 
 
-def run_one(args, prompt, expected, policy=None, budget=None):
+def run_one(args, prompt, expected, policy=None, budget=None, extra=()):
     """Greedy answer of the engine to one prompt (args: binary, model,
-    threads, and the policy/budget unless given)."""
+    threads, and the policy/budget unless given); `extra`: more
+    clusterkv-model flags (e.g. KV store flags)."""
     policy = args.policy if policy is None else policy
     budget = args.budget if budget is None else budget
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
@@ -70,6 +71,7 @@ def run_one(args, prompt, expected, policy=None, budget=None):
         cmd += ["--budget", str(budget)]
     if getattr(args, "dense_layers", -1) >= 0:
         cmd += ["--dense-layers", str(args.dense_layers)]
+    cmd += list(extra)
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(path)
