@@ -15,11 +15,16 @@ class GemmContext {
   void* scratch = nullptr;  // low-precision copy of x
   size_t scratch_bytes = 0;
   cudaStream_t scratch_stream = nullptr;  // stream of the last allocation
+  void* cublas_ws = nullptr;  // cuBLAS's fixed workspace (kCublasWorkspace)
 };
 
 namespace {
 
 constexpr int kThreads = 256;
+// cuBLAS's workspace, allocated once with the context: no allocation by
+// cuBLAS inside a step (or a captured graph). 32 MiB: NVIDIA's advice for
+// Hopper.
+constexpr size_t kCublasWorkspace = size_t{32} << 20;
 
 cudaError_t FromCublas(cublasStatus_t s) {
   switch (s) {
@@ -56,8 +61,7 @@ __global__ void ConvertKernel(const float* __restrict__ x, int64_t n,
   }
 }
 
-cudaError_t EnsureScratch(GemmContext* ctx, size_t bytes,
-                          cudaStream_t stream) {
+cudaError_t EnsureScratch(GemmContext* ctx, size_t bytes, cudaStream_t stream) {
   if (ctx->scratch_bytes >= bytes) return cudaSuccess;
   if (ctx->scratch != nullptr) {
     CKV_CUDA_RETURN_IF_ERROR(cudaFreeAsync(ctx->scratch, stream));
@@ -73,8 +77,8 @@ cudaError_t EnsureScratch(GemmContext* ctx, size_t bytes,
 template <typename T>
 cudaError_t ConvertX(const float* x, int64_t n, void* out,
                      cudaStream_t stream) {
-  const int64_t blocks = std::clamp<int64_t>(detail::DivUp(n, kThreads), 1,
-                                             1 << 16);
+  const int64_t blocks =
+      std::clamp<int64_t>(detail::DivUp(n, kThreads), 1, 1 << 16);
   ConvertKernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       x, n, static_cast<T*>(out));
   return cudaGetLastError();
@@ -85,18 +89,20 @@ cudaError_t ConvertX(const float* x, int64_t n, void* out,
 cudaError_t Gemm(GemmContext* ctx, cudaDataType_t ab_type, const void* w,
                  const void* x, int n_in, int n_out, int n_tokens, float* y) {
   const float alpha = 1.0f, beta = 0.0f;
-  return FromCublas(cublasGemmEx(
-      ctx->handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tokens, n_in, &alpha, w,
-      ab_type, n_in, x, ab_type, n_in, &beta, y, CUDA_R_32F, n_out,
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return FromCublas(cublasGemmEx(ctx->handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out,
+                                 n_tokens, n_in, &alpha, w, ab_type, n_in, x,
+                                 ab_type, n_in, &beta, y, CUDA_R_32F, n_out,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
 
 cudaError_t CreateGemmContext(GemmContext** out) {
   auto* ctx = new GemmContext;
-  const cudaError_t err = FromCublas(cublasCreate(&ctx->handle));
+  cudaError_t err = FromCublas(cublasCreate(&ctx->handle));
+  if (err == cudaSuccess) err = cudaMalloc(&ctx->cublas_ws, kCublasWorkspace);
   if (err != cudaSuccess) {
+    if (ctx->handle != nullptr) cublasDestroy(ctx->handle);
     delete ctx;
     *out = nullptr;
     return err;
@@ -113,6 +119,7 @@ cudaError_t DestroyGemmContext(GemmContext* ctx) {
     if (err == cudaSuccess) err = cudaStreamSynchronize(ctx->scratch_stream);
   }
   const cudaError_t err2 = FromCublas(cublasDestroy(ctx->handle));
+  if (ctx->cublas_ws != nullptr) cudaFree(ctx->cublas_ws);
   delete ctx;
   return err != cudaSuccess ? err : err2;
 }
@@ -133,6 +140,9 @@ cudaError_t MatMul(GemmContext* ctx, DType wtype, const void* w, int64_t n_in,
   }
   if (n_tokens == 0) return cudaSuccess;
   CKV_CUDA_RETURN_IF_ERROR(FromCublas(cublasSetStream(ctx->handle, stream)));
+  // cublasSetStream resets the workspace to cuBLAS's pool: set ours again.
+  CKV_CUDA_RETURN_IF_ERROR(FromCublas(
+      cublasSetWorkspace(ctx->handle, ctx->cublas_ws, kCublasWorkspace)));
   const int i = static_cast<int>(n_in), o = static_cast<int>(n_out),
             t = static_cast<int>(n_tokens);
   if (wtype == DType::kF32) return Gemm(ctx, CUDA_R_32F, w, x, i, o, t, y);
@@ -145,8 +155,7 @@ cudaError_t MatMul(GemmContext* ctx, DType wtype, const void* w, int64_t n_in,
     CKV_CUDA_RETURN_IF_ERROR(ConvertX<__half>(x, n, ctx->scratch, stream));
     return Gemm(ctx, CUDA_R_16F, w, ctx->scratch, i, o, t, y);
   }
-  CKV_CUDA_RETURN_IF_ERROR(
-      ConvertX<__nv_bfloat16>(x, n, ctx->scratch, stream));
+  CKV_CUDA_RETURN_IF_ERROR(ConvertX<__nv_bfloat16>(x, n, ctx->scratch, stream));
   return Gemm(ctx, CUDA_R_16BF, w, ctx->scratch, i, o, t, y);
 }
 

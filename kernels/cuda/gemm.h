@@ -14,8 +14,9 @@
 
 namespace ckv::kernels::cuda {
 
-// Owns a cuBLAS handle and a scratch buffer for the low-precision copy of
-// x. Not thread-safe: one context per stream/thread.
+// Owns a cuBLAS handle with a fixed 32 MiB workspace (set again after every
+// cublasSetStream, which resets it) and a scratch buffer for the
+// low-precision copy of x. Not thread-safe: one context per stream/thread.
 class GemmContext;
 
 cudaError_t CreateGemmContext(GemmContext** out);
