@@ -20,6 +20,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kmeans.h"
 #include "kernels/cuda/selection_ops.h"
+#include "kernels/device/selection_phases.h"
 
 namespace ckv::kernels::cuda {
 namespace {
@@ -200,43 +201,50 @@ void BenchSelect(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   auto* dmem = Upload(members);
   auto* dseg_first = Upload(std::vector<int64_t>{0, n_c});
   auto* dseg_size = Upload(std::vector<int64_t>{kCtx});
-  const int64_t max_out = n_c + 4;
+  namespace dev = ::ckv::kernels::device;
+  const int64_t max_out = dev::MaxPlannedBlocks(n_c, 1, 0, 16);
+  const int64_t scratch_bytes = dev::SelectScratchBytes(n_c, 1);
+  const int64_t out_bytes =
+      256 + max_out * static_cast<int64_t>(sizeof(dev::PlannedBlock));
   float* scores = nullptr;
   char* scratch = nullptr;
   char* out = nullptr;
   Check(cudaMalloc(&scores, kHeads * n_c * 4), "malloc");
-  Check(cudaMalloc(&scratch, 32 * n_c * kHeads + 4096), "malloc");
-  Check(cudaMalloc(&out, kHeads * (max_out * 20 + 64)), "malloc");
+  Check(cudaMalloc(&scratch, kHeads * scratch_bytes), "malloc");
+  Check(cudaMalloc(&out, kHeads * out_bytes), "malloc");
+  auto at = [](const void* p) {
+    return dev::DevPtr{reinterpret_cast<uintptr_t>(p)};
+  };
+  // One query head's select_blocks arguments, laid out as the planner's
+  // (SelectViewOf maps them: device addresses as they are).
+  auto view_of = [&](int h) {
+    dev::SelectArgs a;
+    a.scores = at(scores + h * n_c);
+    a.n = n_c;
+    a.seg_first = at(dseg_first);
+    a.seg_size = at(dseg_size);
+    a.n_segs = 1;
+    a.member_first = at(dfirst);
+    a.members = at(dmem);
+    a.n_members = kCtx;
+    a.budget = kBudget;
+    a.page_size = 16;
+    a.scratch = at(scratch + h * scratch_bytes);
+    a.totals = at(out + h * out_bytes);
+    a.out = a.totals + 256;
+    a.max_out = max_out;
+    return dev::SelectViewOf(a, [](dev::DevPtr p, int64_t, bool) {
+      return reinterpret_cast<void*>(static_cast<uintptr_t>(p.addr));
+    });
+  };
   const double ms = TimeMs(s, 20, [&] {
     for (int g = 0; g < kKvHeads; ++g) {
       Check(ScoreClusters(q + g * group * kHd, static_cast<int>(group), dpanels,
                           n_c, kHd, scores + g * group * n_c, n_c, s),
             "score");
     }
-    for (int h = 0; h < kHeads; ++h) {
-      device::threads::SelectView v;
-      v.scores = scores + h * n_c;
-      v.n = n_c;
-      v.seg_first = dseg_first;
-      v.seg_size = dseg_size;
-      v.n_segs = 1;
-      v.member_first = dfirst;
-      v.members = dmem;
-      v.n_members = kCtx;
-      v.budget = kBudget;
-      v.page_size = 16;
-      v.max_out = max_out;
-      char* sc = scratch + h * 32 * n_c;
-      v.order = reinterpret_cast<int32_t*>(sc);
-      v.avail = reinterpret_cast<int32_t*>(sc + 4 * n_c);
-      v.before = reinterpret_cast<int64_t*>(sc + 8 * n_c);
-      v.slot = reinterpret_cast<int64_t*>(sc + 16 * n_c);
-      v.recent_begin = reinterpret_cast<int64_t*>(sc + 24 * n_c);
-      char* o = out + h * (max_out * 20 + 64);
-      v.totals = reinterpret_cast<device::PlanTotals*>(o);
-      v.out = reinterpret_cast<device::PlannedBlock*>(o + 64);
-      Check(SelectBlocks(v, s), "select");
-    }
+    for (int h = 0; h < kHeads; ++h)
+      Check(SelectBlocks(view_of(h), s), "select");
   });
   rows->push_back(
       {"select 32 heads, 2048 cl", ms, "score_clusters + select_blocks"});

@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<CudaLaunchers>> CudaLaunchers::Create() {
 CudaLaunchers::~CudaLaunchers() { DestroyGemmContext(gemm_); }
 
 bool CudaLaunchers::TakesWeightType(DType type) const {
-  return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16;
+  return dev::IsFloatWeightType(type);
 }
 
 absl::Status CudaLaunchers::Embed(const dev::EmbedArgs& a, void* stream) const {

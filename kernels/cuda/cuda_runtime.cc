@@ -27,7 +27,7 @@ void* AsPtr(dev::DevPtr p) { return reinterpret_cast<void*>(p.addr); }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaRuntime>> CudaRuntime::Create(int ordinal) {
+absl::Status CudaRuntime::Probe(int ordinal) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -45,6 +45,11 @@ absl::StatusOr<std::unique_ptr<CudaRuntime>> CudaRuntime::Create(int ordinal) {
     return absl::FailedPreconditionError(absl::StrCat(
         "CUDA device ", ordinal, " does not exist (", count, " found)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaRuntime>> CudaRuntime::Create(int ordinal) {
+  if (auto s = Probe(ordinal); !s.ok()) return s;
   auto rt = std::unique_ptr<CudaRuntime>(new CudaRuntime(ordinal));
   cudaDeviceProp prop{};
   if (auto s =

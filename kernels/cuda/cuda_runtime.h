@@ -29,6 +29,9 @@ class CudaRuntime final : public device::Runtime {
   // The runtime of CUDA device `ordinal`; FAILED_PRECONDITION naming the
   // reason when there is no driver or device.
   static absl::StatusOr<std::unique_ptr<CudaRuntime>> Create(int ordinal = 0);
+  // What Create checks first, without making anything: OK when device
+  // `ordinal` exists, else FAILED_PRECONDITION naming why not.
+  static absl::Status Probe(int ordinal = 0);
   ~CudaRuntime() override;
 
   device::DeviceInfo Info() const override;

@@ -142,6 +142,12 @@ struct KMeansArgs {
   int32_t metric = 0;
 };
 
+// F32, F16 or BF16: the weight types a GEMM library takes as stored (the
+// CUDA launchers' TakesWeightType, and the fake's bf16 emulation).
+inline bool IsFloatWeightType(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
 // A device's kernels for the ops above, each enqueued on `stream` (the
 // runtime's native stream handle). An error is the launch's (arguments out
 // of the kernel's range: INVALID_ARGUMENT; the device's: INTERNAL).

@@ -5,18 +5,12 @@
 namespace ckv::kernels::device {
 namespace {
 
-int64_t Align(int64_t n) { return (n + 255) / 256 * 256; }
-
 template <class T>
 Range Of(DevPtr p, int64_t count) {
   return Range{p, count * static_cast<int64_t>(sizeof(T))};
 }
 
 }  // namespace
-
-int64_t SelectScratchBytes(int64_t n, int32_t n_segs) {
-  return 2 * Align(4 * n) + 2 * Align(8 * n) + Align(8 * int64_t{n_segs});
-}
 
 int64_t MaxPlannedBlocks(int64_t n, int32_t n_segs, int64_t recent_tokens,
                          int32_t page_size) {

@@ -45,8 +45,26 @@ struct SelectArgs {
   DevPtr totals;        // PlanTotals
 };
 
-// Scratch the op needs for n blocks over n_segs segments.
-int64_t SelectScratchBytes(int64_t n, int32_t n_segs);
+// The op's scratch for n blocks over n_segs segments: order, avail (int32
+// [n]), before, slot (int64 [n]), recent_begin (int64 [n_segs]), each
+// 256-byte aligned; offsets from the scratch's start.
+struct SelectScratch {
+  int64_t order = 0, avail = 0, before = 0, slot = 0, recent_begin = 0;
+  int64_t bytes = 0;
+};
+inline SelectScratch SelectScratchLayout(int64_t n, int32_t n_segs) {
+  auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
+  SelectScratch l;
+  l.avail = l.order + align(4 * n);
+  l.before = l.avail + align(4 * n);
+  l.slot = l.before + align(8 * n);
+  l.recent_begin = l.slot + align(8 * n);
+  l.bytes = l.recent_begin + align(8 * int64_t{n_segs});
+  return l;
+}
+inline int64_t SelectScratchBytes(int64_t n, int32_t n_segs) {
+  return SelectScratchLayout(n, n_segs).bytes;
+}
 // Enough output entries for any plan: every block plus the recent pages
 // (recent_tokens / page_size + one partial page per segment).
 int64_t MaxPlannedBlocks(int64_t n, int32_t n_segs, int64_t recent_tokens,
@@ -77,19 +95,13 @@ threads::SelectView SelectViewOf(const SelectArgs& a, Map&& map) {
   v.recent_tokens = a.recent_tokens;
   v.page_size = a.page_size;
   v.max_out = a.max_out;
-  // Scratch: order, avail (int32 [n]), before, slot (int64 [n]),
-  // recent_begin (int64 [n_segs]), each 256-byte aligned.
-  auto align = [](int64_t n) { return (n + 255) / 256 * 256; };
-  DevPtr p = a.scratch;
-  v.order = static_cast<int32_t*>(out(p, 4 * a.n));
-  p = p + align(4 * a.n);
-  v.avail = static_cast<int32_t*>(out(p, 4 * a.n));
-  p = p + align(4 * a.n);
-  v.before = static_cast<int64_t*>(out(p, 8 * a.n));
-  p = p + align(8 * a.n);
-  v.slot = static_cast<int64_t*>(out(p, 8 * a.n));
-  p = p + align(8 * a.n);
-  v.recent_begin = static_cast<int64_t*>(out(p, 8 * a.n_segs));
+  const SelectScratch l = SelectScratchLayout(a.n, a.n_segs);
+  v.order = static_cast<int32_t*>(out(a.scratch + l.order, 4 * a.n));
+  v.avail = static_cast<int32_t*>(out(a.scratch + l.avail, 4 * a.n));
+  v.before = static_cast<int64_t*>(out(a.scratch + l.before, 8 * a.n));
+  v.slot = static_cast<int64_t*>(out(a.scratch + l.slot, 8 * a.n));
+  v.recent_begin = static_cast<int64_t*>(
+      out(a.scratch + l.recent_begin, 8 * int64_t{a.n_segs}));
   v.out = static_cast<PlannedBlock*>(
       out(a.out, a.max_out * static_cast<int64_t>(sizeof(PlannedBlock))));
   v.totals = static_cast<PlanTotals*>(

@@ -8,21 +8,17 @@ namespace ckv {
 
 namespace cpu = kernels::cpu;
 
-namespace {
-
-cpu::ClusterMetric ToKernel(ClusterMetric m) {
+kernels::ClusterMetric KernelMetric(ClusterMetric m) {
   switch (m) {
     case ClusterMetric::kL2:
-      return cpu::ClusterMetric::kL2;
+      return kernels::ClusterMetric::kL2;
     case ClusterMetric::kInnerProduct:
-      return cpu::ClusterMetric::kInnerProduct;
+      return kernels::ClusterMetric::kInnerProduct;
     case ClusterMetric::kCosine:
       break;
   }
-  return cpu::ClusterMetric::kCosine;
+  return kernels::ClusterMetric::kCosine;
 }
-
-}  // namespace
 
 void CpuIndexBuilder::KMeans(absl::Span<const ClusterJob> jobs,
                              std::vector<ClusterResult>* out) {
@@ -38,7 +34,7 @@ void CpuIndexBuilder::KMeans(absl::Span<const ClusterJob> jobs,
     p.k = j.k;
     p.max_iters = j.max_iters;
     p.seed = j.seed;
-    p.metric = ToKernel(j.metric);
+    p.metric = KernelMetric(j.metric);
   }
   std::vector<cpu::KMeansResult> results(problems.size());
   cpu::KMeansBatch(pool_, problems.data(), static_cast<int>(problems.size()),

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "kernels/cluster_types.h"
 #include "kernels/dtype.h"
 #include "model/kv/kv_config.h"
 
@@ -20,6 +21,9 @@ namespace ckv {
 
 // One k-means problem: n keys of `dim` elements, row i at keys + i*stride
 // elements of `dtype` (host memory on the CPU builder).
+// The kernels' enum for the model's metric (the CPU and device builders).
+kernels::ClusterMetric KernelMetric(ClusterMetric m);
+
 struct ClusterJob {
   const void* keys = nullptr;
   kernels::DType dtype = kernels::DType::kF16;

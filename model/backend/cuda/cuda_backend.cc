@@ -16,10 +16,7 @@ namespace ckv {
 bool CudaBackendBuilt() { return true; }
 
 absl::Status CudaDeviceStatus() {
-  static const absl::Status status = [] {
-    auto rt = kernels::cuda::CudaRuntime::Create(0);
-    return rt.status();
-  }();
+  static const absl::Status status = kernels::cuda::CudaRuntime::Probe(0);
   return status;
 }
 

@@ -20,18 +20,13 @@ int64_t FloatBytes(int64_t n) {
   return n * static_cast<int64_t>(sizeof(float));
 }
 
-bool StoredAsIs(kernels::DType t) {
-  return t == kernels::DType::kF32 || t == kernels::DType::kF16 ||
-         t == kernels::DType::kBF16;
-}
-
 constexpr int64_t kConvertChunk = int64_t{4} << 20;  // BF16 bytes per upload
 
 }  // namespace
 
 bool DeviceBackend::TakesWeightType(kernels::DType t) const {
   if (launchers_ != nullptr) return launchers_->TakesWeightType(t);
-  return !debug_.bf16_weights || StoredAsIs(t);
+  return !debug_.bf16_weights || dev::IsFloatWeightType(t);
 }
 
 DeviceBackend::DevMatrix DeviceBackend::ResidentMatrix(const Matrix& m) {

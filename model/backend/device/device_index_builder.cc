@@ -20,18 +20,6 @@ int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 using Header = dev::KMeansHeader;
 
-kernels::ClusterMetric ToKernelMetric(ClusterMetric m) {
-  switch (m) {
-    case ClusterMetric::kL2:
-      return kernels::ClusterMetric::kL2;
-    case ClusterMetric::kInnerProduct:
-      return kernels::ClusterMetric::kInnerProduct;
-    case ClusterMetric::kCosine:
-      break;
-  }
-  return kernels::ClusterMetric::kCosine;
-}
-
 // What a job's result occupies on the device and in pinned memory.
 int64_t ResultBytes(const ClusterJob& j) {
   return dev::KMeansResultLayout(j.n, j.k, j.dim).bytes;
@@ -172,14 +160,15 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
       std::vector<ClusterResult> r;
       CpuIndexBuilder().KMeans({&local, 1}, &r);
       char* o = c.Out<char>(res, res_bytes);
+      const dev::KMeansLayout l =
+          dev::KMeansResultLayout(job.n, job.k, job.dim);
       const Header h{r[0].k, r[0].iterations, r[0].key_scorings};
       std::memcpy(o, &h, sizeof(h));
-      o += AlignUp(sizeof(Header));
-      std::memcpy(o, r[0].centroids.data(), r[0].centroids.size() * 4);
-      o += AlignUp(int64_t{job.k} * job.dim * 4);
-      std::memcpy(o, r[0].assignment.data(), r[0].assignment.size() * 4);
-      o += AlignUp(job.n * 4);
-      std::memcpy(o, r[0].sizes.data(), r[0].sizes.size() * 4);
+      std::memcpy(o + l.centroids, r[0].centroids.data(),
+                  r[0].centroids.size() * 4);
+      std::memcpy(o + l.assignment, r[0].assignment.data(),
+                  r[0].assignment.size() * 4);
+      std::memcpy(o + l.sizes, r[0].sizes.data(), r[0].sizes.size() * 4);
     };
     if (launchers != nullptr) {
       dev::KMeansArgs a;
@@ -194,7 +183,7 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
       a.dim = job.dim;
       a.k = job.k;
       a.max_iters = job.max_iters;
-      a.metric = static_cast<int32_t>(ToKernelMetric(job.metric));
+      a.metric = static_cast<int32_t>(KernelMetric(job.metric));
       op.reads.push_back({a.seeds, int64_t{job.k} * 4});
       op.writes.push_back({a.scratch, a.scratch_bytes});
       op.device_launch = [launchers, a](void* st) {
@@ -223,14 +212,12 @@ bool DeviceIndexBuilder::Solve(absl::Span<const ClusterJob> jobs,
     r.k = static_cast<int>(h.k);
     r.iterations = static_cast<int>(h.iterations);
     r.key_scorings = h.key_scorings;
-    p += AlignUp(sizeof(Header));
-    const auto* centroids = reinterpret_cast<const float*>(p);
+    const dev::KMeansLayout l = dev::KMeansResultLayout(j.n, j.k, j.dim);
+    const auto* centroids = reinterpret_cast<const float*>(p + l.centroids);
     r.centroids.assign(centroids, centroids + h.k * j.dim);
-    p += AlignUp(int64_t{j.k} * j.dim * 4);
-    const auto* assignment = reinterpret_cast<const int32_t*>(p);
+    const auto* assignment = reinterpret_cast<const int32_t*>(p + l.assignment);
     r.assignment.assign(assignment, assignment + j.n);
-    p += AlignUp(j.n * 4);
-    const auto* sizes = reinterpret_cast<const int32_t*>(p);
+    const auto* sizes = reinterpret_cast<const int32_t*>(p + l.sizes);
     r.sizes.assign(sizes, sizes + h.k);
   }
   device_jobs_ += static_cast<int64_t>(jobs.size());
