@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/bench_common.h"
+#include "kernels/cpu/ops.h"
 
 namespace ckv::bench {
 
@@ -54,7 +55,8 @@ ABSL_FLAG(std::string, dtype, "f16",
           "weight type of the random model: f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|"
           "... (every GGUF block type the engine reads) or q4_k_m|q5_k_m");
 ABSL_FLAG(std::string, kernels, Defaults().kernels,
-          "CPU kernels: auto|scalar|avx2|avx512 (scalar: the reference path)");
+          "CPU kernels: auto|scalar|avx2|avx512|avx512_bf16 (scalar: the "
+          "reference path)");
 
 ABSL_FLAG(double, background_load, Defaults().background.fraction,
           "run a second process busy this fraction of one core (0..1, duty "
@@ -139,10 +141,9 @@ absl::Status ReadScalars(EngineBenchOptions& o) {
         "--pool_schedule must be dynamic or static");
   }
   o.kernels = absl::GetFlag(FLAGS_kernels);
-  if (o.kernels != "auto" && o.kernels != "scalar" && o.kernels != "avx2" &&
-      o.kernels != "avx512") {
-    return absl::InvalidArgumentError(
-        "--kernels must be auto, scalar, avx2 or avx512");
+  if (!kernels::cpu::IsKernelSetName(o.kernels)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kernels must be one of ", kernels::cpu::kKernelSetNames));
   }
   return absl::OkStatus();
 }

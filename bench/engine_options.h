@@ -37,7 +37,7 @@ struct EngineBenchOptions {
   int64_t bandwidth_bytes = int64_t{256} << 20;  // read-bandwidth probe
   int bandwidth_repeats = 3;
   uint64_t seed = 1;  // random token ids
-  // CPU kernel set (kernels::cpu::SelectKernels): auto|scalar|avx2|avx512.
+  // CPU kernel set (kernels::cpu::SelectKernels): auto|scalar|avx2|avx512|avx512_bf16.
   std::string kernels = "auto";
   // Controlled load beside the timed runs (--background-load F): a process
   // busy F of one core (background_load.h); fraction 0: none.

@@ -37,7 +37,7 @@ ABSL_FLAG(std::string, threads, "1", "comma-separated thread counts");
 ABSL_FLAG(std::string, types, "f32,f16,q8_0,q4_0,q4_k,q5_k,q6_k,q3_k,q2_k",
           "weight types (the f16 baseline is always measured)");
 ABSL_FLAG(int, reps, 10, "timed repetitions per case (best is reported)");
-ABSL_FLAG(std::string, kernels, "auto", "CPU kernels: auto|scalar|avx2|avx512");
+ABSL_FLAG(std::string, kernels, "auto", "CPU kernels: auto|scalar|avx2|avx512|avx512_bf16");
 ABSL_FLAG(std::string, out_json, "", "write the results as JSON here");
 
 namespace ckv::bench {

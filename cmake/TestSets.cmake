@@ -38,7 +38,7 @@ set(CKV_RELEASE_TESTS
 set(CKV_BOTH_SETS_TESTS)
 # Benchmarks that no smoke test runs: built by a plain build and
 # scripts/bench.sh, left out of ckv_release_set to keep CI in its budget.
-set(CKV_NOT_IN_RELEASE_SET kernels_bench matvec_bench recall_probe_bench
+set(CKV_NOT_IN_RELEASE_SET kernels_bench matvec_bench gemm_bench recall_probe_bench
   snapshot_bench cuda_ops_bench hwy_eval_bench)
 
 # Fuzzers built in this (clang ASan) build run here, in the sanitize set

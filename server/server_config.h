@@ -67,6 +67,10 @@ struct ServerConfig {
   // Compute backend (model/backend/backend.h); auto: the best this build
   // has (today the CPU), logged at start and reported by GetServerInfo.
   BackendKind backend = BackendKind::kAuto;
+  // CPU kernel table (kernels::cpu::SelectKernels): auto (the best exact
+  // table for this CPU) | scalar | avx2 | avx512 | avx512_bf16 (prefill
+  // GEMMs on BF16-rounded operands: about 2x faster, docs/design.md).
+  std::string cpu_kernels = "auto";
   int threads = 0;  // 0: all cores
   // --backend fake: the fake device's schedule, size and seed (defaults:
   // BackendOptions').

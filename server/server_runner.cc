@@ -8,6 +8,8 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops.h"
 #include "model/model.h"
 #include "server/admission.h"
 #include "server/auth.h"
@@ -47,6 +49,11 @@ absl::StatusOr<std::unique_ptr<ClusterKvServer>> ClusterKvServer::Start(
     const ServerConfig& config, ServerMetrics* metrics) {
   if (auto st = ValidateTransportSecurity(config); !st.ok()) return st;
   if (auto st = CheckBackendBuilt(config.backend); !st.ok()) return st;
+  if (!kernels::cpu::SelectKernels(config.cpu_kernels.c_str())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kernels ", config.cpu_kernels, ": not available on this CPU (",
+        kernels::cpu::DescribeCpuFeatures(), ")"));
+  }
   std::unique_ptr<ClusterKvServer> s(new ClusterKvServer(config));
   if (!config.auth_tokens_file.empty()) {
     s->tokens_ = std::make_unique<TokenStore>(config.auth_tokens_file);
@@ -138,7 +145,8 @@ absl::Status ClusterKvServer::LoadBackend() {
   sessions_->set_store_env((*backend)->store_env());
   LogInfo(absl::StrCat("backend ", info.name,
                        config_.backend == BackendKind::kAuto ? " (auto)" : "",
-                       ": ", info.device));
+                       ": ", info.device, "; CPU kernels ",
+                       kernels::cpu::KernelSetName()));
   if (!info.selection.empty()) LogInfo(info.selection);
   engine_ = std::make_unique<EngineLoop>(
       *model_, t, config_.limits.max_queued_requests, *std::move(backend));

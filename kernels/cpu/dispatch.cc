@@ -9,9 +9,15 @@
 namespace ckv::kernels::cpu {
 namespace {
 
+bool HasAvx512(const CpuFeatures& f) {
+  return f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c;
+}
+
+// The exact tables only: avx512_bf16 rounds prefill operands to BF16 and is
+// chosen by name (SelectKernels), never by default.
 const KernelSet& Choose() {
   const CpuFeatures& f = GetCpuFeatures();
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c) {
+  if (HasAvx512(f)) {
     if (const KernelSet* ks = Avx512Kernels()) return *ks;
   }
   if (f.avx2 && f.fma && f.f16c) {
@@ -34,6 +40,13 @@ void SetKernelsForTesting(const KernelSet* ks) { g_override.store(ks); }
 
 const char* KernelSetName() { return ActiveKernels().name; }
 
+bool IsKernelSetName(const std::string& name) {
+  for (const char* n : {"auto", "scalar", "avx2", "avx512", "avx512_bf16"}) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
 bool SelectKernels(const char* name) {
   const CpuFeatures& f = GetCpuFeatures();
   const KernelSet* ks = nullptr;
@@ -46,9 +59,9 @@ bool SelectKernels(const char* name) {
   } else if (std::strcmp(name, "avx2") == 0) {
     if (f.avx2 && f.fma && f.f16c) ks = Avx2Kernels();
   } else if (std::strcmp(name, "avx512") == 0) {
-    if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c) {
-      ks = Avx512Kernels();
-    }
+    if (HasAvx512(f)) ks = Avx512Kernels();
+  } else if (std::strcmp(name, "avx512_bf16") == 0) {
+    if (HasAvx512(f) && f.avx512_bf16) ks = Avx512Bf16Kernels();
   }
   if (ks == nullptr) return false;
   SetKernelsForTesting(ks);

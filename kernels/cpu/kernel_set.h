@@ -13,9 +13,14 @@ namespace ckv::kernels::cpu {
 
 // Attention key tile: rows of K/V converted per step.
 inline constexpr int kTileK = 64;
+// From this many tokens on, MatMul takes a GEMM path (below it, GEMVs).
+inline constexpr int64_t kGemmMinTokens = 6;
 // GEMM register tile: kGemmRows weight rows x kGemmCols tokens.
 inline constexpr int kGemmRows = 8;
 inline constexpr int kGemmCols = 32;
+// BF16 GEMM register tile: kBf16Rows weight rows x kBf16Cols tokens.
+inline constexpr int kBf16Rows = 32;
+inline constexpr int kBf16Cols = 12;
 // K-means score block: kScoreRows keys x panels of kScoreCols centroids.
 inline constexpr int kScoreRows = 12;
 inline constexpr int kScoreCols = 32;
@@ -43,6 +48,23 @@ struct KernelSet {
   // a[r] must be valid for all r < kGemmRows (padding rows may be zeros).
   void (*gemm_tile)(const float* const* a, const float* xt, int64_t k, float* y,
                     int64_t ldy, int nr, int nc);
+
+  // The BF16 GEMM (only the AVX512_BF16 table; null elsewhere): operands
+  // rounded to BF16 (nearest even) when packed, products exact, sums in F32
+  // in an unspecified order. A "pair" of a row x is the 32-bit word holding
+  // BF16(x[2p]) in its low and BF16(x[2p + 1]) in its high half (0 past
+  // the row's n_in elements); n_pairs = (n_in + 1) / 2.
+  // pack_bf16_rows: dst[p * kBf16Rows + r] = pair p of rows[r], for
+  // r < kBf16Rows (every rows[r] valid; padding rows may be zeros).
+  void (*pack_bf16_rows)(const float* const* rows, int64_t n_in, uint32_t* dst);
+  // pack_bf16_cols: dst[p * kBf16Cols + c] = pair p of x + c * n_in for
+  // c < nc (<= kBf16Cols), 0 for nc <= c < kBf16Cols.
+  void (*pack_bf16_cols)(const float* x, int64_t n_in, int nc, uint32_t* dst);
+  // For r < nr (<= kBf16Rows), c < nc (<= kBf16Cols): y[c * ldy + r] =
+  // sum over p < n_pairs of the pair products of w[p * kBf16Rows + r] and
+  // x[p * kBf16Cols + c].
+  void (*gemm_bf16_tile)(const uint32_t* w, const uint32_t* x, int64_t n_pairs,
+                         float* y, int64_t ldy, int nr, int nc);
 
   // Attention: kt[d * kTileK + j] = K_j[d] for j < n, zeros for
   // n <= j < kTileK; d < hd. Row j of K is at k + i * stride elements with
@@ -141,6 +163,8 @@ const KernelSet& ScalarKernels();
 // Null when the binary was built without support for that ISA. Call only
 // when GetCpuFeatures() reports the ISA.
 const KernelSet* Avx512Kernels();
+// The AVX-512 table with the BF16 GEMM for prefill; needs AVX512_BF16 too.
+const KernelSet* Avx512Bf16Kernels();
 const KernelSet* Avx2Kernels();
 
 // The table the fast ops use: the best one for this CPU unless overridden.

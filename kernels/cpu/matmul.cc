@@ -1,8 +1,9 @@
 // Fast MatMul driver. Few tokens: GEMV over blocks of weight rows that stay
 // in L2 while every token uses them (memory-bound; rows split over threads).
-// Many tokens: blocked GEMM; activations are packed transposed into panels
-// of kGemmCols tokens, weight rows are converted to F32 kGemmRows at a time
-// and reused across a chunk of token panels that fits in L2.
+// Many tokens: the BF16 GEMM where the table has one, else a blocked GEMM;
+// activations are packed transposed into panels of kGemmCols tokens, weight
+// rows are converted to F32 kGemmRows at a time and reused across a chunk of
+// token panels that fits in L2.
 #include <algorithm>
 #include <vector>
 
@@ -15,8 +16,6 @@
 namespace ckv::kernels::cpu {
 namespace {
 
-// From this many tokens on, the GEMM path is used.
-constexpr int64_t kGemmMinTokens = 6;
 // Bytes of weight rows per GEMV block, and of packed activations per GEMM
 // chunk: both meant to stay in L2.
 constexpr int64_t kL2Budget = 256 * 1024;
@@ -143,6 +142,62 @@ void GemmPath(ThreadPool* pool, const KernelSet& ks, DType wtype, const char* w,
   });
 }
 
+// The BF16 GEMM: activations packed once into panels of kBf16Cols tokens,
+// each group of kBf16Rows weight rows converted (to F32, then BF16 pairs)
+// once per call and run against every panel.
+void GemmBf16Path(ThreadPool* pool, const KernelSet& ks, DType wtype,
+                  const char* w, int64_t n_in, int64_t n_out, const float* x,
+                  int64_t n_tokens, float* y) {
+  const int64_t n_pairs = (n_in + 1) / 2;
+  const int64_t panels = (n_tokens + kBf16Cols - 1) / kBf16Cols;
+  const int64_t panel_words = n_pairs * kBf16Cols;
+  static thread_local std::vector<uint32_t> xp;
+  xp.resize(panels * panel_words);
+  uint32_t* xp_data = xp.data();
+  Run(pool, panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int nc = static_cast<int>(
+          std::min<int64_t>(kBf16Cols, n_tokens - p * kBf16Cols));
+      ks.pack_bf16_cols(x + p * kBf16Cols * n_in, n_in, nc,
+                        xp_data + p * panel_words);
+    }
+  });
+  const int64_t row_bytes = RowBytes(wtype, n_in);
+  const int64_t groups = (n_out + kBf16Rows - 1) / kBf16Rows;
+  Run(pool, groups, 1, [&](int64_t g0, int64_t g1) {
+    static thread_local std::vector<float> rows;
+    static thread_local std::vector<uint32_t> wp;
+    rows.resize((kBf16Rows + 1) * n_in);
+    wp.resize(n_pairs * kBf16Rows);
+    float* zeros = rows.data() + kBf16Rows * n_in;
+    std::fill(zeros, zeros + n_in, 0.0f);
+    const float* a[kBf16Rows];
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t row0 = g * kBf16Rows;
+      const int nr =
+          static_cast<int>(std::min<int64_t>(kBf16Rows, n_out - row0));
+      for (int r = 0; r < kBf16Rows; ++r) {
+        if (r >= nr) {
+          a[r] = zeros;
+        } else if (wtype == DType::kF32) {
+          a[r] = reinterpret_cast<const float*>(w + (row0 + r) * row_bytes);
+        } else {
+          ks.to_f32(wtype, w + (row0 + r) * row_bytes, n_in,
+                    rows.data() + r * n_in);
+          a[r] = rows.data() + r * n_in;
+        }
+      }
+      ks.pack_bf16_rows(a, n_in, wp.data());
+      for (int64_t p = 0; p < panels; ++p) {
+        const int nc = static_cast<int>(
+            std::min<int64_t>(kBf16Cols, n_tokens - p * kBf16Cols));
+        ks.gemm_bf16_tile(wp.data(), xp_data + p * panel_words, n_pairs,
+                          y + p * kBf16Cols * n_out + row0, n_out, nr, nc);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 const char* QuantDotPath(DType t) {
@@ -150,7 +205,9 @@ const char* QuantDotPath(DType t) {
   if (!IsQuantized(t) || ks.quant_gemv == nullptr) return "f32 dot";
   // A row length that is a multiple of 256 suits every block type.
   // Both SIMD tables have a fused dot for every block type.
-  return &ks == Avx512Kernels() && GetCpuFeatures().avx512_vnni
+  const KernelSet* avx512 = Avx512Kernels();
+  return avx512 != nullptr && ks.quant_gemv == avx512->quant_gemv &&
+                 GetCpuFeatures().avx512_vnni
              ? "int8 dot, fused blocks (VNNI)"
              : "int8 dot, fused blocks";
 }
@@ -162,6 +219,8 @@ void MatMul(ThreadPool* pool, DType wtype, const void* w, int64_t n_in,
   const char* wb = static_cast<const char*>(w);
   if (n_tokens < kGemmMinTokens) {
     GemvPath(pool, ks, wtype, wb, n_in, n_out, x, n_tokens, y);
+  } else if (ks.gemm_bf16_tile != nullptr) {
+    GemmBf16Path(pool, ks, wtype, wb, n_in, n_out, x, n_tokens, y);
   } else {
     GemmPath(pool, ks, wtype, wb, n_in, n_out, x, n_tokens, y);
   }

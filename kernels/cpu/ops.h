@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/dtype.h"
 #include "kernels/op_types.h"
@@ -28,7 +29,8 @@ using kernels::RopeParams;
 using kernels::SpanRowPosition;
 
 // --------------------------------------------------------------------- fast
-// Same contracts as kernels::ref::, parallelised over `pool` (may be null: one thread).
+// Same contracts as kernels::ref::, parallelised over `pool` (may be null: one
+// thread).
 void MatMul(ThreadPool* pool, DType wtype, const void* w, int64_t n_in,
             int64_t n_out, const float* x, int64_t n_tokens, float* y);
 void RmsNorm(ThreadPool* pool, const float* x, const float* weight,
@@ -56,10 +58,17 @@ const char* KernelSetName();
 const char* QuantDotPath(DType t);
 
 // Forces the kernel set of every fast op for the whole process: "auto" (the
-// best for this CPU), "scalar" (the reference path: F32 activations, exact
-// dequantisation), "avx2" or "avx512". False (nothing changed) when the name
-// is unknown or this CPU or build lacks the instruction set. Call before ops
-// run (not thread-safe against running ops).
+// best exact table for this CPU), "scalar" (the reference path: F32
+// activations, exact dequantisation), "avx2", "avx512" or "avx512_bf16"
+// (avx512 with prefill GEMMs on BF16-rounded operands; never chosen by
+// auto). False (nothing changed) when the name is unknown or this CPU or
+// build lacks the instruction set. Call before ops run (not thread-safe
+// against running ops).
 bool SelectKernels(const char* name);
+// The names SelectKernels knows, "auto|scalar|avx2|avx512|avx512_bf16", and
+// whether `name` is one of them (whatever this CPU has).
+inline constexpr const char* kKernelSetNames =
+    "auto|scalar|avx2|avx512|avx512_bf16";
+bool IsKernelSetName(const std::string& name);
 
 }  // namespace ckv::kernels::cpu

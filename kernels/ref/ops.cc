@@ -40,11 +40,29 @@ void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
   std::vector<float> row(n_in);
   for (int64_t o = 0; o < n_out; ++o) {
     DequantizeRow(wtype, static_cast<const char*>(w) + o * row_bytes, n_in,
-                     row.data());
+                  row.data());
     for (int64_t t = 0; t < n_tokens; ++t) {
       double acc = 0.0;
       for (int64_t i = 0; i < n_in; ++i) {
         acc += double{row[i]} * x[t * n_in + i];
+      }
+      y[t * n_out + o] = static_cast<float>(acc);
+    }
+  }
+}
+
+void MatMulBf16(DType wtype, const void* w, int64_t n_in, int64_t n_out,
+                const float* x, int64_t n_tokens, float* y) {
+  const int64_t row_bytes = RowBytes(wtype, n_in);
+  std::vector<float> row(n_in);
+  for (int64_t o = 0; o < n_out; ++o) {
+    DequantizeRow(wtype, static_cast<const char*>(w) + o * row_bytes, n_in,
+                  row.data());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        acc += double{BF16ToF32(F32ToBF16(row[i]))} *
+               BF16ToF32(F32ToBF16(x[t * n_in + i]));
       }
       y[t * n_out + o] = static_cast<float>(acc);
     }

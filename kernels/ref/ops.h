@@ -16,6 +16,10 @@ namespace ckv::kernels::ref {
 // y[t][o] = sum_i W[o][i] * x[t][i]; W is [n_out][n_in] of type wtype.
 void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
             const float* x, int64_t n_tokens, float* y);
+// MatMul with both operands rounded to BF16 (nearest even) before the
+// products, summed in double: the reference of the BF16 GEMM.
+void MatMulBf16(DType wtype, const void* w, int64_t n_in, int64_t n_out,
+                const float* x, int64_t n_tokens, float* y);
 // y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, rows of n (y may be x).
 void RmsNorm(const float* x, const float* weight, int64_t n_rows, int64_t n,
              float eps, float* y);

@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/ops.h"
 #include "model/kv/policies/registry.h"
 
 ABSL_FLAG(std::string, text_file, "", "tokenize: file with the text");
@@ -40,7 +41,8 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(int, threads, 0, "worker threads (0 = all cores)");
 ABSL_FLAG(int, prefill_chunk, 256, "tokens per prefill step");
 ABSL_FLAG(std::string, kernels, "auto",
-          "CPU kernels: auto|scalar|avx2|avx512 (scalar: the reference path)");
+          "CPU kernels: auto|scalar|avx2|avx512|avx512_bf16 (scalar: the "
+          "reference path)");
 ABSL_FLAG(std::string, kv_type, "f16", "KV cache type: f32|f16|bf16");
 ABSL_FLAG(int64_t, max_context, 131072, "KV cache capacity in tokens");
 ABSL_FLAG(std::string, out, "", "make-random: output GGUF path");
@@ -194,10 +196,9 @@ absl::StatusOr<CliOptions> CliOptionsFromFlags() {
         absl::StrCat("unknown type '", absl::GetFlag(FLAGS_dtype), "'"));
   }
   o.kernels = absl::GetFlag(FLAGS_kernels);
-  if (o.kernels != "auto" && o.kernels != "scalar" && o.kernels != "avx2" &&
-      o.kernels != "avx512") {
-    return absl::InvalidArgumentError(
-        "--kernels must be auto, scalar, avx2 or avx512");
+  if (!kernels::cpu::IsKernelSetName(o.kernels)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kernels must be one of ", kernels::cpu::kKernelSetNames));
   }
   return o;
 }

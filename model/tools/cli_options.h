@@ -28,7 +28,7 @@ struct CliOptions {
   BackendKind backend = BackendKind::kAuto;  // --backend
   RandomModelSpec random;
   KvStoreConfig kv;  // policy == kFull: a dense cache of kv_type
-  // CPU kernel set: auto|scalar|avx2|avx512 (kernels::cpu::SelectKernels);
+  // CPU kernel set: auto|scalar|avx2|avx512|avx512_bf16 (kernels::cpu::SelectKernels);
   // scalar runs the reference path end to end.
   std::string kernels = "auto";
 };

@@ -182,7 +182,7 @@ constexpr char kUsageCommands[] =
     "  render-template (--template F.jinja | --model M.gguf)\n"
     "      --messages F.json [--add-generation-prompt] [--bos-token S]\n"
     "      [--eos-token S] [--date YYYY-MM-DD]: the chat template's text\n"
-    "Every command: --kernels auto|scalar|avx2|avx512 (scalar: reference "
+    "Every command: --kernels auto|scalar|avx2|avx512|avx512_bf16 (scalar: reference "
     "path)\n";
 // The engine-only KV flags (the request ones come from the schema).
 constexpr char kUsageEngineKvFlags[] =

@@ -34,6 +34,18 @@ double MatMulTolerance(DType t) {
   }
 }
 
+// The BF16 GEMM (tables with gemm_bf16_tile, from kGemmMinTokens tokens on)
+// rounds both operands to BF16: each to within 2^-9 of itself, so a
+// product to within about 2^-8 and the sum to within 2^-8 * sum_i |w_i x_i|
+// of the exact one. Stated bound: 2^-7 of that magnitude. Against its own
+// reference (ref::MatMulBf16) only the F32 summation differs: 2e-6.
+constexpr double kBf16GemmTolerance = 1.0 / 128;
+
+bool TakesBf16Gemm(int64_t n_tokens) {
+  return ActiveKernels().gemm_bf16_tile != nullptr &&
+         n_tokens >= kGemmMinTokens;
+}
+
 std::string SetName(const ::testing::TestParamInfo<const KernelSet*>& i) {
   return i.param->name;
 }
@@ -51,6 +63,11 @@ void CheckMatMul(ThreadPool* pool, DType t, int64_t n_in, int64_t n_out,
   std::vector<float> y(n_out * n_tokens, NAN), yr(n_out * n_tokens);
   MatMul(pool, t, w.data(), n_in, n_out, x.data(), n_tokens, y.data());
   ref::MatMul(t, w.data(), n_in, n_out, x.data(), n_tokens, yr.data());
+  const bool bf16 = TakesBf16Gemm(n_tokens);
+  std::vector<float> yb(bf16 ? n_out * n_tokens : 0);
+  if (bf16) {
+    ref::MatMulBf16(t, w.data(), n_in, n_out, x.data(), n_tokens, yb.data());
+  }
   std::vector<float> wrow(n_in);
   for (int64_t o = 0; o < n_out; ++o) {
     ref::DequantizeRow(t, w.data() + o * RowBytes(t, n_in), n_in, wrow.data());
@@ -59,7 +76,16 @@ void CheckMatMul(ThreadPool* pool, DType t, int64_t n_in, int64_t n_out,
       for (int64_t i = 0; i < n_in; ++i) {
         mag += std::fabs(wrow[i] * x[tk * n_in + i]);
       }
-      // Tables with integer dot products quantise the activations.
+      if (bf16) {
+        const int64_t i = tk * n_out + o;
+        ASSERT_NEAR(y[i], yb[i], MatMulTolerance(t) * mag + 1e-7)
+            << "vs ref::MatMulBf16 " << DTypeName(t) << " n_in=" << n_in
+            << " n_out=" << n_out << " n_tokens=" << n_tokens << " o=" << o;
+        ASSERT_NEAR(y[i], yr[i], kBf16GemmTolerance * mag + 1e-7)
+            << "vs ref::MatMul " << DTypeName(t) << " n_in=" << n_in;
+        continue;
+      }
+      // Tables with integer dot products quantise the activations (GEMV).
       const double act =
           IsQuantized(t) && ActiveKernels().quant_gemv != nullptr
               ? 1.001 * testing::ActQuantBound(wrow.data(),
@@ -99,6 +125,7 @@ TEST_P(FastOpsTest, MatMulWithoutPoolAndLargerShapes) {
   ThreadPool pool(2);
   CheckMatMul(&pool, DType::kQ8_0, 1536, 64, 9, rng);
   CheckMatMul(&pool, DType::kBF16, 300, 41, 100, rng);
+  CheckMatMul(&pool, DType::kF16, 1000, 70, 25, rng);
 }
 
 TEST_P(FastOpsTest, RmsNorm) {
@@ -215,6 +242,7 @@ TEST_P(FastOpsTest, DequantizeRowMatchesReference) {
 
 TEST(KernelSetTest, NameIsReported) {
   const std::string name = KernelSetName();
+  // avx512_bf16 is never the default (it rounds prefill operands).
   EXPECT_TRUE(name == "avx512" || name == "avx2" || name == "scalar") << name;
   ::testing::Test::RecordProperty("kernel_set", name);
   std::printf("kernel set: %s (cpu: %s)\n", name.c_str(),

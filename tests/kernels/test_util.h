@@ -88,6 +88,9 @@ inline std::vector<const KernelSet*> AvailableKernelSets() {
   if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c &&
       Avx512Kernels() != nullptr) {
     out.push_back(Avx512Kernels());
+    if (f.avx512_bf16 && Avx512Bf16Kernels() != nullptr) {
+      out.push_back(Avx512Bf16Kernels());
+    }
   }
   return out;
 }

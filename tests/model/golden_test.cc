@@ -6,6 +6,8 @@
 #include <cmath>
 #include <fstream>
 
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/kernel_set.h"
 #include "model/generation.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
@@ -37,10 +39,17 @@ nlohmann::json ReadJson(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
-TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
+// The forward of a golden case under the active kernel table: the worst
+// logit error relative to the row's spread over the golden positions, and
+// the greedy continuation (one token per step after the prompt).
+struct GoldenRun {
+  double worst = 0.0;
+  std::vector<int32_t> greedy, want_greedy;
+};
+
+void RunGolden(const GoldenCase& gc, GoldenRun* out) {
   ASSERT_TRUE(testing::HaveFixtures())
       << "fixtures missing at " << testing::FixturesDir();
-  const GoldenCase& gc = GetParam();
   const std::string dir = testing::FixturesDir() + "/models/";
   auto model = LoadModel(dir + gc.model);
   ASSERT_TRUE(model.ok()) << model.status();
@@ -60,31 +69,65 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
   SequenceInput in{prompt, &cache, LogitsMode::kAll, &logits};
   ASSERT_TRUE(tf.Forward(absl::MakeSpan(&in, 1)).ok());
 
-  double worst = 0.0;
   for (size_t i = 0; i < positions.size(); ++i) {
     const auto want = golden["logits"][i].get<std::vector<float>>();
     const float* got = &logits[static_cast<size_t>(positions[i]) * vocab];
     const auto [lo, hi] = std::minmax_element(want.begin(), want.end());
     const double spread = *hi - *lo;
     for (int v = 0; v < vocab; ++v) {
-      worst = std::max(worst, std::fabs(got[v] - want[v]) / spread);
+      out->worst = std::max(out->worst, std::fabs(got[v] - want[v]) / spread);
     }
   }
-  EXPECT_LE(worst, gc.tolerance) << "worst relative logit error";
-  RecordProperty("worst_relative_error", std::to_string(worst));
-  std::printf("%s: worst relative logit error %.2e\n", gc.prompt.c_str(), worst);
-
-  // Greedy continuation, one token at a time.
-  const auto greedy = golden["greedy"].get<std::vector<int32_t>>();
-  std::vector<int32_t> got;
+  out->want_greedy = golden["greedy"].get<std::vector<int32_t>>();
   std::vector<float> step_logits(logits.end() - vocab, logits.end());
-  for (size_t i = 0; i < greedy.size(); ++i) {
-    got.push_back(ArgMax(step_logits));
-    const int32_t next[1] = {got.back()};
+  for (size_t i = 0; i < out->want_greedy.size(); ++i) {
+    out->greedy.push_back(ArgMax(step_logits));
+    const int32_t next[1] = {out->greedy.back()};
     SequenceInput s{next, &cache, LogitsMode::kLast, &step_logits};
     ASSERT_TRUE(tf.Forward(absl::MakeSpan(&s, 1)).ok());
   }
-  EXPECT_EQ(got, greedy);
+}
+
+TEST_P(GoldenTest, LogitsAndGreedyMatchLlamaCpp) {
+  const GoldenCase& gc = GetParam();
+  GoldenRun run;
+  ASSERT_NO_FATAL_FAILURE(RunGolden(gc, &run));
+  EXPECT_LE(run.worst, gc.tolerance) << "worst relative logit error";
+  RecordProperty("worst_relative_error", std::to_string(run.worst));
+  std::printf("%s: worst relative logit error %.2e\n", gc.prompt.c_str(),
+              run.worst);
+  EXPECT_EQ(run.greedy, run.want_greedy);
+}
+
+// The opt-in BF16 prefill (--kernels avx512_bf16) rounds every prefill
+// GEMM operand to BF16 (a relative error of up to 2^-8 per product).
+// Measured (2026-12-06, Zen 4): worst 4.9e-3 .. 1.17e-2 of the spread
+// (F32 tables: 2e-6 .. 5.3e-4). Stated bound: 2e-2. The random tiny models
+// have near-tied logits, so a greedy continuation may leave llama.cpp's
+// after a few tokens (tiny-b p1500: after 2, p64: after 31): only the
+// first greedy token is asserted. Skips on CPUs without AVX512_BF16.
+constexpr double kBf16PrefillTolerance = 2e-2;
+
+TEST_P(GoldenTest, Bf16PrefillStaysNearLlamaCpp) {
+  const kernels::cpu::CpuFeatures& f = kernels::cpu::GetCpuFeatures();
+  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16)) {
+    GTEST_SKIP() << "no AVX512_BF16 on this CPU: "
+                 << kernels::cpu::DescribeCpuFeatures();
+  }
+  struct Scoped {
+    Scoped() {
+      kernels::cpu::SetKernelsForTesting(kernels::cpu::Avx512Bf16Kernels());
+    }
+    ~Scoped() { kernels::cpu::SetKernelsForTesting(nullptr); }
+  } scoped;
+  const GoldenCase& gc = GetParam();
+  GoldenRun run;
+  ASSERT_NO_FATAL_FAILURE(RunGolden(gc, &run));
+  std::printf("%s (avx512_bf16): worst relative logit error %.2e\n",
+              gc.prompt.c_str(), run.worst);
+  EXPECT_LE(run.worst, kBf16PrefillTolerance);
+  ASSERT_FALSE(run.want_greedy.empty());
+  EXPECT_EQ(run.greedy[0], run.want_greedy[0]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(kCases),
