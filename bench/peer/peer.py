@@ -20,7 +20,7 @@ and work/peer.png.
 
 usage: bench/peer/peer.py --build-dir build [--types f16,q8_0,q4_k_m]
          [--threads 1,2] [--load 0.5] [--rounds 2] [--version 3.22.1]
-         [--build-only] [--out-dir DIR] [--start-round R]
+         [--build-only] [--out-dir DIR] [--start-round R] [--kernels K]
        bench/peer/peer.py --merge A/peer.json B/peer.json --out-dir DIR
 --build-only stops after step 1 (bench/prefix_cache_bench.py --llama-server
 uses the llama-server it builds). The results are rewritten after every
@@ -134,13 +134,13 @@ def llama_bench(binary, model, threads, fraction, build_dir, reps):
     return res
 
 
-def engine_bench(build_dir, model, threads, fraction):
+def engine_bench(build_dir, model, threads, fraction, kernels):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     with_load(fraction, build_dir, [
         os.path.join(build_dir, "bench", "engine_bench"), "--model", model,
         "--depths", "0", "--threads", str(threads), "--pp-tokens", "512",
-        "--decode-tokens", "64", "--out-json", out])
+        "--decode-tokens", "64", "--kernels", kernels, "--out-json", out])
     with open(out, encoding="utf-8") as f:
         data = json.load(f)
     os.unlink(out)
@@ -165,6 +165,9 @@ def main():
     p.add_argument("--version", default="3.22.1",
                    help="node-llama-cpp release (3.22.1: late September 2026)")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--kernels", default="auto",
+                   help="engine_bench --kernels (auto, or avx512_bf16 for "
+                        "the BF16 prefill GEMM)")
     p.add_argument("--start-round", type=int, default=0,
                    help="index of the first round (odd: llama.cpp first), "
                         "to add rounds to an earlier pass")
@@ -197,8 +200,8 @@ def main():
                                                                     "ours"]
                     for side in sides:
                         if side == "ours":
-                            c["ours"].append(engine_bench(build_dir, models[t],
-                                                          thr, load))
+                            c["ours"].append(engine_bench(
+                                build_dir, models[t], thr, load, args.kernels))
                         else:
                             c["llama"].append(llama_bench(
                                 bench, models[t], thr, load, build_dir, 2))
@@ -249,6 +252,7 @@ def write_results(cells, args, rounds_done):
     result = {"benchmark": "peer", "llama_cpp": info,
               "node_llama_cpp": args.version, "rounds": args.rounds,
               "rounds_started": rounds_done, "load_fraction": args.load,
+              "ours_kernels": getattr(args, "kernels", "auto"),
               "cpu": cpu_model(), "rows": rows, "raw": [
                   {"type": t, "threads": thr, "load": load, **c}
                   for (t, thr, load), c in cells.items()]}
@@ -257,8 +261,9 @@ def write_results(cells, args, rounds_done):
               encoding="utf-8") as f:
         json.dump(result, f, indent=1)
     lines = [f"ours / llama.cpp {info.get('tag')} (node-llama-cpp "
-             f"{args.version}); decode mean to mean; round {rounds_done} of "
-             f"{args.rounds}",
+             f"{args.version}); ours with --kernels "
+             f"{getattr(args, 'kernels', 'auto')}; decode mean to mean; round "
+             f"{rounds_done} of {args.rounds}",
              f"{'type':<7} {'thr':>3} {'load':>4} {'pp512 ours':>10} "
              f"{'llama':>7} {'ratio':>6} {'tg64 ours':>9} {'llama':>7} "
              f"{'ratio':>6}"]
