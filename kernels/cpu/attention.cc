@@ -59,9 +59,16 @@ struct Item {
 
 // Per-thread scratch, reused across calls.
 struct Scratch {
-  std::vector<float> kt, vt, s, q, o, m, l, alpha;
+  std::vector<float> kt, vt, s, q, o, m, l, alpha, zeros;
   std::vector<int64_t> qpos, kpos;
+  std::vector<uint32_t> q2, kt2, vt2;  // BF16 pairs (bf16 tile forms)
 };
+
+// Items with more rows than this take the BF16 tile forms where the kernel
+// table has them (the avx512_bf16 table: prefill only, decode stays exact).
+bool UsesBf16Tiles(const KernelSet& ks, int rows) {
+  return ks.qk_bf16 != nullptr && rows > kRowMajorMaxRows;
+}
 
 struct Plan {
   const AttentionArgs* a;
@@ -143,7 +150,47 @@ int LoadQueries(const Plan& plan, const Item& it, Scratch& sc) {
     }
     sc.qpos[r] = a.q_pos[t];
   }
+  if (UsesBf16Tiles(*plan.ks, rows)) {
+    const int ldq2 = plan.ldv / 2;
+    sc.q2.resize(size_t{1} * rows * ldq2);
+    for (int r = 0; r < rows; ++r) {
+      plan.ks->to_pairs_bf16(&sc.q[r * plan.ldv], plan.ldv, &sc.q2[r * ldq2]);
+    }
+    sc.zeros.assign(std::max(plan.ldv, kTileK), 0.0f);
+  }
   return rows;
+}
+
+// Q.K^T of a tile on BF16 pairs: the F32 tile of load_kt paired over d.
+void QkBf16Tile(const Plan& plan, DType t, const char* k, int64_t stride,
+                const int32_t* idx, int n, int rows, Scratch& sc) {
+  const KernelSet& ks = *plan.ks;
+  const int hd = plan.a->head_dim, n_pairs = (hd + 1) / 2;
+  ks.load_kt(t, k, stride, idx, n, hd, sc.kt.data());
+  sc.kt2.resize(size_t{1} * n_pairs * kTileK);
+  for (int p = 0; p < n_pairs; ++p) {
+    const float* odd =
+        2 * p + 1 < hd ? &sc.kt[(2 * p + 1) * kTileK] : sc.zeros.data();
+    ks.pair_rows_bf16(&sc.kt[2 * p * kTileK], odd, kTileK, &sc.kt2[p * kTileK]);
+  }
+  ks.qk_bf16(sc.q2.data(), plan.ldv / 2, rows, sc.kt2.data(), n_pairs,
+             sc.s.data());
+}
+
+// P.V of a tile on BF16 pairs: the F32 tile of load_v paired over keys.
+void PvBf16Tile(const Plan& plan, DType t, const char* v, int64_t stride,
+                const int32_t* idx, int n, int rows, Scratch& sc) {
+  const KernelSet& ks = *plan.ks;
+  const int ldv = plan.ldv, n_pairs = (n + 1) / 2;
+  ks.load_v(t, v, stride, idx, n, plan.a->head_dim, ldv, sc.vt.data());
+  sc.vt2.resize(size_t{1} * (kTileK / 2) * ldv);
+  for (int p = 0; p < n_pairs; ++p) {
+    const float* odd =
+        2 * p + 1 < n ? &sc.vt[(2 * p + 1) * ldv] : sc.zeros.data();
+    ks.pair_rows_bf16(&sc.vt[2 * p * ldv], odd, ldv, &sc.vt2[p * ldv]);
+  }
+  ks.pv_bf16(sc.s.data(), rows, sc.vt2.data(), n, ldv, sc.alpha.data(),
+             sc.o.data());
 }
 
 // Bit j set when key j is visible to a query at qpos: causal, and within
@@ -214,7 +261,10 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
   const char* v = static_cast<const char*>(sp.v) + off;
   const bool direct =
       ks.qk_direct != nullptr && rows <= kDirectMaxRows && a.head_dim % 8 == 0;
-  if (direct) {
+  const bool bf16 = UsesBf16Tiles(ks, rows);
+  if (bf16) {
+    QkBf16Tile(plan, sp.dtype, k, sp.stride, idx, n, rows, sc);
+  } else if (direct) {
     ks.qk_direct(sp.dtype, k, sp.stride, idx, n, a.head_dim, sc.q.data(),
                  plan.ldv, rows, sc.s.data());
   } else if (ks.qk_rowmajor != nullptr && rows <= kRowMajorMaxRows) {
@@ -232,6 +282,10 @@ void ProcessTile(const Plan& plan, const KvSpan& sp, int64_t j0, int n,
         ValidMask(sc.kpos.data(), n, kmin, kmax, sc.qpos[i], a.window);
     sc.alpha[i] =
         ks.softmax_row(sc.s.data() + i * kTileK, valid, &sc.m[i], &sc.l[i]);
+  }
+  if (bf16) {
+    PvBf16Tile(plan, sp.dtype, v, sp.stride, idx, n, rows, sc);
+    return;
   }
   if (direct) {
     ks.pv_direct(sp.dtype, v, sp.stride, idx, n, a.head_dim, sc.s.data(), rows,

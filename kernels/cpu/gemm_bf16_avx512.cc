@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/kernel_set.h"
 
 namespace ckv::kernels::cpu {
@@ -15,28 +16,6 @@ namespace avx512bf16 {
 namespace {
 
 static_assert(kBf16Rows == 32 && kBf16Cols == 12);
-
-// The BF16 pairs of n floats of src as n / 2 (rounded up) 32-bit words,
-// element 2p in the low half of word p, a zero high half past n.
-void ToPairs(const float* src, int64_t n, uint32_t* dst) {
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 lo = _mm512_loadu_ps(src + i);
-    const __m512 hi = _mm512_loadu_ps(src + i + 16);
-    // cvtne2ps_pbh(a, b): b's elements in the low half, a's in the high.
-    const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
-    _mm512_storeu_si512(dst + i / 2, reinterpret_cast<const __m512i&>(v));
-  }
-  for (; i < n; i += 16) {
-    const int64_t left = std::min<int64_t>(16, n - i);
-    const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
-    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
-    const int words = static_cast<int>((left + 1) / 2);
-    const __mmask8 wm = static_cast<__mmask8>((1u << words) - 1u);
-    _mm256_mask_storeu_epi32(dst + i / 2, wm,
-                             reinterpret_cast<const __m256i&>(v));
-  }
-}
 
 // dst[p * width + j] = pairs of row j, for j < n_rows; zeros for
 // n_rows <= j < width.
@@ -101,6 +80,29 @@ void Tile(const uint32_t* w, const uint32_t* x, int64_t n_pairs, float* y,
 }
 
 }  // namespace
+
+// The BF16 pairs of n floats of src as n / 2 (rounded up) 32-bit words,
+// element 2p in the low half of word p, a zero high half past n.
+void ToPairs(const float* src, int64_t n, uint32_t* dst) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_loadu_ps(src + i);
+    const __m512 hi = _mm512_loadu_ps(src + i + 16);
+    // cvtne2ps_pbh(a, b): b's elements in the low half, a's in the high.
+    const __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
+    _mm512_storeu_si512(dst + i / 2, reinterpret_cast<const __m512i&>(v));
+  }
+  for (; i < n; i += 16) {
+    const int64_t left = std::min<int64_t>(16, n - i);
+    const __mmask16 m = static_cast<__mmask16>((1u << left) - 1u);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+    const int words = static_cast<int>((left + 1) / 2);
+    const __mmask8 wm = static_cast<__mmask8>((1u << words) - 1u);
+    _mm256_mask_storeu_epi32(dst + i / 2, wm,
+                             reinterpret_cast<const __m256i&>(v));
+  }
+}
+
 }  // namespace avx512bf16
 
 const KernelSet* Avx512Bf16Kernels() {
@@ -110,6 +112,10 @@ const KernelSet* Avx512Bf16Kernels() {
     k.pack_bf16_rows = avx512bf16::PackRows;
     k.pack_bf16_cols = avx512bf16::PackCols;
     k.gemm_bf16_tile = avx512bf16::Tile;
+    k.to_pairs_bf16 = avx512bf16::ToPairs;
+    k.pair_rows_bf16 = avx512bf16::PairRows;
+    k.qk_bf16 = avx512bf16::QkBf16;
+    k.pv_bf16 = avx512bf16::PvBf16;
     return k;
   }();
   return &ks;

@@ -65,6 +65,15 @@ struct KernelSet {
   // x[p * kBf16Cols + c].
   void (*gemm_bf16_tile)(const uint32_t* w, const uint32_t* x, int64_t n_pairs,
                          float* y, int64_t ldy, int nr, int nc);
+  // BF16 attention tiles (the same table; null elsewhere), used by items of
+  // more than 8 rows (prefill): the driver pairs the F32 tiles of load_kt /
+  // load_v and the scaled queries. Contracts in attention_bf16.h.
+  void (*to_pairs_bf16)(const float* src, int64_t n, uint32_t* dst);
+  void (*pair_rows_bf16)(const float* a, const float* b, int n, uint32_t* dst);
+  void (*qk_bf16)(const uint32_t* q2, int ldq2, int rows, const uint32_t* kt2,
+                  int n_pairs, float* s);
+  void (*pv_bf16)(const float* p, int rows, const uint32_t* vt2, int n, int ldv,
+                  const float* alpha, float* o);
 
   // Attention: kt[d * kTileK + j] = K_j[d] for j < n, zeros for
   // n <= j < kTileK; d < hd. Row j of K is at k + i * stride elements with

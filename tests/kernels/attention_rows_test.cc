@@ -72,11 +72,13 @@ AttentionArgs Args(const std::vector<float>& q, const std::vector<int64_t>& pos,
   return a;
 }
 
+// n_q: the call's query count (testing::AttentionTolerance).
 void ExpectNear(const std::vector<float>& got, const std::vector<float>& want,
-                const char* what) {
+                const char* what, size_t n_q) {
   ASSERT_EQ(got.size(), want.size());
+  const double tol = testing::AttentionTolerance(static_cast<int>(n_q));
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], 3e-5) << what << " i=" << i;
+    ASSERT_NEAR(got[i], want[i], tol) << what << " i=" << i;
   }
 }
 
@@ -116,7 +118,7 @@ TEST_P(AttentionRowsTest, IndexListEqualsGatheredContiguousSpan) {
     Attention(&pool, Args(q, qpos, n_heads, hd, lb, b.data()));
     EXPECT_EQ(a, b) << DTypeName(t);
     ref::Attention(Args(q, qpos, n_heads, hd, la, want.data()));
-    ExpectNear(a, want, DTypeName(t));
+    ExpectNear(a, want, DTypeName(t), qpos.size());
   }
 }
 
@@ -164,8 +166,8 @@ TEST_P(AttentionRowsTest, RowPositionsMapEqualsPositionOrderedRows) {
       Attention(&pool, Args(q, qpos, n_heads, hd, lg, got.data()));
       Attention(&pool, Args(q, qpos, n_heads, hd, lw, want.data()));
       ref::Attention(Args(q, qpos, n_heads, hd, lg, ref_out.data()));
-      ExpectNear(got, want, DTypeName(t));
-      ExpectNear(ref_out, want, DTypeName(t));
+      ExpectNear(got, want, DTypeName(t), qpos.size());
+      ExpectNear(ref_out, want, DTypeName(t), qpos.size());
     }
   }
 }
@@ -211,7 +213,7 @@ TEST_P(AttentionRowsTest, RandomIndexListsPrefillMatchRef) {
         ThreadPool pool(threads);
         Attention(&pool, Args(q, qpos, n_heads, hd, lists, got.data()));
         ref::Attention(Args(q, qpos, n_heads, hd, lists, want.data()));
-        ExpectNear(got, want, DTypeName(t));
+        ExpectNear(got, want, DTypeName(t), qpos.size());
       }
     }
   }
@@ -253,7 +255,7 @@ TEST_P(AttentionRowsTest, DecodePerHeadIndexListsMatchRef) {
       std::fill(got.begin(), got.end(), NAN);
       Attention(threads > 0 ? &pool : nullptr,
                 Args(q, qpos, n_heads, hd, lists, got.data()));
-      ExpectNear(got, want, DTypeName(t));
+      ExpectNear(got, want, DTypeName(t), qpos.size());
     }
   }
 }

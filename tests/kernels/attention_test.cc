@@ -109,8 +109,9 @@ void CheckAttention(const Shape& s, int threads, std::mt19937& rng,
   fast.softcap = slow.softcap = softcap;
   Attention(threads > 0 ? &pool : nullptr, fast);
   ref::Attention(slow);
+  const double tol = testing::AttentionTolerance(s.n_q);
   for (size_t i = 0; i < n; ++i) {
-    ASSERT_NEAR(out[i], want[i], 3e-5)
+    ASSERT_NEAR(out[i], want[i], tol)
         << "i=" << i << " n_q=" << s.n_q << " n_ctx=" << s.n_ctx
         << " hd=" << s.head_dim << " dtype=" << DTypeName(s.dtype)
         << " threads=" << threads << " window=" << window

@@ -13,9 +13,9 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/cluster_ops.h"
-#include "kernels/ref/kmeans_contract.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/ref/kmeans_contract.h"
 #include "tests/kernels/test_util.h"
 
 namespace ckv::kernels::cpu {

@@ -129,7 +129,7 @@ TEST_P(QuantTypeTest, FastMatMulMatchesReferenceOnOddSizes) {
             std::vector<float> row(n_in);
             for (int64_t o = 0; o < n_out; ++o) {
               ref::DequantizeRow(t, w.data() + o * RowBytes(t, n_in), n_in,
-                               row.data());
+                                 row.data());
               for (int64_t k = 0; k < n_tok; ++k) {
                 const float* xk = x.data() + k * n_in;
                 double mag = 0.0;
@@ -229,7 +229,8 @@ TEST(FusedDotTest, RawRandomBlocksMatchReference) {
       MatMul(nullptr, t, w.data(), n_in, n_out, x.data(), 2, y.data());
       ref::MatMul(t, w.data(), n_in, n_out, x.data(), 2, yr.data());
       for (int64_t o = 0; o < n_out; ++o) {
-        ref::DequantizeRow(t, w.data() + o * RowBytes(t, n_in), n_in, row.data());
+        ref::DequantizeRow(t, w.data() + o * RowBytes(t, n_in), n_in,
+                           row.data());
         for (int k = 0; k < 2; ++k) {
           const float* xk = x.data() + k * n_in;
           double mag = 0.0;

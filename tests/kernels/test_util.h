@@ -95,6 +95,18 @@ inline std::vector<const KernelSet*> AvailableKernelSets() {
   return out;
 }
 
+// The bound of attention outputs (weighted means of values in [-1, 1])
+// against ref::Attention: 3e-5, except where the active table's BF16 tiles
+// can serve the call (avx512_bf16, items of more than 8 rows: any n_q > 1).
+// They round the scaled queries, keys, probabilities and values to BF16
+// (2^-9 each): measured 2026-12-06 (Zen 4) up to 2.6e-3 (sliding window with
+// soft-capping; 0.6e-3 to 1.95e-3 elsewhere). Stated bound 4e-3.
+inline constexpr double kBf16AttentionTolerance = 4e-3;
+inline double AttentionTolerance(int n_q) {
+  return ActiveKernels().qk_bf16 != nullptr && n_q > 1 ? kBf16AttentionTolerance
+                                                       : 3e-5;
+}
+
 // Forces a kernel table for the lifetime of the object.
 class ScopedKernels {
  public:
