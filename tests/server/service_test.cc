@@ -15,6 +15,8 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/ops.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/generation.h"
 #include "model/make_random.h"
@@ -717,6 +719,32 @@ TEST(ServerBackendTest, CudaIsRefusedClearlyWithoutItsDevice) {
   EXPECT_EQ(*ParseBackendFlag("cpu"), BackendKind::kCpu);
   EXPECT_EQ(*ParseBackendFlag("fake"), BackendKind::kFake);
   EXPECT_EQ(ResolveBackendKind(BackendKind::kAuto), BackendKind::kCpu);
+}
+
+// --kernels: an unknown table, or one this CPU lacks, is refused before
+// anything serves (INVALID_ARGUMENT naming the flag); a table the CPU has is
+// what GetServerInfo's kernels field and every op then use.
+TEST(ServerKernelsTest, KernelTableIsCheckedAndApplied) {
+  ServerConfig c = BaseConfig();
+  c.cpu_kernels = "avx9000";
+  auto bad = ClusterKvServer::Start(c, Metrics());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--kernels avx9000"),
+            absl::string_view::npos)
+      << bad.status();
+  const kernels::cpu::CpuFeatures& f = kernels::cpu::GetCpuFeatures();
+  const bool has_bf16 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
+  c.cpu_kernels = "avx512_bf16";
+  auto s = ClusterKvServer::Start(c, Metrics());
+  if (!has_bf16) {
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    return;
+  }
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_STREQ(kernels::cpu::KernelSetName(), "avx512_bf16");
+  (*s)->Drain(absl::ZeroDuration());
+  s->reset();
+  ASSERT_TRUE(kernels::cpu::SelectKernels("auto"));  // for the next tests
 }
 
 // --backend fake: the device backend on the fake device serves the same
