@@ -1,11 +1,14 @@
 #include "bench/bench_common.h"
 
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <system_error>
 
+#include "kernels/cpu/quant.h"
 #include "kernels/dtype.h"
 
 #ifndef CLUSTERKV_SOURCE_DIR
@@ -40,7 +43,6 @@ RandomModelSpec QuickModelSpec() {
   s.vocab = "byte";
   return s;
 }
-
 
 std::string RandomModelName(const RandomModelSpec& s) {
   const std::string vocab =
@@ -92,6 +94,35 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text) {
     return absl::InternalError(absl::StrCat("cannot write '", path, "'"));
   }
   return absl::OkStatus();
+}
+
+std::vector<uint8_t> RandomWeightMatrix(kernels::DType t, int64_t n_out,
+                                        int64_t n_in) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t row_bytes = kernels::RowBytes(t, n_in);
+  std::vector<uint8_t> w(row_bytes * n_out);
+  std::vector<float> row(n_in);
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (float& v : row) v = dist(rng);
+    kernels::cpu::QuantizeRow(t, row.data(), n_in, w.data() + o * row_bytes);
+  }
+  return w;
+}
+
+std::vector<std::vector<double>> TimeInterleaved(
+    int reps, const std::vector<std::function<void()>>& fns) {
+  for (const auto& fn : fns) fn();  // warm-up
+  std::vector<std::vector<double>> seconds(fns.size());
+  for (int i = 0; i < reps; ++i) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fns[f]();
+      const auto t1 = std::chrono::steady_clock::now();
+      seconds[f].push_back(std::chrono::duration<double>(t1 - t0).count());
+    }
+  }
+  return seconds;
 }
 
 }  // namespace ckv::bench

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/flag_spelling.h"
+#include "kernels/dtype.h"
 #include "model/make_random.h"
 
 namespace ckv::bench {
@@ -39,6 +41,17 @@ absl::StatusOr<std::string> EnsureRandomModel(const RandomModelSpec& spec,
 
 // Current UTC time as 2024-01-02T03:04:05Z.
 std::string UtcTimestamp();
+
+// A weight matrix of n_out rows of n_in random values in [-1, 1] (a fixed
+// seed: the same matrix in every run), stored as type t.
+std::vector<uint8_t> RandomWeightMatrix(kernels::DType t, int64_t n_out,
+                                        int64_t n_in);
+
+// seconds[f][i]: the time of fns[f] in round i of `reps`; every round runs
+// each fn once, in turn, after one warm-up call of each, so that load from
+// other processes falls on all of them alike.
+std::vector<std::vector<double>> TimeInterleaved(
+    int reps, const std::vector<std::function<void()>>& fns);
 
 // Writes `text` to `path`, creating the parent directory.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);

@@ -11,9 +11,9 @@
 //   [--threads 1,2] [--types f16,bf16,q8_0,q4_k] [--tables avx512,avx512_bf16]
 //   [--reps 5] [--out-json F]
 // A shape is OUTxIN (rows x row length); IN must be a multiple of 256.
-#include <chrono>
 #include <cstdio>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,36 +111,14 @@ absl::StatusOr<Options> OptionsFromFlags() {
   return o;
 }
 
-// Random values in [-1, 1]: a weight matrix stored as type t, or floats.
-std::vector<uint8_t> RandomWeights(DType t, const Shape& sh) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const int64_t row_bytes = kernels::RowBytes(t, sh.n_in);
-  std::vector<uint8_t> w(row_bytes * sh.n_out);
-  std::vector<float> row(sh.n_in);
-  for (int64_t o = 0; o < sh.n_out; ++o) {
-    for (float& v : row) v = dist(rng);
-    kernels::cpu::QuantizeRow(t, row.data(), sh.n_in, w.data() + o * row_bytes);
-  }
-  return w;
-}
-
-// Mean time of each fn over `reps` rounds; every round runs each fn once,
-// in turn, after one warm-up call of each.
+// Mean time of each fn over `reps` interleaved rounds.
 std::vector<double> MeanSecondsInterleaved(
     int reps, const std::vector<std::function<void()>>& fns) {
-  for (const auto& fn : fns) fn();
-  std::vector<double> sum(fns.size(), 0.0);
-  for (int i = 0; i < reps; ++i) {
-    for (size_t f = 0; f < fns.size(); ++f) {
-      const auto t0 = std::chrono::steady_clock::now();
-      fns[f]();
-      const auto t1 = std::chrono::steady_clock::now();
-      sum[f] += std::chrono::duration<double>(t1 - t0).count();
-    }
+  std::vector<double> mean;
+  for (const auto& s : TimeInterleaved(reps, fns)) {
+    mean.push_back(std::accumulate(s.begin(), s.end(), 0.0) / s.size());
   }
-  for (double& s : sum) s /= reps;
-  return sum;
+  return mean;
 }
 
 absl::Status Run(const Options& o) {
@@ -154,7 +132,7 @@ absl::Status Run(const Options& o) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (float& v : x) v = dist(rng);
     for (DType t : o.types) {
-      const std::vector<uint8_t> w = RandomWeights(t, sh);
+      const std::vector<uint8_t> w = RandomWeightMatrix(t, sh.n_out, sh.n_in);
       for (int threads : o.threads) {
         kernels::cpu::ThreadPool pool(threads);
         std::vector<std::function<void()>> fns;

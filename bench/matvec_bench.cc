@@ -10,7 +10,6 @@
 //   [--types f32,f16,q8_0,...] [--reps 10] [--kernels auto] [--out-json F]
 // A shape is OUTxIN (rows x row length); IN must be a multiple of 256.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -37,7 +36,8 @@ ABSL_FLAG(std::string, threads, "1", "comma-separated thread counts");
 ABSL_FLAG(std::string, types, "f32,f16,q8_0,q4_0,q4_k,q5_k,q6_k,q3_k,q2_k",
           "weight types (the f16 baseline is always measured)");
 ABSL_FLAG(int, reps, 10, "timed repetitions per case (best is reported)");
-ABSL_FLAG(std::string, kernels, "auto", "CPU kernels: auto|scalar|avx2|avx512|avx512_bf16");
+ABSL_FLAG(std::string, kernels, "auto",
+          "CPU kernels: auto|scalar|avx2|avx512|avx512_bf16");
 ABSL_FLAG(std::string, out_json, "", "write the results as JSON here");
 
 namespace ckv::bench {
@@ -95,34 +95,12 @@ absl::StatusOr<Options> OptionsFromFlags() {
   return o;
 }
 
-// A weight matrix of random values in [-1, 1] stored as type t.
-std::vector<uint8_t> RandomWeights(DType t, const Shape& sh) {
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const int64_t row_bytes = kernels::RowBytes(t, sh.n_in);
-  std::vector<uint8_t> w(row_bytes * sh.n_out);
-  std::vector<float> row(sh.n_in);
-  for (int64_t o = 0; o < sh.n_out; ++o) {
-    for (float& v : row) v = dist(rng);
-    kernels::cpu::QuantizeRow(t, row.data(), sh.n_in, w.data() + o * row_bytes);
-  }
-  return w;
-}
-
-// Best time of each fn over `reps` rounds; every round runs each fn once,
-// in turn, so that load from other processes falls on all of them alike.
+// Best time of each fn over `reps` interleaved rounds.
 std::vector<double> BestSecondsInterleaved(
     int reps, const std::vector<std::function<void()>>& fns) {
-  for (const auto& fn : fns) fn();  // warm-up
-  std::vector<double> best(fns.size(), 1e30);
-  for (int i = 0; i < reps; ++i) {
-    for (size_t f = 0; f < fns.size(); ++f) {
-      const auto t0 = std::chrono::steady_clock::now();
-      fns[f]();
-      const auto t1 = std::chrono::steady_clock::now();
-      best[f] =
-          std::min(best[f], std::chrono::duration<double>(t1 - t0).count());
-    }
+  std::vector<double> best;
+  for (const auto& s : TimeInterleaved(reps, fns)) {
+    best.push_back(*std::min_element(s.begin(), s.end()));
   }
   return best;
 }
@@ -144,7 +122,8 @@ absl::Status Run(const Options& o) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (float& v : x) v = dist(rng);
     std::vector<std::vector<uint8_t>> weights;
-    for (DType t : o.types) weights.push_back(RandomWeights(t, sh));
+    for (DType t : o.types)
+      weights.push_back(RandomWeightMatrix(t, sh.n_out, sh.n_in));
     for (int threads : o.threads) {
       kernels::cpu::ThreadPool pool(threads);
       std::vector<std::function<void()>> fns;

@@ -34,8 +34,15 @@ const void* RowAt(const void* base, DType t, int64_t stride, int64_t r) {
 
 }  // namespace
 
-void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
-            const float* x, int64_t n_tokens, float* y) {
+namespace {
+
+float Exact(float x) { return x; }
+float RoundToBf16(float x) { return BF16ToF32(F32ToBF16(x)); }
+
+// y[t][o] = sum_i round(W_o[i]) * round(x_t[i]), summed in double.
+void MatMulRounded(float (*round)(float), DType wtype, const void* w,
+                   int64_t n_in, int64_t n_out, const float* x,
+                   int64_t n_tokens, float* y) {
   const int64_t row_bytes = RowBytes(wtype, n_in);
   std::vector<float> row(n_in);
   for (int64_t o = 0; o < n_out; ++o) {
@@ -44,29 +51,23 @@ void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
     for (int64_t t = 0; t < n_tokens; ++t) {
       double acc = 0.0;
       for (int64_t i = 0; i < n_in; ++i) {
-        acc += double{row[i]} * x[t * n_in + i];
+        acc += double{round(row[i])} * round(x[t * n_in + i]);
       }
       y[t * n_out + o] = static_cast<float>(acc);
     }
   }
 }
 
+}  // namespace
+
+void MatMul(DType wtype, const void* w, int64_t n_in, int64_t n_out,
+            const float* x, int64_t n_tokens, float* y) {
+  MatMulRounded(Exact, wtype, w, n_in, n_out, x, n_tokens, y);
+}
+
 void MatMulBf16(DType wtype, const void* w, int64_t n_in, int64_t n_out,
                 const float* x, int64_t n_tokens, float* y) {
-  const int64_t row_bytes = RowBytes(wtype, n_in);
-  std::vector<float> row(n_in);
-  for (int64_t o = 0; o < n_out; ++o) {
-    DequantizeRow(wtype, static_cast<const char*>(w) + o * row_bytes, n_in,
-                  row.data());
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      double acc = 0.0;
-      for (int64_t i = 0; i < n_in; ++i) {
-        acc += double{BF16ToF32(F32ToBF16(row[i]))} *
-               BF16ToF32(F32ToBF16(x[t * n_in + i]));
-      }
-      y[t * n_out + o] = static_cast<float>(acc);
-    }
-  }
+  MatMulRounded(RoundToBf16, wtype, w, n_in, n_out, x, n_tokens, y);
 }
 
 void RmsNorm(const float* x, const float* weight, int64_t n_rows, int64_t n,

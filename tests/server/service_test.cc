@@ -15,8 +15,6 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/ops.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/generation.h"
 #include "model/make_random.h"
@@ -25,6 +23,7 @@
 #include "server/server_runner.h"
 #include "server/service_convert.h"
 #include "tests/model/test_util.h"
+#include "tests/server/service_test_util.h"
 #include "tests/server/small_server_config.h"
 
 namespace ckv::server {
@@ -33,40 +32,19 @@ namespace {
 namespace v1 = ::clusterkv::v1;
 using ::grpc::ClientContext;
 using ::grpc::StatusCode;
+using testing::BaseConfig;
+using testing::Metrics;
+using testing::ModelPath;
+using testing::Spec;
 
 // max_tokens of a stream that is still running when the test acts on it.
 constexpr int kLong = 6000;
-
-RandomModelSpec Spec() {
-  RandomModelSpec s;
-  s.layers = 4;
-  s.dim = 128;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 256;
-  s.seed = 7;
-  return s;
-}
-
-std::string ModelPath() { return ckv::testing::RandomModelPath("svc", Spec()); }
-
-ServerConfig BaseConfig() {
-  ServerConfig c = testing::SmallServerConfig(ModelPath());
-  c.limits.max_sessions = 16;
-  c.limits.max_prompt_tokens = 1024;
-  return c;
-}
 
 std::string Prompt(int i) {
   return absl::StrCat("Document ", i, ": the quick brown fox jumps over the ",
                       "lazy dog while clustered keys recall what matters; ",
                       "sessions share segments and forks answer questions. ",
                       "Paragraph ", i * 7 + 3, " ends here.");
-}
-
-ServerMetrics* Metrics() {
-  static ServerMetrics* m = ServerMetrics::Create().release();
-  return m;
 }
 
 struct Answer {
@@ -681,70 +659,6 @@ TEST_F(ServiceTest, SessionLifecycleAndServerInfo) {
   EXPECT_NE(server.device_name().find("threads"), std::string::npos)
       << server.device_name();
   EXPECT_EQ(server.device_memory_bytes(), 0);
-}
-
-// --backend cuda is refused before anything serves, with an error that
-// names what is missing: INVALID_ARGUMENT when this build has no CUDA
-// backend (the flag parser uses the same check), FAILED_PRECONDITION naming
-// the missing driver or device when it has one and no device is usable.
-TEST(ServerBackendTest, CudaIsRefusedClearlyWithoutItsDevice) {
-  auto kind = ParseBackendKind("cuda");
-  ASSERT_TRUE(kind.ok());
-  ServerConfig c = BaseConfig();
-  c.backend = *kind;
-  auto flag = ParseBackendFlag("cuda");
-  if (!CudaBackendBuilt()) {
-    EXPECT_EQ(flag.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(flag.status().message().find("--backend cuda: this build has no"),
-              absl::string_view::npos)
-        << flag.status();
-    auto s = ClusterKvServer::Start(c, Metrics());
-    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  } else if (!CudaDeviceStatus().ok()) {
-    ASSERT_TRUE(flag.ok()) << flag.status();
-    auto s = ClusterKvServer::Start(c, Metrics());
-    EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition)
-        << s.status();
-    EXPECT_NE(s.status().message().find("--backend cuda: "),
-              absl::string_view::npos)
-        << s.status();
-    EXPECT_NE(s.status().message().find("CUDA device"), absl::string_view::npos)
-        << s.status();
-  } else {
-    GTEST_SKIP() << "a CUDA device is usable here (the device check runs it)";
-  }
-  EXPECT_EQ(ParseBackendFlag("gpu").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(*ParseBackendFlag("auto"), BackendKind::kAuto);
-  EXPECT_EQ(*ParseBackendFlag("cpu"), BackendKind::kCpu);
-  EXPECT_EQ(*ParseBackendFlag("fake"), BackendKind::kFake);
-  EXPECT_EQ(ResolveBackendKind(BackendKind::kAuto), BackendKind::kCpu);
-}
-
-// --kernels: an unknown table, or one this CPU lacks, is refused before
-// anything serves (INVALID_ARGUMENT naming the flag); a table the CPU has is
-// what GetServerInfo's kernels field and every op then use.
-TEST(ServerKernelsTest, KernelTableIsCheckedAndApplied) {
-  ServerConfig c = BaseConfig();
-  c.cpu_kernels = "avx9000";
-  auto bad = ClusterKvServer::Start(c, Metrics());
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("--kernels avx9000"),
-            absl::string_view::npos)
-      << bad.status();
-  const kernels::cpu::CpuFeatures& f = kernels::cpu::GetCpuFeatures();
-  const bool has_bf16 = f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
-  c.cpu_kernels = "avx512_bf16";
-  auto s = ClusterKvServer::Start(c, Metrics());
-  if (!has_bf16) {
-    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-    return;
-  }
-  ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_STREQ(kernels::cpu::KernelSetName(), "avx512_bf16");
-  (*s)->Drain(absl::ZeroDuration());
-  s->reset();
-  ASSERT_TRUE(kernels::cpu::SelectKernels("auto"));  // for the next tests
 }
 
 // --backend fake: the device backend on the fake device serves the same
