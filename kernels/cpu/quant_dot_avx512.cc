@@ -186,88 +186,152 @@ float DotBlocks32(const Block* w, int64_t nb, const Acts& a) {
 
 // ---- 256-element super-blocks (super-block form: one scale per 256) ----
 
-// Q4_K / Q5_K: x = d * sc * q - dmin * mn over 8 sub-blocks of 32. The
-// weights of elements 128j .. 128j + 127 come from qs[64j .. 64j + 63]: the
-// low nibbles are elements +0..31 and +64..95, the high ones +32..63 and
-// +96..127; Q5_K's bit 4 of element 64c + l (+ 32) is bit 2c (2c + 1) of
-// qh[l].
-template <typename Block>
-float DotQ45K(const Block* w, int64_t nb, const Acts& a) {
-  constexpr bool kHighBit = std::is_same_v<Block, BlockQ5_K>;
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
-                   _mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m512 acc_min = _mm512_setzero_ps();
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b) {
-    const Block& k = w[b];
-    const int8_t* x = a.q + kQK_K * b;
-    uint64_t sc, mn;
-    ScalesMinsK4(k.scales, &sc, &mn);
-    // d and dmin (adjacent F16 fields) times dx, then lanes 0-7:
-    // d * dx * sc[j], lanes 8-15: dmin * dx * mn[j].
-    uint32_t d_dmin;
-    std::memcpy(&d_dmin, &k.d, 4);
-    const __m128 dd = _mm_mul_ps(
-        _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int32_t>(d_dmin))),
-        _mm_set1_ps(a.d[b]));
-    const __m512 scales =
-        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(
-                          static_cast<int64_t>(mn), static_cast<int64_t>(sc)))),
-                      _mm512_permutexvar_ps(GroupIndex(kIdx8, 0),
-                                            _mm512_castps128_ps512(dd)));
-    // Sub-block activation sums in lanes 8-15: acc_min gathers
-    // dmin * dx * mn[j] * sum_j (lanes 0-7 stay zero).
-    const __m256i sums =
-        _mm256_madd_epi16(Load32(a.s16 + 16 * b), _mm256_set1_epi16(1));
-    acc_min = _mm512_fmadd_ps(
-        scales,
-        _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_setzero_si512(), sums, 1)),
-        acc_min);
-    __m512i qh;
-    if constexpr (kHighBit) qh = _mm512_broadcast_i64x4(Load32(k.qh));
-    for (int j = 0; j < 2; ++j) {
-      const __m512i z = Load64(k.qs + 64 * j);
-      const __m512i lo = _mm512_and_si512(z, low4);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), low4);
-      __m512i v[2] = {_mm512_shuffle_i64x2(lo, hi, 0x44),
-                      _mm512_shuffle_i64x2(lo, hi, 0xEE)};
-      for (int h = 0; h < 2; ++h) {
-        const int c = 2 * j + h;
-        if constexpr (kHighBit) {
-          const __m512i bit = Concat(_mm256_set1_epi8(1 << (2 * c)),
-                                     _mm256_set1_epi8(1 << (2 * c + 1)));
-          v[h] = _mm512_mask_add_epi8(v[h], _mm512_test_epi8_mask(qh, bit),
-                                      v[h], _mm512_set1_epi8(16));
-        }
-        const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[h],
-                                               Load64(x + 64 * c));
-        const __m512 s = _mm512_permutexvar_ps(GroupIndex(kIdx8, c), scales);
-        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc[c]);
-      }
+// Q4_K / Q5_K activations in the order of the packed nibbles: in each
+// 128 elements the second and third quarters swap, so that the low nibbles
+// of qs[64j .. 64j + 63] (elements 128j + 0..31 and + 64..95) meet the first
+// 64 activations and the high nibbles (+ 32..63, + 96..127) the next 64.
+void NibbleOrder(const int8_t* x, int64_t n, int8_t* out) {
+  for (int64_t i = 0; i < n; i += 128) {
+    std::memcpy(out + i, x + i, 32);
+    std::memcpy(out + i + 32, x + i + 64, 32);
+    std::memcpy(out + i + 64, x + i + 32, 32);
+    std::memcpy(out + i + 96, x + i + 96, 32);
+  }
+}
+
+// Byte indices for _mm512_shuffle_epi8 over a 128-bit lane holding 8
+// 16-bit values (a K-quant block's sub-block scales, or its mins) in every
+// lane: kPairIndex.idx[2j + h] (h = 0 low, 1 high nibbles of qs[64j ..])
+// repeats the scale of sub-block 4j + h in words 0-15 and of 4j + h + 2 in
+// words 16-31, as vpmaddubsw pairs the 64 products; idx[4] repeats value
+// g / 2 in word g < 16 (one min per 16 activations).
+struct PairIndexTable {
+  alignas(64) int8_t idx[5][64];
+};
+constexpr PairIndexTable MakePairIndex() {
+  PairIndexTable t{};
+  for (int v = 0; v < 5; ++v) {
+    for (int w = 0; w < 32; ++w) {
+      const int word =
+          v < 4 ? 4 * (v / 2) + v % 2 + 2 * (w / 16) : (w % 16) / 2;
+      t.idx[v][2 * w] = static_cast<int8_t>(2 * word);
+      t.idx[v][2 * w + 1] = static_cast<int8_t>(2 * word + 1);
     }
   }
-  const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
-                                   _mm512_add_ps(acc[2], acc[3]));
-  return _mm512_reduce_add_ps(_mm512_sub_ps(sum, acc_min));
+  return t;
 }
+constexpr PairIndexTable kPairIndex = MakePairIndex();
+inline __m512i PairIndex(int v) { return _mm512_load_si512(kPairIndex.idx[v]); }
+
+// Q4_K / Q5_K: x = d * sc * q - dmin * mn over 8 sub-blocks of 32; a.q in
+// NibbleOrder. Sub-block s's weights are the low (s even) or high (s odd)
+// nibbles of qs[64 (s / 2) ..], bytes 0-31 for s % 4 < 2, else 32-63;
+// Q5_K's bit 4 of sub-block s's element l is bit s of qh[l]. A block's
+// products stay integers: vpmaddubsw pairs q (< 32) with the activations
+// (|pair| <= 2 * 31 * 127, no saturation), vpdpwssd multiplies the pairs by
+// the sub-block's 6-bit scale and sums them into int32 lanes (|lane| < 2^21
+// over a block), converted to F32 once per block.
+template <typename Block>
+inline void Q45KBlock(const Block& k, const int8_t* x, const int16_t* s16,
+                      __m128 dx, __m512* acc, __m256* acc_min) {
+  constexpr bool kHighBit = std::is_same_v<Block, BlockQ5_K>;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  uint64_t sc, mn;
+  ScalesMinsK4(k.scales, &sc, &mn);
+  const __m512i scales = _mm512_broadcast_i32x4(
+      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+  const __m256i mins16 = _mm256_broadcastsi128_si256(
+      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
+  __m512i qh;
+  if constexpr (kHighBit) qh = _mm512_broadcast_i64x4(Load32(k.qh));
+  __m512i sum = _mm512_setzero_si512();
+  for (int j = 0; j < 2; ++j) {
+    const __m512i z = Load64(k.qs + 64 * j);
+    __m512i v[2] = {_mm512_and_si512(z, low4),
+                    _mm512_and_si512(_mm512_srli_epi16(z, 4), low4)};
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (kHighBit) {
+        const int s = 4 * j + h;
+        const __m512i bit =
+            Concat(_mm256_set1_epi8(1 << s), _mm256_set1_epi8(1 << (s + 2)));
+        v[h] = _mm512_mask_add_epi8(v[h], _mm512_test_epi8_mask(qh, bit), v[h],
+                                    _mm512_set1_epi8(16));
+      }
+      const __m512i pairs =
+          _mm512_maddubs_epi16(v[h], Load64(x + 128 * j + 64 * h));
+      sum = _mm512_dpwssd_epi32(
+          sum, pairs, _mm512_shuffle_epi8(scales, PairIndex(2 * j + h)));
+    }
+  }
+  // mn[g / 2] * (activation sum of 16 g .. 16 g + 15), paired per min.
+  const __m256i mins = _mm256_madd_epi16(
+      Load32(s16),
+      _mm256_shuffle_epi8(mins16, _mm512_castsi512_si256(PairIndex(4))));
+  // d and dmin (adjacent F16 fields) times dx.
+  uint32_t d_dmin;
+  std::memcpy(&d_dmin, &k.d, 4);
+  const __m128 dd = _mm_mul_ps(
+      _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int32_t>(d_dmin))), dx);
+  *acc =
+      _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(dd), *acc);
+  *acc_min =
+      _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins),
+                      _mm256_broadcastss_ps(_mm_movehdup_ps(dd)), *acc_min);
+}
+
+template <typename Block>
+float DotQ45K(const Block* w, int64_t nb, const Acts& a) {
+  __m512 acc = _mm512_setzero_ps();
+  __m256 acc_min = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    Q45KBlock(w[b], a.q + kQK_K * b, a.s16 + 16 * b, _mm_set1_ps(a.d[b]), &acc,
+              &acc_min);
+  }
+  return _mm512_reduce_add_ps(
+      _mm512_sub_ps(acc, _mm512_zextps256_ps512(acc_min)));
+}
+
+// Byte indices for _mm512_shuffle_epi8 over a 128-bit lane holding 8
+// 16-bit scales of groups of 16 in every lane: word w of a vpmaddubsw
+// result (elements 2w, 2w + 1 of 64) takes scale kHalfIndex.idx[v] with
+// v = 0 for groups 0-3 of the lane's 8, v = 1 for groups 4-7.
+struct HalfIndexTable {
+  alignas(64) int8_t idx[2][64];
+};
+constexpr HalfIndexTable MakeHalfIndex() {
+  HalfIndexTable t{};
+  for (int v = 0; v < 2; ++v) {
+    for (int w = 0; w < 32; ++w) {
+      const int word = 4 * v + w / 8;
+      t.idx[v][2 * w] = static_cast<int8_t>(2 * word);
+      t.idx[v][2 * w + 1] = static_cast<int8_t>(2 * word + 1);
+    }
+  }
+  return t;
+}
+constexpr HalfIndexTable kHalfIndex = MakeHalfIndex();
+inline __m512i HalfIndex(int v) { return _mm512_load_si512(kHalfIndex.idx[v]); }
 
 // Q6_K: x = d * sc[g] * (q - 32) over 16 groups of 16, q < 64. For half h,
 // ql[64h .. 64h + 63]'s low nibbles are elements 128h + 0..63 and its high
 // nibbles 128h + 64..127; bits 4-5 of element 128h + 32s + l are bits 2s,
-// 2s + 1 of qh[32h + l]. The -32 comes in through LaneOffsets.
+// 2s + 1 of qh[32h + l]. Integer per block: vpmaddubsw pairs q with the
+// activations (|pair| <= 2 * 63 * 127), vpdpwssd weights the pairs by the
+// signed group scale (|lane| < 2^24 over a block), and the -32 enters as
+// 32 * sum_g sc[g] * (activation sum of group g).
 float DotQ6K(const BlockQ6_K* w, int64_t nb, const Acts& a) {
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(),
-                   _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 acc = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i bits45 = _mm512_set1_epi8(0x30);
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_K& k = w[b];
     const int8_t* x = a.q + kQK_K * b;
-    const int32_t* off = a.off + (kQK_K / 4) * b;
-    const __m512 scales = _mm512_mul_ps(
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.scales)))),
-        _mm512_set1_ps(Half(k.d) * a.d[b]));
+    const __m128i sc8 =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.scales));
+    const __m512i scales[2] = {
+        _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(sc8)),
+        _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)))};
+    __m512i sum = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = Load64(k.ql + 64 * h);
       const __m256i qh = Load32(k.qh + 32 * h);
@@ -279,17 +343,21 @@ float DotQ6K(const BlockQ6_K* w, int64_t nb, const Acts& a) {
               0xEA),
           _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), low4,
                                     _mm512_and_si512(qh2, bits45), 0xEA)};
-      for (int i = 0; i < 2; ++i) {
-        const int e = 2 * h + i;  // elements 64e .. 64e + 63, groups 4e..
-        const __m512i dp =
-            _mm512_dpbusd_epi32(Load64(off + 16 * e), v[i], Load64(x + 64 * e));
-        const __m512 s = _mm512_permutexvar_ps(GroupIndex(kIdx4, e), scales);
-        acc[e] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), s, acc[e]);
+      for (int i = 0; i < 2; ++i) {  // elements 64e .. 64e + 63, e = 2h + i
+        const __m512i pairs =
+            _mm512_maddubs_epi16(v[i], Load64(x + 128 * h + 64 * i));
+        sum = _mm512_dpwssd_epi32(sum, pairs,
+                                  _mm512_shuffle_epi8(scales[h], HalfIndex(i)));
       }
     }
+    const __m256i offset =
+        _mm256_madd_epi16(Load32(a.s16 + 16 * b), _mm256_cvtepi8_epi16(sc8));
+    sum = _mm512_sub_epi32(
+        sum, _mm512_zextsi256_si512(_mm256_slli_epi32(offset, 5)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                          _mm512_set1_ps(Half(k.d) * a.d[b]), acc);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]),
-                                            _mm512_add_ps(acc[2], acc[3])));
+  return _mm512_reduce_add_ps(acc);
 }
 
 // Q2_K: x = d * sc[g] * q - dmin * mn[g] over 16 groups of 16, q < 4, sc
@@ -422,8 +490,6 @@ int WeightOffset(DType t) {
       return 8;
     case DType::kQ5_0:
       return 16;
-    case DType::kQ6_K:
-      return 32;
     case DType::kQ3_K:
       return 4;
     default:
@@ -466,9 +532,12 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
   const int offset = WeightOffset(t);
   // Activations padded to 64 (block form: to kChunk already).
   const int64_t lanes = (n_in + 63) / 64 * 16;
+  const bool nibble_order = (t == DType::kQ4_K || t == DType::kQ5_K);
   thread_local std::vector<int32_t> offsets;
+  thread_local std::vector<int8_t> reordered;
   thread_local std::vector<Acts> forms;
-  offsets.resize(offset != 0 ? lanes * n_tok : 0);  // LaneOffsets fills it
+  offsets.resize(offset != 0 ? lanes * n_tok : 0);    // LaneOffsets fills it
+  reordered.resize(nibble_order ? n_in * n_tok : 0);  // NibbleOrder fills it
   forms.resize(n_tok);
   for (int k = 0; k < n_tok; ++k) {
     const QuantizedActs& q = acts[k];
@@ -478,6 +547,11 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
     f.sum16 = super ? nullptr : q.sum16.data();
     f.s16 = super ? q.sumk16.data() : nullptr;
     f.off = nullptr;
+    if (nibble_order) {
+      int8_t* r = reordered.data() + k * n_in;
+      NibbleOrder(f.q, n_in, r);
+      f.q = r;
+    }
     if (offset != 0) {
       int32_t* o = offsets.data() + k * lanes;
       LaneOffsets(f.q, lanes * 4, offset, o);
