@@ -144,6 +144,10 @@ struct KernelSet {
   void (*quant_gemv)(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                      int64_t n_in, const QuantizedActs* acts, int n_tok,
                      float* y, int64_t ldy);
+  // QuantizeActs (quant.h) bit for bit, for quant_gemv's activations; null
+  // where quant_gemv is.
+  void (*quantize_acts)(const float* x, int64_t n, QuantizedActs* out,
+                        ActForms forms);
 
   // Attention scores from a row-major key tile (load_v's layout, ldk a
   // multiple of 16, zero past the row's elements and for rows n..kTileK):

@@ -390,6 +390,7 @@ const KernelSet* Avx2Kernels() {
       .quest_scores = avx2::QuestScores,
       .centroid_scores = avx2::CentroidScores,
       .quant_gemv = avx2q::FusedGemv,
+      .quantize_acts = avx2q::QuantizeActs,
       .qk_rowmajor = avx2::QkRowMajor,
       .qk_direct = avx2::QkDirect,
       .pv_direct = avx2::PvDirect,

@@ -296,6 +296,7 @@ const KernelSet& ScalarKernels() {
       .quest_scores = QuestScores,
       .centroid_scores = CentroidScores,
       .quant_gemv = nullptr,
+      .quantize_acts = nullptr,
       .qk_rowmajor = QkRowMajor,
       .qk_direct = QkDirect,
       .pv_direct = PvDirect,

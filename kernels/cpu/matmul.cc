@@ -12,6 +12,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_kernels.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/quant_blocks.h"
 
 namespace ckv::kernels::cpu {
 namespace {
@@ -36,8 +37,10 @@ void QuantGemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
                    int64_t n_tokens, float* y) {
   static thread_local std::vector<QuantizedActs> acts;
   if (static_cast<int64_t>(acts.size()) < n_tokens) acts.resize(n_tokens);
+  const ActForms forms =
+      BlockSize(wtype) == kQK_K ? ActForms::kSuper : ActForms::kBlock;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    QuantizeActs(x + t * n_in, n_in, &acts[t]);
+    ks.quantize_acts(x + t * n_in, n_in, &acts[t], forms);
   }
   const QuantizedActs* a = acts.data();
   const int64_t row_bytes = RowBytes(wtype, n_in);
@@ -50,7 +53,8 @@ void QuantGemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
 void GemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype, const char* w,
               int64_t n_in, int64_t n_out, const float* x, int64_t n_tokens,
               float* y) {
-  if (IsQuantized(wtype) && ks.quant_gemv != nullptr) {
+  if (IsQuantized(wtype) && ks.quant_gemv != nullptr &&
+      ks.quantize_acts != nullptr) {
     QuantGemvPath(pool, ks, wtype, w, n_in, n_out, x, n_tokens, y);
     return;
   }

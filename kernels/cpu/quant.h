@@ -39,10 +39,17 @@ struct QuantizedActs {
   std::vector<int16_t> sumk16;  // [n / 16] or empty
 };
 
-// Quantises x[0..n) (n a multiple of 32) into both forms: d = max|x| / 127
-// per block (of 32, resp. 256), q = round(x / d), so |x - d * q| <= d / 2.
-// The super-block form is left empty when n % 256 != 0.
-void QuantizeActs(const float* x, int64_t n, QuantizedActs* out);
+// Which forms QuantizeActs fills (a fused dot reads one: the super-block
+// form for the K-quants and IQ4_XS, the block form for the others); the
+// form not asked for is left as it was.
+enum class ActForms { kBoth, kBlock, kSuper };
+
+// Quantises x[0..n) (n a multiple of 32) into `forms`: d = max|x| / 127 per
+// block (of 32, resp. 256), q = round-to-nearest-even(x * (1 / d)), so
+// |x - d * q| <= d / 2. The super-block form is left empty when
+// n % 256 != 0. The reference: KernelSet::quantize_acts gives the same bits.
+void QuantizeActs(const float* x, int64_t n, QuantizedActs* out,
+                  ActForms forms = ActForms::kBoth);
 
 // Elements unpacked per call of UnpackChunk (a K-quant super-block).
 inline constexpr int kChunk = 256;

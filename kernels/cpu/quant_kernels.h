@@ -12,6 +12,9 @@ namespace ckv::kernels::cpu {
 
 namespace avx2q {
 void QuantToF32(DType t, const void* src, int64_t n, float* dst);
+// KernelSet::quantize_acts: cpu::QuantizeActs, vectorised (the same bits).
+void QuantizeActs(const float* x, int64_t n, QuantizedActs* out,
+                  ActForms forms);
 // KernelSet::quant_gemv (contract in kernel_set.h) for every block type (Q8_0,
 // Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS; quant_dot_avx2.cc), with
 // the block form of the activations for the 32-element block types and the

@@ -1,6 +1,6 @@
-// Quantiser for every block type (the inverse of kernels/ref/quant.cc's layouts) and
-// the 8-bit activation quantiser of the integer dot products. Each block is
-// quantised by round-to-nearest against a scale taken from the block's
+// Quantiser for every block type (the inverse of kernels/ref/quant.cc's
+// layouts) and the 8-bit activation quantiser of the integer dot products. Each
+// block is quantised by round-to-nearest against a scale taken from the block's
 // extreme values; sub-block scales and mins are quantised against the
 // super-block's largest.
 #include <algorithm>
@@ -379,10 +379,12 @@ void QuantizeActsSuper(const float* x, int64_t n, QuantizedActs* out) {
 
 }  // namespace
 
-void QuantizeActs(const float* x, int64_t n, QuantizedActs* out) {
-  QuantizeActsSuper(x, n, out);
-  const int64_t padded = (n + kChunk - 1) / kChunk * kChunk;
+void QuantizeActs(const float* x, int64_t n, QuantizedActs* out,
+                  ActForms forms) {
   out->n = n;
+  if (forms != ActForms::kBlock) QuantizeActsSuper(x, n, out);
+  if (forms == ActForms::kSuper) return;
+  const int64_t padded = (n + kChunk - 1) / kChunk * kChunk;
   out->q.assign(padded, 0);
   out->d.assign(padded / kActBlock, 0.0f);
   out->sum16.assign(padded / 16, 0);

@@ -382,6 +382,64 @@ TEST(QuantizeActsTest, SuperBlockFormBoundsTheRoundingError) {
   EXPECT_TRUE(a.sumk16.empty());
 }
 
+// Every table's quantize_acts gives QuantizeActs' bits in the forms asked
+// for, on lengths with and without a super-block form, reusing one output
+// (stale contents must not survive), with exact ties (a block whose largest
+// |x| is 127 has d = 1, so x = 2.5 must round to 2, -3.5 to -4: checked
+// where the rest of the block is within [-1, 1]), zero
+// blocks (d = 0) and magnitudes from 1e-6 to 1e4.
+TEST(QuantizeActsTest, EveryTableMatchesTheReferenceBitForBit) {
+  std::mt19937 rng(23);
+  int tables = 0;
+  for (const KernelSet* ks : AvailableKernelSets()) {
+    if (ks->quantize_acts == nullptr) continue;
+    ++tables;
+    QuantizedActs got;
+    for (int64_t n : {32, 96, 256, 544, 2048, 8448}) {
+      for (float scale : {1e-6f, 1.0f, 1e4f}) {
+        std::vector<float> x = RandomFloats(rng, n, -scale, scale);
+        std::fill(x.begin(), x.begin() + 32, 0.0f);  // a zero block
+        if (n >= 64) {
+          x[32] = 127.0f;
+          x[33] = 2.5f;
+          x[34] = -3.5f;
+          x[35] = 0.5f;
+        }
+        for (ActForms forms :
+             {ActForms::kBoth, ActForms::kBlock, ActForms::kSuper}) {
+          QuantizedActs want;
+          QuantizeActs(x.data(), n, &want, forms);
+          ks->quantize_acts(x.data(), n, &got, forms);
+          const std::string where = std::string(ks->name) + " n=" +
+                                    std::to_string(n) + " scale=" +
+                                    std::to_string(scale) + " forms=" +
+                                    std::to_string(static_cast<int>(forms));
+          EXPECT_EQ(got.n, n) << where;
+          if (forms != ActForms::kSuper) {
+            EXPECT_EQ(got.q, want.q) << where;
+            EXPECT_EQ(got.d, want.d) << where;
+            EXPECT_EQ(got.sum16, want.sum16) << where;
+          }
+          if (forms != ActForms::kBlock) {
+            EXPECT_EQ(got.qk, want.qk) << where;
+            EXPECT_EQ(got.dk, want.dk) << where;
+            EXPECT_EQ(got.sumk16, want.sumk16) << where;
+          }
+          if (n >= 64 && scale <= 1.0f && forms != ActForms::kSuper) {
+            EXPECT_EQ(got.q[33], 2) << where;
+            EXPECT_EQ(got.q[34], -4) << where;
+            EXPECT_EQ(got.q[35], 0) << where;
+          }
+        }
+      }
+    }
+  }
+  // The scalar table has none; any SIMD table on this CPU must.
+  if (AvailableKernelSets().size() > 1) {
+    EXPECT_GT(tables, 0);
+  }
+}
+
 TEST(QuantizeActsTest, PadsAndBoundsTheRoundingError) {
   std::mt19937 rng(14);
   const std::vector<float> x = RandomFloats(rng, 96, -5.0f, 5.0f);
