@@ -116,6 +116,9 @@ const KernelSet* Avx512Bf16Kernels() {
     k.pair_rows_bf16 = avx512bf16::PairRows;
     k.qk_bf16 = avx512bf16::QkBf16;
     k.pv_bf16 = avx512bf16::PvBf16;
+    // Its BF16 GEMM beats the integer dots' prefill (gemm_bench, Zen 4, 1
+    // thread, Q4_K 256 tokens: about 170 vs 116 GFLOP/s).
+    k.quant_gemv_batches = nullptr;
     return k;
   }();
   return &ks;

@@ -148,6 +148,11 @@ struct KernelSet {
   // where quant_gemv is.
   void (*quantize_acts)(const float* x, int64_t n, QuantizedActs* out,
                         ActForms forms);
+  // True for the block types whose quant_gemv unpacks each weight block
+  // once for several tokens: MatMul then multiplies many tokens by them on
+  // quant_gemv too (8-bit activations, as decode does) instead of the F32 or
+  // BF16 GEMM. Null: never.
+  bool (*quant_gemv_batches)(DType t);
 
   // Attention scores from a row-major key tile (load_v's layout, ldk a
   // multiple of 16, zero past the row's elements and for rows n..kTileK):

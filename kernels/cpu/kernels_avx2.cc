@@ -391,6 +391,7 @@ const KernelSet* Avx2Kernels() {
       .centroid_scores = avx2::CentroidScores,
       .quant_gemv = avx2q::FusedGemv,
       .quantize_acts = avx2q::QuantizeActs,
+      .quant_gemv_batches = nullptr,
       .qk_rowmajor = avx2::QkRowMajor,
       .qk_direct = avx2::QkDirect,
       .pv_direct = avx2::PvDirect,

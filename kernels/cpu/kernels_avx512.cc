@@ -253,6 +253,8 @@ const KernelSet* Avx512Kernels() {
       .quant_gemv =
           GetCpuFeatures().avx512_vnni ? avx512q::FusedGemv : avx2q::FusedGemv,
       .quantize_acts = avx2q::QuantizeActs,
+      .quant_gemv_batches =
+          GetCpuFeatures().avx512_vnni ? avx512q::BatchesTokens : nullptr,
       // The few-row (decode) forms are AVX2's, which every AVX-512 CPU
       // runs: on an AVX-512 VNNI Xeon they beat this table's 16-wide tile
       // forms for decode (kernels_bench sparse layer, 32 heads x 1,040

@@ -297,6 +297,7 @@ const KernelSet& ScalarKernels() {
       .centroid_scores = CentroidScores,
       .quant_gemv = nullptr,
       .quantize_acts = nullptr,
+      .quant_gemv_batches = nullptr,
       .qk_rowmajor = QkRowMajor,
       .qk_direct = QkDirect,
       .pv_direct = PvDirect,

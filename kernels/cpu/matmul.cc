@@ -30,19 +30,63 @@ void Run(ThreadPool* pool, int64_t n, int64_t grain,
   }
 }
 
-// Block-type weights: activations quantised to 8 bits once, then integer
-// dot products over row ranges split across threads.
-void QuantGemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
-                   const char* w, int64_t n_in, int64_t n_out, const float* x,
-                   int64_t n_tokens, float* y) {
+// The 8-bit activations of n_tokens tokens for quant_gemv with `wtype`
+// weights (the one form it reads), spread over the pool when there are
+// several.
+const QuantizedActs* QuantizeTokens(ThreadPool* pool, const KernelSet& ks,
+                                    DType wtype, int64_t n_in, const float* x,
+                                    int64_t n_tokens) {
   static thread_local std::vector<QuantizedActs> acts;
   if (static_cast<int64_t>(acts.size()) < n_tokens) acts.resize(n_tokens);
   const ActForms forms =
       BlockSize(wtype) == kQK_K ? ActForms::kSuper : ActForms::kBlock;
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    ks.quantize_acts(x + t * n_in, n_in, &acts[t], forms);
+  QuantizedActs* a = acts.data();
+  const auto quantize = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      ks.quantize_acts(x + t * n_in, n_in, &a[t], forms);
+    }
+  };
+  if (n_tokens < kGemmMinTokens) {
+    quantize(0, n_tokens);
+  } else {
+    Run(pool, n_tokens, 1, quantize);
   }
-  const QuantizedActs* a = acts.data();
+  return a;
+}
+
+// Many tokens by block-type weights on quant_gemv (quant_gemv_batches):
+// tiles of kQuantTileRows weight rows by a chunk of tokens whose
+// activations fit kL2Budget, so each row is unpacked once per token group
+// from L1 and the chunk's activations stay in L2; tiles split over threads
+// by row block.
+constexpr int64_t kQuantTileRows = 64;
+void QuantGemmPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
+                   const char* w, int64_t n_in, int64_t n_out, const float* x,
+                   int64_t n_tokens, float* y) {
+  const QuantizedActs* a = QuantizeTokens(pool, ks, wtype, n_in, x, n_tokens);
+  const int64_t row_bytes = RowBytes(wtype, n_in);
+  const int64_t chunk =
+      std::max<int64_t>(4, std::min(n_tokens, kL2Budget / n_in) / 4 * 4);
+  const int64_t blocks = (n_out + kQuantTileRows - 1) / kQuantTileRows;
+  Run(pool, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
+      const int nt = static_cast<int>(std::min(chunk, n_tokens - t0));
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t r0 = b * kQuantTileRows;
+        const int64_t nr = std::min(kQuantTileRows, n_out - r0);
+        ks.quant_gemv(wtype, w + r0 * row_bytes, row_bytes, nr, n_in, a + t0,
+                      nt, y + t0 * n_out + r0, n_out);
+      }
+    }
+  });
+}
+
+// Block-type weights, few tokens: activations quantised to 8 bits once,
+// then integer dot products over row ranges split across threads.
+void QuantGemvPath(ThreadPool* pool, const KernelSet& ks, DType wtype,
+                   const char* w, int64_t n_in, int64_t n_out, const float* x,
+                   int64_t n_tokens, float* y) {
+  const QuantizedActs* a = QuantizeTokens(pool, ks, wtype, n_in, x, n_tokens);
   const int64_t row_bytes = RowBytes(wtype, n_in);
   Run(pool, n_out, 16, [&](int64_t o0, int64_t o1) {
     ks.quant_gemv(wtype, w + o0 * row_bytes, row_bytes, o1 - o0, n_in, a,
@@ -223,6 +267,9 @@ void MatMul(ThreadPool* pool, DType wtype, const void* w, int64_t n_in,
   const char* wb = static_cast<const char*>(w);
   if (n_tokens < kGemmMinTokens) {
     GemvPath(pool, ks, wtype, wb, n_in, n_out, x, n_tokens, y);
+  } else if (ks.quant_gemv_batches != nullptr && ks.quant_gemv_batches(wtype) &&
+             ks.quantize_acts != nullptr) {
+    QuantGemmPath(pool, ks, wtype, wb, n_in, n_out, x, n_tokens, y);
   } else if (ks.gemm_bf16_tile != nullptr) {
     GemmBf16Path(pool, ks, wtype, wb, n_in, n_out, x, n_tokens, y);
   } else {

@@ -231,64 +231,74 @@ inline __m512i PairIndex(int v) { return _mm512_load_si512(kPairIndex.idx[v]); }
 // (|pair| <= 2 * 31 * 127, no saturation), vpdpwssd multiplies the pairs by
 // the sub-block's 6-bit scale and sums them into int32 lanes (|lane| < 2^21
 // over a block), converted to F32 once per block.
-template <typename Block>
-inline void Q45KBlock(const Block& k, const int8_t* x, const int16_t* s16,
-                      __m128 dx, __m512* acc, __m256* acc_min) {
+//
+// kTok tokens at a time (a[0 .. kTok), out[t] = the dot with a[t]): each
+// block's weights and scales are unpacked once for all of them.
+template <typename Block, int kTok>
+void DotQ45K(const Block* w, int64_t nb, const Acts* a, float* out) {
   constexpr bool kHighBit = std::is_same_v<Block, BlockQ5_K>;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
-  uint64_t sc, mn;
-  ScalesMinsK4(k.scales, &sc, &mn);
-  const __m512i scales = _mm512_broadcast_i32x4(
-      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
-  const __m256i mins16 = _mm256_broadcastsi128_si256(
-      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
-  __m512i qh;
-  if constexpr (kHighBit) qh = _mm512_broadcast_i64x4(Load32(k.qh));
-  __m512i sum = _mm512_setzero_si512();
-  for (int j = 0; j < 2; ++j) {
-    const __m512i z = Load64(k.qs + 64 * j);
-    __m512i v[2] = {_mm512_and_si512(z, low4),
-                    _mm512_and_si512(_mm512_srli_epi16(z, 4), low4)};
-    for (int h = 0; h < 2; ++h) {
-      if constexpr (kHighBit) {
-        const int s = 4 * j + h;
-        const __m512i bit =
-            Concat(_mm256_set1_epi8(1 << s), _mm256_set1_epi8(1 << (s + 2)));
-        v[h] = _mm512_mask_add_epi8(v[h], _mm512_test_epi8_mask(qh, bit), v[h],
-                                    _mm512_set1_epi8(16));
+  __m512 acc[kTok];
+  __m256 acc_min[kTok];
+  for (int t = 0; t < kTok; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    acc_min[t] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const Block& k = w[b];
+    uint64_t sc, mn;
+    ScalesMinsK4(k.scales, &sc, &mn);
+    const __m512i scales = _mm512_broadcast_i32x4(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+    const __m256i mins16 = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn))));
+    __m512i qh;
+    if constexpr (kHighBit) qh = _mm512_broadcast_i64x4(Load32(k.qh));
+    __m512i sum[kTok];
+    for (int t = 0; t < kTok; ++t) sum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < 2; ++j) {
+      const __m512i z = Load64(k.qs + 64 * j);
+      __m512i v[2] = {_mm512_and_si512(z, low4),
+                      _mm512_and_si512(_mm512_srli_epi16(z, 4), low4)};
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (kHighBit) {
+          const int s = 4 * j + h;
+          const __m512i bit =
+              Concat(_mm256_set1_epi8(1 << s), _mm256_set1_epi8(1 << (s + 2)));
+          v[h] = _mm512_mask_add_epi8(v[h], _mm512_test_epi8_mask(qh, bit),
+                                      v[h], _mm512_set1_epi8(16));
+        }
+        const __m512i sv = _mm512_shuffle_epi8(scales, PairIndex(2 * j + h));
+        const int64_t e = kQK_K * b + 128 * j + 64 * h;
+        for (int t = 0; t < kTok; ++t) {
+          const __m512i pairs = _mm512_maddubs_epi16(v[h], Load64(a[t].q + e));
+          sum[t] = _mm512_dpwssd_epi32(sum[t], pairs, sv);
+        }
       }
-      const __m512i pairs =
-          _mm512_maddubs_epi16(v[h], Load64(x + 128 * j + 64 * h));
-      sum = _mm512_dpwssd_epi32(
-          sum, pairs, _mm512_shuffle_epi8(scales, PairIndex(2 * j + h)));
+    }
+    // mn[g / 2] * (activation sum of 16 g .. 16 g + 15), paired per min.
+    const __m256i min_pairs =
+        _mm256_shuffle_epi8(mins16, _mm512_castsi512_si256(PairIndex(4)));
+    // d and dmin (adjacent F16 fields), times each token's dx.
+    uint32_t d_dmin;
+    std::memcpy(&d_dmin, &k.d, 4);
+    const __m128 dw =
+        _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int32_t>(d_dmin)));
+    for (int t = 0; t < kTok; ++t) {
+      const __m256i mins =
+          _mm256_madd_epi16(Load32(a[t].s16 + 16 * b), min_pairs);
+      const __m128 dd = _mm_mul_ps(dw, _mm_set1_ps(a[t].d[b]));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[t]),
+                               _mm512_broadcastss_ps(dd), acc[t]);
+      acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins),
+                                   _mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+                                   acc_min[t]);
     }
   }
-  // mn[g / 2] * (activation sum of 16 g .. 16 g + 15), paired per min.
-  const __m256i mins = _mm256_madd_epi16(
-      Load32(s16),
-      _mm256_shuffle_epi8(mins16, _mm512_castsi512_si256(PairIndex(4))));
-  // d and dmin (adjacent F16 fields) times dx.
-  uint32_t d_dmin;
-  std::memcpy(&d_dmin, &k.d, 4);
-  const __m128 dd = _mm_mul_ps(
-      _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int32_t>(d_dmin))), dx);
-  *acc =
-      _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_broadcastss_ps(dd), *acc);
-  *acc_min =
-      _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins),
-                      _mm256_broadcastss_ps(_mm_movehdup_ps(dd)), *acc_min);
-}
-
-template <typename Block>
-float DotQ45K(const Block* w, int64_t nb, const Acts& a) {
-  __m512 acc = _mm512_setzero_ps();
-  __m256 acc_min = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    Q45KBlock(w[b], a.q + kQK_K * b, a.s16 + 16 * b, _mm_set1_ps(a.d[b]), &acc,
-              &acc_min);
+  for (int t = 0; t < kTok; ++t) {
+    out[t] = _mm512_reduce_add_ps(
+        _mm512_sub_ps(acc[t], _mm512_zextps256_ps512(acc_min[t])));
   }
-  return _mm512_reduce_add_ps(
-      _mm512_sub_ps(acc, _mm512_zextps256_ps512(acc_min)));
 }
 
 // Byte indices for _mm512_shuffle_epi8 over a 128-bit lane holding 8
@@ -319,19 +329,21 @@ inline __m512i HalfIndex(int v) { return _mm512_load_si512(kHalfIndex.idx[v]); }
 // activations (|pair| <= 2 * 63 * 127), vpdpwssd weights the pairs by the
 // signed group scale (|lane| < 2^24 over a block), and the -32 enters as
 // 32 * sum_g sc[g] * (activation sum of group g).
-float DotQ6K(const BlockQ6_K* w, int64_t nb, const Acts& a) {
-  __m512 acc = _mm512_setzero_ps();
+template <int kTok>
+void DotQ6K(const BlockQ6_K* w, int64_t nb, const Acts* a, float* out) {
+  __m512 acc[kTok];
+  for (int t = 0; t < kTok; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i bits45 = _mm512_set1_epi8(0x30);
   for (int64_t b = 0; b < nb; ++b) {
     const BlockQ6_K& k = w[b];
-    const int8_t* x = a.q + kQK_K * b;
     const __m128i sc8 =
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.scales));
     const __m512i scales[2] = {
         _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(sc8)),
         _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)))};
-    __m512i sum = _mm512_setzero_si512();
+    __m512i sum[kTok];
+    for (int t = 0; t < kTok; ++t) sum[t] = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = Load64(k.ql + 64 * h);
       const __m256i qh = Load32(k.qh + 32 * h);
@@ -344,20 +356,25 @@ float DotQ6K(const BlockQ6_K* w, int64_t nb, const Acts& a) {
           _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), low4,
                                     _mm512_and_si512(qh2, bits45), 0xEA)};
       for (int i = 0; i < 2; ++i) {  // elements 64e .. 64e + 63, e = 2h + i
-        const __m512i pairs =
-            _mm512_maddubs_epi16(v[i], Load64(x + 128 * h + 64 * i));
-        sum = _mm512_dpwssd_epi32(sum, pairs,
-                                  _mm512_shuffle_epi8(scales[h], HalfIndex(i)));
+        const __m512i sv = _mm512_shuffle_epi8(scales[h], HalfIndex(i));
+        const int64_t e = kQK_K * b + 128 * h + 64 * i;
+        for (int t = 0; t < kTok; ++t) {
+          const __m512i pairs = _mm512_maddubs_epi16(v[i], Load64(a[t].q + e));
+          sum[t] = _mm512_dpwssd_epi32(sum[t], pairs, sv);
+        }
       }
     }
-    const __m256i offset =
-        _mm256_madd_epi16(Load32(a.s16 + 16 * b), _mm256_cvtepi8_epi16(sc8));
-    sum = _mm512_sub_epi32(
-        sum, _mm512_zextsi256_si512(_mm256_slli_epi32(offset, 5)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                          _mm512_set1_ps(Half(k.d) * a.d[b]), acc);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const float dw = Half(k.d);
+    for (int t = 0; t < kTok; ++t) {
+      const __m256i offset = _mm256_madd_epi16(Load32(a[t].s16 + 16 * b), sc16);
+      const __m512i s = _mm512_sub_epi32(
+          sum[t], _mm512_zextsi256_si512(_mm256_slli_epi32(offset, 5)));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+                               _mm512_set1_ps(dw * a[t].d[b]), acc[t]);
+    }
   }
-  return _mm512_reduce_add_ps(acc);
+  for (int t = 0; t < kTok; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
 }
 
 // Q2_K: x = d * sc[g] * q - dmin * mn[g] over 16 groups of 16, q < 4, sc
@@ -497,6 +514,9 @@ int WeightOffset(DType t) {
   }
 }
 
+// Tokens per call of the dots that unpack a block once for several.
+constexpr int kTokenGroup = 4;
+
 struct RowsArgs {
   const void* w;
   int64_t row_bytes, n_rows, n_in;
@@ -523,7 +543,32 @@ void Rows(const RowsArgs& g) {
   }
 }
 
+// As Rows, for a dot that takes kTok tokens per call (the weights of a
+// block unpacked once for all of them); the last n_tok % kTok tokens go
+// one at a time.
+template <typename Block, int kTok,
+          void (*DotN)(const Block*, int64_t, const Acts*, float*),
+          void (*Dot1)(const Block*, int64_t, const Acts*, float*)>
+void TokenRows(const RowsArgs& g) {
+  const int64_t nb = g.n_in / kQK_K;
+  const char* w = static_cast<const char*>(g.w);
+  float out[kTok];
+  for (int64_t r = 0; r < g.n_rows; ++r) {
+    const auto* row = reinterpret_cast<const Block*>(w + r * g.row_bytes);
+    int k = 0;
+    for (; k + kTok <= g.n_tok; k += kTok) {
+      DotN(row, nb, g.acts + k, out);
+      for (int t = 0; t < kTok; ++t) g.y[(k + t) * g.ldy + r] = out[t];
+    }
+    for (; k < g.n_tok; ++k) Dot1(row, nb, g.acts + k, g.y + k * g.ldy + r);
+  }
+}
+
 }  // namespace
+
+bool BatchesTokens(DType t) {
+  return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
 
 void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
@@ -581,11 +626,14 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
     case DType::kQ3_K:
       return Rows<BlockQ3_K, kQK_K, DotQ3K>(g);
     case DType::kQ4_K:
-      return Rows<BlockQ4_K, kQK_K, DotQ45K<BlockQ4_K>>(g);
+      return TokenRows<BlockQ4_K, kTokenGroup, DotQ45K<BlockQ4_K, kTokenGroup>,
+                       DotQ45K<BlockQ4_K, 1>>(g);
     case DType::kQ5_K:
-      return Rows<BlockQ5_K, kQK_K, DotQ45K<BlockQ5_K>>(g);
+      return TokenRows<BlockQ5_K, kTokenGroup, DotQ45K<BlockQ5_K, kTokenGroup>,
+                       DotQ45K<BlockQ5_K, 1>>(g);
     case DType::kQ6_K:
-      return Rows<BlockQ6_K, kQK_K, DotQ6K>(g);
+      return TokenRows<BlockQ6_K, kTokenGroup, DotQ6K<kTokenGroup>, DotQ6K<1>>(
+          g);
     case DType::kIQ4_XS:
       return Rows<BlockIQ4_XS, kQK_K, DotIQ4XS>(g);
     default:

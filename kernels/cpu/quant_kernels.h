@@ -31,6 +31,8 @@ void QuantToF32(DType t, const void* src, int64_t n, float* dst);
 void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
                int64_t n_in, const QuantizedActs* acts, int n_tok, float* y,
                int64_t ldy);
+// KernelSet::quant_gemv_batches of FusedGemv: Q4_K, Q5_K, Q6_K.
+bool BatchesTokens(DType t);
 }  // namespace avx512q
 
 }  // namespace ckv::kernels::cpu

@@ -270,9 +270,13 @@ std::vector<double> DequantizedActs(DType t, const QuantizedActs& a) {
 // the dequantised activations x' it reads, where the only error is F32
 // rounding (1e-5 of sum |x'| * max|w| of the block: Q4_1/Q5_1 sum d * q and
 // m separately, each at most twice the block's largest |w|).
+//
+// Six tokens: a dot that unpacks a block once for a group of four (AVX-512
+// K-quants) runs once plus two single tokens; each token's result must be
+// the bits of a call with that token alone.
 TEST(FusedDotTest, QuantGemvMatchesReferenceDot) {
   std::mt19937 rng(17);
-  constexpr int kTok = 3;
+  constexpr int kTok = 6;
   for (const KernelSet* ks : AvailableKernelSets()) {
     if (ks->quant_gemv == nullptr) continue;
     ScopedKernels scoped(ks);
@@ -307,6 +311,16 @@ TEST(FusedDotTest, QuantGemvMatchesReferenceDot) {
           std::vector<float> y(ldy * kTok, NAN), row(n_in);
           ks->quant_gemv(t, w.data(), rb, n_rows, n_in, acts, kTok, y.data(),
                          ldy);
+          for (int k = 0; k < kTok; ++k) {
+            std::vector<float> alone(n_rows);
+            ks->quant_gemv(t, w.data(), rb, n_rows, n_in, &acts[k], 1,
+                           alone.data(), n_rows);
+            for (int64_t r = 0; r < n_rows; ++r) {
+              ASSERT_EQ(y[k * ldy + r], alone[r])
+                  << ks->name << " " << DTypeName(t) << " token " << k
+                  << " of " << kTok << " differs from the token alone";
+            }
+          }
           for (int64_t r = 0; r < n_rows; ++r) {
             ref::DequantizeRow(t, w.data() + r * rb, n_in, row.data());
             for (int k = 0; k < kTok; ++k) {

@@ -135,15 +135,50 @@ TEST_P(QuantGoldenTest, FastDecodeNearLlamaCpp) {
   EXPECT_GE(agree, static_cast<int>(prompt.size()) * 7 / 8);
 }
 
-// The fast prefill (GEMM over dequantised weights, F32 activations) matches
-// the float64 reference as tightly as the reference path.
+// True when the active kernel table multiplies many tokens by one of the
+// model's matrices on the 8-bit integer dots (KernelSet::
+// quant_gemv_batches), so that prefill carries decode's activation rounding.
+bool PrefillOnIntegerDots(const Model& m) {
+  const auto& ks = kernels::cpu::ActiveKernels();
+  if (ks.quant_gemv_batches == nullptr) return false;
+  bool any = ks.quant_gemv_batches(m.weights.output.type);
+  for (const auto& l : m.weights.layers) {
+    for (const Matrix* w :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      any = any || ks.quant_gemv_batches(w->type);
+    }
+  }
+  return any;
+}
+
+// The fast prefill matches the float64 reference as tightly as the
+// reference path where it multiplies F32 activations (GEMM over dequantised
+// weights). Where the active table runs a type's prefill on the integer
+// dots (AVX-512 VNNI: Q4_K, Q5_K, Q6_K), the prefill is held to decode's
+// bounds against llama.cpp instead (FastDecodeNearLlamaCpp; measured on a
+// Zen 4: worst 8.6e-3 (Q5_K_M) .. 5.7e-2 (Q2_K) of the spread, arg-max
+// agreeing at 57-63 of 64 positions), and
+// the exact GEMM is checked with the AVX2 table, which has no such path.
 TEST_P(QuantGoldenTest, FastPrefillMatchesDequantF64) {
   ASSERT_TRUE(testing::HaveFixtures()) << testing::FixturesDir();
   auto model = LoadModel(QuantDir() + GetParam() + ".gguf");
   ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
+  if (PrefillOnIntegerDots(m)) {
+    const auto golden = ReadJson(QuantDir() + GetParam() + ".p64.json");
+    const Comparison c = RunAndCompare(m, golden);
+    std::printf("%s p64 prefill (%s, integer dots) vs llama.cpp: worst "
+                "%.2e, top-1 %d/%d\n",
+                GetParam(), kernels::cpu::ActiveKernels().name, c.worst,
+                c.top1_agree, c.positions);
+    EXPECT_LE(c.worst, 0.15);
+    EXPECT_GE(c.top1_agree, c.positions * 7 / 8);
+    ASSERT_NE(kernels::cpu::Avx2Kernels(), nullptr);
+    kernels::cpu::SetKernelsForTesting(kernels::cpu::Avx2Kernels());
+  }
   const auto golden =
       ReadJson(QuantDir() + GetParam() + ".p64.dequant-f64.json");
-  const Comparison c = RunAndCompare(**model, golden);
+  const Comparison c = RunAndCompare(m, golden);
   EXPECT_LE(c.worst, 1e-3);
   EXPECT_EQ(c.top1_agree, c.positions);
 }

@@ -67,6 +67,9 @@ TEST_P(QuantModelTest, MakeRandomLoadsAndFastPathTracksReference) {
   ASSERT_EQ(ref.size(), fast.size());
   const int vocab = m.config.vocab_size;
   const int rows = static_cast<int>(ref.size()) / vocab;
+  const auto& ks = kernels::cpu::ActiveKernels();
+  const bool batched =
+      ks.quant_gemv_batches != nullptr && ks.quant_gemv_batches(GetParam());
   double worst_decode = 0.0;
   for (int r = 0; r < rows; ++r) {
     const auto row = ref.begin() + r * vocab;
@@ -81,8 +84,12 @@ TEST_P(QuantModelTest, MakeRandomLoadsAndFastPathTracksReference) {
     // Prefill rows (F32 activations) differ by F32 rounding only; decode
     // rows (last 4) carry the 8-bit activation rounding of every matmul:
     // measured <= 0.0113 of the spread on these models (AVX2, K-quants with
-    // one activation scale per 256; printed below); bound 0.04.
-    EXPECT_LE(worst, r < 12 ? 1e-3 : 0.04)
+    // one activation scale per 256; printed below); bound 0.04. Prefill
+    // rows carry it too where the detected table runs the type's prefill on
+    // the integer dots (quant_gemv_batches; measured <= 0.014 for Q4_K on
+    // a Zen 4, where the F32 bound 1e-3 fails).
+    const bool exact_prefill = !batched && r < 12;
+    EXPECT_LE(worst, exact_prefill ? 1e-3 : 0.04)
         << DTypeName(GetParam()) << " row " << r;
   }
   std::printf("%s decode (%s) vs reference: worst %.2e of the spread\n",
