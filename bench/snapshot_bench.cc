@@ -84,7 +84,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(bytes.status().message()).c_str());
     return 1;
   }
-  ckv::SnapshotExpect e{1, shape, 128256, config.max_tokens};
+  const ckv::SnapshotExpect e{.model_fingerprint = 1,
+                              .shape = shape,
+                              .vocab_size = 128256,
+                              .max_tokens = config.max_tokens,
+                              .arena = nullptr,
+                              .verify_checksums = true};
   t0 = Clock::now();
   auto read = ckv::ReadSnapshotFile(path, e);
   const double read_s = Since(t0);
