@@ -6,7 +6,8 @@ namespace ckv {
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path) {
   auto model = std::make_unique<Model>();
-  auto file = gguf::GgufFile::Open(path);
+  // Weights in huge pages where that helps (gguf/file_memory.h).
+  auto file = gguf::GgufFile::Open(path, {}, gguf::FileMemory::kAuto);
   if (!file.ok()) return file.status();
   model->file = *std::move(file);
   auto config = ReadModelConfig(*model->file);

@@ -23,17 +23,22 @@ uint64_t ScalarSize(ValueType t) {
   switch (t) {
     case ValueType::kUint8:
     case ValueType::kInt8:
-    case ValueType::kBool: return 1;
+    case ValueType::kBool:
+      return 1;
     case ValueType::kUint16:
-    case ValueType::kInt16: return 2;
+    case ValueType::kInt16:
+      return 2;
     case ValueType::kUint32:
     case ValueType::kInt32:
-    case ValueType::kFloat32: return 4;
+    case ValueType::kFloat32:
+      return 4;
     case ValueType::kUint64:
     case ValueType::kInt64:
-    case ValueType::kFloat64: return 8;
+    case ValueType::kFloat64:
+      return 8;
     case ValueType::kString:
-    case ValueType::kArray: return 0;
+    case ValueType::kArray:
+      return 0;
   }
   return 0;
 }
@@ -110,18 +115,54 @@ absl::Status GgufParser::ReadScalar(ValueType t, Value& v) {
   const uint8_t* p = data_ + pos_;
   pos_ += n;
   switch (t) {
-    case ValueType::kUint8: v.i = p[0]; break;
-    case ValueType::kInt8: v.i = static_cast<int8_t>(p[0]); break;
-    case ValueType::kBool: v.i = p[0] != 0; break;
-    case ValueType::kUint16: { uint16_t x; std::memcpy(&x, p, 2); v.i = x; break; }
-    case ValueType::kInt16: { int16_t x; std::memcpy(&x, p, 2); v.i = x; break; }
-    case ValueType::kUint32: { uint32_t x; std::memcpy(&x, p, 4); v.i = x; break; }
-    case ValueType::kInt32: { int32_t x; std::memcpy(&x, p, 4); v.i = x; break; }
+    case ValueType::kUint8:
+      v.i = p[0];
+      break;
+    case ValueType::kInt8:
+      v.i = static_cast<int8_t>(p[0]);
+      break;
+    case ValueType::kBool:
+      v.i = p[0] != 0;
+      break;
+    case ValueType::kUint16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      v.i = x;
+      break;
+    }
+    case ValueType::kInt16: {
+      int16_t x;
+      std::memcpy(&x, p, 2);
+      v.i = x;
+      break;
+    }
+    case ValueType::kUint32: {
+      uint32_t x;
+      std::memcpy(&x, p, 4);
+      v.i = x;
+      break;
+    }
+    case ValueType::kInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      v.i = x;
+      break;
+    }
     case ValueType::kUint64:
-    case ValueType::kInt64: std::memcpy(&v.i, p, 8); break;
-    case ValueType::kFloat32: { float x; std::memcpy(&x, p, 4); v.f = x; break; }
-    case ValueType::kFloat64: std::memcpy(&v.f, p, 8); break;
-    default: return absl::InternalError("not a scalar type");
+    case ValueType::kInt64:
+      std::memcpy(&v.i, p, 8);
+      break;
+    case ValueType::kFloat32: {
+      float x;
+      std::memcpy(&x, p, 4);
+      v.f = x;
+      break;
+    }
+    case ValueType::kFloat64:
+      std::memcpy(&v.f, p, 8);
+      break;
+    default:
+      return absl::InternalError("not a scalar type");
   }
   return absl::OkStatus();
 }
@@ -195,9 +236,9 @@ absl::Status GgufParser::ReadHeader(GgufFile& out, uint64_t& n_tensors,
   if (auto st = ReadPod(n_tensors, "tensor count"); !st.ok()) return st;
   if (auto st = ReadPod(n_kv, "metadata count"); !st.ok()) return st;
   if (n_tensors > limits_.max_tensors || n_kv > limits_.max_kv) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "GGUF header counts are absurd: ", n_tensors, " tensors, ", n_kv,
-        " metadata entries"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF header counts are absurd: ", n_tensors, " tensors, ",
+                     n_kv, " metadata entries"));
   }
   return absl::OkStatus();
 }
@@ -230,8 +271,8 @@ absl::Status GgufParser::ReadTensorInfo(TensorInfo& t) {
   uint32_t n_dims = 0;
   if (auto st = ReadPod(n_dims, "tensor dims"); !st.ok()) return st;
   if (n_dims == 0 || n_dims > static_cast<uint32_t>(limits_.max_dims)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", t.name, "' has ", n_dims, " dimensions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name, "' has ", n_dims, " dimensions"));
   }
   t.dims.resize(n_dims);
   int64_t n = 1;
@@ -258,9 +299,10 @@ absl::Status GgufParser::ReadTensorInfo(TensorInfo& t) {
   t.type = static_cast<kernels::DType>(type);
   const int64_t row_bytes = kernels::RowBytes(t.type, t.dims[0]);
   if (row_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", t.name, "' row length ", t.dims[0],
-        " is not a multiple of the block size of ", kernels::DTypeName(t.type)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name, "' row length ", t.dims[0],
+                     " is not a multiple of the block size of ",
+                     kernels::DTypeName(t.type)));
   }
   t.n_bytes = row_bytes * (n / t.dims[0]);
   return ReadPod(t.offset, "tensor offset");
@@ -279,7 +321,8 @@ absl::Status GgufParser::ResolveTensors(GgufFile& out) {
           absl::StrCat("tensor '", t.name, "' offset is not aligned"));
     }
     const uint64_t avail = size_ - data_start;
-    if (t.offset > avail || static_cast<uint64_t>(t.n_bytes) > avail - t.offset) {
+    if (t.offset > avail ||
+        static_cast<uint64_t>(t.n_bytes) > avail - t.offset) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", t.name, "' lies outside the file (offset ", t.offset,
           ", ", t.n_bytes, " bytes, data section ", avail, " bytes)"));
@@ -321,10 +364,9 @@ size_t Value::array_size() const {
 }
 
 const char* ValueTypeName(ValueType t) {
-  static const char* kNames[] = {"uint8",  "int8",   "uint16", "int16",
-                                 "uint32", "int32",  "float32", "bool",
-                                 "string", "array",  "uint64", "int64",
-                                 "float64"};
+  static const char* kNames[] = {
+      "uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+      "bool",  "string", "array",  "uint64", "int64",  "float64"};
   const auto i = static_cast<uint32_t>(t);
   return i < 13 ? kNames[i] : "unknown";
 }
@@ -349,7 +391,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(
 }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(
-    const std::string& path, const ReaderLimits& limits) {
+    const std::string& path, const ReaderLimits& limits, FileMemory memory) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat rejects it).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -363,30 +405,26 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(
         absl::StrCat("'", path, "' is not a regular file"));
   }
   const size_t size = static_cast<size_t>(sb.st_size);
-  void* map = nullptr;
-  if (size > 0) {
-    map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  }
+  auto bytes = PlaceFileBytes(fd, size, memory);
   ::close(fd);
-  if (map == MAP_FAILED) {
-    return absl::InternalError(
-        absl::StrCat("mmap of '", path, "' failed: ", std::strerror(errno)));
+  if (!bytes.ok()) {
+    return absl::Status(
+        bytes.status().code(),
+        absl::StrCat("'", path, "': ", bytes.status().message()));
   }
-  auto file = FromBuffer(static_cast<const uint8_t*>(map), size, limits);
+  auto file =
+      FromBuffer(static_cast<const uint8_t*>(bytes->data), size, limits);
   if (!file.ok()) {
-    if (map) ::munmap(map, size);
+    ReleaseFileBytes(*bytes);
     return absl::Status(file.status().code(),
                         absl::StrCat(path, ": ", file.status().message()));
   }
   (*file)->path_ = path;
-  (*file)->mapping_ = map;
-  (*file)->mapping_size_ = size;
+  (*file)->bytes_ = *bytes;
   return file;
 }
 
-GgufFile::~GgufFile() {
-  if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
-}
+GgufFile::~GgufFile() { ReleaseFileBytes(bytes_); }
 
 const Value* GgufFile::Find(absl::string_view key) const {
   auto it = kv_.find(key);

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/dtype.h"
+#include "model/gguf/file_memory.h"
 
 namespace ckv::gguf {
 
@@ -58,7 +59,7 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // dims[0] is the contiguous (row) dimension
   kernels::DType type = kernels::DType::kF32;
-  uint64_t offset = 0;          // relative to the data section
+  uint64_t offset = 0;            // relative to the data section
   const uint8_t* data = nullptr;  // inside the mapping
   int64_t n_elements = 0;
   int64_t n_bytes = 0;
@@ -69,7 +70,7 @@ struct TensorInfo {
 struct ReaderLimits {
   uint64_t max_tensors = 1 << 16;
   uint64_t max_kv = 1 << 16;
-  uint64_t max_string_bytes = 1 << 20;   // one string
+  uint64_t max_string_bytes = 1 << 20;  // one string
   uint64_t max_array_elems = 1 << 24;
   int max_array_depth = 4;
   int max_dims = 4;
@@ -77,9 +78,12 @@ struct ReaderLimits {
 
 class GgufFile {
  public:
-  // Maps the file read-only. The mapping lives as long as the GgufFile.
+  // The file's bytes in memory as `memory` asks (file_memory.h: mapped
+  // read-only, or copied into huge pages); they live as long as the
+  // GgufFile.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(
-      const std::string& path, const ReaderLimits& limits = {});
+      const std::string& path, const ReaderLimits& limits = {},
+      FileMemory memory = FileMemory::kMap);
   // Parses a caller-owned buffer (it must outlive the result); for tests and
   // fuzzing.
   static absl::StatusOr<std::unique_ptr<GgufFile>> FromBuffer(
@@ -91,8 +95,12 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   const std::string& path() const { return path_; }
+  // Where Open placed the bytes (kMap or kHugePages; kMap for FromBuffer).
+  FileMemory memory() const { return bytes_.memory; }
 
-  const std::map<std::string, Value, std::less<>>& metadata() const { return kv_; }
+  const std::map<std::string, Value, std::less<>>& metadata() const {
+    return kv_;
+  }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
 
   const Value* Find(absl::string_view key) const;
@@ -117,8 +125,7 @@ class GgufFile {
   friend class GgufParser;
 
   std::string path_;
-  void* mapping_ = nullptr;
-  size_t mapping_size_ = 0;
+  FileBytes bytes_;  // owned when Open made them
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::map<std::string, Value, std::less<>> kv_;

@@ -639,6 +639,45 @@ TEST(GgufOpen, MapsAFile) {
   std::remove(path.c_str());
 }
 
+// The same file read into huge-page memory (file_memory.h) gives the same
+// metadata and tensor bytes, aligned as mapped; kAuto leaves a small file
+// mapped (below HugePagesHelp's 64 MiB), and bad files fail alike.
+TEST(GgufOpen, HugePagesHoldTheSameBytes) {
+  const std::string path = TempPath("huge.gguf");
+  GgufWriter w = TensorsWriter(64);
+  ASSERT_TRUE(w.WriteFile(path).ok());
+  auto mapped = GgufFile::Open(path);
+  auto copied = GgufFile::Open(path, {}, FileMemory::kHugePages);
+  auto automatic = GgufFile::Open(path, {}, FileMemory::kAuto);
+  ASSERT_TRUE(mapped.ok() && copied.ok() && automatic.ok());
+  EXPECT_EQ((*mapped)->memory(), FileMemory::kMap);
+  EXPECT_EQ((*copied)->memory(), FileMemory::kHugePages);
+  EXPECT_EQ((*automatic)->memory(), FileMemory::kMap);
+  EXPECT_FALSE(HugePagesHelp(1 << 20));
+  ASSERT_EQ((*copied)->tensors().size(), (*mapped)->tensors().size());
+  for (size_t i = 0; i < (*mapped)->tensors().size(); ++i) {
+    const TensorInfo& a = (*mapped)->tensors()[i];
+    const TensorInfo& b = (*copied)->tensors()[i];
+    EXPECT_EQ(a.name, b.name);
+    ASSERT_EQ(a.n_bytes, b.n_bytes) << a.name;
+    EXPECT_NE(a.data, b.data) << a.name;
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.n_bytes), 0) << a.name;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 64, 0u) << b.name;
+  }
+  EXPECT_EQ((*copied)->metadata().size(), (*mapped)->metadata().size());
+  std::remove(path.c_str());
+
+  const std::string bad = TempPath("bad_huge.gguf");
+  Bytes b = GgufWriter().Serialize();
+  b[4] = 1;
+  WriteBytes(bad, b);
+  auto v1 = GgufFile::Open(bad, {}, FileMemory::kHugePages);
+  EXPECT_TRUE(absl::StrContains(v1.status().message(),
+                                "unsupported GGUF version 1"))
+      << v1.status();
+  std::remove(bad.c_str());
+}
+
 TEST(GgufOpen, Errors) {
   const std::string missing = TempPath("missing.gguf");
   auto f = GgufFile::Open(missing);
