@@ -6,7 +6,10 @@
 // the 4 activations of a lane), is the same for every row and is precomputed
 // once per call as the accumulator's start value (LaneOffsets). Lane l of a
 // dot over 64 elements covers elements 4l..4l+3; scales are applied per lane
-// in F32. Used only on CPUs with AVX-512 F/BW/VL and VNNI.
+// in F32. Q4_K, Q5_K and Q6_K instead keep a block's products in int32
+// (vpmaddubsw, then vpdpwssd by the integer sub-block scale) and unpack each
+// block once for kTokenGroup tokens (the int8 prefill, BatchesTokens). Used
+// only on CPUs with AVX-512 F/BW/VL and VNNI.
 #include <immintrin.h>
 
 #include <algorithm>
