@@ -69,6 +69,17 @@ void GroupSums(const int8_t* q, int64_t n, T* out) {
   }
 }
 
+// One form of QuantizeActs: n / block blocks into q and d, then the sums
+// per 16 of q.
+template <typename T>
+void QuantizeBlocks(const float* x, int64_t n, int block, int8_t* q, float* d,
+                    T* sums) {
+  for (int64_t b = 0; b < n / block; ++b) {
+    d[b] = QuantizeBlock(x + b * block, block, q + b * block);
+  }
+  GroupSums(q, n, sums);
+}
+
 }  // namespace
 
 void QuantToF32(DType t, const void* src, int64_t n, float* dst) {
@@ -87,11 +98,8 @@ void QuantizeActs(const float* x, int64_t n, QuantizedActs* out,
       out->qk.resize(n);
       out->dk.resize(n / kSuperAct);
       out->sumk16.resize(n / 16);
-      for (int64_t b = 0; b < n / kSuperAct; ++b) {
-        out->dk[b] = QuantizeBlock(x + b * kSuperAct, kSuperAct,
-                                   out->qk.data() + b * kSuperAct);
-      }
-      GroupSums(out->qk.data(), n, out->sumk16.data());
+      QuantizeBlocks(x, n, kSuperAct, out->qk.data(), out->dk.data(),
+                     out->sumk16.data());
     }
   }
   if (forms == ActForms::kSuper) return;
@@ -100,11 +108,8 @@ void QuantizeActs(const float* x, int64_t n, QuantizedActs* out,
   out->q.resize(padded);
   out->d.resize(padded / kActBlock);
   out->sum16.resize(padded / 16);
-  for (int64_t b = 0; b < n / kActBlock; ++b) {
-    out->d[b] = QuantizeBlock(x + b * kActBlock, kActBlock,
-                              out->q.data() + b * kActBlock);
-  }
-  GroupSums(out->q.data(), n, out->sum16.data());
+  QuantizeBlocks(x, n, kActBlock, out->q.data(), out->d.data(),
+                 out->sum16.data());
   std::fill(out->q.begin() + n, out->q.end(), int8_t{0});
   std::fill(out->d.begin() + n / kActBlock, out->d.end(), 0.0f);
   std::fill(out->sum16.begin() + n / 16, out->sum16.end(), 0);

@@ -208,22 +208,25 @@ void NibbleOrder(const int8_t* x, int64_t n, int8_t* out) {
 // repeats the scale of sub-block 4j + h in words 0-15 and of 4j + h + 2 in
 // words 16-31, as vpmaddubsw pairs the 64 products; idx[4] repeats value
 // g / 2 in word g < 16 (one min per 16 activations).
-struct PairIndexTable {
-  alignas(64) int8_t idx[5][64];
+template <int kVectors>
+struct WordShuffle {
+  alignas(64) int8_t idx[kVectors][64];
 };
-constexpr PairIndexTable MakePairIndex() {
-  PairIndexTable t{};
-  for (int v = 0; v < 5; ++v) {
+// Shuffle vector v moves 16-bit value word(v, w) of a lane into word w.
+template <int kVectors, typename WordOf>
+constexpr WordShuffle<kVectors> MakeWordShuffle(WordOf word) {
+  WordShuffle<kVectors> t{};
+  for (int v = 0; v < kVectors; ++v) {
     for (int w = 0; w < 32; ++w) {
-      const int word =
-          v < 4 ? 4 * (v / 2) + v % 2 + 2 * (w / 16) : (w % 16) / 2;
-      t.idx[v][2 * w] = static_cast<int8_t>(2 * word);
-      t.idx[v][2 * w + 1] = static_cast<int8_t>(2 * word + 1);
+      t.idx[v][2 * w] = static_cast<int8_t>(2 * word(v, w));
+      t.idx[v][2 * w + 1] = static_cast<int8_t>(2 * word(v, w) + 1);
     }
   }
   return t;
 }
-constexpr PairIndexTable kPairIndex = MakePairIndex();
+constexpr auto kPairIndex = MakeWordShuffle<5>([](int v, int w) {
+  return v < 4 ? 4 * (v / 2) + v % 2 + 2 * (w / 16) : (w % 16) / 2;
+});
 inline __m512i PairIndex(int v) { return _mm512_load_si512(kPairIndex.idx[v]); }
 
 // Q4_K / Q5_K: x = d * sc * q - dmin * mn over 8 sub-blocks of 32; a.q in
@@ -308,21 +311,8 @@ void DotQ45K(const Block* w, int64_t nb, const Acts* a, float* out) {
 // 16-bit scales of groups of 16 in every lane: word w of a vpmaddubsw
 // result (elements 2w, 2w + 1 of 64) takes scale kHalfIndex.idx[v] with
 // v = 0 for groups 0-3 of the lane's 8, v = 1 for groups 4-7.
-struct HalfIndexTable {
-  alignas(64) int8_t idx[2][64];
-};
-constexpr HalfIndexTable MakeHalfIndex() {
-  HalfIndexTable t{};
-  for (int v = 0; v < 2; ++v) {
-    for (int w = 0; w < 32; ++w) {
-      const int word = 4 * v + w / 8;
-      t.idx[v][2 * w] = static_cast<int8_t>(2 * word);
-      t.idx[v][2 * w + 1] = static_cast<int8_t>(2 * word + 1);
-    }
-  }
-  return t;
-}
-constexpr HalfIndexTable kHalfIndex = MakeHalfIndex();
+constexpr auto kHalfIndex =
+    MakeWordShuffle<2>([](int v, int w) { return 4 * v + w / 8; });
 inline __m512i HalfIndex(int v) { return _mm512_load_si512(kHalfIndex.idx[v]); }
 
 // Q6_K: x = d * sc[g] * (q - 32) over 16 groups of 16, q < 64. For half h,
