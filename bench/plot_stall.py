@@ -35,14 +35,25 @@ def main():
                    label=label)
     step = r["during_work"]["p50_ms"]
     ax.axhline(step, color="gray", lw=0.8, label="median gap during work")
+    alone = r["baseline"].get("mean_ms")
+    if alone:  # older JSON has no means
+        ax.axhline(2 * alone, color="C3", lw=0.8, ls="--",
+                   label="2x the mean gap alone (a fair share with one job)")
+    ax.set_yscale("log")
     ax.set_xlabel("seconds since the Decode call started")
     ax.set_ylabel("gap (ms)")
+    share = r.get("prefill_share")
+    share_text = ("" if share is None else
+                  f", prefill share {'fair' if share == 0 else share}")
+    mean_text = ("" if "mean_gap_over_alone" not in r else
+                 f"; mean gap {r['mean_gap_over_alone']:.2f}x alone")
     ax.set_title(f"stall_bench: context {r['context']}, chunk "
-                 f"{r['prefill_chunk']}, {r['engine_threads']} threads, "
-                 f"kernels {r['kernels']}: largest gap "
+                 f"{r['prefill_chunk']}{share_text}, {r['engine_threads']} "
+                 f"threads, kernels {r['kernels']}\nlargest gap "
                  f"{r['max_gap_in_steps']:.0f} engine steps (target <= "
-                 f"{r['target_max_gap_in_steps']:.0f})", fontsize="small")
-    ax.legend(fontsize="small")
+                 f"{r['target_max_gap_in_steps']:.0f}){mean_text}",
+                 fontsize="small")
+    ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()
     out = a.out or os.path.splitext(a.json)[0] + ".png"
     fig.savefig(out, dpi=110)

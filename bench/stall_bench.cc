@@ -36,6 +36,8 @@ ABSL_FLAG(std::string, work_dir, "bench/results",
 ABSL_FLAG(int, context, 32768,
           "tokens of the snapshotted session and of the prefilled text");
 ABSL_FLAG(int, prefill_chunk, 256, "max input tokens per engine step");
+ABSL_FLAG(double, prefill_share, 0.0,
+          "the server's --prefill-share (0: fair, 1: fixed chunks)");
 ABSL_FLAG(int, threads, 0, "engine threads (0: all cores)");
 ABSL_FLAG(int, baseline_tokens, 64, "tokens decoded alone first");
 ABSL_FLAG(std::string, out_json, "", "write the results to this JSON file");
@@ -51,6 +53,7 @@ absl::StatusOr<StallOptions> OptionsFromFlags() {
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.context = absl::GetFlag(FLAGS_context);
   o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  o.prefill_share = absl::GetFlag(FLAGS_prefill_share);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.baseline_tokens = absl::GetFlag(FLAGS_baseline_tokens);
   o.out_json = absl::GetFlag(FLAGS_out_json);
@@ -61,16 +64,18 @@ absl::StatusOr<StallOptions> OptionsFromFlags() {
     if (!Changed(FLAGS_baseline_tokens)) o.baseline_tokens = 16;
   }
   if (o.context < 16 || o.prefill_chunk < 1 || o.threads < 0 ||
-      o.baseline_tokens < 4) {
+      o.baseline_tokens < 4 ||
+      !(o.prefill_share >= 0.0 && o.prefill_share <= 1.0)) {
     return absl::InvalidArgumentError(
         "--context >= 16, --prefill_chunk >= 1, --threads >= 0, "
-        "--baseline_tokens >= 4");
+        "--baseline_tokens >= 4, --prefill_share in [0, 1]");
   }
   return o;
 }
 
 nlohmann::json GapJson(const GapStats& g) {
   return {{"tokens", g.tokens},
+          {"mean_ms", g.mean_ms},
           {"max_engine_steps", g.max_steps},
           {"p50_ms", g.p50_ms},
           {"p99_ms", g.p99_ms},
@@ -88,6 +93,8 @@ nlohmann::json ReportJson(const StallOptions& o, const StallResult& r) {
   j["model"] = r.model_path;
   j["context"] = o.context;
   j["prefill_chunk"] = o.prefill_chunk;
+  j["prefill_share"] = o.prefill_share;
+  j["mean_gap_over_alone"] = r.mean_gap_over_alone();
   j["baseline"] = GapJson(r.baseline);
   j["during_work"] = GapJson(r.loaded);
   j["max_gap_in_steps"] = r.max_gap_in_steps();
@@ -107,17 +114,20 @@ nlohmann::json ReportJson(const StallOptions& o, const StallResult& r) {
 
 void PrintReport(const StallOptions& o, const StallResult& r) {
   std::printf(
-      "stall_bench: kernels %s, %d engine threads, context %d, chunk %d\n"
-      "  alone:        gap p50 %.2f ms, max %.2f ms (%d tokens)\n"
-      "  during work:  gap p50 %.2f ms, p99 %.2f ms, max %.2f ms (%d tokens)\n"
+      "stall_bench: kernels %s, %d engine threads, context %d, chunk %d, "
+      "prefill share %g\n"
+      "  alone:        gap mean %.2f ms, p50 %.2f ms, max %.2f ms (%d tokens)\n"
+      "  during work:  gap mean %.2f ms, p50 %.2f ms, p99 %.2f ms, max %.2f "
+      "ms (%d tokens); mean %.2f x alone\n"
       "  snapshot of %lld tokens (%lld bytes): %.2f s; prefill of %lld "
       "tokens: %.2f s\n"
       "  largest gap: %.0f engine steps (target <= %.0f); %.2f x the median "
       "gap\n",
       kernels::cpu::KernelSetName(), r.engine_threads, o.context,
-      o.prefill_chunk, r.baseline.p50_ms, r.baseline.max_ms, r.baseline.tokens,
-      r.loaded.p50_ms, r.loaded.p99_ms, r.loaded.max_ms, r.loaded.tokens,
-      static_cast<long long>(r.snapshot_tokens),
+      o.prefill_chunk, o.prefill_share, r.baseline.mean_ms, r.baseline.p50_ms,
+      r.baseline.max_ms, r.baseline.tokens, r.loaded.mean_ms, r.loaded.p50_ms,
+      r.loaded.p99_ms, r.loaded.max_ms, r.loaded.tokens,
+      r.mean_gap_over_alone(), static_cast<long long>(r.snapshot_tokens),
       static_cast<long long>(r.snapshot_bytes),
       r.snapshot.end_s - r.snapshot.start_s,
       static_cast<long long>(r.prefill_tokens),

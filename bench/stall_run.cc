@@ -139,6 +139,9 @@ GapStats Gaps(const std::vector<Arrival>& t, Clock::time_point from,
   if (ms.empty()) return g;
   std::sort(ms.begin(), ms.end());
   g.tokens = static_cast<int>(ms.size());
+  double sum = 0.0;
+  for (double v : ms) sum += v;
+  g.mean_ms = sum / static_cast<double>(ms.size());
   g.p50_ms = ms[ms.size() / 2];
   g.p99_ms = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
   g.max_ms = ms.back();
@@ -169,6 +172,7 @@ absl::Status StallRun::Start(const StallOptions& o,
                              const std::string& model_path) {
   server::ServerConfig c =
       LoopbackServerConfig(model_path, o.threads, o.prefill_chunk);
+  c.prefill_share = o.prefill_share;
   c.snapshot_dir = o.work_dir + "/stall_snapshots";
   std::error_code ignored;  // the previous run's drain snapshots
   std::filesystem::remove_all(c.snapshot_dir, ignored);

@@ -18,7 +18,8 @@ struct StallOptions {
   RandomModelSpec random;  // used when `model` is empty
   int context = 32768;     // tokens of the snapshotted session and the text
   int prefill_chunk = 256;
-  int threads = 0;  // engine threads; 0: all cores
+  double prefill_share = 0.0;  // --prefill-share (0: fair)
+  int threads = 0;             // engine threads; 0: all cores
   int baseline_tokens = 64;
   std::string out_json;
 };
@@ -30,6 +31,7 @@ inline constexpr double kTargetMaxGapInSteps = 2.0;
 // gap).
 struct GapStats {
   int tokens = 0;
+  double mean_ms = 0.0;
   double p50_ms = 0.0;
   double p99_ms = 0.0;
   double max_ms = 0.0;
@@ -58,6 +60,12 @@ struct StallResult {
   int64_t prefill_tokens = 0;
   std::vector<double> token_times_s;  // every token of the loaded Decode
 
+  // The mean gap during the work over the mean gap alone: what the work
+  // costs the decoding session (its share of the engine: 2 when it shares
+  // fairly with one prefill).
+  double mean_gap_over_alone() const {
+    return baseline.mean_ms > 0 ? loaded.mean_ms / baseline.mean_ms : 0.0;
+  }
   // The longest gap during the work in engine steps.
   double max_gap_in_steps() const {
     return static_cast<double>(loaded.max_steps);

@@ -4,10 +4,10 @@
 
 namespace ckv {
 
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
+                                                 gguf::FileMemory memory) {
   auto model = std::make_unique<Model>();
-  // Weights in huge pages where that helps (gguf/file_memory.h).
-  auto file = gguf::GgufFile::Open(path, {}, gguf::FileMemory::kAuto);
+  auto file = gguf::GgufFile::Open(path, {}, memory);
   if (!file.ok()) return file.status();
   model->file = *std::move(file);
   auto config = ReadModelConfig(*model->file);

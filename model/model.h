@@ -23,8 +23,11 @@ struct Model {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-// Opens and validates a GGUF model (weights and tokenizer).
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path);
+// Opens and validates a GGUF model (weights and tokenizer). `memory`:
+// where the weights live (gguf/file_memory.h; auto: huge pages where that
+// helps, else the mapped file).
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(
+    const std::string& path, gguf::FileMemory memory = gguf::FileMemory::kAuto);
 
 // What a reader of `model`'s session snapshots requires: its fingerprint,
 // KV shape and vocabulary, and the store token limit `max_tokens`

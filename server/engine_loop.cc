@@ -58,11 +58,13 @@ EngineLoop::EngineLoop(const Model& model, const TransformerOptions& options,
                      BackendOptions{.threads = options.threads})) {}
 
 EngineLoop::EngineLoop(const Model& model, const TransformerOptions& options,
-                       int max_queued, std::unique_ptr<Backend> backend)
+                       int max_queued, std::unique_ptr<Backend> backend,
+                       double prefill_share)
     : model_(model),
       transformer_(model.config, model.weights, options, std::move(backend)),
       backend_info_(transformer_.backend().info()),
-      prefill_chunk_(std::max(1, options.prefill_chunk)),
+      input_budget_({.share = prefill_share,
+                     .max_tokens = std::max(1, options.prefill_chunk)}),
       max_queued_(max_queued),
       thread_([this] { Loop(); }) {}
 
@@ -277,8 +279,9 @@ void EngineLoop::BuildBatch(StepBatch* batch) {
   AddInputChunks(batch);
 }
 
-// Input (prefill chunks, questions): up to prefill_chunk tokens per step,
-// in server/input_order.h's order (shortest remaining first, with aging),
+// Input (prefill chunks, questions): up to server/input_budget.h's tokens
+// per step (prefill_chunk, or fewer while sessions decode), in
+// server/input_order.h's order (shortest remaining first, with aging),
 // so a question never waits behind a long document, a long prefill
 // advances by at most one chunk per step and is never starved. A job whose
 // input does not fit its session finishes with the Reserve error.
@@ -296,7 +299,9 @@ void EngineLoop::AddInputChunks(StepBatch* batch) {
     return InputGoesFirst(candidate(a), candidate(b));
   });
   for (Job* job : inputs) job->chunk = 0;
-  int64_t budget = prefill_chunk_;
+  const int64_t step_budget = input_budget_.Next(
+      static_cast<int>(batch->n_decode), static_cast<int>(inputs.size()));
+  int64_t budget = step_budget;
   for (Job* job : inputs) {
     if (budget == 0) break;
     const int64_t total = static_cast<int64_t>(job->spec.input.size());
@@ -319,7 +324,8 @@ void EngineLoop::AddInputChunks(StepBatch* batch) {
     batch->inputs.push_back(in);
     batch->owners.push_back(job);
   }
-  batch->input_tokens = prefill_chunk_ - budget;
+  batch->input_tokens = step_budget - budget;
+  if (step_budget == 0) return;  // a decode-only step passes nobody over
   for (Job* job : inputs) {
     job->input_waits = NextWaits(job->input_waits, job->chunk);
   }
@@ -327,8 +333,13 @@ void EngineLoop::AddInputChunks(StepBatch* batch) {
 
 // The backend step over the batch, then the step counters.
 absl::Status EngineLoop::RunModel(StepBatch& batch) {
+  const auto start = Clock::now();
   const absl::Status status =
       transformer_.Forward(absl::MakeSpan(batch.inputs));
+  if (status.ok()) {
+    input_budget_.Record(static_cast<int>(batch.n_decode), batch.input_tokens,
+                         Seconds(start, Clock::now()));
+  }
   if (recall_ != nullptr) recall_->AfterStep(status.ok());
   bool first_failure = false;
   {

@@ -1,8 +1,9 @@
 // The scheduler: one engine thread runs every model step. Each step batches
-// one token of every generating job with at most one chunk of input (a
-// prefill or an appended question) of one job, so weights are read once per
+// one token of every generating job with input chunks (prefills, appended
+// questions) sized by server/input_budget.h, so weights are read once per
 // step for the whole batch and a long prefill delays other sessions' tokens
-// by at most one chunk. Attention runs per session with its own policy.
+// by at most one chunk, which takes its share of the engine's time while
+// sessions decode. Attention runs per session with its own policy.
 #pragma once
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include "model/generation.h"
 #include "model/model.h"
 #include "model/transformer.h"
+#include "server/input_budget.h"
 #include "server/recall_sampler.h"
 #include "server/session.h"
 
@@ -100,9 +102,12 @@ class EngineLoop {
   // Runs the model on a CpuBackend of options.threads threads.
   EngineLoop(const Model& model, const TransformerOptions& options,
              int max_queued);
-  // Runs the model on `backend` (not null).
+  // Runs the model on `backend` (not null). `prefill_share`: the engine
+  // time input gets while sessions decode (InputShareOptions::share; 0:
+  // fair, 1: fixed prefill_chunk steps).
   EngineLoop(const Model& model, const TransformerOptions& options,
-             int max_queued, std::unique_ptr<Backend> backend);
+             int max_queued, std::unique_ptr<Backend> backend,
+             double prefill_share = 0.0);
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
   ~EngineLoop();  // cancels remaining jobs, joins the thread
@@ -165,7 +170,7 @@ class EngineLoop {
   const Model& model_;
   Transformer transformer_;
   const BackendInfo backend_info_;
-  const int prefill_chunk_;
+  InputBudget input_budget_;  // engine thread only
   const int max_queued_;
   // std::mutex (not absl::Mutex): ThreadSanitizer sees its ordering.
   mutable std::mutex mu_;

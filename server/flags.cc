@@ -16,6 +16,11 @@ const ckv::KvStoreConfig& kKv = kDefaults.kv;
 }  // namespace
 
 ABSL_FLAG(std::string, model, kDefaults.model_path, "GGUF model path");
+ABSL_FLAG(std::string, weights_memory,
+          ckv::gguf::FileMemoryName(kDefaults.weights_memory),
+          "where the weights live: auto|map|huge-pages (auto: a private "
+          "copy in transparent huge pages when that helps, else the mapped "
+          "file; map: the page cache, shared by processes)");
 ABSL_FLAG(std::string, listen, kDefaults.listen_address,
           "gRPC listen address host:port (port 0: ephemeral)");
 ABSL_FLAG(std::string, metrics_address, kDefaults.metrics_address,
@@ -82,6 +87,10 @@ ABSL_FLAG(int64_t, resident_kv_mb, kDefaults.resident_kv_bytes >> 20,
           "0: half the device)");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
+ABSL_FLAG(double, prefill_share, kDefaults.prefill_share,
+          "engine time that input (prefills, questions) gets while sessions "
+          "decode: 0 = fair (each active job an equal share), (0,1) = that "
+          "fraction, 1 = every step takes --prefill-chunk tokens");
 ABSL_FLAG(int, drain_grace_seconds, kDefaults.drain_grace_seconds,
           "on SIGTERM: seconds running streams may take to finish");
 ABSL_FLAG(int, blocking_threads, kDefaults.blocking_threads,
@@ -254,6 +263,10 @@ absl::Status ReadSecurityFlags(ServerConfig& c) {
 absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   ServerConfig c;
   c.model_path = absl::GetFlag(FLAGS_model);
+  auto weights_memory =
+      gguf::ParseFileMemory(absl::GetFlag(FLAGS_weights_memory));
+  if (!weights_memory.ok()) return weights_memory.status();
+  c.weights_memory = *weights_memory;
   if (c.model_path.empty()) {
     return absl::InvalidArgumentError("--model is required");
   }
@@ -290,6 +303,10 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   c.resident_kv_bytes = resident_mb << 20;
   c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;
+  c.prefill_share = absl::GetFlag(FLAGS_prefill_share);
+  if (!(c.prefill_share >= 0.0 && c.prefill_share <= 1.0)) {
+    return absl::InvalidArgumentError("--prefill-share must be in [0, 1]");
+  }
   c.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);
   c.drain_grace_seconds = absl::GetFlag(FLAGS_drain_grace_seconds);
   if (c.drain_grace_seconds < 0) {

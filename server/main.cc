@@ -44,6 +44,7 @@ std::string Usage() {
       "usage: clusterkv-server --model MODEL.gguf [--listen HOST:PORT]\n"
       "  [--metrics-address HOST:PORT] [--http-listen HOST:PORT]\n"
       "  [--backend auto|cpu|cuda|fake] [--threads N] [--prefill-chunk N]\n"
+      "  [--prefill-share F] [--weights-memory auto|map|huge-pages]\n"
       "  [--fake-schedule inline|lazy|threaded] [--fake-device-mb N]\n"
       "  [--policy ",
       ckv::JoinPolicyNames("|", /*with_evaluation_only=*/false),

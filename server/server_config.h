@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/backend/backend.h"
+#include "model/gguf/file_memory.h"
 #include "model/kv/kv_config.h"
 #include "model/sampler.h"
 
@@ -62,6 +63,11 @@ struct HttpConfig {
 
 struct ServerConfig {
   std::string model_path;
+  // Where the weights live (model/gguf/file_memory.h): auto copies them
+  // into transparent huge pages when the file is >= 64 MiB and at most
+  // half of the available memory (faster decode; a private copy per
+  // process), map shares the page cache between processes.
+  gguf::FileMemory weights_memory = gguf::FileMemory::kAuto;
   std::string listen_address = "127.0.0.1:50051";
   std::string metrics_address = "127.0.0.1:9464";  // empty: no /metrics
   // Compute backend (model/backend/backend.h); auto: the best this build
@@ -81,7 +87,11 @@ struct ServerConfig {
   // device).
   KvResidency kv_residency = BackendOptions{}.kv_residency;
   int64_t resident_kv_bytes = BackendOptions{}.resident_kv_bytes;
-  int prefill_chunk = 256;       // tokens per prefill step
+  int prefill_chunk = 256;  // tokens per prefill step
+  // Engine time that input (prefills, questions) gets while sessions
+  // decode (server/input_budget.h): 0 = fair (input jobs / active jobs),
+  // (0, 1) = that fraction, 1 = every step takes prefill_chunk tokens.
+  double prefill_share = 0.0;
   int drain_grace_seconds = 10;  // SIGTERM: finish streams this long
   // Threads that run unary RPCs (server/blocking_pool.h): snapshot files,
   // session restore and tokenizing never block a gRPC callback thread.

@@ -115,13 +115,20 @@ absl::Status ClusterKvServer::StartGrpc(ServerMetrics* metrics) {
 
 absl::Status ClusterKvServer::LoadBackend() {
   LogInfo(absl::StrCat("loading model ", config_.model_path));
-  auto model = LoadModel(config_.model_path);
+  auto model = LoadModel(config_.model_path, config_.weights_memory);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
                         absl::StrCat("cannot load model '", config_.model_path,
                                      "': ", model.status().message()));
   }
   model_ = *std::move(model);
+  LogInfo(absl::StrCat("weights: ", model_->file->placed_bytes() >> 20,
+                       " MiB, ",
+                       model_->file->memory() == gguf::FileMemory::kHugePages
+                           ? "copied into transparent huge pages"
+                           : "mapped from the file",
+                       " (--weights-memory ",
+                       gguf::FileMemoryName(config_.weights_memory), ")"));
   worker_ = std::make_unique<ClusterWorker>();
   sessions_ = std::make_unique<SessionManager>(model_->config, config_.limits,
                                                worker_.get());
@@ -149,7 +156,8 @@ absl::Status ClusterKvServer::LoadBackend() {
                        kernels::cpu::KernelSetName()));
   if (!info.selection.empty()) LogInfo(info.selection);
   engine_ = std::make_unique<EngineLoop>(
-      *model_, t, config_.limits.max_queued_requests, *std::move(backend));
+      *model_, t, config_.limits.max_queued_requests, *std::move(backend),
+      config_.prefill_share);
   // A sticky backend failure (a device error) fails every later step: the
   // server says so to health checks so that an orchestrator restarts it.
   engine_->SetBackendFailureListener([this](const absl::Status& s) {

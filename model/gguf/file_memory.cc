@@ -50,6 +50,28 @@ absl::StatusOr<FileBytes> MapFile(int fd, size_t size) {
 
 }  // namespace
 
+const char* FileMemoryName(FileMemory m) {
+  switch (m) {
+    case FileMemory::kMap:
+      return "map";
+    case FileMemory::kHugePages:
+      return "huge-pages";
+    case FileMemory::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+absl::StatusOr<FileMemory> ParseFileMemory(absl::string_view name) {
+  for (FileMemory m :
+       {FileMemory::kAuto, FileMemory::kMap, FileMemory::kHugePages}) {
+    if (name == FileMemoryName(m)) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weights memory '", name,
+                   "' (expected auto, map or huge-pages)"));
+}
+
 bool HugePagesHelp(uint64_t size) {
   return size >= kMinHugeFile && TransparentHugePagesOn() &&
          size <= AvailableBytes() / 2;

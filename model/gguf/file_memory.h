@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ckv::gguf {
 
@@ -19,6 +20,10 @@ enum class FileMemory {
   kMap,        // the file mapped read-only (shared page cache)
   kHugePages,  // read into private anonymous memory advised for huge pages
 };
+
+// "auto", "map", "huge-pages" (the server's --weights-memory).
+const char* FileMemoryName(FileMemory m);
+absl::StatusOr<FileMemory> ParseFileMemory(absl::string_view name);
 
 // True when copying `size` bytes into huge pages is worth it here:
 // transparent huge pages are not disabled, the file is at least 64 MiB,

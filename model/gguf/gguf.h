@@ -97,6 +97,8 @@ class GgufFile {
   const std::string& path() const { return path_; }
   // Where Open placed the bytes (kMap or kHugePages; kMap for FromBuffer).
   FileMemory memory() const { return bytes_.memory; }
+  // Bytes Open placed (0 for FromBuffer).
+  size_t placed_bytes() const { return bytes_.size; }
 
   const std::map<std::string, Value, std::less<>>& metadata() const {
     return kv_;

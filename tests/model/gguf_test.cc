@@ -639,6 +639,20 @@ TEST(GgufOpen, MapsAFile) {
   std::remove(path.c_str());
 }
 
+// --weights-memory's names round-trip; others are refused naming the choices.
+TEST(GgufOpen, FileMemoryNamesParse) {
+  for (FileMemory m :
+       {FileMemory::kAuto, FileMemory::kMap, FileMemory::kHugePages}) {
+    auto parsed = ParseFileMemory(FileMemoryName(m));
+    ASSERT_TRUE(parsed.ok()) << FileMemoryName(m);
+    EXPECT_EQ(*parsed, m);
+  }
+  auto bad = ParseFileMemory("hugepages");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "huge-pages"))
+      << bad.status();
+}
+
 // The same file read into huge-page memory (file_memory.h) gives the same
 // metadata and tensor bytes, aligned as mapped; kAuto leaves a small file
 // mapped (below HugePagesHelp's 64 MiB), and bad files fail alike.
@@ -665,6 +679,8 @@ TEST(GgufOpen, HugePagesHoldTheSameBytes) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % 64, 0u) << b.name;
   }
   EXPECT_EQ((*copied)->metadata().size(), (*mapped)->metadata().size());
+  EXPECT_EQ((*copied)->placed_bytes(), (*mapped)->placed_bytes());
+  EXPECT_GT((*mapped)->placed_bytes(), 0u);
   std::remove(path.c_str());
 
   const std::string bad = TempPath("bad_huge.gguf");

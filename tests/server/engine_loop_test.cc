@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 #include <vector>
+#include "model/backend/cpu/cpu_backend.h"
 #include "model/generation.h"
 #include "model/model.h"
 #include "server/engine_loop.h"
@@ -92,9 +93,12 @@ struct Collector {
 
 class EngineLoopTest : public ::testing::Test {
  protected:
-  EngineLoopTest()
+  // `prefill_share`: EngineLoop's (0: the fair input budget).
+  explicit EngineLoopTest(double prefill_share = 0.0)
       : sessions_(TestModel().config, ServerLimits{}, &worker_),
-        engine_(TestModel(), TransformerOptions{2, 32}, 16) {}
+        engine_(TestModel(), TransformerOptions{2, 32}, 16,
+                std::make_unique<CpuBackend>(BackendOptions{.threads = 2}),
+                prefill_share) {}
 
   std::string NewSession() {
     SessionOptions o;
@@ -182,7 +186,15 @@ TEST_F(EngineLoopTest, PrefillThenDecodeEqualsDirectGeneration) {
   EXPECT_EQ(s.waiting_input, 0);
 }
 
-TEST_F(EngineLoopTest, ConcurrentSessionsMatchSequentialRuns) {
+// Whole chunks every step (prefill_share 1): concurrent answers equal
+// sequential ones bit for bit. The fair budget splits an input by measured
+// times, and a different split rounds differently (ServiceTest says more).
+class EngineLoopFixedChunkTest : public EngineLoopTest {
+ protected:
+  EngineLoopFixedChunkTest() : EngineLoopTest(1.0) {}
+};
+
+TEST_F(EngineLoopFixedChunkTest, ConcurrentSessionsMatchSequentialRuns) {
   std::vector<std::string> ids;
   std::vector<std::vector<int32_t>> sequential;
   for (int s = 0; s < 4; ++s) {
@@ -236,17 +248,26 @@ TEST_F(EngineLoopTest, LongPrefillInterleavesWithDecoding) {
   ASSERT_TRUE(engine_.Submit(std::move(d)).ok());
   dec.Wait();
   pre.Wait();
-  // Once the decoding session produces tokens, at most one prefill chunk
-  // runs between two of its consecutive tokens.
+  // Between the decoding session's first and last tokens, at most one
+  // prefill chunk runs between two of its consecutive tokens (the prefill,
+  // in smaller chunks while the session decodes, may outlive it).
+  const auto first_t = std::find(order.begin(), order.end(), "t");
+  const auto last_t = std::find(order.rbegin(), order.rend(), "t").base();
   int run = 0, worst = 0;
-  bool decoding = false;
-  for (const auto& e : order) {
-    decoding = decoding || e == "t";
-    run = e == "p" ? run + 1 : 0;
-    if (decoding) worst = std::max(worst, run);
+  for (auto it = first_t; it < last_t; ++it) {
+    run = *it == "p" ? run + 1 : 0;
+    worst = std::max(worst, run);
   }
   EXPECT_LE(worst, 1) << "a decode token waited for more than one chunk";
   EXPECT_EQ(dec.tokens.size(), 30u);
+  // server/input_budget.h measures a decode-only step when decoding and
+  // input first meet: two tokens in a row before the prefill's last chunk.
+  const auto last_p = std::find(order.rbegin(), order.rend(), "p");
+  bool decode_only_step = false;
+  for (auto it = order.begin(); it + 1 < last_p.base(); ++it) {
+    decode_only_step = decode_only_step || (*it == "t" && *(it + 1) == "t");
+  }
+  EXPECT_TRUE(decode_only_step);
 }
 
 // server/input_order.h over simulated steps: one long input (6 chunks) and
