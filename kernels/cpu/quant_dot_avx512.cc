@@ -536,11 +536,13 @@ void Rows(const RowsArgs& g) {
   }
 }
 
-// As Rows, for a dot that takes kTok tokens per call (the weights of a
-// block unpacked once for all of them); the last n_tok % kTok tokens go
-// one at a time.
+// As Rows, for dots that take several tokens per call (the weights of a
+// block unpacked once for all of them): kTok tokens at a time, then a pair
+// (two sessions decoding, or a decode token beside a one-token input part,
+// server/input_budget.h), then one.
 template <typename Block, int kTok,
           void (*DotN)(const Block*, int64_t, const Acts*, float*),
+          void (*Dot2)(const Block*, int64_t, const Acts*, float*),
           void (*Dot1)(const Block*, int64_t, const Acts*, float*)>
 void TokenRows(const RowsArgs& g) {
   const int64_t nb = g.n_in / kQK_K;
@@ -553,7 +555,13 @@ void TokenRows(const RowsArgs& g) {
       DotN(row, nb, g.acts + k, out);
       for (int t = 0; t < kTok; ++t) g.y[(k + t) * g.ldy + r] = out[t];
     }
-    for (; k < g.n_tok; ++k) Dot1(row, nb, g.acts + k, g.y + k * g.ldy + r);
+    if (k + 2 <= g.n_tok) {
+      Dot2(row, nb, g.acts + k, out);
+      g.y[k * g.ldy + r] = out[0];
+      g.y[(k + 1) * g.ldy + r] = out[1];
+      k += 2;
+    }
+    if (k < g.n_tok) Dot1(row, nb, g.acts + k, g.y + k * g.ldy + r);
   }
 }
 
@@ -620,13 +628,13 @@ void FusedGemv(DType t, const void* w, int64_t row_bytes, int64_t n_rows,
       return Rows<BlockQ3_K, kQK_K, DotQ3K>(g);
     case DType::kQ4_K:
       return TokenRows<BlockQ4_K, kTokenGroup, DotQ45K<BlockQ4_K, kTokenGroup>,
-                       DotQ45K<BlockQ4_K, 1>>(g);
+                       DotQ45K<BlockQ4_K, 2>, DotQ45K<BlockQ4_K, 1>>(g);
     case DType::kQ5_K:
       return TokenRows<BlockQ5_K, kTokenGroup, DotQ45K<BlockQ5_K, kTokenGroup>,
-                       DotQ45K<BlockQ5_K, 1>>(g);
+                       DotQ45K<BlockQ5_K, 2>, DotQ45K<BlockQ5_K, 1>>(g);
     case DType::kQ6_K:
-      return TokenRows<BlockQ6_K, kTokenGroup, DotQ6K<kTokenGroup>, DotQ6K<1>>(
-          g);
+      return TokenRows<BlockQ6_K, kTokenGroup, DotQ6K<kTokenGroup>, DotQ6K<2>,
+                       DotQ6K<1>>(g);
     case DType::kIQ4_XS:
       return Rows<BlockIQ4_XS, kQK_K, DotIQ4XS>(g);
     default:

@@ -1,5 +1,7 @@
 #include "model/kv/cluster_worker.h"
 
+#include <utility>
+
 namespace ckv {
 
 ClusterWorker::ClusterWorker() : thread_([this] { Loop(); }) {}
@@ -13,38 +15,54 @@ ClusterWorker::~ClusterWorker() {
   thread_.join();
 }
 
-int64_t ClusterWorker::Submit(std::function<void()> job) {
+int64_t ClusterWorker::Submit(std::function<void()> job, JobUrgency urgency) {
   int64_t ticket;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(job));
     ticket = ++submitted_;
+    unfinished_.insert(ticket);
+    (urgency == JobUrgency::kUrgent ? urgent_ : bulk_)
+        .push_back({ticket, std::move(job)});
   }
   work_cv_.notify_one();
   return ticket;
 }
 
+bool ClusterWorker::DoneLocked(int64_t ticket) const {
+  return ticket <= submitted_ && !unfinished_.contains(ticket);
+}
+
 void ClusterWorker::Wait(int64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return completed_ >= ticket; });
+  done_cv_.wait(lock, [&] { return DoneLocked(ticket); });
 }
 
 bool ClusterWorker::IsDone(int64_t ticket) {
   std::lock_guard<std::mutex> lock(mu_);
-  return completed_ >= ticket;
+  return DoneLocked(ticket);
+}
+
+bool ClusterWorker::AllDone(absl::Span<const int64_t> tickets) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int64_t t : tickets) {
+    if (!DoneLocked(t)) return false;
+  }
+  return true;
 }
 
 void ClusterWorker::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_ and drained
-    std::function<void()> job = std::move(queue_.front());
-    queue_.pop_front();
+    work_cv_.wait(lock,
+                  [&] { return stop_ || !urgent_.empty() || !bulk_.empty(); });
+    std::deque<Queued>& from = !urgent_.empty() ? urgent_ : bulk_;
+    if (from.empty()) return;  // stop_ and drained
+    Queued next = std::move(from.front());
+    from.pop_front();
     lock.unlock();
-    job();
+    next.job();
     lock.lock();
-    ++completed_;
+    unfinished_.erase(next.ticket);
     done_cv_.notify_all();
   }
 }

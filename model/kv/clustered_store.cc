@@ -208,7 +208,10 @@ void ClusteredKvStore::ScheduleIndex(const std::shared_ptr<Segment>& seg,
     job();
     return;
   }
-  const int64_t ticket = worker_->Submit(std::move(job));
+  // Segments closed by decoding: the session's next step waits for them.
+  const JobUrgency urgency =
+      kind_ == AppendKind::kPrompt ? JobUrgency::kBulk : JobUrgency::kUrgent;
+  const int64_t ticket = worker_->Submit(std::move(job), urgency);
   for (int l : layers) seg->layer(l).ticket = ticket;
 }
 
@@ -259,23 +262,24 @@ void ClusteredKvStore::Commit(int64_t n) {
   committed_in_call_ = 0;
 }
 
+// Every segment's job (urgent jobs overtake bulk ones: not just the last).
 void ClusteredKvStore::WaitForIndex(int layer) const {
   if (worker_ == nullptr) return;
-  int64_t ticket = 0;
-  for (const auto& s : segments_)
-    ticket = std::max(ticket, s->layer(layer).ticket);
-  worker_->Wait(ticket);
+  for (const auto& s : segments_) worker_->Wait(s->layer(layer).ticket);
 }
 
 bool ClusteredKvStore::IndexReady() const {
   if (worker_ == nullptr) return true;
-  int64_t ticket = 0;
+  std::vector<int64_t> tickets;
   for (const auto& s : segments_) {
     for (int l = 0; l < shape_.n_layers; ++l) {
-      ticket = std::max(ticket, s->layer(l).ticket);
+      const int64_t t = s->layer(l).ticket;
+      if (t != 0 && (tickets.empty() || tickets.back() != t)) {
+        tickets.push_back(t);
+      }
     }
   }
-  return worker_->IsDone(ticket);
+  return worker_->AllDone(tickets);
 }
 
 int ClusteredKvStore::SegmentClusters(size_t i) const {

@@ -271,12 +271,12 @@ std::vector<double> DequantizedActs(DType t, const QuantizedActs& a) {
 // rounding (1e-5 of sum |x'| * max|w| of the block: Q4_1/Q5_1 sum d * q and
 // m separately, each at most twice the block's largest |w|).
 //
-// Six tokens: a dot that unpacks a block once for a group of four (AVX-512
-// K-quants) runs once plus two single tokens; each token's result must be
-// the bits of a call with that token alone.
+// Seven tokens: the dots that unpack a block once for several tokens
+// (AVX-512 K-quants) run a group of four, a pair and a single token; each
+// token's result must be the bits of a call with that token alone.
 TEST(FusedDotTest, QuantGemvMatchesReferenceDot) {
   std::mt19937 rng(17);
-  constexpr int kTok = 6;
+  constexpr int kTok = 7;
   for (const KernelSet* ks : AvailableKernelSets()) {
     if (ks->quant_gemv == nullptr) continue;
     ScopedKernels scoped(ks);

@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <future>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
+#include <string>
+#include <thread>
 
 #include "model/kv/clustered_store.h"
 #include "model/kv/selection.h"
@@ -434,6 +439,96 @@ TEST(KvStore, AsyncClusteringEqualsInline) {
   }
   const auto q = RandomQuery(5);
   EXPECT_EQ(Selected(inline_store, 1, q), Selected(async_store, 1, q));
+}
+
+// The worker runs urgent jobs (segments closed by decoding) before queued
+// bulk ones (a prompt's segments), each class in submission order; Wait and
+// IsDone are per job.
+TEST(ClusterWorkerTest, UrgentJobsOvertakeQueuedBulkJobs) {
+  ClusterWorker worker;
+  std::promise<void> release_first, release_last;
+  std::shared_future<void> first = release_first.get_future().share();
+  std::shared_future<void> last = release_last.get_future().share();
+  std::mutex mu;
+  std::string order;
+  auto log = [&](char c) {
+    std::lock_guard<std::mutex> l(mu);
+    order += c;
+  };
+  std::promise<void> a_started;
+  const int64_t a = worker.Submit([&] {
+    a_started.set_value();
+    first.wait();
+    log('a');
+  });
+  a_started.get_future().wait();  // a runs: the rest queue behind it
+  const int64_t b = worker.Submit([&] { log('b'); });
+  const int64_t c = worker.Submit([&] {
+    last.wait();
+    log('c');
+  });
+  const int64_t u = worker.Submit([&] { log('u'); }, JobUrgency::kUrgent);
+  const int64_t v = worker.Submit([&] { log('v'); }, JobUrgency::kUrgent);
+  EXPECT_LT(a, b);
+  EXPECT_LT(c, u);
+  EXPECT_FALSE(worker.IsDone(u));
+  EXPECT_TRUE(worker.IsDone(0));
+  release_first.set_value();
+  // v runs although bulk job c is still held (polled, so that a worker
+  // that ran c first fails here instead of hanging).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!worker.IsDone(v) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(worker.IsDone(v));
+  EXPECT_TRUE(worker.IsDone(u));
+  EXPECT_TRUE(worker.AllDone({a, u, v}));
+  EXPECT_FALSE(worker.AllDone({u, c}));
+  worker.Wait(b);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(order, "auvb") << "a was running; u, v overtake b";
+  }
+  release_last.set_value();
+  worker.Wait(c);
+  EXPECT_TRUE(worker.AllDone({a, b, c, u, v}));
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(order, "auvbc");
+}
+
+// A decoding store's window segment is indexed while bulk work queued
+// before it (another store's prompt, then a held job) still waits on the
+// shared worker: the decoding session's next step waits only for its own
+// segment. In submission order it would wait behind the held job.
+TEST(ClusterWorkerTest, DecodingStoreIsNotHeldBehindAPromptBurst) {
+  ClusterWorker worker;
+  KvStoreConfig c = SmallConfig(KvPolicy::kClusterKv);
+  c.async_clustering = true;
+  ClusteredKvStore decoding(kShape, c, &worker), prompt(kShape, c, &worker);
+  Feeder f(9);
+  f.Add(decoding, 40, AppendKind::kPrompt);
+  worker.Wait(worker.Submit([] {}));  // the decoding store's prompt indexed
+  std::promise<void> release_first, release_last;
+  std::shared_future<void> first = release_first.get_future().share();
+  std::shared_future<void> last = release_last.get_future().share();
+  worker.Submit([&] { first.wait(); });     // running: holds the worker
+  f.Add(prompt, 300, AppendKind::kPrompt);  // bulk jobs queue behind it
+  const int64_t held = worker.Submit([&] { last.wait(); });  // bulk, held
+  f.Add(decoding, c.window, AppendKind::kGenerated);         // closes a window
+  EXPECT_FALSE(decoding.IndexReady());
+  release_first.set_value();
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!decoding.IndexReady() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(decoding.IndexReady()) << "held behind bulk work";
+  EXPECT_FALSE(worker.IsDone(held));
+  release_last.set_value();
+  worker.Wait(held);
+  EXPECT_TRUE(prompt.IndexReady());
 }
 
 TEST(KvStore, ForkSharesSegmentsAndKeepsItsOwnTail) {
