@@ -262,10 +262,17 @@ void ClusteredKvStore::Commit(int64_t n) {
   committed_in_call_ = 0;
 }
 
-// Every segment's job (urgent jobs overtake bulk ones: not just the last).
+// Every segment's job (urgent jobs overtake bulk ones: not just the last),
+// from the first one not yet seen indexed.
 void ClusteredKvStore::WaitForIndex(int layer) const {
   if (worker_ == nullptr) return;
-  for (const auto& s : segments_) worker_->Wait(s->layer(layer).ticket);
+  if (indexed_upto_.size() < static_cast<size_t>(shape_.n_layers)) {
+    indexed_upto_.resize(shape_.n_layers, 0);
+  }
+  size_t& upto = indexed_upto_[layer];
+  for (; upto < segments_.size(); ++upto) {
+    worker_->Wait(segments_[upto]->layer(layer).ticket);
+  }
 }
 
 bool ClusteredKvStore::IndexReady() const {

@@ -225,6 +225,9 @@ class ClusteredKvStore : public KvCache {
   std::vector<int64_t> uncommitted_;  // per layer: appended since Commit
   int64_t open_first_pos_;
   std::vector<std::shared_ptr<Segment>> segments_;
+  // Per layer: segments_[0, n) are known indexed (WaitForIndex; segments
+  // are only appended, and a store made from others starts at 0).
+  mutable std::vector<size_t> indexed_upto_;
   // Cluster cache per (layer, kv head), its rows from env_.cache_rows
   // (device memory on a device backend); decode step per layer.
   std::vector<std::vector<BlockCache>> caches_;
