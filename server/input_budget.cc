@@ -29,7 +29,7 @@ double InputBudget::ShareOf(int decode_rows, int input_jobs) const {
   return static_cast<double>(input_jobs) / (input_jobs + decode_rows);
 }
 
-int64_t InputBudget::Next(int decode_rows, int input_jobs) {
+int64_t InputBudget::Next(int decode_rows, int input_jobs) const {
   const double share = ShareOf(decode_rows, input_jobs);
   if (decode_rows == 0 || input_jobs == 0 || share >= 1.0) {
     return options_.max_tokens;

@@ -53,7 +53,7 @@ class InputBudget {
   // Input tokens the next step may take: `decode_rows` decoding sessions
   // and `input_jobs` jobs with input left. 0 means a decode-only step (to
   // measure it).
-  int64_t Next(int decode_rows, int input_jobs);
+  int64_t Next(int decode_rows, int input_jobs) const;
   // The step just run: its rows and its wall time.
   void Record(int decode_rows, int64_t input_tokens, double seconds);
 

@@ -42,14 +42,6 @@ bool ClusterWorker::IsDone(int64_t ticket) {
   return DoneLocked(ticket);
 }
 
-bool ClusterWorker::AllDone(absl::Span<const int64_t> tickets) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (int64_t t : tickets) {
-    if (!DoneLocked(t)) return false;
-  }
-  return true;
-}
-
 void ClusterWorker::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {

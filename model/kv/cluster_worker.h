@@ -17,8 +17,6 @@
 #include <set>
 #include <thread>
 
-#include "absl/types/span.h"
-
 namespace ckv {
 
 enum class JobUrgency { kBulk, kUrgent };
@@ -39,8 +37,6 @@ class ClusterWorker {
   void Wait(int64_t ticket);
   // Whether the job with `ticket` has run (never blocks).
   bool IsDone(int64_t ticket);
-  // Whether every job of `tickets` has run (one lock; never blocks).
-  bool AllDone(absl::Span<const int64_t> tickets);
 
  private:
   struct Queued {

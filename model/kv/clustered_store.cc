@@ -263,30 +263,34 @@ void ClusteredKvStore::Commit(int64_t n) {
 }
 
 // Every segment's job (urgent jobs overtake bulk ones: not just the last),
-// from the first one not yet seen indexed.
-void ClusteredKvStore::WaitForIndex(int layer) const {
-  if (worker_ == nullptr) return;
+// from the first one not yet seen indexed; without `wait`, stops at the
+// first pending one. Returns whether the layer is indexed.
+bool ClusteredKvStore::AdvanceIndexed(int layer, bool wait) const {
+  if (worker_ == nullptr) return true;
   if (indexed_upto_.size() < static_cast<size_t>(shape_.n_layers)) {
     indexed_upto_.resize(shape_.n_layers, 0);
   }
   size_t& upto = indexed_upto_[layer];
   for (; upto < segments_.size(); ++upto) {
-    worker_->Wait(segments_[upto]->layer(layer).ticket);
+    const int64_t ticket = segments_[upto]->layer(layer).ticket;
+    if (wait) {
+      worker_->Wait(ticket);
+    } else if (!worker_->IsDone(ticket)) {
+      return false;
+    }
   }
+  return true;
+}
+
+void ClusteredKvStore::WaitForIndex(int layer) const {
+  AdvanceIndexed(layer, /*wait=*/true);
 }
 
 bool ClusteredKvStore::IndexReady() const {
-  if (worker_ == nullptr) return true;
-  std::vector<int64_t> tickets;
-  for (const auto& s : segments_) {
-    for (int l = 0; l < shape_.n_layers; ++l) {
-      const int64_t t = s->layer(l).ticket;
-      if (t != 0 && (tickets.empty() || tickets.back() != t)) {
-        tickets.push_back(t);
-      }
-    }
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    if (!AdvanceIndexed(l, /*wait=*/false)) return false;
   }
-  return worker_->AllDone(tickets);
+  return true;
 }
 
 int ClusteredKvStore::SegmentClusters(size_t i) const {

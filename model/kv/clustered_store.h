@@ -177,6 +177,8 @@ class ClusteredKvStore : public KvCache {
   void GrowOpen(int64_t rows);
   void StoreRow(const float* src, uint16_t* dst) const;
   void CloseOpenRows(int64_t rows);
+  // WaitForIndex (wait) and IndexReady (not) on indexed_upto_.
+  bool AdvanceIndexed(int layer, bool wait) const;
   void FinishPromptLayer(int layer);
   void ScheduleIndex(const std::shared_ptr<Segment>& seg,
                      std::vector<int> layers);
@@ -225,7 +227,7 @@ class ClusteredKvStore : public KvCache {
   std::vector<int64_t> uncommitted_;  // per layer: appended since Commit
   int64_t open_first_pos_;
   std::vector<std::shared_ptr<Segment>> segments_;
-  // Per layer: segments_[0, n) are known indexed (WaitForIndex; segments
+  // Per layer: segments_[0, n) are known indexed (AdvanceIndexed; segments
   // are only appended, and a store made from others starts at 0).
   mutable std::vector<size_t> indexed_upto_;
   // Cluster cache per (layer, kv head), its rows from env_.cache_rows
