@@ -32,7 +32,7 @@ struct SamplingOptions {
 // from this one list; client_unit_test checks that it equals the registry's
 // policies that are not evaluation-only.
 inline constexpr const char* kPolicyNames[] = {"full", "clusterkv", "quest",
-                                               "streaming"};
+                                               "streaming", "clusterkv_rerank"};
 // kPolicyNames joined by '|'.
 std::string PolicyNamesHelp();
 

@@ -1,6 +1,7 @@
 // Fast centroid scores and Quest page bounds/scores (contracts in
 // cluster_ops.h): thin drivers over the active KernelSet's primitives.
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/cpu/kernel_set.h"
@@ -57,6 +58,31 @@ void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
 void QuestScores(const float* q, const float* page_min, const float* page_max,
                  int64_t n_pages, int dim, float* scores) {
   ActiveKernels().quest_scores(q, page_min, page_max, n_pages, dim, scores);
+}
+
+// Tiles of kTileK keys, transposed once and scored against every query.
+void KeyScores(const float* qs, int n_q, const void* keys, DType dtype,
+               int64_t stride, const int32_t* rows, int64_t n, int dim,
+               float* scores, int64_t ld) {
+  if (n <= 0 || n_q <= 0 || dim <= 0) return;
+  const KernelSet& ks = ActiveKernels();
+  thread_local std::vector<float> kt, s;
+  kt.resize(static_cast<size_t>(dim) * kTileK);
+  s.resize(static_cast<size_t>(n_q) * kTileK);
+  const int64_t row_bytes = RowBytes(dtype, stride);
+  for (int64_t i0 = 0; i0 < n; i0 += kTileK) {
+    const int tile = static_cast<int>(std::min<int64_t>(kTileK, n - i0));
+    const void* base = rows != nullptr
+                           ? keys
+                           : static_cast<const char*>(keys) + i0 * row_bytes;
+    ks.load_kt(dtype, base, stride, rows != nullptr ? rows + i0 : nullptr, tile,
+               dim, kt.data());
+    ks.qk(qs, dim, n_q, kt.data(), dim, s.data());
+    for (int j = 0; j < n_q; ++j) {
+      std::copy_n(s.data() + static_cast<size_t>(j) * kTileK, tile,
+                  scores + j * ld + i0);
+    }
+  }
 }
 
 }  // namespace ckv::kernels::cpu

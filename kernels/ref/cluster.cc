@@ -235,4 +235,21 @@ void QuestScores(const float* q, const float* page_min, const float* page_max,
   }
 }
 
+void KeyScores(const float* qs, int n_q, const void* keys, DType dtype,
+               int64_t stride, const int32_t* rows, int64_t n, int dim,
+               float* scores, int64_t ld) {
+  const int64_t row_bytes = RowBytes(dtype, stride);
+  for (int64_t i = 0; i < n; ++i) {
+    const char* row = static_cast<const char*>(keys) +
+                      (rows != nullptr ? rows[i] : i) * row_bytes;
+    for (int j = 0; j < n_q; ++j) {
+      double acc = 0.0;
+      for (int d = 0; d < dim; ++d) {
+        acc += double{qs[int64_t{j} * dim + d]} * ElementF32(dtype, row, d);
+      }
+      scores[j * ld + i] = static_cast<float>(acc);
+    }
+  }
+}
+
 }  // namespace ckv::kernels::ref

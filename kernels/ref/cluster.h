@@ -22,5 +22,12 @@ void QuestPageBounds(const void* keys, DType dtype, int64_t stride, int64_t n,
                      int dim, int page_size, float* page_min, float* page_max);
 void QuestScores(const float* q, const float* page_min, const float* page_max,
                  int64_t n_pages, int dim, float* scores);
+// Exact key scores of n_q queries (qs: [n_q][dim]) against n key rows:
+// scores[j * ld + i] = sum_d qs[j][d] * K_i[d] (ld >= n), K_i the row at
+// keys + r * stride elements of type dtype (F32, F16 or BF16), r = rows[i]
+// when rows is set (a gather), else r = i.
+void KeyScores(const float* qs, int n_q, const void* keys, DType dtype,
+               int64_t stride, const int32_t* rows, int64_t n, int dim,
+               float* scores, int64_t ld);
 
 }  // namespace ckv::kernels::ref

@@ -208,5 +208,66 @@ TEST(CentroidScoresTest, MultiMatchesOneQueryAtATime) {
   }
 }
 
+// Exact key scores (the clusterkv_rerank policy's second stage): every
+// table against brute force on the dequantised rows and against the
+// reference, contiguous and gathered rows, odd dims, partial tiles, several
+// queries; nothing written past n or outside the ld stride's rows.
+TEST(KeyScoresTest, FastMatchesRefAndBruteForce) {
+  std::mt19937 rng(37);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int dim : {3, 17, 64, 128}) {
+      for (int64_t n : {1, 63, 64, 65, 300}) {
+        for (int n_q : {1, 3, 5}) {
+          const int64_t stride = dim + 3, total = n + 7;
+          const auto bytes = Encode(t, RandomFloats(rng, total * stride, -3, 3),
+                                    total, stride);
+          const auto qs = RandomFloats(rng, n_q * dim, -2, 2);
+          std::vector<int32_t> gather(n);
+          for (int64_t i = 0; i < n; ++i) gather[i] = (i * 5 + 3) % total;
+          for (const int32_t* rows :
+               {static_cast<int32_t*>(nullptr), gather.data()}) {
+            const int64_t ld = n + 2;
+            std::vector<float> want(n_q * ld, NAN), got(n_q * ld, NAN);
+            ref::KeyScores(qs.data(), n_q, bytes.data(), t, stride, rows, n,
+                           dim, want.data(), ld);
+            std::vector<float> row(dim);
+            for (int64_t i = 0; i < n; ++i) {
+              const int64_t r = rows ? rows[i] : i;
+              DequantizeRow(t, bytes.data() + r * RowBytes(t, stride), dim,
+                            row.data());
+              for (int j = 0; j < n_q; ++j) {
+                double acc = 0.0;
+                for (int d = 0; d < dim; ++d) {
+                  acc += double{qs[j * dim + d]} * row[d];
+                }
+                ASSERT_NEAR(want[j * ld + i], acc, 1e-5 * std::abs(acc) + 1e-6);
+              }
+            }
+            for (const KernelSet* ks : AvailableKernelSets()) {
+              ScopedKernels scoped(ks);
+              std::fill(got.begin(), got.end(), NAN);
+              KeyScores(qs.data(), n_q, bytes.data(), t, stride, rows, n, dim,
+                        got.data(), ld);
+              for (int j = 0; j < n_q; ++j) {
+                for (int64_t i = 0; i < n; ++i) {
+                  // F32 sums of |q_d K_d| <= 6: 1e-5 * dim bounds the error.
+                  ASSERT_NEAR(got[j * ld + i], want[j * ld + i], 1e-5 * dim)
+                      << ks->name << " " << DTypeName(t) << " dim=" << dim
+                      << " n=" << n << " q=" << j << " i=" << i
+                      << (rows ? " gather" : "");
+                }
+                for (int64_t i = n; i < ld; ++i) {
+                  ASSERT_TRUE(std::isnan(got[j * ld + i]))
+                      << ks->name << ": wrote past n";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckv::kernels::cpu

@@ -119,11 +119,9 @@ TEST(PolicyRegistry, IdsAndNamesAreUniqueAndRoundTrip) {
 
 // Snapshot files and store fingerprints hold these ids: they never change.
 TEST(PolicyRegistry, StoredIdsAreStable) {
-  const std::pair<const char*, int32_t> stable[] = {{"full", 0},
-                                                    {"clusterkv", 1},
-                                                    {"quest", 2},
-                                                    {"streaming", 3},
-                                                    {"oracle", 4}};
+  const std::pair<const char*, int32_t> stable[] = {
+      {"full", 0},      {"clusterkv", 1}, {"quest", 2},
+      {"streaming", 3}, {"oracle", 4},    {"clusterkv_rerank", 5}};
   for (const auto& [name, id] : stable) {
     auto p = ParseKvPolicy(name);
     ASSERT_TRUE(p.ok()) << p.status();

@@ -248,7 +248,7 @@ TEST_P(DecodeContinuityTest, SnapshotAndRestartContinueExactly) {
 INSTANTIATE_TEST_SUITE_P(
     PoliciesAndGqaModes, DecodeContinuityTest,
     ::testing::Combine(::testing::Values("full", "clusterkv", "quest",
-                                         "streaming"),
+                                         "streaming", "clusterkv_rerank"),
                        ::testing::Values("per_query_head", "per_kv_head")),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "_",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <thread>
 
@@ -63,7 +64,8 @@ constexpr const char* kBadUtf8[] = {
     "\xe4\xb8(",  // truncated 3-byte character followed by ASCII
 };
 
-constexpr const char* kPolicies[] = {"full", "clusterkv", "quest", "streaming"};
+constexpr const char* kPolicies[] = {"full", "clusterkv", "quest", "streaming",
+                                     "clusterkv_rerank"};
 
 }  // namespace
 
@@ -669,7 +671,8 @@ std::string Worker::BadUtf8(size_t bytes) {
 
 v1::KvConfig Worker::RandomKv() {
   v1::KvConfig kv;
-  kv.set_policy(kPolicies[Uniform(0, 3)]);
+  kv.set_policy(
+      kPolicies[Uniform(0, static_cast<int>(std::size(kPolicies)) - 1)]);
   kv.set_budget(Uniform(16, 96));
   kv.set_sink_tokens(Uniform(0, 8));
   kv.set_tokens_per_cluster(Uniform(8, 32));

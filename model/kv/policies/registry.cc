@@ -18,6 +18,7 @@ using PolicyFactory =
   X(KvPolicy::kQuest, MakeQuestPolicy)         \
   X(KvPolicy::kStreaming, MakeStreamingPolicy) \
   X(KvPolicy{4}, MakeOraclePolicy)             \
+  X(KvPolicy{5}, MakeClusterKvRerankPolicy)    \
   /* add new policies above this line */
 
 #define CKV_DECLARE_FACTORY(id, factory) \
