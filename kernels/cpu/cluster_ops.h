@@ -49,8 +49,9 @@ void QuestScores(const float* q, const float* page_min, const float* page_max,
                  int64_t n_pages, int dim, float* scores);
 // Exact key scores (ref::KeyScores's contract): scores[j * ld + i] =
 // q_j . K_i for j < n_q, i < n, the rows gathered through `rows` when set.
-// F32 sums in the attention tiles' order (KernelSet::load_kt + qk), so
-// within ~1e-6 * dim * |q||K| of the reference, not bit-equal to it.
+// F32 sums in the attention's decode order (KernelSet::qk_direct when the
+// table has it and dim % 8 == 0, else load_kt + qk), so within ~1e-6 *
+// dim * |q||K| of the reference, not bit-equal to it.
 void KeyScores(const float* qs, int n_q, const void* keys, DType dtype,
                int64_t stride, const int32_t* rows, int64_t n, int dim,
                float* scores, int64_t ld);

@@ -60,14 +60,17 @@ void QuestScores(const float* q, const float* page_min, const float* page_max,
   ActiveKernels().quest_scores(q, page_min, page_max, n_pages, dim, scores);
 }
 
-// Tiles of kTileK keys, transposed once and scored against every query.
+// Tiles of kTileK keys: read in place by qk_direct where the table has it
+// (no F32 copy), else transposed once (load_kt) and scored against every
+// query.
 void KeyScores(const float* qs, int n_q, const void* keys, DType dtype,
                int64_t stride, const int32_t* rows, int64_t n, int dim,
                float* scores, int64_t ld) {
   if (n <= 0 || n_q <= 0 || dim <= 0) return;
   const KernelSet& ks = ActiveKernels();
+  const bool direct = ks.qk_direct != nullptr && dim % 8 == 0;
   thread_local std::vector<float> kt, s;
-  kt.resize(static_cast<size_t>(dim) * kTileK);
+  if (!direct) kt.resize(static_cast<size_t>(dim) * kTileK);
   s.resize(static_cast<size_t>(n_q) * kTileK);
   const int64_t row_bytes = RowBytes(dtype, stride);
   for (int64_t i0 = 0; i0 < n; i0 += kTileK) {
@@ -75,9 +78,13 @@ void KeyScores(const float* qs, int n_q, const void* keys, DType dtype,
     const void* base = rows != nullptr
                            ? keys
                            : static_cast<const char*>(keys) + i0 * row_bytes;
-    ks.load_kt(dtype, base, stride, rows != nullptr ? rows + i0 : nullptr, tile,
-               dim, kt.data());
-    ks.qk(qs, dim, n_q, kt.data(), dim, s.data());
+    const int32_t* idx = rows != nullptr ? rows + i0 : nullptr;
+    if (direct) {
+      ks.qk_direct(dtype, base, stride, idx, tile, dim, qs, dim, n_q, s.data());
+    } else {
+      ks.load_kt(dtype, base, stride, idx, tile, dim, kt.data());
+      ks.qk(qs, dim, n_q, kt.data(), dim, s.data());
+    }
     for (int j = 0; j < n_q; ++j) {
       std::copy_n(s.data() + static_cast<size_t>(j) * kTileK, tile,
                   scores + j * ld + i0);

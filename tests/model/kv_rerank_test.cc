@@ -120,11 +120,12 @@ TEST(ClusterKvRerank, FindsTheNeedleClusterKvDilutes) {
     EXPECT_GE(std::count(plain.begin(), plain.end(), false), 1)
         << "clusterkv found it on every head: no dilution, budget " << budget;
     // Its cluster is among the 4 x B candidates (the "a" tokens rank
-    // ahead); its mass (exp 0 against exp(-16/4) per "a" key) ranks it
-    // first, and at B = 16 and 6, where the budget cuts that cluster, its
-    // densest rows hold the needle (its first rows in position order, as
-    // clusterkv trims, do not: the needle comes late).
-    // per_kv_head: the summed query's clusters, every query's mass.
+    // ahead); its mass per row (the needle's weight 1 over its cluster's
+    // ~20 rows, against exp(-16/4) = 0.018 per "a" row) ranks it first, and at
+    // B = 16 and 6, where the budget cuts that cluster, its densest rows hold
+    // the needle (its first rows in position order, as clusterkv trims, do not:
+    // the needle comes late). per_kv_head: the summed query's clusters, every
+    // query's mass.
     for (GqaSelection g :
          {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
       for (bool found : NeedleSelected(Rerank(), budget, a_every, g)) {

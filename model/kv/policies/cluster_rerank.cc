@@ -37,7 +37,9 @@ const std::vector<int32_t>& ClusterRerank::Rank(
     kernels::cpu::KeyScores(q_.data(), n_q, base, kv_dtype, hd, rows, cand.rows,
                             hd, scores_.data() + first_row_[c], total);
   }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  // Float exponentials (a double exp per candidate key and query was as
+  // dear as scoring the keys); a row's mass is summed in double.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   row_mass_.assign(total, 0.0);
   for (int j = 0; j < n_q; ++j) {
     const float* s = scores_.data() + j * total;
@@ -45,7 +47,7 @@ const std::vector<int32_t>& ClusterRerank::Rank(
     for (int64_t i = 0; i < total; ++i) m = std::max(m, s[i]);
     if (!std::isfinite(m)) continue;  // no finite score: no mass
     for (int64_t i = 0; i < total; ++i) {
-      const double x = std::exp((double{s[i]} - m) * scale);
+      const float x = std::exp((s[i] - m) * scale);
       row_mass_[i] += std::isnan(x) ? 0.0 : x;
     }
   }
@@ -54,6 +56,7 @@ const std::vector<int32_t>& ClusterRerank::Rank(
     for (int64_t i = first_row_[c]; i < first_row_[c + 1]; ++i) {
       mass_[c] += row_mass_[i];
     }
+    if (candidates[c].rows > 0) mass_[c] /= candidates[c].rows;
   }
   order_.resize(n_c);
   std::iota(order_.begin(), order_.end(), 0);

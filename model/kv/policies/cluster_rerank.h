@@ -1,11 +1,14 @@
 // The second stage of the clusterkv_rerank policy (docs/clusterkv.md,
 // "Selection"): the candidate clusters -- the head of clusterkv's centroid
-// order, several budgets' worth -- reordered by the attention mass their
-// keys hold for the queries, computed exactly from the host-tier keys.
-// A cluster's centroid score is the mean of its members' q . k, so one key
-// that holds a head's attention (a needle) is diluted by the tens of keys
-// it shares a cluster with; its mass is not. Reading the candidates' keys
-// costs factor x B key rows per plan, not the whole context.
+// order, several budgets' worth -- reordered by the attention mass per row
+// their keys hold for the queries, computed exactly from the host-tier
+// keys. A cluster's centroid score is the mean of its members' q . k, so
+// one key that holds a head's attention (a needle) is diluted by the tens
+// of keys it shares a cluster with; its mass is not. Mass per row, not
+// total mass: the budget is counted in rows, and on the demo model the
+// total ranked large clusters first and recalled less (docs/clusterkv.md).
+// Reading the candidates' keys costs factor x B key rows per plan, not the
+// whole context.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +31,12 @@ class ClusterRerank {
 
   // Scores every row of the candidates against the n_q queries (each
   // [ctx.head_dim], post-RoPE) and returns the candidate indices by
-  // descending mass, ties by candidate index (the stage-1 order). A row's
-  // mass is sum_j exp((q_j . k - m_j) / sqrt(head_dim)), m_j = query j's
-  // largest score over all candidate rows: each query's softmax over the
-  // candidates, unnormalised, summed over the queries. The keys are of
-  // type `kv_dtype` (the store's host tier).
+  // descending mass per row (a cluster's mass over its rows), ties by
+  // candidate index (the stage-1 order). A row's mass is sum_j exp((q_j . k
+  // - m_j) / sqrt(head_dim)), m_j = query j's largest score over all
+  // candidate rows: each query's softmax over the candidates, unnormalised,
+  // summed over the queries. The keys are of type `kv_dtype` (the store's
+  // host tier).
   const std::vector<int32_t>& Rank(const PlanContext& ctx,
                                    kernels::DType kv_dtype,
                                    const float* const* qs, int n_q,

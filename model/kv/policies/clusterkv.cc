@@ -4,9 +4,9 @@
 // first. per_kv_head scores with the sum of the group's queries.
 // clusterkv_rerank: the same first stage, continued to kRerankFactor x B
 // candidate tokens, which cluster_rerank.h reorders by the attention mass
-// of their keys; whole clusters in that order until B, the last trimmed to
-// its densest run of rows. per_kv_head: the first stage scores with the
-// summed query, the second sums every query's mass.
+// per row of their keys; whole clusters in that order until B, the last
+// trimmed to its densest run of rows. per_kv_head: the first stage scores
+// with the summed query, the second sums every query's mass.
 #include <algorithm>
 #include <cmath>
 #include <memory>
