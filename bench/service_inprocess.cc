@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/backend/cpu/cpu_backend.h"
 
 namespace ckv::bench {
 namespace {
@@ -41,8 +42,11 @@ absl::StatusOr<std::unique_ptr<InProcessMode>> InProcessMode::Start(
   TransformerOptions t;
   t.threads = config.threads;
   t.prefill_chunk = config.prefill_chunk;
+  // As the server builds it (server_runner.cc), on the CPU backend.
   m->engine_ = std::make_unique<server::EngineLoop>(
-      *m->model_, t, config.limits.max_queued_requests);
+      *m->model_, t, config.limits.max_queued_requests,
+      std::make_unique<CpuBackend>(BackendOptions{.threads = config.threads}),
+      config.prefill_share);
   return m;
 }
 

@@ -50,6 +50,10 @@ ABSL_FLAG(bool, warmup, Defaults().warmup,
 ABSL_FLAG(int, threads, Defaults().threads, "engine threads (0: all cores)");
 ABSL_FLAG(int, prefill_chunk, Defaults().prefill_chunk,
           "max input tokens per engine step");
+ABSL_FLAG(double, prefill_share, Defaults().prefill_share,
+          "engine time input gets while sessions decode, in [0, 1] (0: "
+          "fair, 1: whole --prefill_chunk steps), as the server's "
+          "--prefill-share");
 ABSL_FLAG(std::string, policy, ckv::KvPolicyName(Defaults().policy),
           absl::StrCat("KV policy of the sessions: ",
                        ckv::JoinPolicyNames("|", false)));
@@ -92,12 +96,16 @@ absl::Status ReadCounts(ServiceBenchOptions& o) {
   o.rounds = absl::GetFlag(FLAGS_rounds);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  o.prefill_share = absl::GetFlag(FLAGS_prefill_share);
   o.budget = absl::GetFlag(FLAGS_budget);
   if (o.prompt_tokens < 1 || o.decode_tokens < 2 || o.rounds < 1 ||
       o.prefill_chunk < 1 || o.budget < 1) {
     return absl::InvalidArgumentError(
         "--prompt_tokens, --rounds, --prefill_chunk and --budget must be "
         ">= 1, --decode_tokens >= 2");
+  }
+  if (!(o.prefill_share >= 0.0 && o.prefill_share <= 1.0)) {
+    return absl::InvalidArgumentError("--prefill_share must be in [0, 1]");
   }
   if (o.question_tokens < 0 || o.threads < 0) {
     return absl::InvalidArgumentError(

@@ -26,6 +26,9 @@ struct ServiceBenchOptions {
   bool warmup = true;        // one untimed short run of each mode first
   int threads = 0;           // engine threads; 0: all cores
   int prefill_chunk = 256;
+  // Engine time input gets while sessions decode (--prefill-share of the
+  // server: 0 fair, 1 whole chunks), in both modes.
+  double prefill_share = 0.0;
   KvPolicy policy = KvPolicy::kClusterKv;
   int budget = 1024;
   bool metrics = true;   // the server keeps a metrics registry, as main() does

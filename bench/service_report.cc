@@ -242,6 +242,7 @@ Json HeaderJson(const ServiceReport& r) {
                       {"rounds", o.rounds},
                       {"warmup", o.warmup},
                       {"prefill_chunk", o.prefill_chunk},
+                      {"prefill_share", o.prefill_share},
                       {"policy", KvPolicyName(o.policy)},
                       {"budget", o.budget},
                       {"server_metrics", o.metrics},

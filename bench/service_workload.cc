@@ -61,6 +61,7 @@ server::ServerConfig BenchServerConfig(const ServiceBenchOptions& o,
                                        const std::string& model_path) {
   server::ServerConfig c =
       LoopbackServerConfig(model_path, o.threads, o.prefill_chunk);
+  c.prefill_share = o.prefill_share;
   c.kv.policy = o.policy;
   c.kv.budget = o.budget;
   c.limits.max_sessions = std::max(c.limits.max_sessions, o.max_sessions());
