@@ -66,10 +66,12 @@ KvStoreConfig Config(KvPolicy p, int budget, GqaSelection gqa) {
 
 // Prefills 124 tokens, decodes one with the query e0 on every head and
 // returns, per query head, whether layer 1 attended the needle.
-std::vector<bool> NeedleSelected(
-    KvPolicy p, int budget, int a_every,
-    GqaSelection gqa = GqaSelection::kPerQueryHead) {
-  ClusteredKvStore s(kShape, Config(p, budget, gqa), nullptr);
+std::vector<bool> NeedleSelected(KvPolicy p, int budget, int a_every,
+                                 GqaSelection gqa = GqaSelection::kPerQueryHead,
+                                 int recent = 0) {
+  KvStoreConfig c = Config(p, budget, gqa);
+  c.recent_tokens = recent;
+  ClusteredKvStore s(kShape, c, nullptr);
   s.set_record_selection(true);
   const int64_t n = 124;
   const int width = kShape.n_kv_heads * kHeadDim;
@@ -101,6 +103,15 @@ std::vector<bool> NeedleSelected(
   for (int h = 0; h < kShape.n_heads; ++h) {
     const std::vector<int64_t>& got = s.selected_positions(1, h);
     EXPECT_EQ(static_cast<int64_t>(got.size()), budget) << h;
+    std::vector<int64_t> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end())
+        << "a position selected twice, head " << h;
+    const int64_t clustered_end = kSinks + s.clustered_tokens();
+    for (int64_t r = clustered_end - recent; r < clustered_end; ++r) {
+      EXPECT_TRUE(std::binary_search(sorted.begin(), sorted.end(), r))
+          << "recent position " << r << " not selected, head " << h;
+    }
     found.push_back(std::find(got.begin(), got.end(), kNeedlePos) != got.end());
   }
   return found;
@@ -130,6 +141,25 @@ TEST(ClusterKvRerank, FindsTheNeedleClusterKvDilutes) {
          {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
       for (bool found : NeedleSelected(Rerank(), budget, a_every, g)) {
         EXPECT_TRUE(found) << "budget " << budget << " " << GqaSelectionName(g);
+      }
+    }
+  }
+}
+
+// recent_tokens: the most recent clustered rows come first, the rerank
+// fills the rest from the candidates' rows before them (a cluster's rows
+// inside the recent range are not candidates twice: at B = 40 the "a"
+// cluster holding recent rows is selected too). B - recent >= 12 keeps
+// 4 x (B - recent) candidates beyond the 40 "a" tokens.
+TEST(ClusterKvRerank, RecentRowsAndTheNeedleShareTheBudget) {
+  for (int budget : {16, 40}) {
+    for (int recent : {2, 4}) {
+      for (GqaSelection g :
+           {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
+        for (bool found : NeedleSelected(Rerank(), budget, 3, g, recent)) {
+          EXPECT_TRUE(found) << "budget " << budget << " recent " << recent
+                             << " " << GqaSelectionName(g);
+        }
       }
     }
   }
