@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts",
 import eval_needle  # noqa: E402
 import needle  # noqa: E402
 
-POLICIES = ["full", "clusterkv", "quest", "streaming", "oracle"]
+POLICIES = ["full", "clusterkv", "clusterkv_rerank", "quest", "streaming",
+            "oracle"]
 
 
 def parse_args():

@@ -2,7 +2,8 @@
 """ctest needle_bench_smoke: bench/needle_bench.py --quick (4k, 3 depths,
 one sample, B = 256) through the built clusterkv-model on the committed
 retrieval model, then the facts that make it a benchmark a policy can
-fail: dense attention and the oracle find every needle; streaming (the
+fail: dense attention, the oracle and clusterkv_rerank (whose second
+stage reads the candidates' keys) find every needle; streaming (the
 most recent B tokens) misses the needle at depth 0, which lies outside
 its window; the JSON lists every policy. A missing model fails.
 
@@ -26,11 +27,11 @@ def main():
                     "--out", out], check=True, cwd=ROOT)
     with open(out + ".json") as f:
         acc = json.load(f)["accuracy"]
-    want = {"full", "clusterkv B=256", "quest B=256", "streaming B=256",
-            "oracle B=256"}
+    want = {"full", "clusterkv B=256", "clusterkv_rerank B=256", "quest B=256",
+            "streaming B=256", "oracle B=256"}
     missing = want - set(acc)
     assert not missing, "policies missing from the JSON: %s" % missing
-    for policy in ("full", "oracle B=256"):
+    for policy in ("full", "oracle B=256", "clusterkv_rerank B=256"):
         assert acc[policy]["4096"]["mean"] == 1.0, (policy, acc[policy])
     depth0 = acc["streaming B=256"]["4096"]["by_depth"]["0.0"]
     assert depth0 == 0.0, ("streaming found a needle outside its window",
