@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/kv/clustered_store.h"
+#include "model/kv/policies/policy.h"
 #include "model/kv/policies/registry.h"
 
 namespace ckv {
@@ -163,6 +164,84 @@ TEST(ClusterKvRerank, RecentRowsAndTheNeedleShareTheBudget) {
       }
     }
   }
+}
+
+bool SamePlan(const HeadPlan& a, const HeadPlan& b) {
+  if (a.tokens != b.tokens || a.blocks.size() != b.blocks.size()) return false;
+  for (size_t i = 0; i < a.blocks.size(); ++i) {
+    const BlockRef &x = a.blocks[i], &y = b.blocks[i];
+    if (x.segment != y.segment || x.kind != y.kind || x.id != y.id ||
+        x.begin != y.begin || x.count != y.count) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The interface contract (policy.h): PlanEach's plan of query i is exactly
+// Plan's of that query alone, for every selecting policy, over random
+// keys in several segments (both KV heads, odd budgets, recent rows).
+TEST(SelectionPolicyContract, PlanEachEqualsPlanPerQuery) {
+  KvStoreConfig base =
+      Config(KvPolicy::kClusterKv, 16, GqaSelection::kPerQueryHead);
+  base.build_all_indexes = true;
+  ClusteredKvStore s(kShape, base, nullptr);
+  const int64_t n = 300;
+  const int width = kShape.n_kv_heads * kHeadDim;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> k(n * width), v(n * width);
+  for (float& x : k) x = g(rng);
+  for (float& x : v) x = g(rng);
+  ASSERT_TRUE(s.Reserve(n, AppendKind::kPrompt).ok());
+  for (int l = 0; l < kShape.n_layers; ++l) {
+    s.Append(l, n, k.data(), v.data());
+  }
+  s.Commit(n);
+  std::vector<const Segment*> segs;
+  for (const auto& seg : s.segments()) segs.push_back(seg.get());
+  ASSERT_GE(segs.size(), 1u);
+  const int group = kShape.group();
+  std::vector<std::vector<float>> q(group, std::vector<float>(kHeadDim));
+  std::vector<const float*> qs;
+  for (auto& row : q) {
+    for (float& x : row) x = g(rng);
+    qs.push_back(row.data());
+  }
+  int checked = 0;
+  for (const PolicyInfo& info : RegisteredPolicies()) {
+    if (!info.selects) continue;
+    for (int budget : {1, 37, 150}) {
+      for (int recent : {0, 9}) {
+        KvStoreConfig c = base;
+        c.policy = info.id;
+        c.budget = budget;
+        c.recent_tokens = std::min(recent, budget);
+        for (int kv_head = 0; kv_head < kShape.n_kv_heads; ++kv_head) {
+          const PlanContext ctx{&segs, 1, kv_head, kHeadDim};
+          std::vector<HeadPlan> each(group);
+          MakePolicy(c)->PlanEach(ctx, qs.data(), group, each.data());
+          for (int i = 0; i < group; ++i) {
+            HeadPlan alone;
+            MakePolicy(c)->Plan(ctx, &qs[i], 1, &alone);
+            EXPECT_TRUE(SamePlan(each[i], alone))
+                << info.name << " budget " << budget << " recent " << recent
+                << " kv head " << kv_head << " query " << i;
+            // quest rounds the budget up to whole pages.
+            const int64_t want =
+                std::min<int64_t>(budget, s.clustered_tokens());
+            if (info.indexes & kPageIndex) {
+              EXPECT_GE(alone.tokens, want) << info.name;
+            } else {
+              EXPECT_EQ(alone.tokens, want) << info.name;
+            }
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 5 * 3 * 2 * 2 * 2);  // at least 5 selecting policies
 }
 
 }  // namespace
