@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/kv/policies/registry.h"
+#include "server/input_budget.h"
 
 namespace ckv::bench {
 namespace {
@@ -104,7 +105,7 @@ absl::Status ReadCounts(ServiceBenchOptions& o) {
         "--prompt_tokens, --rounds, --prefill_chunk and --budget must be "
         ">= 1, --decode_tokens >= 2");
   }
-  if (!(o.prefill_share >= 0.0 && o.prefill_share <= 1.0)) {
+  if (!server::IsPrefillShare(o.prefill_share)) {
     return absl::InvalidArgumentError("--prefill_share must be in [0, 1]");
   }
   if (o.question_tokens < 0 || o.threads < 0) {

@@ -27,6 +27,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
+#include "server/input_budget.h"
 
 ABSL_FLAG(std::string, model, "",
           "GGUF model; empty: a random model of the default shape, written "
@@ -64,8 +65,7 @@ absl::StatusOr<StallOptions> OptionsFromFlags() {
     if (!Changed(FLAGS_baseline_tokens)) o.baseline_tokens = 16;
   }
   if (o.context < 16 || o.prefill_chunk < 1 || o.threads < 0 ||
-      o.baseline_tokens < 4 ||
-      !(o.prefill_share >= 0.0 && o.prefill_share <= 1.0)) {
+      o.baseline_tokens < 4 || !server::IsPrefillShare(o.prefill_share)) {
     return absl::InvalidArgumentError(
         "--context >= 16, --prefill_chunk >= 1, --threads >= 0, "
         "--baseline_tokens >= 4, --prefill_share in [0, 1]");

@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "model/kv/policies/registry.h"
+#include "server/input_budget.h"
 #include "server/service_convert.h"
 #include "server/transport_security.h"
 
@@ -304,7 +305,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
   c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;
   c.prefill_share = absl::GetFlag(FLAGS_prefill_share);
-  if (!(c.prefill_share >= 0.0 && c.prefill_share <= 1.0)) {
+  if (!IsPrefillShare(c.prefill_share)) {
     return absl::InvalidArgumentError("--prefill-share must be in [0, 1]");
   }
   c.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);

@@ -43,6 +43,12 @@ struct InputShareOptions {
   int min_tokens = 1;
 };
 
+// Whether `share` is one InputShareOptions::share accepts from a user: in
+// [0, 1], not NaN (the flags check it; InputBudget clamps what it is given).
+inline bool IsPrefillShare(double share) {
+  return share >= 0.0 && share <= 1.0;
+}
+
 class InputBudget {
  public:
   // Steps in which input and decoding meet between two decode-only steps.

@@ -1,7 +1,9 @@
 // The clusterkv_rerank policy (model/kv/policies/cluster_rerank.h): a key
 // that holds a query's attention but shares its k-means cluster with many
 // keys the query scores low -- the needle clusterkv's mean-key score
-// dilutes -- is still selected, also when the budget cuts its cluster.
+// dilutes -- is still selected, also when the budget cuts its cluster,
+// and with recent rows. Also the SelectionPolicy contract every policy
+// keeps (PlanEach = Plan per query), checked here on the same store.
 #include <gtest/gtest.h>
 
 #include <algorithm>

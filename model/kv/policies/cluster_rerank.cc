@@ -56,7 +56,7 @@ const std::vector<int32_t>& ClusterRerank::Rank(
     for (int64_t i = first_row_[c]; i < first_row_[c + 1]; ++i) {
       mass_[c] += row_mass_[i];
     }
-    if (candidates[c].rows > 0) mass_[c] /= candidates[c].rows;
+    mass_[c] /= candidates[c].rows;
   }
   order_.resize(n_c);
   std::iota(order_.begin(), order_.end(), 0);

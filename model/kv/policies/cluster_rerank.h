@@ -21,8 +21,8 @@ namespace ckv {
 
 class ClusterRerank {
  public:
-  // A candidate: the first `rows` rows (members in ascending position) of
-  // cluster `id` of segment `segment`.
+  // A candidate: the first `rows` rows (members in ascending position; at
+  // least one) of cluster `id` of segment `segment`.
   struct Candidate {
     int32_t segment = 0;
     int32_t id = 0;
@@ -47,7 +47,6 @@ class ClusterRerank {
 
  private:
   std::vector<float> q_, scores_;
-  std::vector<int32_t> gather_;
   std::vector<double> row_mass_;
   std::vector<int64_t> first_row_;  // candidate -> its first row in row_mass_
   std::vector<double> mass_;

@@ -47,12 +47,14 @@ class ClusterKvPolicy final : public SelectionPolicy {
   // Calls visit(block, available rows) for the clusters in order_'s order
   // that have rows before the recent range, until it returns true or the
   // clusters run out; `want`: the tokens the caller expects to consume
-  // (sizes the part of the order computed first).
+  // (sizes the part of the order computed first); `clustered`:
+  // ClusteredTokens(ctx).
   template <typename Visit>
-  void Walk(const PlanContext& ctx, int query, int64_t want, Visit visit);
+  void Walk(const PlanContext& ctx, int query, int64_t clustered, int64_t want,
+            Visit visit);
   // clusterkv_rerank's selection after the recent rows (out->tokens so far).
   void PlanRerank(const PlanContext& ctx, int query, const float* const* qs,
-                  int n_q, int64_t budget, HeadPlan* out);
+                  int n_q, int64_t clustered, int64_t budget, HeadPlan* out);
   // The ScoreOrder threshold that suited (layer, KV head, query) at its
   // last step: consecutive decode queries score alike, so it usually holds.
   float* Hint(const PlanContext& ctx, int query);
@@ -130,8 +132,8 @@ float* ClusterKvPolicy::Hint(const PlanContext& ctx, int query) {
 }
 
 template <typename Visit>
-void ClusterKvPolicy::Walk(const PlanContext& ctx, int query, int64_t want,
-                           Visit visit) {
+void ClusterKvPolicy::Walk(const PlanContext& ctx, int query, int64_t clustered,
+                           int64_t want, Visit visit) {
   const auto& segs = *ctx.segments;
   // Only the best clusters are consumed: order a head expected to cover
   // `want` (1.5 times the mean cluster size's worth, plus 4), the rest only
@@ -140,7 +142,7 @@ void ClusterKvPolicy::Walk(const PlanContext& ctx, int query, int64_t want,
   // order as a full sort (ScoreBefore is total).
   const int64_t n = order_.size();
   const int64_t mean_size =
-      std::max<int64_t>(1, ClusteredTokens(ctx) / std::max<int64_t>(1, n));
+      std::max<int64_t>(1, clustered / std::max<int64_t>(1, n));
   const std::vector<ScoredBlock>* order = &order_.Best(
       std::min(n, 3 * (want / mean_size) / 2 + 4), Hint(ctx, query));
   bool complete = static_cast<int64_t>(order->size()) == n;
@@ -176,29 +178,33 @@ void ClusterKvPolicy::PlanFromScores(const PlanContext& ctx, int query,
                 config_.quest_page_size, out, &recent_begin_);
   if (out->tokens >= budget) return;
   if (rerank_) {
-    PlanRerank(ctx, query, qs, n_q, budget, out);
+    PlanRerank(ctx, query, qs, n_q, clustered, budget, out);
     return;
   }
-  Walk(ctx, query, budget, [&](const ScoredBlock& o, int64_t available) {
-    const int64_t take = std::min(available, budget - out->tokens);
-    out->blocks.push_back(
-        {o.segment, BlockKind::kCluster, o.id, 0, static_cast<int32_t>(take)});
-    out->tokens += take;
-    return out->tokens >= budget;
-  });
+  Walk(ctx, query, clustered, budget,
+       [&](const ScoredBlock& o, int64_t available) {
+         const int64_t take = std::min(available, budget - out->tokens);
+         out->blocks.push_back({o.segment, BlockKind::kCluster, o.id, 0,
+                                static_cast<int32_t>(take)});
+         out->tokens += take;
+         return out->tokens >= budget;
+       });
 }
 
 void ClusterKvPolicy::PlanRerank(const PlanContext& ctx, int query,
                                  const float* const* qs, int n_q,
-                                 int64_t budget, HeadPlan* out) {
+                                 int64_t clustered, int64_t budget,
+                                 HeadPlan* out) {
   const int64_t want = kRerankFactor * (budget - out->tokens);
   int64_t candidate_rows = 0;
   candidates_.clear();
-  Walk(ctx, query, want, [&](const ScoredBlock& o, int64_t available) {
-    candidates_.push_back({o.segment, o.id, static_cast<int32_t>(available)});
-    candidate_rows += available;
-    return candidate_rows >= want;
-  });
+  Walk(ctx, query, clustered, want,
+       [&](const ScoredBlock& o, int64_t available) {
+         candidates_.push_back(
+             {o.segment, o.id, static_cast<int32_t>(available)});
+         candidate_rows += available;
+         return candidate_rows >= want;
+       });
   const std::vector<int32_t>& order =
       reranker_.Rank(ctx, config_.kv_dtype, qs, n_q, candidates_);
   for (int32_t c : order) {
