@@ -34,6 +34,12 @@ class CacheRows {
   virtual int64_t capacity() const = 0;  // rows
   virtual const uint16_t* keys() const = 0;
   virtual const uint16_t* values() const = 0;
+
+  // Resident segment rows (CacheRowsFactory::NewResidentRows): marks them
+  // read by the backend's current step, so they are not evicted while a
+  // step's spans point at them; false once the backend has evicted them to
+  // make room (the owner drops them and reads its host rows again).
+  virtual bool Use() { return true; }
 };
 
 // Makes the rows of each BlockCache of a store. Thread-safe.
@@ -41,12 +47,14 @@ class CacheRowsFactory {
  public:
   virtual ~CacheRowsFactory() = default;
   virtual std::unique_ptr<CacheRows> NewRows(int head_dim) = 0;
-  // Rows that hold a whole segment layer (`rows` rows) for the segment's
-  // life, within the backend's budget for resident KV; null when segments
-  // stay on the host only (the CPU backend, residency offload, or the
-  // budget is spent).
+  // Rows that hold a whole segment layer (`rows` rows) while the backend's
+  // budget for resident KV allows (they may be evicted later: Use()); null
+  // when segments stay on the host only (the CPU backend, residency
+  // offload, or no room). `asked_before`: this segment layer was refused
+  // before (a refusal is counted once per segment layer).
   virtual std::unique_ptr<CacheRows> NewResidentRows(int /*head_dim*/,
-                                                     int64_t /*rows*/) {
+                                                     int64_t /*rows*/,
+                                                     bool /*asked_before*/) {
     return nullptr;
   }
 };

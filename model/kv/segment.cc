@@ -59,11 +59,20 @@ int32_t Segment::StoredRow(int l, int h, int32_t r) const {
 
 const CacheRows* Segment::ResidentRows(int l, CacheRowsFactory& factory) const {
   std::lock_guard<std::mutex> lock(resident_mu_);
-  if (resident_.empty()) resident_.resize(layers_.size());
-  if (resident_[l] != nullptr) return resident_[l].get();
+  if (resident_.empty()) {
+    resident_.resize(layers_.size());
+    refused_.assign(layers_.size(), false);
+  }
+  if (resident_[l] != nullptr) {
+    if (resident_[l]->Use()) return resident_[l].get();
+    resident_[l].reset();  // evicted: idle for steps, no span points at it
+  }
   const int64_t rows = int64_t{shape_.n_kv_heads} * n_;
-  auto made = factory.NewResidentRows(shape_.head_dim, rows);
-  if (made == nullptr) return nullptr;
+  auto made = factory.NewResidentRows(shape_.head_dim, rows, refused_[l]);
+  if (made == nullptr) {
+    refused_[l] = true;
+    return nullptr;
+  }
   made->Reserve(rows, 0);
   made->Write(0, keys(l, 0), values(l, 0), rows);
   resident_[l] = std::move(made);

@@ -109,8 +109,9 @@ class Segment {
   // Layer l's K,V rows (every KV head, in stored order) resident on the
   // device: made on the first call from `factory` (NewResidentRows) and
   // shared by every store that holds the segment; null when the backend
-  // keeps none. Call only once the layer's rows are final (its index job
-  // done). Thread-safe.
+  // keeps none. Each call marks them used by the current step (Use); rows
+  // the backend evicted are dropped and asked for again. Call only once
+  // the layer's rows are final (its index job done). Thread-safe.
   const CacheRows* ResidentRows(int l, CacheRowsFactory& factory) const;
 
   int64_t kv_bytes() const;     // host-tier K,V
@@ -138,6 +139,7 @@ class Segment {
   std::vector<SegmentLayer> layers_;
   mutable std::mutex resident_mu_;
   mutable std::vector<std::unique_ptr<CacheRows>> resident_;  // per layer
+  mutable std::vector<bool> refused_;  // per layer: NewResidentRows said no
   std::atomic<int64_t> kmeans_ns_{0}, kmeans_cpu_ns_{0}, pages_ns_{0};
 };
 

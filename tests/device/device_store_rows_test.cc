@@ -1,7 +1,8 @@
 // Store rows in device memory on the fake device against the CPU backend:
 // block caches, sink and tail mirrors (StoreRowsStayOnTheDevice) and
 // resident segments per kv residency (SegmentsResidentOnTheDevice), each
-// with the exact bytes that crossed the link.
+// with the exact bytes that crossed the link, and `auto` under pressure
+// (IdleSessionsMakeRoomUnderPressure).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -137,6 +138,128 @@ TEST(DeviceBackendTest, SegmentsResidentOnTheDevice) {
   EXPECT_GT(some.cache_rows.resident_refusals, 0);
   EXPECT_GT(some.copies.direct_bytes, 0);
   EXPECT_LT(some.copies.direct_bytes, off.copies.direct_bytes);
+}
+
+// Sessions taking turns on one backend: each phase decodes its sessions
+// together for `steps` steps (a session is prefilled, alone, before its
+// first phase); the arena's statistics after every phase.
+struct TurnsRun {
+  std::vector<std::vector<float>> logits;  // every output, in order
+  std::vector<CacheRowsStats> after;       // per phase (device only)
+  std::vector<int64_t> segment_layers;     // per phase: of its sessions
+  absl::Status status;
+};
+
+TurnsRun TakeTurns(const Model& m, std::unique_ptr<Backend> backend,
+                   const std::vector<std::vector<int>>& phases, int steps) {
+  const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
+  const StoreEnv env = backend->store_env();
+  Transformer tf(m.config, m.weights, {1, 64}, std::move(backend));
+  const int vocab = m.config.vocab_size;
+  std::vector<std::unique_ptr<ClusteredKvStore>> stores;
+  std::vector<std::vector<float>> last;
+  TurnsRun r;
+  auto forward = [&](std::vector<SequenceInput> in) {
+    if (r.status.ok()) r.status = tf.Forward(absl::MakeSpan(in));
+  };
+  for (const std::vector<int>& phase : phases) {
+    for (const int s : phase) {
+      if (s < static_cast<int>(stores.size())) continue;
+      stores.push_back(std::make_unique<ClusteredKvStore>(
+          KvShapeOf(m.config), SparseConfig(), nullptr, env));
+      last.emplace_back();
+      const auto p = Tokens(48, vocab, 37 + 6 * s, 5 + s);
+      forward(
+          {MakeInput(p, stores.back().get(), LogitsMode::kLast, &last.back())});
+      r.logits.push_back(last.back());
+    }
+    for (int i = 0; i < steps; ++i) {
+      std::vector<int32_t> toks;
+      for (const int s : phase) toks.push_back(Argmax(last[s]));
+      std::vector<SequenceInput> batch;
+      for (size_t j = 0; j < phase.size(); ++j) {
+        batch.push_back(MakeInput(absl::MakeConstSpan(&toks[j], 1),
+                                  stores[phase[j]].get(), LogitsMode::kLast,
+                                  &last[phase[j]], AppendKind::kGenerated));
+      }
+      forward(std::move(batch));
+      for (const int s : phase) r.logits.push_back(last[s]);
+    }
+    int64_t layers = 0;
+    for (const int s : phase) {
+      layers += static_cast<int64_t>(stores[s]->segments().size()) *
+                m.config.n_layers;
+    }
+    r.segment_layers.push_back(layers);
+    if (device != nullptr) r.after.push_back(device->cache_rows().stats());
+  }
+  return r;
+}
+
+// kv residency auto under pressure, with room for about one session's
+// segments: A decodes, then B alone (A idle: A's segments are evicted to
+// make room for B's), then A alone (B's evicted for A's), then both
+// together — sessions decoding together never evict each other: B stays
+// on the host (refused once per segment layer, however many steps ask)
+// and is read through the host path. Every output equals the CPU
+// backend's; the residency stays within its budget.
+TEST(DeviceBackendTest, IdleSessionsMakeRoomUnderPressure) {
+  auto m = LoadArch("qwen3");
+  ASSERT_NE(m, nullptr);
+  const int steps = 8;
+  const std::vector<std::vector<int>> phases = {{0}, {1}, {0}, {0, 1}};
+  const TurnsRun cpu = TakeTurns(*m, Cpu(), phases, steps);
+  ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+  // What one session keeps resident after a phase, with room for all.
+  FakeRuntime probe_rt(Fake(Schedule::kInline));
+  const TurnsRun all = TakeTurns(
+      *m, Device(probe_rt, {}, {KvResidency::kDevice, 0}), {{0}}, steps);
+  ASSERT_TRUE(all.status.ok()) << all.status;
+  const int64_t one = all.after[0].resident_bytes;
+  ASSERT_GT(one, 0);
+  for (Schedule s : {Schedule::kLazy, Schedule::kThreaded}) {
+    const std::string what = ScheduleName(s);
+    FakeRuntime rt(Fake(s, 9));
+    const ResidencyOptions auto_one{KvResidency::kAuto, one * 5 / 4};
+    const TurnsRun dev = TakeTurns(*m, Device(rt, {}, auto_one), phases, steps);
+    ASSERT_TRUE(dev.status.ok()) << what << dev.status;
+    ASSERT_EQ(dev.logits.size(), cpu.logits.size());
+    for (size_t i = 0; i < cpu.logits.size(); ++i) {
+      EXPECT_LE(RelDiff(dev.logits[i], cpu.logits[i]), 1e-5)
+          << what << " output " << i;
+    }
+    EXPECT_TRUE(rt.OrderingStatus().ok()) << what << rt.OrderingStatus();
+    const std::vector<CacheRowsStats>& a = dev.after;
+    ASSERT_EQ(a.size(), phases.size());
+    for (const CacheRowsStats& c : a) {
+      EXPECT_GT(c.resident_bytes, 0) << what;
+      EXPECT_LE(c.resident_bytes, auto_one.budget_bytes) << what;
+      std::printf(
+          "%s: resident %lld bytes, %lld evictions (%lld bytes), %lld "
+          "refusals, fill %lld\n",
+          what.c_str(), static_cast<long long>(c.resident_bytes),
+          static_cast<long long>(c.resident_evictions),
+          static_cast<long long>(c.evicted_bytes),
+          static_cast<long long>(c.resident_refusals),
+          static_cast<long long>(c.fill_bytes));
+    }
+    EXPECT_EQ(a[0].resident_evictions, 0) << what;  // A alone fits
+    EXPECT_GT(a[1].resident_evictions, a[0].resident_evictions) << what;
+    EXPECT_GT(a[2].resident_evictions, a[1].resident_evictions) << what;
+    EXPECT_EQ(a[3].resident_evictions, a[2].resident_evictions) << what;
+    EXPECT_GT(a[3].resident_refusals, a[2].resident_refusals) << what;
+    // Once per segment layer, not once per step that asked.
+    EXPECT_LE(a[3].resident_refusals - a[2].resident_refusals,
+              dev.segment_layers[3])
+        << what;
+  }
+  // With room for everything nothing is evicted.
+  FakeRuntime rt(Fake(Schedule::kInline));
+  const TurnsRun dev =
+      TakeTurns(*m, Device(rt, {}, {KvResidency::kDevice, 0}), phases, steps);
+  ASSERT_TRUE(dev.status.ok()) << dev.status;
+  EXPECT_EQ(dev.after.back().resident_evictions, 0);
+  EXPECT_EQ(dev.after.back().resident_refusals, 0);
 }
 
 }  // namespace

@@ -263,6 +263,7 @@ Activation DeviceBackend::NewActivation(int64_t width) {
 }
 
 void DeviceBackend::BeginStep(absl::Span<const int64_t> positions) {
+  cache_rows_->BeginStep();  // residency: what this step reads is in use
   rows_ = static_cast<int64_t>(positions.size());
   pos_.assign(positions.begin(), positions.end());
   // Capacity grows here, outside any op: contents are undefined anyway.

@@ -33,6 +33,7 @@ class DeviceCacheRows final : public CacheRows {
   ~DeviceCacheRows() override {
     std::lock_guard<std::mutex> lock(arena_->mu_);
     arena_->stats_.resident_bytes -= budgeted_;
+    if (budgeted_ > 0) arena_->lru_.erase({last_used_, this});
     if (capacity_ == 0) return;
     arena_->FlushLocked();  // staged writes into these rows land first
     arena_->UnregisterLocked(k(), v());
@@ -101,6 +102,39 @@ class DeviceCacheRows final : public CacheRows {
     }
   }
 
+  // Resident rows: moved to the current step's end of the LRU order.
+  bool Use() override {
+    std::lock_guard<std::mutex> lock(arena_->mu_);
+    if (evicted_) return false;
+    if (budgeted_ > 0 && last_used_ != arena_->tick_) {
+      arena_->lru_.erase({last_used_, this});
+      last_used_ = arena_->tick_;
+      arena_->lru_.insert({last_used_, this});
+    }
+    return true;
+  }
+
+  // Under the arena's lock, already out of its LRU order: the device
+  // memory goes (Free waits for work that reads it; none has for
+  // idle_steps steps), and the owner sees Use() false.
+  void EvictLocked() {
+    arena_->FlushLocked();  // staged writes into these rows land first
+    if (capacity_ > 0) {
+      arena_->UnregisterLocked(k(), v());
+      arena_->rt_.Free(base_).IgnoreError();
+    }
+    arena_->stats_.resident_bytes -= budgeted_;
+    arena_->stats_.evicted_bytes += budgeted_;
+    ++arena_->stats_.resident_evictions;
+    budgeted_ = 0;
+    capacity_ = 0;
+    base_ = DevPtr{};
+    evicted_ = failed_ = true;
+  }
+
+  void set_last_used(int64_t tick) { last_used_ = tick; }
+  int64_t budgeted() const { return budgeted_; }
+
   int64_t capacity() const override { return capacity_; }
   // Device addresses: only the device backend's attention reads them.
   const uint16_t* keys() const override { return AsHost(k()); }
@@ -117,9 +151,11 @@ class DeviceCacheRows final : public CacheRows {
   std::shared_ptr<DeviceCacheArena> arena_;
   int64_t row_bytes_;
   int64_t budgeted_;
+  int64_t last_used_ = 0;  // the arena's tick when last used (resident)
   DevPtr base_;
   int64_t capacity_ = 0;
   bool failed_ = false;
+  bool evicted_ = false;
 };
 
 DeviceCacheArena::DeviceCacheArena(dev::Runtime& runtime,
@@ -139,24 +175,46 @@ std::unique_ptr<CacheRows> DeviceCacheArena::NewRows(int head_dim) {
   return std::make_unique<DeviceCacheRows>(shared_from_this(), head_dim);
 }
 
-std::unique_ptr<CacheRows> DeviceCacheArena::NewResidentRows(int head_dim,
-                                                             int64_t rows) {
+std::unique_ptr<CacheRows> DeviceCacheArena::NewResidentRows(
+    int head_dim, int64_t rows, bool asked_before) {
   const int64_t bytes = 2 * rows * int64_t{2} * head_dim;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const bool fits =
-        residency_.mode == KvResidency::kDevice ||
-        (residency_.mode == KvResidency::kAuto &&
-         stats_.resident_bytes + bytes <= residency_.budget_bytes);
-    if (!fits || !status_.ok()) {
-      if (residency_.mode != KvResidency::kOffload) {
-        ++stats_.resident_refusals;
-      }
-      return nullptr;
-    }
-    stats_.resident_bytes += bytes;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (residency_.mode == KvResidency::kOffload) return nullptr;
+  const bool fits = status_.ok() && (residency_.mode == KvResidency::kDevice ||
+                                     MakeRoomLocked(bytes));
+  if (!fits) {
+    if (!asked_before) ++stats_.resident_refusals;
+    return nullptr;
   }
-  return std::make_unique<DeviceCacheRows>(shared_from_this(), head_dim, bytes);
+  stats_.resident_bytes += bytes;
+  auto made =
+      std::make_unique<DeviceCacheRows>(shared_from_this(), head_dim, bytes);
+  made->set_last_used(tick_);
+  lru_.insert({tick_, made.get()});
+  return made;
+}
+
+void DeviceCacheArena::BeginStep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++tick_;
+}
+
+bool DeviceCacheArena::MakeRoomLocked(int64_t bytes) {
+  const int64_t need = stats_.resident_bytes + bytes - residency_.budget_bytes;
+  if (need <= 0) return true;
+  int64_t freeable = 0;
+  auto end = lru_.begin();
+  for (; end != lru_.end() && freeable < need; ++end) {
+    if (end->first + residency_.idle_steps > tick_) break;  // used lately
+    freeable += end->second->budgeted();
+  }
+  if (freeable < need) return false;
+  while (lru_.begin() != end) {
+    DeviceCacheRows* r = lru_.begin()->second;
+    lru_.erase(lru_.begin());
+    r->EvictLocked();
+  }
+  return true;
 }
 
 bool DeviceCacheArena::Find(const void* p, dev::Range* rows) const {

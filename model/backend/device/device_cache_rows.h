@@ -23,6 +23,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,10 +38,16 @@ namespace ckv {
 
 // Which segments' rows the arena keeps resident (NewResidentRows):
 // kOffload none, kDevice every one asked for, kAuto while their bytes stay
-// within budget_bytes.
+// within budget_bytes. Under pressure (kAuto, a segment layer that does not
+// fit) the rows no step has read for idle_steps steps — the least recently
+// active sessions' — are evicted, oldest first, when that makes room; rows
+// a recent step read are never evicted, so sessions decoding together do
+// not evict each other every step (the newcomer stays on the host and goes
+// through the block cache).
 struct ResidencyOptions {
   KvResidency mode = KvResidency::kAuto;
   int64_t budget_bytes = 0;
+  int64_t idle_steps = 2;
 };
 
 // Bytes moved for the store rows (K and V, summed over every CacheRows),
@@ -50,8 +58,12 @@ struct CacheRowsStats {
   int64_t scatters = 0;           // scatter ops that wrote the staged rows
   int64_t move_bytes = 0;         // D2D: growth and compaction
   int64_t resident_bytes = 0;     // segment rows resident now
-  int64_t resident_refusals = 0;  // segments kept on the host (budget)
+  int64_t resident_refusals = 0;  // segment layers kept on the host (budget)
+  int64_t resident_evictions = 0;  // segment layers evicted for room
+  int64_t evicted_bytes = 0;       // their bytes
 };
+
+class DeviceCacheRows;
 
 class DeviceCacheArena final
     : public CacheRowsFactory,
@@ -67,8 +79,11 @@ class DeviceCacheArena final
   ~DeviceCacheArena() override;
 
   std::unique_ptr<CacheRows> NewRows(int head_dim) override;
-  std::unique_ptr<CacheRows> NewResidentRows(int head_dim,
-                                             int64_t rows) override;
+  std::unique_ptr<CacheRows> NewResidentRows(int head_dim, int64_t rows,
+                                             bool asked_before) override;
+  // A new step of the backend: rows used from now on are used by it
+  // (ResidencyOptions::idle_steps counts these).
+  void BeginStep();
 
   // When p (a span's K or V base) lies in the rows of a live CacheRows of
   // this arena: the device range from p to the end of those rows.
@@ -90,6 +105,9 @@ class DeviceCacheArena final
   // Copies `bytes` of host memory at src to dst (pinned: directly).
   bool UploadLocked(DevPtr dst, const void* src, int64_t bytes);
   bool FlushLocked();
+  // Evicts idle resident rows, oldest first, until `bytes` more fit in the
+  // budget; false (nothing evicted) when even all idle rows would not do.
+  bool MakeRoomLocked(int64_t bytes);
 
   // A staged write: bytes at staging offset `from` go to dst.
   struct Pending {
@@ -112,6 +130,9 @@ class DeviceCacheArena final
   int64_t flushed_ = 0;       // [0, flushed_) scattered (enqueued)
   std::vector<Pending> pending_;
   CacheRowsStats stats_;
+  int64_t tick_ = 0;  // BeginStep calls
+  // Resident rows by the step that last used them (least recent first).
+  std::set<std::pair<int64_t, DeviceCacheRows*>> lru_;
 };
 
 }  // namespace ckv
