@@ -478,6 +478,12 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
   timings_.wait_ns += Lap(&t);
   seg_view_.clear();
   for (const auto& s : segments_) seg_view_.push_back(s.get());
+  // A decoding session keeps every segment of the layer in use on the
+  // device (made resident while the budget allows), not only the ones
+  // this step selects: residency follows sessions, not single steps.
+  if (env_.cache_rows != nullptr && config_.cache_mode != CacheMode::kCopy) {
+    for (const Segment* seg : seg_view_) Resident(*seg, layer);
+  }
   PlanHeads(layer, query.q);
   timings_.plan_ns += Lap(&t);
   ++timings_.calls;

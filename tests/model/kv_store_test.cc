@@ -598,5 +598,84 @@ TEST(KvStore, SlidingWindowLayerAttendsItsWindowDensely) {
   }
 }
 
+// Resident segment rows from a backend's factory (host memory here), each
+// counting the steps that used it.
+class CountingResidentRows final : public CacheRowsFactory {
+ public:
+  std::unique_ptr<CacheRows> NewRows(int head_dim) override {
+    return NewHostCacheRows(head_dim);
+  }
+  std::unique_ptr<CacheRows> NewResidentRows(int head_dim, int64_t /*rows*/,
+                                             bool /*asked_before*/) override {
+    ++made;
+    return std::make_unique<Counted>(NewHostCacheRows(head_dim), &uses);
+  }
+  int made = 0, uses = 0;
+
+ private:
+  class Counted final : public CacheRows {
+   public:
+    Counted(std::unique_ptr<CacheRows> rows, int* uses)
+        : rows_(std::move(rows)), uses_(uses) {}
+    void Reserve(int64_t rows, int64_t keep) override {
+      rows_->Reserve(rows, keep);
+    }
+    void Write(int64_t at, const uint16_t* k, const uint16_t* v,
+               int64_t n) override {
+      rows_->Write(at, k, v, n);
+    }
+    void MoveDown(int64_t to, int64_t from, int64_t n) override {
+      rows_->MoveDown(to, from, n);
+    }
+    int64_t capacity() const override { return rows_->capacity(); }
+    const uint16_t* keys() const override { return rows_->keys(); }
+    const uint16_t* values() const override { return rows_->values(); }
+    bool Use() override {
+      ++*uses_;
+      return true;
+    }
+
+   private:
+    std::unique_ptr<CacheRows> rows_;
+    int* uses_;
+  };
+};
+
+// Residency follows sessions: a sparse decode step keeps every segment of
+// the layer in use on the backend (resident rows made or used), not only
+// the segments it selects from, so a decoding session's segments are never
+// the idle ones an arena evicts under pressure.
+TEST(KvStore, SparseStepUsesEverySegmentsResidentRows) {
+  auto rows = std::make_shared<CountingResidentRows>();
+  StoreEnv env;
+  env.cache_rows = rows;
+  ClusteredKvStore store(kShape, SmallConfig(KvPolicy::kClusterKv), nullptr,
+                         env);
+  Feeder f(5);
+  f.Add(store, 100, AppendKind::kPrompt);
+  f.Add(store, 200, AppendKind::kGenerated);
+  const size_t n_segs = store.segments().size();
+  ASSERT_GE(n_segs, 6u);
+  const auto picked = Selected(store, /*layer=*/1, RandomQuery(3));
+  // The budget (40 tokens) leaves some segments unselected.
+  std::set<int64_t> touched;
+  for (const auto& head : picked) {
+    for (const int64_t pos : head) {
+      for (size_t s = 0; s < n_segs; ++s) {
+        const Segment& seg = *store.segments()[s];
+        if (pos >= seg.first_pos() && pos < seg.first_pos() + seg.size()) {
+          touched.insert(static_cast<int64_t>(s));
+        }
+      }
+    }
+  }
+  EXPECT_LT(touched.size(), n_segs);
+  EXPECT_EQ(rows->made, static_cast<int>(n_segs));
+  const int uses = rows->uses;
+  Selected(store, 1, RandomQuery(4));
+  EXPECT_EQ(rows->made, static_cast<int>(n_segs));  // made once
+  EXPECT_GE(rows->uses - uses, static_cast<int>(n_segs));
+}
+
 }  // namespace
 }  // namespace ckv
