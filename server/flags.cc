@@ -81,8 +81,9 @@ ABSL_FLAG(std::string, kv_residency,
           ckv::KvResidencyName(kDefaults.kv_residency),
           "device backends: where closed segments' K,V live: "
           "auto|device|offload (auto: on the device while "
-          "--resident-kv-mb lasts, then host only; device: always; offload: "
-          "host only, selected rows recalled per step)");
+          "--resident-kv-mb lasts, then idle sessions' segments are evicted "
+          "for active ones, else host only; device: always; offload: host "
+          "only, selected rows recalled per step)");
 ABSL_FLAG(int64_t, resident_kv_mb, kDefaults.resident_kv_bytes >> 20,
           "--kv-residency auto: device memory for resident segments (MiB; "
           "0: half the device)");
