@@ -134,6 +134,10 @@ class EngineLoop {
   const Model& model() const { return model_; }
   // The backend the model runs on (GetServerInfo, the status page).
   const BackendInfo& backend_info() const { return backend_info_; }
+  // Its device's segment residency (the metrics). Any thread.
+  Backend::Residency residency() const {
+    return transformer_.backend().residency();
+  }
   // Live recall telemetry (server/recall_sampler.h); set before the first
   // Submit. Null: off.
   void SetRecallSampler(std::unique_ptr<RecallSampler> sampler);

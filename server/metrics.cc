@@ -112,6 +112,13 @@ class ServerMetricsImpl final : public ServerMetrics {
         host_to_device_bytes_(SingleCounter(
             *registry_, "clusterkv_host_to_device_bytes_total",
             "Bytes of KV cache copied from host to device memory.")),
+        resident_evictions_(SingleCounter(
+            *registry_, "clusterkv_kv_resident_evictions_total",
+            "Segment layers evicted from device memory to make room for "
+            "another session's (kv residency auto).")),
+        resident_refusals_(SingleCounter(
+            *registry_, "clusterkv_kv_resident_refusals_total",
+            "Segment layers kept in host memory: no room on the device.")),
         prefix_hits_(SingleCounter(
             *registry_, "clusterkv_prefix_cache_hits_total",
             "Session-less requests that reused a cached prompt prefix.")),
@@ -155,6 +162,9 @@ class ServerMetricsImpl final : public ServerMetrics {
                                      "Sessions currently open.")),
         queue_depth_(SingleGauge(*registry_, "clusterkv_queue_depth",
                                  "Requests waiting for the engine.")),
+        resident_segment_bytes_(SingleGauge(
+            *registry_, "clusterkv_kv_resident_segment_bytes",
+            "Bytes of closed segments' K,V resident in device memory.")),
         kv_bytes_(BuildGauge()
                       .Name("clusterkv_kv_bytes")
                       .Help("Bytes of KV cache resident, by memory tier.")
@@ -214,6 +224,14 @@ class ServerMetricsImpl final : public ServerMetrics {
         .Set(static_cast<double>(bytes));
   }
 
+  void SetResidentSegmentBytes(int64_t bytes) override {
+    resident_segment_bytes_.Set(static_cast<double>(bytes));
+  }
+  void AddResidencyChanges(int64_t evictions, int64_t refusals) override {
+    resident_evictions_.Increment(static_cast<double>(evictions));
+    resident_refusals_.Increment(static_cast<double>(refusals));
+  }
+
   void AddCacheLookups(int64_t lookups, int64_t hits) override {
     cache_lookups_.Increment(static_cast<double>(lookups));
     cache_hits_.Increment(static_cast<double>(hits));
@@ -250,6 +268,8 @@ class ServerMetricsImpl final : public ServerMetrics {
   Counter& cache_lookups_;
   Counter& cache_hits_;
   Counter& host_to_device_bytes_;
+  Counter& resident_evictions_;
+  Counter& resident_refusals_;
   Counter& prefix_hits_;
   Counter& prefix_misses_;
   Counter& prefix_reused_tokens_;
@@ -262,6 +282,7 @@ class ServerMetricsImpl final : public ServerMetrics {
   Family<Histogram>& recall_;
   Gauge& sessions_active_;
   Gauge& queue_depth_;
+  Gauge& resident_segment_bytes_;
   Family<Gauge>& kv_bytes_;
   // Last: its thread calls Serialize().
 };

@@ -74,6 +74,12 @@ class ServerMetrics {
   virtual void SetActiveSessions(int n) = 0;
   virtual void SetQueueDepth(int n) = 0;
   virtual void SetKvBytes(absl::string_view tier, int64_t bytes) = 0;
+  // Device backends' segment residency (Backend::Residency):
+  // clusterkv_kv_resident_segment_bytes (gauge),
+  // clusterkv_kv_resident_evictions_total and
+  // clusterkv_kv_resident_refusals_total (counters, by increments).
+  virtual void SetResidentSegmentBytes(int64_t bytes) = 0;
+  virtual void AddResidencyChanges(int64_t evictions, int64_t refusals) = 0;
   // Counters: clusterkv_cache_lookups_total, clusterkv_cache_hits_total,
   // clusterkv_host_to_device_bytes_total.
   virtual void AddCacheLookups(int64_t lookups, int64_t hits) = 0;

@@ -278,6 +278,11 @@ void ClusterKvServer::PublishGauges() {
   m->SetKvBytes("device", t.device_bytes);
   const EngineStats e = engine_->stats();
   m->SetQueueDepth(e.queued);
+  const Backend::Residency r = engine_->residency();
+  m->SetResidentSegmentBytes(r.segment_bytes);
+  m->AddResidencyChanges(r.evictions - last_residency_.evictions,
+                         r.refusals - last_residency_.refusals);
+  last_residency_ = r;
   const int64_t steps = e.steps - last_steps_;
   if (steps > 0) {
     // Mean tokens per step over the period.

@@ -112,6 +112,7 @@ class ClusterKvServer {
   absl::Notification stop_janitor_;
   std::thread janitor_;
   int64_t last_steps_ = 0, last_batched_ = 0;  // janitor thread only
+  Backend::Residency last_residency_;          // janitor thread only
 };
 
 }  // namespace ckv::server

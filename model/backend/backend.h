@@ -157,6 +157,15 @@ class Backend {
   // rows where its K and V were lost. Transformer::Forward returns it.
   virtual absl::Status status() const { return absl::OkStatus(); }
 
+  // Closed segments' K,V resident in device memory (kv residency; zeros on
+  // the CPU). Thread-safe: another thread may ask while steps run.
+  struct Residency {
+    int64_t segment_bytes = 0;  // resident now
+    int64_t evictions = 0;      // segment layers evicted for room, so far
+    int64_t refusals = 0;       // segment layers kept on the host, so far
+  };
+  virtual Residency residency() const { return {}; }
+
   // What the clustered stores of the sequences this backend runs should be
   // made with (model/kv/store_env.h): on the CPU the heap and the stores'
   // own policies; on a device backend pinned segment rows (which its

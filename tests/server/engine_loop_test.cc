@@ -492,5 +492,54 @@ TEST(EngineLoopDeviceTest, DeviceErrorFailsTheJobs) {
       << engine.backend_failure();
 }
 
+// The engine reports its device's segment residency (the server's
+// clusterkv_kv_resident_* metrics): a fake device with kv residency
+// `device` holds the session's prompt segment once it is attended; with
+// `auto` and a one-byte budget the segment's layers are refused (counted
+// once each) and nothing is resident.
+TEST(EngineLoopDeviceTest, ResidencyIsReported) {
+  for (const bool room : {true, false}) {
+    ClusterWorker worker;
+    SessionManager sessions(TestModel().config, ServerLimits{}, &worker);
+    Collector c;  // outlives the engine (see DeviceErrorFailsTheJobs)
+    BackendOptions o;
+    o.kv_residency = room ? KvResidency::kDevice : KvResidency::kAuto;
+    o.resident_kv_bytes = room ? 0 : 1;
+    auto backend = MakeBackend(BackendKind::kFake, o);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    sessions.set_store_env((*backend)->store_env());
+    EngineLoop engine(TestModel(), TransformerOptions{1, 32}, 16,
+                      *std::move(backend));
+    EXPECT_EQ(engine.residency().segment_bytes, 0);
+    SessionOptions so;
+    so.kv = Kv();
+    auto session = sessions.Create(so);
+    ASSERT_TRUE(session.ok()) << session.status();
+    auto lease = sessions.Acquire((*session)->id());
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    JobSpec spec;
+    spec.lease = *std::move(lease);
+    spec.input = Tokens(100, 3);
+    spec.kind = AppendKind::kPrompt;
+    spec.generate = true;
+    spec.sampling.max_tokens = 4;
+    spec.callbacks = c.Callbacks();
+    ASSERT_TRUE(engine.Submit(std::move(spec)).ok());
+    c.Wait();
+    ASSERT_TRUE(c.result.status.ok()) << c.result.status;
+    const Backend::Residency r = engine.residency();
+    const int layers = TestModel().config.n_layers;
+    if (room) {
+      EXPECT_GT(r.segment_bytes, 0);
+      EXPECT_EQ(r.refusals, 0);
+    } else {
+      EXPECT_EQ(r.segment_bytes, 0);
+      EXPECT_GT(r.refusals, 0);
+      EXPECT_LE(r.refusals, layers);  // one prompt segment: once per layer
+    }
+    EXPECT_EQ(r.evictions, 0);
+  }
+}
+
 }  // namespace
 }  // namespace ckv::server

@@ -233,6 +233,9 @@ std::map<std::string, std::string> ExpectedFamilies() {
       {"clusterkv_sessions_active", "gauge"},
       {"clusterkv_queue_depth", "gauge"},
       {"clusterkv_kv_bytes", "gauge"},
+      {"clusterkv_kv_resident_segment_bytes", "gauge"},
+      {"clusterkv_kv_resident_evictions_total", "counter"},
+      {"clusterkv_kv_resident_refusals_total", "counter"},
   };
 }
 
@@ -328,6 +331,9 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   m.AddRecallSeries("quest");                        // at count 0
   m.SetActiveSessions(3);
   m.SetQueueDepth(5);
+  m.SetResidentSegmentBytes(4096);
+  m.AddResidencyChanges(3, 0);
+  m.AddResidencyChanges(2, 7);
   m.SetKvBytes("device", int64_t{3} << 30);
   m.AddCacheLookups(10, 4);
   m.AddCacheLookups(6, 6);
@@ -395,6 +401,9 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   EXPECT_EQ(Value(e, R"(clusterkv_kv_bytes{tier="device"})"),
             static_cast<double>(int64_t{3} << 30));
   EXPECT_EQ(Value(e, R"(clusterkv_kv_bytes{tier="host"})"), 0);
+  EXPECT_EQ(Value(e, "clusterkv_kv_resident_segment_bytes"), 4096);
+  EXPECT_EQ(Value(e, "clusterkv_kv_resident_evictions_total"), 5);
+  EXPECT_EQ(Value(e, "clusterkv_kv_resident_refusals_total"), 7);
   EXPECT_EQ(Value(e, "clusterkv_cache_lookups_total"), 16);
   EXPECT_EQ(Value(e, "clusterkv_cache_hits_total"), 10);
   EXPECT_EQ(Value(e, "clusterkv_host_to_device_bytes_total"), 1 << 20);

@@ -167,6 +167,11 @@ StoreEnv DeviceBackend::store_env() {
   return env;
 }
 
+Backend::Residency DeviceBackend::residency() const {
+  const CacheRowsStats c = cache_rows_->stats();  // under the arena's lock
+  return Residency{c.resident_bytes, c.resident_evictions, c.resident_refusals};
+}
+
 bool DeviceBackend::Ok(const absl::Status& s) {
   if (!s.ok() && status_.ok()) status_ = s;
   return s.ok();

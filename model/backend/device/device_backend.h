@@ -114,6 +114,7 @@ class DeviceBackend final : public Backend {
   const DeviceCacheArena& cache_rows() const { return *cache_rows_; }
 
   Activation NewActivation(int64_t width) override;
+  Residency residency() const override;
   void BeginStep(absl::Span<const int64_t> positions) override;
   void EndStep() override;
   void Embed(const Matrix& table, absl::Span<const int32_t> tokens, float scale,
