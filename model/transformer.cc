@@ -149,8 +149,17 @@ void Transformer::RunStep(const Step& step) {
   backend_->BeginStep(pos_);
   Embed(step);
   for (int l = 0; l < config_.n_layers; ++l) {
-    AttentionBlock(l);
+    // Between attentions the ops are pure compute at the same addresses
+    // every step of this size: regions a device backend may replay as
+    // graphs (Backend::BeginRegion).
+    backend_->BeginRegion(2 * l);
+    PreAttention(l);
+    backend_->EndRegion();
+    Attend(l);
+    backend_->BeginRegion(2 * l + 1);
+    PostAttention(l);
     MlpBlock(l);
+    backend_->EndRegion();
   }
   for (const StepPart& p : step.parts) p.cache->Commit(p.n);
   OutputLogits(step);
@@ -213,7 +222,7 @@ RopeSpec Transformer::LayerRope(int layer) const {
   return rope;
 }
 
-void Transformer::AttentionBlock(int layer) {
+void Transformer::PreAttention(int layer) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[layer];
   const Acts& a = *acts_;
@@ -223,6 +232,11 @@ void Transformer::AttentionBlock(int layer) {
   const RopeSpec rope = LayerRope(layer);
   be.Rope(a.q, c.n_heads, rope);
   be.Rope(a.k, c.n_kv_heads, rope);
+}
+
+void Transformer::Attend(int layer) {
+  const ModelConfig& c = config_;
+  const Acts& a = *acts_;
   AttentionSpec spec;
   spec.n_heads = c.n_heads;
   spec.head_dim = c.head_dim;
@@ -231,8 +245,15 @@ void Transformer::AttentionBlock(int layer) {
                    : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   spec.softcap = c.attn_softcap;
   spec.window = c.LayerWindow(layer);
-  be.Attention(layer, spec, attn_parts_, a.q, a.k, a.v, a.attn,
-               options_.profile ? &profile_ : nullptr);
+  backend_->Attention(layer, spec, attn_parts_, a.q, a.k, a.v, a.attn,
+                      options_.profile ? &profile_ : nullptr);
+}
+
+void Transformer::PostAttention(int layer) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[layer];
+  const Acts& a = *acts_;
+  Backend& be = *backend_;
   be.MatMul(w.wo, a.attn, a.tmp);
   if (c.post_norms) be.RmsNorm(a.tmp, w.post_attn_norm, c.rms_eps, a.tmp);
   be.Add(a.x, a.tmp);

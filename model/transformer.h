@@ -95,7 +95,11 @@ class Transformer {
   absl::Status Validate(absl::Span<SequenceInput> batch) const;
   void RunStep(const Step& step);
   void Embed(const Step& step);
-  void AttentionBlock(int layer);
+  // A layer: PreAttention (norm, q/k/v, RoPE), Attend, PostAttention
+  // (output projection, residual), MlpBlock.
+  void PreAttention(int layer);
+  void Attend(int layer);
+  void PostAttention(int layer);
   void MlpBlock(int layer);
   void OutputLogits(const Step& step);
   void ProjectQkv(int layer);

@@ -80,7 +80,9 @@ CudaRuntime::~CudaRuntime() {
   cudaSetDevice(ordinal_);
   cudaDeviceSynchronize();
   launchers_.reset();  // its GEMM scratch is freed on one of the streams
-  for (void* g : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
+  for (void* g : graphs_) {
+    if (g != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
+  }
   for (void* e : events_) cudaEventDestroy(AsEvent(e));
   for (void* st : streams_) cudaStreamDestroy(AsStream(st));
 }
@@ -323,9 +325,9 @@ absl::Status CudaRuntime::DoLaunch(dev::Op op, dev::Stream st, Site s) {
 absl::Status CudaRuntime::DoBeginCapture(dev::Stream st, Site s) {
   auto native = NativeStream(st);
   if (!native.ok()) return native.status();
-  return FromCuda(
-      cudaStreamBeginCapture(AsStream(*native), cudaStreamCaptureModeGlobal),
-      "cudaStreamBeginCapture", s);
+  return FromCuda(cudaStreamBeginCapture(AsStream(*native),
+                                         cudaStreamCaptureModeThreadLocal),
+                  "cudaStreamBeginCapture", s);
 }
 
 absl::StatusOr<dev::Graph> CudaRuntime::DoEndCapture(dev::Stream st, Site s) {
@@ -361,6 +363,19 @@ absl::Status CudaRuntime::DoReplay(dev::Graph g, dev::Stream st, Site s) {
   return FromCuda(
       cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), AsStream(native)),
       "cudaGraphLaunch", s);
+}
+
+absl::Status CudaRuntime::DoDestroyGraph(dev::Graph g, Site s) {
+  void* exec = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (g.id >= 0 && g.id < static_cast<int>(graphs_.size())) {
+      std::swap(exec, graphs_[g.id]);
+    }
+  }
+  if (exec == nullptr) return absl::InvalidArgumentError("unknown graph");
+  return FromCuda(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)),
+                  "cudaGraphExecDestroy", s);
 }
 
 }  // namespace ckv::kernels::cuda

@@ -68,6 +68,7 @@ class CudaRuntime final : public device::Runtime {
   absl::StatusOr<device::Graph> DoEndCapture(device::Stream st,
                                              Site s) override;
   absl::Status DoReplay(device::Graph g, device::Stream st, Site s) override;
+  absl::Status DoDestroyGraph(device::Graph g, Site s) override;
 
  private:
   explicit CudaRuntime(int ordinal);

@@ -153,7 +153,10 @@ absl::Status FakeRuntime::RejectInCapture(const char* call, Site s) {
   absl::Status error;
   for (size_t i = 0; i < streams_.size(); ++i) {
     StreamState& st = *streams_[i];
-    if (!st.capturing) continue;
+    // Thread-local capture: only the capturing thread's calls break it.
+    if (!st.capturing || st.capture_thread != std::this_thread::get_id()) {
+      continue;
+    }
     error = absl::FailedPreconditionError(absl::StrCat(
         call, " at ", SiteString(s), " while stream ", i,
         " is being captured: not allowed inside a graph capture (the "
@@ -497,6 +500,7 @@ absl::Status FakeRuntime::DoBeginCapture(Stream st, Site s) {
   }
   StreamState& ss = *streams_[st.id];
   ss.capturing = true;
+  ss.capture_thread = std::this_thread::get_id();
   ss.capture_error = absl::OkStatus();
   ss.captured.clear();
   return absl::OkStatus();
@@ -523,7 +527,8 @@ absl::StatusOr<Graph> FakeRuntime::DoEndCapture(Stream st, Site s) {
 
 absl::Status FakeRuntime::DoReplay(Graph g, Stream st, Site s) {
   Lock lock(mu_);
-  if (g.id < 0 || g.id >= static_cast<int>(graphs_.size())) {
+  if (g.id < 0 || g.id >= static_cast<int>(graphs_.size()) ||
+      graphs_[g.id].destroyed) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown graph ", g.id, " at ", SiteString(s)));
   }
@@ -534,6 +539,18 @@ absl::Status FakeRuntime::DoReplay(Graph g, Stream st, Site s) {
           "replay of graph ", g.id, " at ", SiteString(s), ": ", c.message()));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status FakeRuntime::DoDestroyGraph(Graph g, Site s) {
+  Lock lock(mu_);
+  if (g.id < 0 || g.id >= static_cast<int>(graphs_.size()) ||
+      graphs_[g.id].destroyed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown graph ", g.id, " at ", SiteString(s)));
+  }
+  graphs_[g.id].ops.clear();
+  graphs_[g.id].destroyed = true;
   return absl::OkStatus();
 }
 

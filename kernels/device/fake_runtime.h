@@ -91,6 +91,7 @@ class FakeRuntime final : public Runtime {
   absl::Status DoBeginCapture(Stream st, Site s) override;
   absl::StatusOr<Graph> DoEndCapture(Stream st, Site s) override;
   absl::Status DoReplay(Graph g, Stream st, Site s) override;
+  absl::Status DoDestroyGraph(Graph g, Site s) override;
 
  private:
   // One enqueued item: an op to run, or a wait for another stream's item.
@@ -108,6 +109,7 @@ class FakeRuntime final : public Runtime {
     std::deque<Work> queue;
     int64_t enqueued = 0, done = 0;
     bool capturing = false;
+    std::thread::id capture_thread;  // the thread that began the capture
     absl::Status capture_error;
     std::vector<std::pair<std::shared_ptr<Op>, Site>> captured;
     std::mt19937_64 rng;
@@ -120,6 +122,7 @@ class FakeRuntime final : public Runtime {
   };
   struct GraphState {
     std::vector<std::pair<std::shared_ptr<Op>, Site>> ops;
+    bool destroyed = false;
   };
 
   using Lock = std::unique_lock<std::mutex>;

@@ -206,8 +206,11 @@ class Runtime {
 
   // Graph capture: between Begin and End the stream's work is recorded,
   // not run; allocation, frees, synchronisation, queries and pageable
-  // copies are errors there (and invalidate the capture). Replay enqueues
-  // the recorded work again: it reads whatever the same addresses hold then.
+  // copies by the capturing thread are errors there (and invalidate the
+  // capture); other threads may go on using other streams (CUDA's
+  // thread-local capture mode). Replay enqueues the recorded work again:
+  // it reads whatever the same addresses hold then. DestroyGraph releases
+  // a graph (its id is not valid after).
   absl::Status BeginCapture(Stream st, Site s = Site::Here()) {
     return DoBeginCapture(st, s);
   }
@@ -216,6 +219,9 @@ class Runtime {
   }
   absl::Status Replay(Graph g, Stream st, Site s = Site::Here()) {
     return DoReplay(g, st, s);
+  }
+  absl::Status DestroyGraph(Graph g, Site s = Site::Here()) {
+    return DoDestroyGraph(g, s);
   }
 
  protected:
@@ -246,6 +252,7 @@ class Runtime {
   virtual absl::Status DoBeginCapture(Stream st, Site s) = 0;
   virtual absl::StatusOr<Graph> DoEndCapture(Stream st, Site s) = 0;
   virtual absl::Status DoReplay(Graph g, Stream st, Site s) = 0;
+  virtual absl::Status DoDestroyGraph(Graph g, Site s) = 0;
 };
 
 }  // namespace ckv::kernels::device

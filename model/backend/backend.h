@@ -186,6 +186,14 @@ class Backend {
   virtual void BeginStep(absl::Span<const int64_t> positions) = 0;
   virtual void EndStep() = 0;
 
+  // The ops between BeginRegion and EndRegion do the same work at the same
+  // addresses every step of the same rows (the Transformer's blocks between
+  // attentions): pure compute, no attention, no host reads, scalars fixed
+  // per `region` (the same number every step). A device backend may
+  // capture such a run as a graph once and replay it after.
+  virtual void BeginRegion(int /*region*/) {}
+  virtual void EndRegion() {}
+
   // out[r] = table[tokens[r]] * scale (dequantised), one row per token.
   virtual void Embed(const Matrix& table, absl::Span<const int32_t> tokens,
                      float scale, Activation out) = 0;

@@ -3,13 +3,15 @@
 // and CudaRuntime (skipped without a CUDA device). What the device backend
 // relies on: allocation, async copies in stream order, pageable copies
 // refused, events ordering two streams, capture and replay reading the
-// addresses' contents at replay time, out of memory as RESOURCE_EXHAUSTED.
+// addresses' contents at replay time, thread-local capture, destroyed
+// graphs, out of memory as RESOURCE_EXHAUSTED.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/cuda_runtime.h"
@@ -163,6 +165,31 @@ TEST_P(RuntimeConformance, ReplayReadsTheAddressesAtReplayTime) {
     EXPECT_EQ(out[0], round);
     EXPECT_EQ(out[255], round);
   }
+}
+
+// Capture is thread-local (the device backend captures on the engine
+// thread while k-means jobs allocate and launch on other threads): another
+// thread's allocation neither fails nor breaks the capture. A destroyed
+// graph is unknown after.
+TEST_P(RuntimeConformance, CaptureIsThreadLocalAndGraphsAreDestroyed) {
+  const DevPtr src = Dev(256), dst = Dev(256);
+  ASSERT_TRUE(rt_->Memset(src, 3, 256, stream_).ok());
+  ASSERT_TRUE(rt_->Synchronize(stream_).ok());
+  ASSERT_TRUE(rt_->BeginCapture(stream_).ok());
+  ASSERT_TRUE(rt_->CopyD2D(dst, src, 256, stream_).ok());
+  absl::StatusOr<DevPtr> other;
+  std::thread([&] { other = rt_->Malloc(4096); }).join();
+  EXPECT_TRUE(other.ok()) << other.status();
+  auto graph = rt_->EndCapture(stream_);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  if (other.ok()) {
+    EXPECT_TRUE(rt_->Free(*other).ok());
+  }
+  ASSERT_TRUE(rt_->Replay(*graph, stream_).ok());
+  ASSERT_TRUE(rt_->Synchronize(stream_).ok());
+  ASSERT_TRUE(rt_->DestroyGraph(*graph).ok());
+  EXPECT_FALSE(rt_->Replay(*graph, stream_).ok());
+  EXPECT_FALSE(rt_->DestroyGraph(*graph).ok());
 }
 
 TEST_P(RuntimeConformance, OutOfMemoryIsResourceExhausted) {

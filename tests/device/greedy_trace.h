@@ -101,6 +101,7 @@ struct Trace {
   int64_t table_uploads = 0, table_evictions = 0, table_fallbacks = 0;
   int64_t kmeans_jobs = 0, kmeans_mapped_bytes = 0;  // on the device
   CacheRowsStats cache_rows;  // the block caches' device copies
+  GraphStats graphs;          // the Transformer's regions on the device
 };
 
 inline std::unique_ptr<Backend> Cpu() {
@@ -180,6 +181,7 @@ inline Trace Greedy(const Model& m, std::unique_ptr<Backend> backend,
     t.kmeans_jobs = device->index_builder().device_jobs();
     t.kmeans_mapped_bytes = device->index_builder().mapped_key_bytes();
     t.cache_rows = device->cache_rows().stats();
+    t.graphs = device->graph_stats();
   }
   return t;
 }

@@ -149,6 +149,8 @@ void DeviceBackend::FreeAll() {
   }
   for (auto& [key, ptr] : resident_) rt_->Free(ptr).IgnoreError();
   resident_.clear();
+  for (auto& [key, g] : graphs_) DropGraph(g);
+  graphs_.clear();
   for (Staging* s : {&pos_stage_, &tok_stage_, &qkv_stage_, &kv_stage_,
                      &logits_stage_, &upload_stage_, &picked_stage_}) {
     if (s->host != nullptr && s->pageable == nullptr) {
@@ -186,6 +188,7 @@ dev::Range DeviceBackend::Rows(Activation a, int64_t row, int64_t n) const {
 }
 
 bool DeviceBackend::GrowDevice(DevBuf& b, int64_t bytes) {
+  FlushDeferred();  // no other runtime call inside a deferred run
   if (!ok()) return false;
   if (b.bytes >= bytes) return true;
   if (!b.ptr.null() && !Ok(rt_->Free(b.ptr))) return false;
@@ -199,6 +202,7 @@ bool DeviceBackend::GrowDevice(DevBuf& b, int64_t bytes) {
 
 // Grows to at least `bytes` (doubling); the old contents are dropped.
 bool DeviceBackend::GrowStaging(Staging& s, int64_t bytes) {
+  FlushDeferred();  // no other runtime call inside a deferred run
   if (!ok()) return false;
   if (s.bytes >= bytes) return true;
   const int64_t n = std::max({bytes, 2 * s.bytes, kAlign});
@@ -219,6 +223,7 @@ bool DeviceBackend::GrowStaging(Staging& s, int64_t bytes) {
 
 bool DeviceBackend::Upload(DevPtr dst, const void* src, int64_t bytes,
                            Staging& staging) {
+  FlushDeferred();  // no other runtime call inside a deferred run
   const char* from = static_cast<const char*>(src);
   for (int64_t off = 0; off < bytes; off += kUploadChunk) {
     const int64_t n = std::min(kUploadChunk, bytes - off);
@@ -237,6 +242,7 @@ dev::DevPtr DeviceBackend::Resident(const void* host, int64_t bytes) {
   if (!ok() || host == nullptr || bytes <= 0) return DevPtr{};
   const auto key = std::make_pair(host, bytes);
   if (auto it = resident_.find(key); it != resident_.end()) return it->second;
+  FlushDeferred();
   auto d = rt_->Malloc(bytes);
   if (!Ok(d.status())) return DevPtr{};
   resident_[key] = *d;
@@ -257,6 +263,10 @@ void DeviceBackend::Run(std::string name, std::vector<Range> reads,
   op.writes = std::move(writes);
   op.body = std::move(body);
   op.device_launch = std::move(device_launch);
+  if (in_region_) {  // launched, captured or replayed at EndRegion
+    deferred_.push_back({std::move(op), site});
+    return;
+  }
   Ok(rt_->Launch(std::move(op), stream_, site));
 }
 
@@ -281,6 +291,7 @@ void DeviceBackend::BeginStep(absl::Span<const int64_t> positions) {
 }
 
 void DeviceBackend::EndStep() {
+  FlushDeferred();  // no other runtime call inside a deferred run
   // The next step rewrites the staging buffers from the host.
   if (ok()) Ok(rt_->Synchronize(stream_));
 }
@@ -291,6 +302,7 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
                               absl::Span<const AttentionPart> parts,
                               Activation q, Activation k, Activation v,
                               Activation out, ForwardProfile* profile) {
+  FlushDeferred();  // attention is never inside a region; be safe
   const int64_t q_dim = Width(q), kv_dim = Width(k);
   const float *hq = nullptr, *hk = nullptr, *hv = nullptr;
   if (!FetchQkv(q, k, v, &hq, &hk, &hv)) {

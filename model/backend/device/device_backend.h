@@ -68,6 +68,20 @@ struct DeviceBackendDebug {
   // as a CUDA runtime's launchers take them (on the fake, which otherwise
   // keeps every type as stored).
   bool bf16_weights = false;
+  // No graphs: every op of the Transformer's regions launched one by one.
+  bool no_graphs = false;
+  // Replays a region's graph whenever one exists for its (region, rows),
+  // without checking that its ops still touch the same ranges (after a
+  // buffer moved, the fake reports the stale graph's use after free).
+  bool replay_stale_graphs = false;
+};
+
+// The Transformer's regions (Backend::BeginRegion) on the device, counted
+// per region run (device_graphs.cc).
+struct GraphStats {
+  int64_t captures = 0;  // graphs captured (then replayed)
+  int64_t replays = 0;   // runs replayed from a graph
+  int64_t eager = 0;     // runs launched op by op (first sight, moved, big)
 };
 
 // How the attended K/V rows reached the device (bytes, summed over calls).
@@ -112,11 +126,14 @@ class DeviceBackend final : public Backend {
   const DeviceIndexBuilder& index_builder() const { return *index_builder_; }
   // The block caches' device rows (their copies: fill, staged, moved).
   const DeviceCacheArena& cache_rows() const { return *cache_rows_; }
+  const GraphStats& graph_stats() const { return graph_stats_; }
 
   Activation NewActivation(int64_t width) override;
   Residency residency() const override;
   void BeginStep(absl::Span<const int64_t> positions) override;
   void EndStep() override;
+  void BeginRegion(int region) override;
+  void EndRegion() override;
   void Embed(const Matrix& table, absl::Span<const int32_t> tokens, float scale,
              Activation out) override;
   void MatMul(const Matrix& w, Activation x, Activation y) override;
@@ -261,6 +278,28 @@ class DeviceBackend final : public Backend {
   // logits staging, synchronise, read).
   bool Download(DevPtr src, int64_t bytes, float* out);
 
+  // Graph regions (device_graphs.cc). Inside a region Run defers its ops;
+  // EndRegion replays the region's graph when the deferred ops touch the
+  // same ranges as the captured ones, captures them the second time the
+  // same ranges come, else launches them. Any other runtime call first
+  // launches what is deferred (FlushDeferred) and leaves the region
+  // uncaptured this time.
+  struct Deferred {
+    kernels::device::Op op;
+    Site site;
+  };
+  struct RegionGraph {
+    std::vector<kernels::device::Op> shape;  // names and ranges, no bodies
+    kernels::device::Graph graph;            // id -1: none
+    bool failed = false;                     // capture refused: stay eager
+  };
+  void FlushDeferred();
+  void LaunchAll(std::vector<Deferred>& ops);
+  void Capture(RegionGraph& g, std::vector<Deferred>& ops);
+  void DropGraph(RegionGraph& g);
+  static bool SameShape(const std::vector<kernels::device::Op>& shape,
+                        const std::vector<Deferred>& ops);
+
   std::shared_ptr<kernels::device::Runtime> owned_;  // destroyed last
   kernels::device::Runtime* rt_;
   const kernels::device::OpLaunchers* launchers_ = nullptr;  // rt_'s
@@ -288,6 +327,11 @@ class DeviceBackend final : public Backend {
   std::shared_ptr<DeviceIndexBuilder> index_builder_;
   std::shared_ptr<DeviceCacheArena> cache_rows_;
   AttendCopyStats copies_;
+  bool in_region_ = false, region_pure_ = true;
+  int region_ = -1;
+  std::vector<Deferred> deferred_;
+  std::map<std::pair<int, int64_t>, RegionGraph> graphs_;  // (region, rows)
+  GraphStats graph_stats_;
 };
 
 // MakeBackend(kFake): a DeviceBackend owning a new FakeRuntime made from

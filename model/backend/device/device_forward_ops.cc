@@ -42,6 +42,7 @@ DeviceBackend::DevMatrix DeviceBackend::ResidentMatrix(const Matrix& m) {
     out.ptr = it->second;
     return out;
   }
+  FlushDeferred();
   auto d = rt_->Malloc(bytes);
   if (!Ok(d.status())) return out;
   resident_[key] = *d;
@@ -298,6 +299,7 @@ void DeviceBackend::ReadRows(Activation a, std::vector<float>* out) {
 }
 
 bool DeviceBackend::Download(DevPtr src, int64_t bytes, float* out) {
+  FlushDeferred();
   if (!GrowStaging(logits_stage_, bytes)) return false;
   if (debug_.host_reads_device_ptr &&
       !Ok(rt_->HostRead(reinterpret_cast<const void*>(src.addr), bytes))) {
