@@ -87,6 +87,9 @@ ABSL_FLAG(std::string, kv_residency,
 ABSL_FLAG(int64_t, resident_kv_mb, kDefaults.resident_kv_bytes >> 20,
           "--kv-residency auto: device memory for resident segments (MiB; "
           "0: half the device)");
+ABSL_FLAG(bool, device_graphs, kDefaults.device_graphs,
+          "device backends: replay the compute between attentions from "
+          "graphs captured per layer region (false: launch every op)");
 ABSL_FLAG(int, prefill_chunk, kDefaults.prefill_chunk,
           "tokens per prefill step");
 ABSL_FLAG(double, prefill_share, kDefaults.prefill_share,
@@ -303,6 +306,7 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
         "--resident-kv-mb must be in [0, 16777216]");
   }
   c.resident_kv_bytes = resident_mb << 20;
+  c.device_graphs = absl::GetFlag(FLAGS_device_graphs);
   c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;
   c.prefill_share = absl::GetFlag(FLAGS_prefill_share);

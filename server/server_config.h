@@ -87,6 +87,7 @@ struct ServerConfig {
   // device).
   KvResidency kv_residency = BackendOptions{}.kv_residency;
   int64_t resident_kv_bytes = BackendOptions{}.resident_kv_bytes;
+  bool device_graphs = BackendOptions{}.device_graphs;
   int prefill_chunk = 256;  // tokens per prefill step
   // Engine time that input (prefills, questions) gets while sessions
   // decode (server/input_budget.h): 0 = fair (input jobs / active jobs),

@@ -80,6 +80,10 @@ struct BackendOptions {
   // the device's memory).
   KvResidency kv_residency = KvResidency::kAuto;
   int64_t resident_kv_bytes = 0;
+  // Device backends: replay the compute between attentions from graphs
+  // captured per layer region (Backend::BeginRegion); off launches every
+  // op (an operator's way out should a device's capture misbehave).
+  bool device_graphs = true;
 };
 
 // What GetServerInfo and the status page report.

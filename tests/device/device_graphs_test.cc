@@ -55,6 +55,29 @@ TEST(DeviceGraphsTest, DecodeStepsReplayTheirRegions) {
   }
 }
 
+// BackendOptions::device_graphs (the server's --device-graphs): the fake
+// backend MakeBackend builds replays by default and launches every op with
+// it off; the answers are the same.
+TEST(DeviceGraphsTest, BackendOptionTurnsGraphsOff) {
+  auto m = LoadArch("qwen3");
+  ASSERT_NE(m, nullptr);
+  const Trace cpu = Greedy(*m, Cpu(), 20, 8);
+  for (const bool graphs : {true, false}) {
+    BackendOptions o;
+    o.device_graphs = graphs;
+    auto backend = MakeBackend(BackendKind::kFake, o);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    const Trace dev = Greedy(*m, *std::move(backend), 20, 8);
+    ExpectSameTrace(dev, cpu, graphs ? "graphs" : "no graphs");
+    if (graphs) {
+      EXPECT_GT(dev.graphs.replays, 0);
+    } else {
+      EXPECT_EQ(dev.graphs.replays, 0);
+      EXPECT_EQ(dev.graphs.captures, 0);
+    }
+  }
+}
+
 struct MovedRun {
   std::vector<std::vector<float>> logits;
   absl::Status status;

@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaDeviceBackend(
                                   device.total_bytes >> 20, " MiB)");
   DeviceBackendDebug debug;
   debug.host_kmeans = options.host_kmeans;
+  debug.no_graphs = !options.device_graphs;
   auto backend = std::make_unique<DeviceBackend>(
       *std::move(rt), "cuda", std::move(name), debug,
       ResidencyOptions{options.kv_residency, options.resident_kv_bytes});

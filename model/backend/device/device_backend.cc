@@ -629,6 +629,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeFakeDeviceBackend(
   DeviceBackendDebug debug;
   debug.bf16_weights = options.fake_bf16_weights;
   debug.host_kmeans = options.host_kmeans;
+  debug.no_graphs = !options.device_graphs;
   auto backend = std::make_unique<DeviceBackend>(
       std::move(rt), "fake", std::move(device), debug,
       ResidencyOptions{options.kv_residency, options.resident_kv_bytes});

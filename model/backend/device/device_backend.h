@@ -68,7 +68,8 @@ struct DeviceBackendDebug {
   // as a CUDA runtime's launchers take them (on the fake, which otherwise
   // keeps every type as stored).
   bool bf16_weights = false;
-  // No graphs: every op of the Transformer's regions launched one by one.
+  // No graphs: every op of the Transformer's regions launched one by one
+  // (BackendOptions::device_graphs false).
   bool no_graphs = false;
   // Replays a region's graph whenever one exists for its (region, rows),
   // without checking that its ops still touch the same ranges (after a
