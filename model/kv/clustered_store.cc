@@ -481,8 +481,12 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
   // A decoding session keeps every segment of the layer in use on the
   // device (made resident while the budget allows), not only the ones
   // this step selects: residency follows sessions, not single steps.
+  // Asked once per step; the selected spans read resident_view_.
+  resident_view_.assign(seg_view_.size(), nullptr);
   if (env_.cache_rows != nullptr && config_.cache_mode != CacheMode::kCopy) {
-    for (const Segment* seg : seg_view_) Resident(*seg, layer);
+    for (size_t i = 0; i < seg_view_.size(); ++i) {
+      resident_view_[i] = Resident(*seg_view_[i], layer);
+    }
   }
   PlanHeads(layer, query.q);
   timings_.plan_ns += Lap(&t);
@@ -574,7 +578,7 @@ void ClusteredKvStore::AddSelectedSpans(int layer, int g, int src,
       sel.positions = sel_pos_[src].data() + run.offset;
     } else {
       const Segment& seg = *seg_view_[run.segment];
-      const CacheRows* resident = Resident(seg, layer);
+      const CacheRows* resident = resident_view_[run.segment];
       const int64_t head = int64_t{g} * seg.size() * shape_.head_dim;
       sel.k = resident ? resident->keys() + head : seg.keys(layer, g);
       sel.v = resident ? resident->values() + head : seg.values(layer, g);

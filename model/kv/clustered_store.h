@@ -236,6 +236,8 @@ class ClusteredKvStore : public KvCache {
   std::vector<int64_t> steps_;
   // Scratch of the last Select (the spans point here).
   std::vector<const Segment*> seg_view_;
+  // A sparse step's seg_view_[i] rows on the device (null: host rows).
+  std::vector<const CacheRows*> resident_view_;
   std::vector<HeadPlan> plans_;
   std::vector<std::vector<int32_t>> sel_rows_;
   // Copy mode: the position of each of sel_rows_[head]'s cache rows.

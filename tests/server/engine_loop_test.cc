@@ -440,6 +440,27 @@ TEST_F(EngineLoopTest, BadInputFailsOnlyItsJob) {
       Run(id, Tokens(20, 1), AppendKind::kPrompt, false, 0, &ok).status.ok());
 }
 
+// A job on a new session of `sessions`: prefill `prompt`, then generate up
+// to `max_tokens`, its events into `c`.
+absl::StatusOr<JobSpec> NewSessionJob(SessionManager& sessions,
+                                      std::vector<int32_t> prompt,
+                                      int max_tokens, Collector& c) {
+  SessionOptions so;
+  so.kv = Kv();
+  auto session = sessions.Create(so);
+  if (!session.ok()) return session.status();
+  auto lease = sessions.Acquire((*session)->id());
+  if (!lease.ok()) return lease.status();
+  JobSpec spec;
+  spec.lease = *std::move(lease);
+  spec.input = std::move(prompt);
+  spec.kind = AppendKind::kPrompt;
+  spec.generate = true;
+  spec.sampling.max_tokens = max_tokens;
+  spec.callbacks = c.Callbacks();
+  return spec;
+}
+
 // A device error (here: a fake device too small for the weights) finishes
 // the step's jobs with INTERNAL naming it; nothing aborts, and the error is
 // sticky, as a device's are: the next job fails the same way.
@@ -461,21 +482,10 @@ TEST(EngineLoopDeviceTest, DeviceErrorFailsTheJobs) {
       [&](const absl::Status&) { failures.fetch_add(1); });
   EXPECT_TRUE(engine.backend_failure().ok());
   for (int i = 0; i < 2; ++i) {
-    SessionOptions so;
-    so.kv = Kv();
-    auto session = sessions.Create(so);
-    ASSERT_TRUE(session.ok()) << session.status();
-    auto lease = sessions.Acquire((*session)->id());
-    ASSERT_TRUE(lease.ok()) << lease.status();
     Collector& c = collectors[i];
-    JobSpec spec;
-    spec.lease = *std::move(lease);
-    spec.input = Tokens(40, i);
-    spec.kind = AppendKind::kPrompt;
-    spec.generate = true;
-    spec.sampling.max_tokens = 4;
-    spec.callbacks = c.Callbacks();
-    ASSERT_TRUE(engine.Submit(std::move(spec)).ok());
+    auto spec = NewSessionJob(sessions, Tokens(40, i), 4, c);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(engine.Submit(*std::move(spec)).ok());
     c.Wait();
     EXPECT_EQ(c.result.status.code(), absl::StatusCode::kInternal)
         << c.result.status;
@@ -511,20 +521,9 @@ TEST(EngineLoopDeviceTest, ResidencyIsReported) {
     EngineLoop engine(TestModel(), TransformerOptions{1, 32}, 16,
                       *std::move(backend));
     EXPECT_EQ(engine.residency().segment_bytes, 0);
-    SessionOptions so;
-    so.kv = Kv();
-    auto session = sessions.Create(so);
-    ASSERT_TRUE(session.ok()) << session.status();
-    auto lease = sessions.Acquire((*session)->id());
-    ASSERT_TRUE(lease.ok()) << lease.status();
-    JobSpec spec;
-    spec.lease = *std::move(lease);
-    spec.input = Tokens(100, 3);
-    spec.kind = AppendKind::kPrompt;
-    spec.generate = true;
-    spec.sampling.max_tokens = 4;
-    spec.callbacks = c.Callbacks();
-    ASSERT_TRUE(engine.Submit(std::move(spec)).ok());
+    auto spec = NewSessionJob(sessions, Tokens(100, 3), 4, c);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(engine.Submit(*std::move(spec)).ok());
     c.Wait();
     ASSERT_TRUE(c.result.status.ok()) << c.result.status;
     const Backend::Residency r = engine.residency();
