@@ -14,6 +14,7 @@ PACKAGES=(
   libcpp-httplib-dev libboost-dev libssl-dev
   libhwy-dev
   python3-jsonschema python3-numpy
+  bible-kjv
   chromium
 )
 

@@ -87,6 +87,11 @@ ABSL_FLAG(std::string, kv_residency,
 ABSL_FLAG(int64_t, resident_kv_mb, kDefaults.resident_kv_bytes >> 20,
           "--kv-residency auto: device memory for resident segments (MiB; "
           "0: half the device)");
+ABSL_FLAG(int64_t, kv_stream_chunk_mb, kDefaults.kv_stream_chunk_bytes >> 20,
+          "device backends: an attention whose K,V rows to copy (segments "
+          "not resident, e.g. a question after a long offloaded document) "
+          "exceed this many MiB streams them in chunks of this size through "
+          "two landing buffers (device memory: two chunks)");
 ABSL_FLAG(bool, device_graphs, kDefaults.device_graphs,
           "device backends: replay the compute between attentions from "
           "graphs captured per layer region (false: launch every op)");
@@ -306,6 +311,12 @@ absl::StatusOr<ServerConfig> ServerConfigFromFlags() {
         "--resident-kv-mb must be in [0, 16777216]");
   }
   c.resident_kv_bytes = resident_mb << 20;
+  const int64_t stream_mb = absl::GetFlag(FLAGS_kv_stream_chunk_mb);
+  if (stream_mb < 1 || stream_mb > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        "--kv-stream-chunk-mb must be in [1, 1048576]");
+  }
+  c.kv_stream_chunk_bytes = stream_mb << 20;
   c.device_graphs = absl::GetFlag(FLAGS_device_graphs);
   c.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (auto s = Positive("prefill-chunk", c.prefill_chunk); !s.ok()) return s;

@@ -88,6 +88,9 @@ struct ServerConfig {
   KvResidency kv_residency = BackendOptions{}.kv_residency;
   int64_t resident_kv_bytes = BackendOptions{}.resident_kv_bytes;
   bool device_graphs = BackendOptions{}.device_graphs;
+  // Device backends: attention rows to copy beyond this stream in chunks
+  // of this size through two landing buffers.
+  int64_t kv_stream_chunk_bytes = BackendOptions{}.kv_stream_chunk_bytes;
   int prefill_chunk = 256;  // tokens per prefill step
   // Engine time that input (prefills, questions) gets while sessions
   // decode (server/input_budget.h): 0 = fair (input jobs / active jobs),

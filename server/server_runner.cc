@@ -147,6 +147,7 @@ absl::Status ClusterKvServer::LoadBackend() {
   backend_options.kv_residency = config_.kv_residency;
   backend_options.resident_kv_bytes = config_.resident_kv_bytes;
   backend_options.device_graphs = config_.device_graphs;
+  backend_options.kv_stream_chunk_bytes = config_.kv_stream_chunk_bytes;
   auto backend = MakeBackend(config_.backend, backend_options);
   if (!backend.ok()) return backend.status();
   const BackendInfo info = (*backend)->info();

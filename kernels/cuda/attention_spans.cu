@@ -22,6 +22,45 @@ __device__ __forceinline__ float Element(const void* base, int32_t dtype,
   return static_cast<const float*>(base)[i];
 }
 
+// One (query row, head) th's combined result: its largest score `big`,
+// weight sum `total` and unnormalised accumulator sum_of(d). Writes out =
+// sum / total, or folds it into the streamed state (p.state; the contract
+// of ref::AttentionAccumulate). Every thread of the block calls it.
+template <class SumFn>
+__device__ void EmitCombined(const SpanAttentionParams& p, int64_t th,
+                             float big, float total, SumFn sum_of) {
+  if (p.state == nullptr) {
+    for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+      p.out[th * p.head_dim + d] = total > 0.0f ? sum_of(d) / total : 0.0f;
+    }
+    return;
+  }
+  float* st = p.state + th * (p.head_dim + 2);
+  const float old_l = p.fresh ? 0.0f : st[1];
+  const float old_m = old_l > 0.0f ? st[0] : -INFINITY;
+  const float m = fmaxf(old_m, total > 0.0f ? big : -INFINITY);
+  const float f_old = old_l > 0.0f ? expf(old_m - m) : 0.0f;
+  const float f_new = total > 0.0f ? expf(big - m) : 0.0f;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    const float old_acc = old_l > 0.0f ? st[2 + d] : 0.0f;
+    st[2 + d] = old_acc * f_old + sum_of(d) * f_new;
+  }
+  __syncthreads();  // every thread has read st[0] and st[1]
+  if (threadIdx.x == 0) {
+    st[0] = m;
+    st[1] = old_l * f_old + total * f_new;
+  }
+}
+
+__global__ void SpanFinishKernel(const float* state, int64_t n, int head_dim,
+                                 float* out) {
+  const int64_t i = blockIdx.x;
+  const float* st = state + i * (head_dim + 2);
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    out[i * head_dim + d] = st[1] > 0.0f ? st[2 + d] / st[1] : 0.0f;
+  }
+}
+
 // kPer: ceil(head_dim / 32) elements of q, and of the accumulator, per lane.
 template <int kPer>
 __global__ void __launch_bounds__(kSpanAttentionThreads)
@@ -97,12 +136,12 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
     total += s_l[w] * f[w];
   }
   if (p.splits == 1) {
-    for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    EmitCombined(p, int64_t{t} * p.n_heads + h, big, total, [&](int d) {
       float sum = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) sum += s_acc[w][d] * f[w];
-      p.out[off + d] = total > 0.0f ? sum / total : 0.0f;
-    }
+      return sum;
+    });
     return;
   }
   // A partial: (max, sum of weights, unnormalised accumulator) of this
@@ -136,16 +175,15 @@ __global__ void SpanMergeKernel(SpanAttentionParams p) {
     const float l = part[s * stride + 1];
     if (l > 0.0f) total += l * expf(part[s * stride] - big);
   }
-  const int64_t off = (int64_t{t} * p.n_heads + h) * p.head_dim;
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+  EmitCombined(p, int64_t{t} * p.n_heads + h, big, total, [&](int d) {
     float sum = 0.0f;
     for (int s = 0; s < p.splits; ++s) {
       const float l = part[s * stride + 1];
       if (l > 0.0f)
         sum += part[s * stride + 2 + d] * expf(part[s * stride] - big);
     }
-    p.out[off + d] = total > 0.0f ? sum / total : 0.0f;
-  }
+    return sum;
+  });
 }
 
 }  // namespace
@@ -167,6 +205,18 @@ cudaError_t SpanAttention(const SpanAttentionParams& p, cudaStream_t stream) {
   SpanMergeKernel<<<dim3(static_cast<unsigned>(p.n_q),
                          static_cast<unsigned>(p.n_heads)),
                     128, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t SpanAttentionFinish(const float* state, int64_t n, int head_dim,
+                                float* out, cudaStream_t stream) {
+  if (n < 0 || n > 0x7fffffff || head_dim <= 0 || state == nullptr ||
+      out == nullptr) {
+    return n == 0 ? cudaSuccess : cudaErrorInvalidValue;
+  }
+  if (n == 0) return cudaSuccess;
+  SpanFinishKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(state, n,
+                                                                 head_dim, out);
   return cudaGetLastError();
 }
 

@@ -35,6 +35,12 @@ struct SpanAttentionParams {
   // `workspace`) a second kernel merges. 1: no workspace.
   int splits = 1;
   float* workspace = nullptr;
+  // Streamed attention (a part's rows attended chunk by chunk): non-null,
+  // the launch folds its rows into state ([n_q][n_heads][head_dim + 2]:
+  // max, weight sum, unnormalised accumulator; fresh: starts empty, not
+  // read) instead of writing out (ref::AttentionAccumulate).
+  float* state = nullptr;
+  bool fresh = false;
 };
 
 inline constexpr int kMaxSpanAttentionSplits = 64;
@@ -49,5 +55,9 @@ inline dim3 SpanAttentionGrid(const SpanAttentionParams& p) {
 inline constexpr int kSpanAttentionThreads = 32 * kSpanAttentionWarps;
 
 cudaError_t SpanAttention(const SpanAttentionParams& p, cudaStream_t stream);
+// out[i] = acc / l of n streamed states (zeros where l == 0):
+// ref::AttentionFinish.
+cudaError_t SpanAttentionFinish(const float* state, int64_t n, int head_dim,
+                                float* out, cudaStream_t stream);
 
 }  // namespace ckv::kernels::cuda

@@ -124,7 +124,16 @@ absl::Status CudaLaunchers::Attention(const dev::AttentionArgs& a,
   p.window = a.window;
   p.splits = a.splits;
   p.workspace = a.splits > 1 ? P<float>(a.workspace) : nullptr;
+  p.state = a.state.null() ? nullptr : P<float>(a.state);
+  p.fresh = a.fresh;
   return Check(SpanAttention(p, S(stream)), "attention");
+}
+
+absl::Status CudaLaunchers::AttentionFinish(const dev::AttentionFinishArgs& a,
+                                            void* stream) const {
+  return Check(SpanAttentionFinish(P<const float>(a.state), a.n, a.head_dim,
+                                   P<float>(a.out), S(stream)),
+               "attention_finish");
 }
 
 absl::Status CudaLaunchers::Logits(const dev::LogitsArgs& a,

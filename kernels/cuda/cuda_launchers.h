@@ -35,6 +35,8 @@ class CudaLaunchers final : public device::OpLaunchers {
   absl::Status Add(const device::AddArgs& a, void* stream) const override;
   absl::Status Attention(const device::AttentionArgs& a,
                          void* stream) const override;
+  absl::Status AttentionFinish(const device::AttentionFinishArgs& a,
+                               void* stream) const override;
   absl::Status Logits(const device::LogitsArgs& a, void* stream) const override;
   absl::Status ScatterRows(const device::ScatterRowsArgs& a,
                            void* stream) const override;

@@ -84,6 +84,10 @@ struct AddArgs {
 // splits > 1: a device may cut each head's rows into that many chunks
 // attended in parallel and merged (workspace: AttentionWorkspaceBytes);
 // the result is the same attention (summed in another order).
+// state non-null: a chunk of streamed attention (ref::AttentionAccumulate):
+// the spans' rows are folded into state ([n_q][n_heads][head_dim + 2]
+// floats: max, weight sum, unnormalised accumulator; fresh: starts empty)
+// and out is not written; AttentionFinishArgs then writes out.
 struct AttentionArgs {
   DevPtr q, q_pos, out, spans, heads;
   int64_t n_spans = 0;
@@ -92,6 +96,16 @@ struct AttentionArgs {
   int64_t window = 0;
   int splits = 1;
   DevPtr workspace;
+  DevPtr state;
+  bool fresh = false;
+};
+
+// out = acc / l of each of n (query row, head) states (zeros where l == 0):
+// ref::AttentionFinish.
+struct AttentionFinishArgs {
+  DevPtr state, out;
+  int64_t n = 0;
+  int head_dim = 0;
 };
 
 // The split count for n_q x n_heads query heads of at most max_rows rows
@@ -166,6 +180,8 @@ class OpLaunchers {
   virtual absl::Status Add(const AddArgs& a, void* stream) const = 0;
   virtual absl::Status Attention(const AttentionArgs& a,
                                  void* stream) const = 0;
+  virtual absl::Status AttentionFinish(const AttentionFinishArgs& a,
+                                       void* stream) const = 0;
   virtual absl::Status Logits(const LogitsArgs& a, void* stream) const = 0;
   virtual absl::Status ScatterRows(const ScatterRowsArgs& a,
                                    void* stream) const = 0;

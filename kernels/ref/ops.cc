@@ -139,9 +139,16 @@ void Add(float* x, const float* y, int64_t n) {
 
 namespace {
 
-// Attention of one query vector over one head's spans (two-pass softmax).
-void AttendOne(const float* q, int64_t q_pos, const AttentionArgs& a,
-               const KvSpanList& list, float* out) {
+// One query vector over one head's spans (two-pass softmax): the largest
+// visible score, the weights' sum and the unnormalised accumulator.
+struct Partial {
+  double max_s = -INFINITY;
+  double sum = 0.0;
+  std::vector<double> acc;
+};
+
+Partial AttendOne(const float* q, int64_t q_pos, const AttentionArgs& a,
+                  const KvSpanList& list) {
   const int head_dim = a.head_dim;
   std::vector<double> scores;
   std::vector<const void*> vrows;
@@ -164,19 +171,17 @@ void AttendOne(const float* q, int64_t q_pos, const AttentionArgs& a,
       vtypes.push_back(sp.dtype);
     }
   }
-  std::vector<double> acc(head_dim, 0.0);
-  double max_s = -INFINITY, sum = 0.0;
-  for (double s : scores) max_s = std::max(max_s, s);
+  Partial p;
+  p.acc.assign(head_dim, 0.0);
+  for (double s : scores) p.max_s = std::max(p.max_s, s);
   for (size_t j = 0; j < scores.size(); ++j) {
-    const double p = std::exp(scores[j] - max_s);
-    sum += p;
+    const double w = std::exp(scores[j] - p.max_s);
+    p.sum += w;
     for (int d = 0; d < head_dim; ++d) {
-      acc[d] += p * ElementAt(vtypes[j], vrows[j], d);
+      p.acc[d] += w * ElementAt(vtypes[j], vrows[j], d);
     }
   }
-  for (int d = 0; d < head_dim; ++d) {
-    out[d] = sum > 0.0 ? static_cast<float>(acc[d] / sum) : 0.0f;
-  }
+  return p;
 }
 
 }  // namespace
@@ -185,7 +190,42 @@ void Attention(const AttentionArgs& a) {
   for (int t = 0; t < a.n_q; ++t) {
     for (int h = 0; h < a.n_heads; ++h) {
       const int64_t off = (int64_t{t} * a.n_heads + h) * a.head_dim;
-      AttendOne(a.q + off, a.q_pos[t], a, a.kv[h], a.out + off);
+      const Partial p = AttendOne(a.q + off, a.q_pos[t], a, a.kv[h]);
+      for (int d = 0; d < a.head_dim; ++d) {
+        a.out[off + d] =
+            p.sum > 0.0 ? static_cast<float>(p.acc[d] / p.sum) : 0.0f;
+      }
+    }
+  }
+}
+
+void AttentionAccumulate(const AttentionArgs& a, float* state, bool fresh) {
+  const int64_t width = a.head_dim + 2;
+  for (int t = 0; t < a.n_q; ++t) {
+    for (int h = 0; h < a.n_heads; ++h) {
+      const int64_t off = (int64_t{t} * a.n_heads + h) * a.head_dim;
+      const Partial p = AttendOne(a.q + off, a.q_pos[t], a, a.kv[h]);
+      float* st = state + (int64_t{t} * a.n_heads + h) * width;
+      const double old_l = fresh ? 0.0 : st[1];
+      const double old_m = old_l > 0.0 ? st[0] : -INFINITY;
+      const double m = std::max(old_m, p.sum > 0.0 ? p.max_s : -INFINITY);
+      const double f_old = old_l > 0.0 ? std::exp(old_m - m) : 0.0;
+      const double f_new = p.sum > 0.0 ? std::exp(p.max_s - m) : 0.0;
+      for (int d = 0; d < a.head_dim; ++d) {
+        const double old_acc = old_l > 0.0 ? st[2 + d] : 0.0;
+        st[2 + d] = static_cast<float>(old_acc * f_old + p.acc[d] * f_new);
+      }
+      st[0] = static_cast<float>(m);
+      st[1] = static_cast<float>(old_l * f_old + p.sum * f_new);
+    }
+  }
+}
+
+void AttentionFinish(const float* state, int64_t n, int head_dim, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* st = state + i * (head_dim + 2);
+    for (int d = 0; d < head_dim; ++d) {
+      out[i * head_dim + d] = st[1] > 0.0f ? st[2 + d] / st[1] : 0.0f;
     }
   }
 }

@@ -41,5 +41,17 @@ void Add(float* x, const float* y, int64_t n);
 void DequantizeRow(DType t, const void* src, int64_t n, float* dst);
 // Softmax attention, exact two-pass, double accumulation.
 void Attention(const AttentionArgs& a);
+// Attention in pieces (a long KV attended chunk by chunk, each chunk's rows
+// in a.kv): state holds, per (query row, head), head_dim + 2 floats: the
+// largest visible score m, the weights' sum l = sum exp(s - m) and the
+// unnormalised acc[d] = sum exp(s - m) v[d] over the rows folded in so far
+// (l == 0: none visible yet). AttentionAccumulate folds a.kv's visible rows
+// into state (fresh: state starts empty, its contents are not read);
+// AttentionFinish writes out[i] = acc / l, zeros where l == 0, for n
+// (query row, head) pairs. Accumulating every chunk of a head's rows, in any
+// split and order, then finishing equals Attention over all of them (up to
+// the F32 rounding of the state between chunks).
+void AttentionAccumulate(const AttentionArgs& a, float* state, bool fresh);
+void AttentionFinish(const float* state, int64_t n, int head_dim, float* out);
 
 }  // namespace ckv::kernels::ref

@@ -84,6 +84,11 @@ struct BackendOptions {
   // captured per layer region (Backend::BeginRegion); off launches every
   // op (an operator's way out should a device's capture misbehave).
   bool device_graphs = true;
+  // Device backends: an attention whose K/V rows to copy (not resident)
+  // exceed this many bytes streams them in chunks of this size through two
+  // landing buffers, overlapping each chunk's copy with the previous
+  // chunk's attention (device memory: two chunks, not the whole context).
+  int64_t kv_stream_chunk_bytes = int64_t{64} << 20;
 };
 
 // What GetServerInfo and the status page report.

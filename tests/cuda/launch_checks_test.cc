@@ -144,6 +144,12 @@ TEST(LaunchChecksTest, LaunchersRefuseBadArgumentsWithoutADevice) {
   p.splits = 0;
   EXPECT_EQ(SpanAttention(p, s), cudaErrorInvalidValue);
   p.splits = 1;
+  // Streamed attention's finish: state and out needed, n within the grid.
+  EXPECT_EQ(SpanAttentionFinish(nullptr, 3, 64, nullptr, s),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(SpanAttentionFinish(nullptr, -1, 64, nullptr, s),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(SpanAttentionFinish(nullptr, 0, 64, nullptr, s), cudaSuccess);
   EXPECT_EQ(ScoreClusters(nullptr, 1, nullptr, 10, 64, nullptr, 9, s),
             cudaErrorInvalidValue);  // ld < n
   EXPECT_EQ(ScoreClusters(nullptr, 0, nullptr, 10, 64, nullptr, 10, s),

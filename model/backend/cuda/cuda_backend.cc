@@ -35,7 +35,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaDeviceBackend(
   debug.no_graphs = !options.device_graphs;
   auto backend = std::make_unique<DeviceBackend>(
       *std::move(rt), "cuda", std::move(name), debug,
-      ResidencyOptions{options.kv_residency, options.resident_kv_bytes});
+      ResidencyOptions{.mode = options.kv_residency,
+                       .budget_bytes = options.resident_kv_bytes,
+                       .stream_chunk_bytes = options.kv_stream_chunk_bytes});
   if (!backend->status().ok()) return backend->status();
   return std::unique_ptr<Backend>(std::move(backend));
 }

@@ -11,8 +11,11 @@
 // and selects exactly as on the CPU backend (the host store stays
 // authoritative), the attended K/V rows are gathered into pinned staging,
 // copied to a device scratch, and an attention op over them writes `out` on
-// the device. Device-side selection (ScoreClusters, SelectBlocks, the
-// residency phase ops of kernels/device/phases.h) is the next stage.
+// the device. A part whose rows to copy exceed ResidencyOptions::
+// stream_chunk_bytes (a question after a long offloaded document) is
+// streamed: its rows cross in chunks through two device landing buffers on
+// a copy stream, each chunk attended into a running softmax state while the
+// next one copies, then finished (device_streamed_attention.cc).
 //
 // Errors of the runtime never abort: the first one is kept (status()), every
 // later op is skipped, Logits writes NaN, and Transformer::Forward returns it.
@@ -75,6 +78,10 @@ struct DeviceBackendDebug {
   // without checking that its ops still touch the same ranges (after a
   // buffer moved, the fake reports the stale graph's use after free).
   bool replay_stale_graphs = false;
+  // Streamed attention copies a chunk into its landing buffer without
+  // waiting for the attention of the chunk that used it two chunks before
+  // (the ordering checker reports the overwrite).
+  bool stream_skip_drain_wait = false;
 };
 
 // The Transformer's regions (Backend::BeginRegion) on the device, counted
@@ -93,6 +100,13 @@ struct AttendCopyStats {
   // Rows read from store rows in device memory (block caches, sink and
   // tail mirrors): no copy at attention time.
   int64_t cached_rows = 0;
+  // Streamed parts: their K/V rows copied through the landing buffers
+  // (not in staged_bytes or direct_bytes), chunks attended, and the
+  // largest chunk (bytes of one landing buffer in use).
+  int64_t streamed_parts = 0;
+  int64_t streamed_chunks = 0;
+  int64_t streamed_bytes = 0;
+  int64_t largest_chunk_bytes = 0;
 };
 
 class DeviceBackend final : public Backend {
@@ -161,6 +175,11 @@ class DeviceBackend final : public Backend {
   using DevPtr = kernels::device::DevPtr;
   using Range = kernels::device::Range;
   using Site = kernels::device::Site;
+
+  static constexpr int64_t kAlign = 64;  // sections of a scratch
+  static int64_t AlignUp(int64_t n) {
+    return (n + kAlign - 1) / kAlign * kAlign;
+  }
 
   // A weight matrix in device memory, in the type the ops read.
   struct DevMatrix {
@@ -268,6 +287,9 @@ class DeviceBackend final : public Backend {
   bool IsCached(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
   bool CopyDirectSpans(DevPtr kv, int head_dim);
   void GatherRows(char* dst, int head_dim) const;
+  // The table entry of span m (rows in the scratch at kv, or store rows).
+  kernels::device::AttnSpanDesc SpanDesc(const SpanMeta& m, DevPtr kv,
+                                         int head_dim) const;
   // Writes the attention op's span and head tables into the staged section
   // at dst, for the part's device scratch at kv.
   void WriteTables(char* dst, DevPtr kv, int head_dim) const;
@@ -275,6 +297,45 @@ class DeviceBackend final : public Backend {
   int64_t MaxHeadRows() const;
   void AttendPart(const AttentionSpec& spec, const AttentionPart& p,
                   Activation q, Activation out);
+  // The attention op's arguments of part p (queries, positions, shape).
+  kernels::device::AttentionArgs PartArgs(const AttentionSpec& spec,
+                                          const AttentionPart& p,
+                                          Activation q) const;
+  // Enqueues the attention op (its host form reads the same tables).
+  void RunAttention(std::string name, const kernels::device::AttentionArgs& a,
+                    std::vector<Range> reads, std::vector<Range> writes);
+  // Where the part's staged section goes in the pinned staging buffer
+  // (null after an error; synchronises first when it must wrap).
+  char* ReserveStaging(int64_t bytes);
+
+  // Streamed attention (device_streamed_attention.cc). A piece: rows
+  // [first, first + count) of plan_.spans[span], at `off` in chunk
+  // `chunk`'s landing buffer (K, then V at off + AlignUp(count * row)).
+  struct Piece {
+    int span = 0;
+    int chunk = 0;
+    int64_t first = 0, count = 0, off = 0;
+  };
+  struct StreamPlan {
+    std::vector<Piece> pieces;                 // by span, then row
+    std::vector<int> span_pieces;              // [span]: first piece; + end
+    std::vector<int64_t> fill;                 // [chunk]: bytes used
+    std::vector<int64_t> desc_off, heads_off;  // [chunk]: its tables
+    std::vector<int> entries;                  // [chunk]: table entries
+    std::vector<int64_t> max_rows;             // [chunk]: most rows of a head
+    int64_t meta_bytes = 0;  // uploaded: positions, row lists, tables
+    int64_t host_bytes = 0;  // then, host only: the gathered rows
+  };
+  // True when the current plan's rows to copy exceed the stream chunk.
+  bool StreamsPlan(int head_dim) const;
+  void PlanStreamed(int n_heads, int head_dim);
+  void WriteStreamedTables(char* dst, DevPtr kv, int head_dim) const;
+  bool GrowLandings(int64_t bytes);
+  // Enqueues chunk c's copies on the copy stream (after the attention of
+  // chunk c - 2 read its landing buffer).
+  bool CopyChunk(int c, const char* staged, int head_dim);
+  void AttendStreamed(const AttentionSpec& spec, const AttentionPart& p,
+                      Activation q, Activation out);
   // Copies `bytes` of device memory at `src` to *out (D2H through the
   // logits staging, synchronise, read).
   bool Download(DevPtr src, int64_t bytes, float* out);
@@ -317,6 +378,13 @@ class DeviceBackend final : public Backend {
   int64_t kv_dev_used_ = 0;
   Staging pos_stage_, tok_stage_, qkv_stage_, kv_stage_, logits_stage_,
       upload_stage_, picked_stage_;
+  // Streamed attention: chunk size, the copy stream, two landing buffers
+  // with their events, and the running softmax state.
+  int64_t stream_chunk_bytes_ = 0;
+  kernels::device::Stream copy_stream_;
+  kernels::device::Event stream_start_, filled_[2], drained_[2];
+  DevBuf landing_[2], state_dev_;
+  StreamPlan stream_plan_;
   int64_t kv_stage_used_ = 0;
   std::map<std::pair<const void*, int64_t>, DevPtr> resident_;
   int64_t resident_bytes_ = 0;

@@ -48,6 +48,10 @@ struct ResidencyOptions {
   KvResidency mode = KvResidency::kAuto;
   int64_t budget_bytes = 0;
   int64_t idle_steps = 2;
+  // Rows not resident that one attention must copy (a question over a long
+  // offloaded document) cross in chunks of at most this many bytes through
+  // two landing buffers (DeviceBackend's streamed attention).
+  int64_t stream_chunk_bytes = BackendOptions{}.kv_stream_chunk_bytes;
 };
 
 // Bytes moved for the store rows (K and V, summed over every CacheRows),

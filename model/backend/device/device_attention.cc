@@ -1,0 +1,436 @@
+// DeviceBackend's attention (device_backend.h): q/k/v rows to the host,
+// the host KvCache appends and selects, the attended rows reach the device
+// (staged, copied from pinned segments, or read in place from store rows
+// in device memory) and one attention op per part attends them; a part
+// whose rows to copy exceed the stream chunk is streamed instead
+// (device_streamed_attention.cc).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <tuple>
+
+#include "absl/container/flat_hash_map.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/ref/ops.h"
+#include "model/backend/device/device_backend.h"
+#include "model/backend/kernel_args.h"
+
+namespace ckv {
+
+namespace cpu = kernels::cpu;
+namespace dev = kernels::device;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A span's identity for deduplication: every field the attention kernel
+// compares (two heads attend together when their lists are field-equal).
+using SpanKey = std::tuple<const void*, const void*, int, int64_t, int64_t,
+                           int64_t, const void*, const void*, const void*>;
+
+SpanKey KeyOf(const kernels::KvSpan& s) {
+  return {s.k,         s.v,     static_cast<int>(s.dtype),
+          s.stride,    s.count, s.first_pos,
+          s.positions, s.rows,  s.row_positions};
+}
+
+bool PlainRun(const kernels::KvSpan& s) {
+  return s.positions == nullptr && s.rows == nullptr &&
+         s.row_positions == nullptr;
+}
+
+// The attention op's host form: its span and head tables read through the
+// op's declared ranges, each span's rows mapped the same way, then the CPU
+// attention (what a device kernel computes from the same tables); a chunk
+// of streamed attention folds them into the state with the reference.
+void AttendFromTables(const dev::AttentionArgs& a, dev::OpContext& c) {
+  const auto* desc = c.In<dev::AttnSpanDesc>(a.spans, a.n_spans);
+  const int32_t* heads = c.In<int32_t>(a.heads, 2 * int64_t{a.n_heads});
+  std::vector<kernels::KvSpan> spans(static_cast<size_t>(a.n_spans));
+  for (int64_t i = 0; i < a.n_spans; ++i) {
+    const dev::AttnSpanDesc& d = desc[i];
+    kernels::KvSpan& s = spans[static_cast<size_t>(i)];
+    s.k = c.In<char>(dev::DevPtr{d.k}, d.bytes);
+    s.v = c.In<char>(dev::DevPtr{d.v}, d.bytes);
+    s.dtype = static_cast<kernels::DType>(d.dtype);
+    s.stride = a.head_dim;
+    s.count = d.count;
+    s.first_pos = d.first_pos;
+    if (d.rows != 0) s.rows = c.In<int32_t>(dev::DevPtr{d.rows}, d.count);
+    if (d.positions != 0) {
+      s.positions = c.In<int64_t>(dev::DevPtr{d.positions}, d.count);
+    }
+  }
+  std::vector<kernels::KvSpanList> lists(static_cast<size_t>(a.n_heads));
+  for (int h = 0; h < a.n_heads; ++h) {
+    lists[h] = {spans.data() + heads[2 * h], heads[2 * h + 1]};
+  }
+  const int64_t q_elems = int64_t{a.n_q} * a.n_heads * a.head_dim;
+  cpu::AttentionArgs args;
+  args.q = c.In<float>(a.q, q_elems);
+  args.q_pos = c.In<int64_t>(a.q_pos, a.n_q);
+  args.n_q = a.n_q;
+  args.n_heads = a.n_heads;
+  args.head_dim = a.head_dim;
+  args.scale = a.scale;
+  args.softcap = a.softcap;
+  args.window = a.window;
+  args.kv = lists.data();
+  if (!a.state.null()) {
+    const int64_t state_floats =
+        int64_t{a.n_q} * a.n_heads * (int64_t{a.head_dim} + 2);
+    kernels::ref::AttentionAccumulate(args, c.Out<float>(a.state, state_floats),
+                                      a.fresh);
+    return;
+  }
+  args.out = c.Out<float>(a.out, q_elems);
+  cpu::Attention(nullptr, args);
+}
+
+}  // namespace
+
+// ---- Attention (stage 1: selection on the host) -----------------------------
+
+void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
+                              absl::Span<const AttentionPart> parts,
+                              Activation q, Activation k, Activation v,
+                              Activation out, ForwardProfile* profile) {
+  FlushDeferred();  // attention is never inside a region; be safe
+  const int64_t q_dim = Width(q), kv_dim = Width(k);
+  const float *hq = nullptr, *hk = nullptr, *hv = nullptr;
+  if (!FetchQkv(q, k, v, &hq, &hk, &hv)) {
+    AppendLost(layer, parts, kv_dim);
+    return;
+  }
+  // The synchronisation in FetchQkv finished every earlier copy out of the
+  // KV staging: it is reused from its start.
+  kv_stage_used_ = 0;
+  // Every part's sparse decode plan in one planner batch (one upload, one
+  // synchronisation for the layer), before the Selects that use them.
+  for (const AttentionPart& p : parts) {
+    p.cache->PrepareSelect(
+        layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
+  }
+  planner_->RunQueued();
+  for (const AttentionPart& p : parts) {
+    const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
+    p.cache->Append(layer, p.n, hk + p.row * kv_dim, hv + p.row * kv_dim);
+    LayerQuery query{hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)};
+    const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
+    p.cache->Select(layer, query, &attend_);
+    if (profile) profile->select_ns += NanosSince(t1);
+    // A device error of the planner or the k-means builder (the store then
+    // planned or clustered on the host) is the backend's: sticky, as every
+    // other (AttendPart then skips).
+    Ok(planner_->status());
+    Ok(index_builder_->status());
+    Ok(cache_rows_->status());
+    AttendPart(spec, p, q, out);
+    if (profile) profile->attention_ns += NanosSince(t0);
+  }
+}
+
+bool DeviceBackend::FetchQkv(Activation q, Activation k, Activation v,
+                             const float** hq, const float** hk,
+                             const float** hv) {
+  const int64_t qb = Rows(q).bytes, kb = Rows(k).bytes;
+  if (!GrowStaging(qkv_stage_, qb + 2 * kb)) return false;
+  char* h = qkv_stage_.host;
+  if (!Ok(rt_->CopyD2H(h, Ptr(q), qb, stream_)) ||
+      !Ok(rt_->CopyD2H(h + qb, Ptr(k), kb, stream_)) ||
+      !Ok(rt_->CopyD2H(h + qb + kb, Ptr(v), kb, stream_))) {
+    return false;
+  }
+  if (!debug_.skip_sync_before_host_read && !Ok(rt_->Synchronize(stream_))) {
+    return false;
+  }
+  if (!Ok(rt_->HostRead(h, qb + 2 * kb))) return false;
+  *hq = reinterpret_cast<const float*>(h);
+  *hk = reinterpret_cast<const float*>(h + qb);
+  *hv = reinterpret_cast<const float*>(h + qb + kb);
+  return true;
+}
+
+// After an error the caches still get their rows (zeros), so that their
+// bookkeeping stays consistent with the Commit that follows.
+void DeviceBackend::AppendLost(int layer, absl::Span<const AttentionPart> parts,
+                               int64_t kv_dim) {
+  lost_.assign(static_cast<size_t>(rows_ * kv_dim), 0.0f);
+  for (const AttentionPart& p : parts) {
+    p.cache->Append(layer, p.n, lost_.data() + p.row * kv_dim,
+                    lost_.data() + p.row * kv_dim);
+  }
+}
+
+// The unique spans of attend_ (by content) with their places in the part's
+// scratch: K rows, V rows, then explicit positions, each section aligned.
+void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
+  plan_.spans.clear();
+  plan_.sources.clear();
+  plan_.order.clear();
+  plan_.heads.clear();
+  absl::flat_hash_map<SpanKey, int> index;
+  for (int h = 0; h < n_heads; ++h) {
+    const kernels::KvSpanList& list = attend_.per_head[h];
+    plan_.heads.push_back({static_cast<int>(plan_.order.size()), list.count});
+    for (int i = 0; i < list.count; ++i) {
+      const kernels::KvSpan& s = list.spans[i];
+      auto [it, fresh] =
+          index.try_emplace(KeyOf(s), static_cast<int>(plan_.spans.size()));
+      if (fresh) {
+        plan_.spans.push_back(SpanMeta{s.dtype, s.count, s.first_pos});
+        plan_.sources.push_back(&s);
+      }
+      plan_.order.push_back(it->second);
+    }
+  }
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    SpanMeta& m = plan_.spans[i];
+    m.cached = IsCached(*plan_.sources[i], head_dim, &m);
+    m.direct = !m.cached && IsDirect(*plan_.sources[i], head_dim);
+  }
+  // Staged K rows, staged V rows, explicit positions: one upload from the
+  // staging buffer; then each direct span's K and V.
+  int64_t off = 0;
+  auto place_rows = [&](bool direct, bool values) {
+    for (SpanMeta& m : plan_.spans) {
+      if (m.direct != direct || m.cached) continue;
+      (values ? m.v_off : m.k_off) = off;
+      off = AlignUp(off + m.count * kernels::RowBytes(m.dtype, head_dim));
+    }
+  };
+  place_rows(false, false);
+  place_rows(false, true);
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    if (PlainRun(*plan_.sources[i])) continue;
+    plan_.spans[i].pos_off = off;
+    off = AlignUp(off +
+                  plan_.spans[i].count * static_cast<int64_t>(sizeof(int64_t)));
+  }
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    SpanMeta& m = plan_.spans[i];
+    if (!m.cached || plan_.sources[i]->rows == nullptr) continue;
+    m.rows_off = off;
+    off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
+  }
+  plan_.desc_off = off;
+  off = AlignUp(off + static_cast<int64_t>(plan_.order.size() *
+                                           sizeof(dev::AttnSpanDesc)));
+  plan_.heads_off = off;
+  off = AlignUp(off + n_heads * 2 * static_cast<int64_t>(sizeof(int32_t)));
+  plan_.staged_bytes = off;
+  place_rows(true, false);
+  place_rows(true, true);
+  plan_.bytes = std::max<int64_t>(off, kAlign);
+}
+
+// A span whose K and V rows are each one contiguous run of pinned arena
+// memory (a selected cluster or a whole segment head, stored by cluster):
+// the device copies it from there.
+bool DeviceBackend::IsDirect(const kernels::KvSpan& s, int head_dim) const {
+  if (s.rows != nullptr || s.stride != head_dim || s.count == 0) return false;
+  const int64_t bytes = s.count * kernels::RowBytes(s.dtype, head_dim);
+  return arena_->Contains(s.k, bytes) && arena_->Contains(s.v, bytes);
+}
+
+// A span over store rows in device memory (a block cache's, with an index
+// list, or a run of a sink/tail mirror): the ranges the attention reads.
+bool DeviceBackend::IsCached(const kernels::KvSpan& s, int head_dim,
+                             SpanMeta* m) const {
+  if (s.count == 0 || !cache_rows_->Find(s.k, &m->cache_k) ||
+      !cache_rows_->Find(s.v, &m->cache_v)) {
+    return false;
+  }
+  if (s.rows == nullptr) {  // a run: just its rows
+    const int64_t bytes = s.count * kernels::RowBytes(s.dtype, head_dim);
+    m->cache_k.bytes = std::min(m->cache_k.bytes, bytes);
+    m->cache_v.bytes = std::min(m->cache_v.bytes, bytes);
+  }
+  return true;
+}
+
+// Enqueues the H2D copies of the direct spans' rows into the scratch at kv.
+bool DeviceBackend::CopyDirectSpans(DevPtr kv, int head_dim) {
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    const SpanMeta& m = plan_.spans[i];
+    if (!m.direct) continue;
+    const kernels::KvSpan& s = *plan_.sources[i];
+    const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
+    if (!Ok(rt_->CopyH2D(kv + m.k_off, s.k, bytes, stream_)) ||
+        !Ok(rt_->CopyH2D(kv + m.v_off, s.v, bytes, stream_))) {
+      return false;
+    }
+    copies_.direct_bytes += 2 * bytes;
+    copies_.direct_copies += 2;
+  }
+  return true;
+}
+
+// Copies the staged spans' rows (index lists resolved) and every explicit
+// position list into the staging section [0, plan_.staged_bytes).
+void DeviceBackend::GatherRows(char* dst, int head_dim) const {
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    const SpanMeta& m = plan_.spans[i];
+    const kernels::KvSpan& s = *plan_.sources[i];
+    const int64_t stored = kernels::RowBytes(s.dtype, s.stride);
+    const int64_t used = kernels::RowBytes(s.dtype, head_dim);
+    if (m.rows_off >= 0) {
+      std::memcpy(dst + m.rows_off, s.rows,
+                  sizeof(int32_t) * static_cast<size_t>(s.count));
+    }
+    for (int64_t r = 0; r < (m.direct || m.cached ? 0 : s.count); ++r) {
+      const int64_t row = s.rows != nullptr ? s.rows[r] : r;
+      std::memcpy(dst + m.k_off + r * used,
+                  static_cast<const char*>(s.k) + row * stored, used);
+      std::memcpy(dst + m.v_off + r * used,
+                  static_cast<const char*>(s.v) + row * stored, used);
+    }
+    if (m.pos_off < 0) continue;
+    int64_t* pos = reinterpret_cast<int64_t*>(dst + m.pos_off);
+    for (int64_t r = 0; r < s.count; ++r)
+      pos[r] = kernels::SpanRowPosition(s, r);
+  }
+}
+
+// One part: its attended rows into pinned staging, H2D into the device KV
+// scratch, and the attention op over the rebased spans.
+void DeviceBackend::AttendPart(const AttentionSpec& spec,
+                               const AttentionPart& p, Activation q,
+                               Activation out) {
+  if (!ok()) return;
+  PlanSpans(spec.n_heads, spec.head_dim);
+  if (StreamsPlan(spec.head_dim)) {
+    AttendStreamed(spec, p, q, out);
+    return;
+  }
+  const int64_t bytes = plan_.bytes, staged = plan_.staged_bytes;
+  char* host = ReserveStaging(staged);
+  if (host == nullptr) return;
+  GatherRows(host, spec.head_dim);
+  // The device scratch is reused in stream order (no wait needed).
+  if (kv_dev_used_ + bytes > kv_dev_.bytes) {
+    if (!GrowDevice(kv_dev_, bytes)) return;
+    kv_dev_used_ = 0;
+  }
+  const DevPtr kv = kv_dev_.ptr + kv_dev_used_;
+  kv_dev_used_ += bytes;
+  WriteTables(host, kv, spec.head_dim);
+  if (staged > 0 && !Ok(rt_->CopyH2D(kv, host, staged, stream_))) return;
+  copies_.staged_bytes += staged;
+  if (!CopyDirectSpans(kv, spec.head_dim)) return;
+  dev::AttentionArgs a = PartArgs(spec, p, q);
+  a.out = Rows(out, p.row, p.n).ptr;
+  a.spans = kv + plan_.desc_off;
+  a.heads = kv + plan_.heads_off;
+  a.n_spans = static_cast<int64_t>(plan_.order.size());
+  // Split-K for long rows (a device's choice; the host form ignores it).
+  a.splits = dev::AttentionSplits(a.n_q, a.n_heads, MaxHeadRows());
+  const int64_t ws_bytes =
+      dev::AttentionWorkspaceBytes(a.n_q, a.n_heads, a.head_dim, a.splits);
+  if (ws_bytes > 0) {
+    if (!GrowDevice(attn_ws_dev_, ws_bytes)) return;
+    a.workspace = attn_ws_dev_.ptr;
+  }
+  // The store rows written for this part (sinks, tail, cache misses) land
+  // before the attention reads them.
+  cache_rows_->Flush();
+  std::vector<Range> reads = {Rows(q, p.row, p.n),
+                              {a.q_pos, p.n * int64_t{sizeof(int64_t)}},
+                              {kv, bytes}};
+  for (const SpanMeta& m : plan_.spans) {
+    if (!m.cached) continue;
+    reads.push_back(m.cache_k);
+    reads.push_back(m.cache_v);
+    copies_.cached_rows += m.count;
+  }
+  std::vector<Range> writes = {Rows(out, p.row, p.n)};
+  if (ws_bytes > 0) writes.push_back({a.workspace, ws_bytes});
+  RunAttention("attention", a, std::move(reads), std::move(writes));
+}
+
+dev::AttentionArgs DeviceBackend::PartArgs(const AttentionSpec& spec,
+                                           const AttentionPart& p,
+                                           Activation q) const {
+  dev::AttentionArgs a;
+  a.q = Rows(q, p.row, p.n).ptr;
+  a.q_pos = pos_dev_.ptr + p.row * static_cast<int64_t>(sizeof(int64_t));
+  a.n_q = static_cast<int>(p.n);
+  a.n_heads = spec.n_heads;
+  a.head_dim = spec.head_dim;
+  a.scale = spec.scale;
+  a.softcap = spec.softcap;
+  a.window = spec.window;
+  return a;
+}
+
+void DeviceBackend::RunAttention(std::string name, const dev::AttentionArgs& a,
+                                 std::vector<Range> reads,
+                                 std::vector<Range> writes) {
+  Run(
+      std::move(name), std::move(reads), std::move(writes),
+      [a](dev::OpContext& c) { AttendFromTables(a, c); },
+      Kernel(&dev::OpLaunchers::Attention, a));
+}
+
+char* DeviceBackend::ReserveStaging(int64_t bytes) {
+  if (kv_stage_used_ + bytes > kv_stage_.bytes) {
+    // Earlier parts' copies must finish before the staging is rewritten
+    // (streamed parts' copies too: the compute stream waited for each).
+    if (!Ok(rt_->Synchronize(stream_)) || !GrowStaging(kv_stage_, bytes)) {
+      return nullptr;
+    }
+    kv_stage_used_ = 0;
+  }
+  char* host = kv_stage_.host + kv_stage_used_;
+  if (bytes > 0 && !Ok(rt_->HostWrite(host, bytes))) return nullptr;
+  kv_stage_used_ += bytes;
+  return host;
+}
+
+// The most rows any query head of the current plan attends.
+int64_t DeviceBackend::MaxHeadRows() const {
+  int64_t most = 0;
+  for (const auto& [begin, count] : plan_.heads) {
+    int64_t rows = 0;
+    for (int i = begin; i < begin + count; ++i) {
+      rows += plan_.spans[plan_.order[i]].count;
+    }
+    most = std::max(most, rows);
+  }
+  return most;
+}
+
+dev::AttnSpanDesc DeviceBackend::SpanDesc(const SpanMeta& m, DevPtr kv,
+                                          int head_dim) const {
+  dev::AttnSpanDesc d;
+  if (m.cached) {
+    d.k = m.cache_k.ptr.addr;
+    d.v = m.cache_v.ptr.addr;
+    d.bytes = std::min(m.cache_k.bytes, m.cache_v.bytes);
+  } else {
+    d.k = (kv + m.k_off).addr;
+    d.v = (kv + m.v_off).addr;
+    d.bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
+  }
+  if (m.rows_off >= 0) d.rows = (kv + m.rows_off).addr;
+  if (m.pos_off >= 0) d.positions = (kv + m.pos_off).addr;
+  d.first_pos = m.first_pos;
+  d.count = m.count;
+  d.dtype = static_cast<int32_t>(m.dtype);
+  return d;
+}
+
+void DeviceBackend::WriteTables(char* dst, DevPtr kv, int head_dim) const {
+  auto* desc = reinterpret_cast<dev::AttnSpanDesc*>(dst + plan_.desc_off);
+  for (size_t i = 0; i < plan_.order.size(); ++i) {
+    desc[i] = SpanDesc(plan_.spans[plan_.order[i]], kv, head_dim);
+  }
+  auto* heads = reinterpret_cast<int32_t*>(dst + plan_.heads_off);
+  for (size_t h = 0; h < plan_.heads.size(); ++h) {
+    heads[2 * h] = plan_.heads[h].first;
+    heads[2 * h + 1] = plan_.heads[h].second;
+  }
+}
+
+}  // namespace ckv
