@@ -83,6 +83,52 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
 // fill is the appended rows plus the resident bytes); with `auto` and a
 // budget too small for all of them, the rest stay on the host (refusals)
 // and are copied per step as with `offload`. All equal the CPU backend.
+// Copy-mode block caches with resident segments: a miss whose rows a
+// resident segment holds is copied on the device (D2D) instead of over
+// the link. A 100-token prompt (two prefill chunks: the second attends the
+// first's closed segments densely, which makes them resident with
+// `device`); segments closing during decode stay on the host (copy mode
+// asks no sparse layer for resident rows), so their misses still cross.
+// Every miss is accounted for: H2D fill + D2D mirror = the caches'
+// h2d_bytes + the appended rows + the resident uploads.
+TEST(DeviceBackendTest, CopyModeMissesReadResidentSegments) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  const int prompt = 100, steps = 40;
+  const int64_t appended = int64_t{prompt + steps} * m->config.n_layers *
+                           m->config.n_kv_heads * m->config.head_dim * 2 * 2;
+  KvStoreConfig c = SparseConfig();
+  c.cache_mode = CacheMode::kCopy;
+  c.cache_steps = 1;
+  const Trace cpu = Greedy(*m, Cpu(), prompt, steps, false, c, 64);
+  FakeRuntime off_rt(Fake(Schedule::kInline));
+  const Trace off =
+      Greedy(*m, Device(off_rt, {}, kOffload), prompt, steps, false, c, 64);
+  ExpectSameTrace(off, cpu, "offload");
+  EXPECT_EQ(off.cache_rows.mirror_bytes, 0);
+  for (Schedule s : {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
+    const std::string what = std::string("device ") + ScheduleName(s);
+    FakeRuntime rt(Fake(s, 9));
+    const Trace dev = Greedy(*m, Device(rt, {}, {KvResidency::kDevice, 0}),
+                             prompt, steps, false, c, 64);
+    ExpectSameTrace(dev, cpu, what);
+    EXPECT_TRUE(rt.OrderingStatus().ok()) << what << rt.OrderingStatus();
+    const CacheRowsStats& r = dev.cache_rows;
+    EXPECT_GT(r.mirror_bytes, 0) << what;
+    EXPECT_EQ(r.fill_bytes + r.mirror_bytes,
+              cpu.stats.h2d_bytes + appended + r.resident_bytes)
+        << what;
+    EXPECT_EQ(off.cache_rows.fill_bytes, cpu.stats.h2d_bytes + appended);
+    std::printf(
+        "%s: misses %lld bytes, %lld of them D2D from resident segments; "
+        "H2D fill %lld (offload: %lld)\n",
+        what.c_str(), static_cast<long long>(cpu.stats.h2d_bytes),
+        static_cast<long long>(r.mirror_bytes),
+        static_cast<long long>(r.fill_bytes),
+        static_cast<long long>(off.cache_rows.fill_bytes));
+  }
+}
+
 TEST(DeviceBackendTest, SegmentsResidentOnTheDevice) {
   auto m = LoadArch("qwen3");
   ASSERT_NE(m, nullptr);

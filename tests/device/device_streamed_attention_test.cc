@@ -1,10 +1,11 @@
 // Streamed attention on the fake device (device_streamed_attention.cc):
 // a part whose rows to copy exceed the stream chunk crosses in chunks
 // through two landing buffers on a copy stream, each chunk folded into a
-// running softmax state. Against the CPU backend on long prefills of
-// offloaded sessions (every later prefill chunk attends the closed
-// segments densely, a question after a document), under every schedule,
-// with the ordering checker clean; a planted missing wait is caught.
+// running softmax state. Against the CPU backend on prompts prefilled in
+// steps of 64 tokens into offloaded sessions (each later step attends the
+// segments the earlier ones closed, densely: a question after a document)
+// and the decode steps after them, under every schedule, with the
+// ordering checker clean; a planted missing wait is caught.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -26,27 +27,42 @@ ResidencyOptions Streamed(int64_t chunk) {
   return r;
 }
 
-constexpr int kPrompt = 160;  // three prefill chunks of <= 64 tokens
+// Streamed logits against the CPU backend's: the chunks' sums are the
+// reference's (double) folded into an F32 state, one rounding of the
+// accumulator and weight sum per chunk, so not bit-equal as the unstreamed
+// device is. Measured at 512-byte chunks (about 30 merges per head):
+// llama 5.6e-6, gemma3 5.1e-6, qwen3 2.2e-5 (4096-byte chunks: 7e-6);
+// GPU.md's 1e-5 holds for the unstreamed path (0 here).
+constexpr double kStreamedTolerance = 5e-5;
+
+constexpr int kPrompt = 160;  // three prefill steps of <= 64 tokens
+constexpr int kChunk = 64;
 constexpr int kSteps = 24;
 
 TEST(DeviceBackendTest, LongPrefillsStreamThroughTwoLandingBuffers) {
   for (const std::string arch : {"llama", "gemma3", "qwen3"}) {
     auto m = LoadArch(arch);
     ASSERT_NE(m, nullptr);
-    const Trace cpu = Greedy(*m, Cpu(), kPrompt, kSteps);
+    const Trace cpu =
+        Greedy(*m, Cpu(), kPrompt, kSteps, false, SparseConfig(), kChunk);
     FakeRuntime whole_rt(Fake(Schedule::kInline));
-    const Trace whole =
-        Greedy(*m, Device(whole_rt, {}, kOffload), kPrompt, kSteps);
+    const Trace whole = Greedy(*m, Device(whole_rt, {}, kOffload), kPrompt,
+                               kSteps, false, SparseConfig(), kChunk);
     ExpectSameTrace(whole, cpu, arch + " unstreamed");
     EXPECT_EQ(whole.copies.streamed_parts, 0);
+    // The question steps of the prompt stream (no decode step yet).
+    FakeRuntime prefill_rt(Fake(Schedule::kInline));
+    const Trace prefill = Greedy(*m, Device(prefill_rt, {}, Streamed(512)),
+                                 kPrompt, 0, false, SparseConfig(), kChunk);
+    EXPECT_GT(prefill.copies.streamed_parts, 0) << arch;
     std::vector<std::vector<float>> first_logits;
     for (Schedule s :
          {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
       const std::string what = arch + " streamed " + ScheduleName(s);
       FakeRuntime rt(Fake(s, 5));
-      const Trace t =
-          Greedy(*m, Device(rt, {}, Streamed(512)), kPrompt, kSteps);
-      ExpectSameTrace(t, cpu, what);
+      const Trace t = Greedy(*m, Device(rt, {}, Streamed(512)), kPrompt, kSteps,
+                             false, SparseConfig(), kChunk);
+      ExpectCloseTrace(t, cpu, what, kStreamedTolerance, true);
       EXPECT_TRUE(rt.OrderingStatus().ok()) << what << rt.OrderingStatus();
       // Every part streamed, in several chunks, none above the chunk size.
       EXPECT_GT(t.copies.streamed_parts, 0) << what;
@@ -91,7 +107,8 @@ TEST(DeviceBackendTest, PlantedMissingLandingWaitIsCaught) {
     FakeRuntime rt(Fake(s));
     DeviceBackendDebug bug;
     bug.stream_skip_drain_wait = true;
-    const Trace t = Greedy(*m, Device(rt, bug, Streamed(512)), kPrompt, 4);
+    const Trace t = Greedy(*m, Device(rt, bug, Streamed(512)), kPrompt, 4,
+                           false, SparseConfig(), kChunk);
     EXPECT_EQ(rt.OrderingStatus().code(), absl::StatusCode::kFailedPrecondition)
         << ScheduleName(s);
     EXPECT_GT(rt.race_count(), 0) << ScheduleName(s);

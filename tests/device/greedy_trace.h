@@ -142,10 +142,14 @@ inline std::vector<std::vector<int64_t>> Selected(const ClusteredKvStore& store,
 }
 
 // Prefill `prompt` tokens, then `steps` greedy decode steps, through a
-// sparse clustered store (or a dense cache when `dense`).
+// sparse clustered store (or a dense cache when `dense`). `chunk` > 0:
+// the prompt goes in forward steps of that many tokens (each later one
+// attends the segments the earlier ones closed, as a question after a
+// document does); 0: one step.
 inline Trace Greedy(const Model& m, std::unique_ptr<Backend> backend,
                     int prompt, int steps, bool dense = false,
-                    const KvStoreConfig& config = SparseConfig()) {
+                    const KvStoreConfig& config = SparseConfig(),
+                    int chunk = 0) {
   const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
   // The backend's store env: segment rows in its arena (pinned on the
   // device) and, on the device, its planner.
@@ -159,8 +163,12 @@ inline Trace Greedy(const Model& m, std::unique_ptr<Backend> backend,
   Trace t;
   const std::vector<int32_t> p = Tokens(prompt, m.config.vocab_size);
   std::vector<float> logits;
-  SequenceInput in = MakeInput(p, cache, LogitsMode::kLast, &logits);
-  t.status = tf.Forward(absl::MakeSpan(&in, 1));
+  const int step = chunk > 0 ? chunk : prompt;
+  for (int at = 0; at < prompt && t.status.ok(); at += step) {
+    const auto part = absl::MakeConstSpan(p).subspan(at, step);
+    SequenceInput in = MakeInput(part, cache, LogitsMode::kLast, &logits);
+    t.status = tf.Forward(absl::MakeSpan(&in, 1));
+  }
   t.logits.push_back(logits);
   for (int i = 0; i < steps && t.status.ok(); ++i) {
     const int32_t tok[1] = {Argmax(logits)};

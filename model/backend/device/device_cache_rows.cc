@@ -34,6 +34,7 @@ class DeviceCacheRows final : public CacheRows {
     std::lock_guard<std::mutex> lock(arena_->mu_);
     arena_->stats_.resident_bytes -= budgeted_;
     if (budgeted_ > 0) arena_->lru_.erase({last_used_, this});
+    DropMirrorsLocked();
     if (capacity_ == 0) return;
     arena_->FlushLocked();  // staged writes into these rows land first
     arena_->UnregisterLocked(k(), v());
@@ -75,6 +76,14 @@ class DeviceCacheRows final : public CacheRows {
     if (!arena_->UploadLocked(k() + off, k_rows, bytes) ||
         !arena_->UploadLocked(v() + off, v_rows, bytes)) {
       failed_ = true;
+      return;
+    }
+    // A resident segment's rows (written whole, once, final): copies of
+    // those host rows read the device copy instead (block-cache misses).
+    if (budgeted_ > 0 && at == 0 && mirrored_.empty()) {
+      mirrored_ = {k_rows, v_rows};
+      arena_->mirrors_[reinterpret_cast<uintptr_t>(k_rows)] = {k(), bytes};
+      arena_->mirrors_[reinterpret_cast<uintptr_t>(v_rows)] = {v(), bytes};
     }
   }
 
@@ -118,6 +127,7 @@ class DeviceCacheRows final : public CacheRows {
   // memory goes (Free waits for work that reads it; none has for
   // idle_steps steps), and the owner sees Use() false.
   void EvictLocked() {
+    DropMirrorsLocked();
     arena_->FlushLocked();  // staged writes into these rows land first
     if (capacity_ > 0) {
       arena_->UnregisterLocked(k(), v());
@@ -147,6 +157,12 @@ class DeviceCacheRows final : public CacheRows {
   static const uint16_t* AsHost(DevPtr p) {
     return reinterpret_cast<const uint16_t*>(static_cast<uintptr_t>(p.addr));
   }
+  void DropMirrorsLocked() {
+    for (const uint16_t* host : mirrored_) {
+      arena_->mirrors_.erase(reinterpret_cast<uintptr_t>(host));
+    }
+    mirrored_.clear();
+  }
 
   std::shared_ptr<DeviceCacheArena> arena_;
   int64_t row_bytes_;
@@ -156,6 +172,7 @@ class DeviceCacheRows final : public CacheRows {
   int64_t capacity_ = 0;
   bool failed_ = false;
   bool evicted_ = false;
+  std::vector<const uint16_t*> mirrored_;  // host K, V rows it mirrors
 };
 
 DeviceCacheArena::DeviceCacheArena(dev::Runtime& runtime,
@@ -265,6 +282,11 @@ void DeviceCacheArena::UnregisterLocked(DevPtr k, DevPtr v) {
 // synchronisation (its earlier scatters must have read it).
 bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
                                     int64_t bytes) {
+  DevPtr mirror;
+  if (FindMirrorLocked(src, bytes, &mirror)) {
+    stats_.mirror_bytes += bytes;
+    return FlushLocked() && OkLocked(rt_.CopyD2D(dst, mirror, bytes, stream_));
+  }
   stats_.fill_bytes += bytes;
   if (pinned_ != nullptr && pinned_->Contains(src, bytes)) {
     return FlushLocked() && OkLocked(rt_.CopyH2D(dst, src, bytes, stream_));
@@ -289,6 +311,21 @@ bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
   pending_.push_back({dst, staging_used_, bytes});
   staging_used_ += RoundUp64(bytes);
   stats_.staged_bytes += bytes;
+  return true;
+}
+
+bool DeviceCacheArena::FindMirrorLocked(const void* src, int64_t bytes,
+                                        DevPtr* dev) const {
+  const auto p = reinterpret_cast<uintptr_t>(src);
+  auto it = mirrors_.upper_bound(p);
+  if (it == mirrors_.begin()) return false;
+  --it;
+  const uintptr_t off = p - it->first;
+  if (off + static_cast<uint64_t>(bytes) >
+      static_cast<uint64_t>(it->second.bytes)) {
+    return false;
+  }
+  *dev = it->second.dev + static_cast<int64_t>(off);
   return true;
 }
 

@@ -58,6 +58,7 @@ struct ResidencyOptions {
 // and the resident segments'.
 struct CacheRowsStats {
   int64_t fill_bytes = 0;         // H2D: misses
+  int64_t mirror_bytes = 0;       // D2D: misses read from resident segments
   int64_t staged_bytes = 0;       // of fill_bytes, through the staging buffer
   int64_t scatters = 0;           // scatter ops that wrote the staged rows
   int64_t move_bytes = 0;         // D2D: growth and compaction
@@ -106,8 +107,12 @@ class DeviceCacheArena final
   bool OkLocked(const absl::Status& s);
   void RegisterLocked(DevPtr k, DevPtr v, int64_t bytes);
   void UnregisterLocked(DevPtr k, DevPtr v);
-  // Copies `bytes` of host memory at src to dst (pinned: directly).
+  // Copies `bytes` of host memory at src to dst: from the device copy when
+  // a resident segment mirrors them (D2D), else pinned rows directly, else
+  // through the staging buffer.
   bool UploadLocked(DevPtr dst, const void* src, int64_t bytes);
+  // The device copy of [src, src + bytes) when resident rows mirror it.
+  bool FindMirrorLocked(const void* src, int64_t bytes, DevPtr* dev) const;
   bool FlushLocked();
   // Evicts idle resident rows, oldest first, until `bytes` more fit in the
   // budget; false (nothing evicted) when even all idle rows would not do.
@@ -128,6 +133,12 @@ class DeviceCacheArena final
   mutable std::mutex mu_;
   absl::Status status_;
   std::map<uint64_t, int64_t> regions_;  // K or V rows: address -> bytes
+  // Host rows of resident segments (K or V of a layer) -> their device copy.
+  struct Mirror {
+    DevPtr dev;
+    int64_t bytes = 0;
+  };
+  std::map<uintptr_t, Mirror> mirrors_;
   PinnedBuffer staging_;
   DevPtr staging_dev_;        // its mapped device view
   int64_t staging_used_ = 0;  // bytes written since the last reuse
