@@ -64,6 +64,21 @@ absl::StatusOr<std::unique_ptr<CudaRuntime>> CudaRuntime::Create(int ordinal) {
   }
   rt->name_ = prop.name;
   rt->total_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
+  // MallocAsync's pool keeps what FreeAsync returns (no release to the
+  // driver at each synchronisation): reuse without a device-wide sync.
+  cudaMemPool_t pool = nullptr;
+  if (auto s = FromCuda(cudaDeviceGetDefaultMemPool(&pool, ordinal),
+                        "cudaDeviceGetDefaultMemPool", dev::Site::Here());
+      !s.ok()) {
+    return s;
+  }
+  uint64_t keep = UINT64_MAX;
+  if (auto s = FromCuda(
+          cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+          "cudaMemPoolSetAttribute", dev::Site::Here());
+      !s.ok()) {
+    return s;
+  }
   auto launchers = CudaLaunchers::Create();
   if (!launchers.ok()) return launchers.status();
   rt->launchers_ = *std::move(launchers);
@@ -145,6 +160,27 @@ absl::StatusOr<dev::DevPtr> CudaRuntime::DoMalloc(int64_t bytes, Site s) {
 
 absl::Status CudaRuntime::DoFree(DevPtr p, Site s) {
   return FromCuda(cudaFree(AsPtr(p)), "cudaFree", s);
+}
+
+absl::StatusOr<dev::DevPtr> CudaRuntime::DoMallocAsync(int64_t bytes,
+                                                       dev::Stream st, Site s) {
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
+  void* p = nullptr;
+  if (auto e = FromCuda(
+          cudaMallocAsync(&p, static_cast<size_t>(bytes), AsStream(*native)),
+          "cudaMallocAsync", s);
+      !e.ok()) {
+    return e;
+  }
+  return DevPtr{reinterpret_cast<uint64_t>(p)};
+}
+
+absl::Status CudaRuntime::DoFreeAsync(DevPtr p, dev::Stream st, Site s) {
+  auto native = NativeStream(st);
+  if (!native.ok()) return native.status();
+  return FromCuda(cudaFreeAsync(AsPtr(p), AsStream(*native)), "cudaFreeAsync",
+                  s);
 }
 
 absl::StatusOr<void*> CudaRuntime::DoHostAllocPinned(int64_t bytes, Site s) {

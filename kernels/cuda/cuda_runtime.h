@@ -42,6 +42,9 @@ class CudaRuntime final : public device::Runtime {
   using Site = device::Site;
   absl::StatusOr<DevPtr> DoMalloc(int64_t bytes, Site s) override;
   absl::Status DoFree(DevPtr p, Site s) override;
+  absl::StatusOr<DevPtr> DoMallocAsync(int64_t bytes, device::Stream st,
+                                       Site s) override;
+  absl::Status DoFreeAsync(DevPtr p, device::Stream st, Site s) override;
   absl::StatusOr<void*> DoHostAllocPinned(int64_t bytes, Site s) override;
   absl::Status DoHostFree(void* p, Site s) override;
   absl::StatusOr<DevPtr> DoMappedPointer(const void* p, Site s) override;

@@ -73,7 +73,8 @@ const FakeMemory::Block* FakeMemory::Find(
   return &it->second;
 }
 
-absl::StatusOr<DevPtr> FakeMemory::Malloc(int64_t bytes, Site site) {
+absl::StatusOr<DevPtr> FakeMemory::Malloc(int64_t bytes, Site site,
+                                          bool async) {
   if (bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("Malloc of ", bytes, " bytes at ", SiteString(site)));
@@ -89,7 +90,7 @@ absl::StatusOr<DevPtr> FakeMemory::Malloc(int64_t bytes, Site site) {
       used_bytes_ += need;
       std::memset(backing_ + off, kPoisonByte, static_cast<size_t>(need));
       const uint64_t addr = reinterpret_cast<uint64_t>(reserved_) + off;
-      live_[addr] = Block{need, site, {}};
+      live_[addr] = Block{need, site, {}, async};
       return DevPtr{addr};
     }
     // Out of room: only then may quarantined blocks come back early.
@@ -129,23 +130,32 @@ void FakeMemory::ReleaseQuarantine() {
   freed_.erase(it);
 }
 
-absl::Status FakeMemory::Free(DevPtr p, Site site) {
+absl::Status FakeMemory::NotLive(DevPtr p, const char* call, Site site) const {
+  uint64_t base = 0;
+  const Block* f = Find(freed_, p.addr, &base);
+  if (f != nullptr && base == p.addr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("double free of device address ", Hex(p.addr), " at ",
+                     SiteString(site), " (allocated at ", SiteString(f->site),
+                     ", freed at ", SiteString(f->freed_at), ")"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(call, " of ", Hex(p.addr), " at ", SiteString(site),
+                   ": not the start of a live device allocation"));
+}
+
+absl::Status FakeMemory::Free(DevPtr p, Site site, bool async) {
   auto it = live_.find(p.addr);
-  if (it == live_.end()) {
-    uint64_t base = 0;
-    const Block* f = Find(freed_, p.addr, &base);
-    if (f != nullptr && base == p.addr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("double free of device address ", Hex(p.addr), " at ",
-                       SiteString(site), " (allocated at ", SiteString(f->site),
-                       ", freed at ", SiteString(f->freed_at), ")"));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("Free of ", Hex(p.addr), " at ", SiteString(site),
-                     ": not the start of a live device allocation"));
+  if (it == live_.end()) return NotLive(p, async ? "FreeAsync" : "Free", site);
+  if (it->second.async != async) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        async ? "FreeAsync" : "Free", " of ", Hex(p.addr), " at ",
+        SiteString(site), ": allocated at ", SiteString(it->second.site),
+        async ? " by Malloc (free it with Free)"
+              : " by MallocAsync (free it with FreeAsync)"));
   }
   Block b = it->second;
-  b.freed_at = site;
+  if (!b.freeing) b.freed_at = site;
   live_.erase(it);
   std::memset(backing_ + (p.addr - reinterpret_cast<uint64_t>(reserved_)),
               kPoisonByte, static_cast<size_t>(b.bytes));
@@ -154,6 +164,31 @@ absl::Status FakeMemory::Free(DevPtr p, Site site) {
   quarantined_bytes_ += b.bytes;
   while (quarantined_bytes_ > quarantine_limit_) ReleaseQuarantine();
   return absl::OkStatus();
+}
+
+absl::Status FakeMemory::CheckAsyncFree(DevPtr p, Site site) const {
+  auto it = live_.find(p.addr);
+  if (it != live_.end() && it->second.freeing) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "double free of device address ", Hex(p.addr), " at ", SiteString(site),
+        " (allocated at ", SiteString(it->second.site), ", FreeAsync at ",
+        SiteString(it->second.freed_at), ")"));
+  }
+  if (it != live_.end() && !it->second.async) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FreeAsync of ", Hex(p.addr), " at ", SiteString(site),
+                     ": allocated at ", SiteString(it->second.site),
+                     " by Malloc (free it with Free)"));
+  }
+  if (it == live_.end()) return NotLive(p, "FreeAsync", site);
+  return absl::OkStatus();
+}
+
+void FakeMemory::MarkFreeing(DevPtr p, Site site) {
+  auto it = live_.find(p.addr);
+  if (it == live_.end()) return;
+  it->second.freeing = true;
+  it->second.freed_at = site;
 }
 
 absl::StatusOr<void*> FakeMemory::HostAllocPinned(int64_t bytes, Site site) {
@@ -218,6 +253,12 @@ absl::Status FakeMemory::CheckRange(Range r, const std::string& what,
   const auto& live = device ? live_ : pinned_;
   const auto& freed = device ? freed_ : freed_pinned_;
   if (const Block* b = Find(live, a, &base)) {
+    if (b->freeing) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "use after free: ", what, " at ", SiteString(site), " touches ",
+          Hex(a), " of the allocation made at ", SiteString(b->site),
+          " and freed on a stream at ", SiteString(b->freed_at)));
+    }
     if (a + r.bytes <= base + b->bytes) return absl::OkStatus();
     return absl::OutOfRangeError(
         absl::StrCat(what, " at ", SiteString(site), ": [", Hex(a), ", +",

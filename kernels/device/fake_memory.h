@@ -34,8 +34,16 @@ class FakeMemory {
   int64_t total_bytes() const { return device_bytes_; }
   int64_t free_bytes() const { return device_bytes_ - used_bytes_; }
 
-  absl::StatusOr<DevPtr> Malloc(int64_t bytes, Site site);
-  absl::Status Free(DevPtr p, Site site);
+  // async: a MallocAsync block, which only an async Free may free.
+  absl::StatusOr<DevPtr> Malloc(int64_t bytes, Site site, bool async = false);
+  absl::Status Free(DevPtr p, Site site, bool async = false);
+  // FreeAsync's checks when it is enqueued: p starts a live MallocAsync
+  // block not already being freed.
+  absl::Status CheckAsyncFree(DevPtr p, Site site) const;
+  // From now on CheckRange refuses the block (use after free) while it
+  // stays mapped for the work enqueued before the free (no-op when p is
+  // no longer live).
+  void MarkFreeing(DevPtr p, Site site);
   absl::StatusOr<void*> HostAllocPinned(int64_t bytes, Site site);
   absl::Status HostFree(void* p, Site site);
 
@@ -60,10 +68,14 @@ class FakeMemory {
     int64_t bytes = 0;
     Site site;
     Site freed_at;
+    bool async = false;    // made by MallocAsync
+    bool freeing = false;  // FreeAsync enqueued at freed_at
   };
   // The block of `blocks` that contains addr, or null.
   static const Block* Find(const std::map<uint64_t, Block>& blocks,
                            uint64_t addr, uint64_t* base);
+  // The error of freeing p, not a live block: double free, or unknown.
+  absl::Status NotLive(DevPtr p, const char* call, Site site) const;
   void ReleaseQuarantine();
   void AddFree(uint64_t offset, int64_t bytes);
 

@@ -176,6 +176,52 @@ absl::StatusOr<DevPtr> FakeRuntime::DoMalloc(int64_t bytes, Site s) {
   return memory_.Malloc(bytes, s);
 }
 
+// The allocation is made at once; an op on `st` that writes it stands for
+// the allocation's place in the stream, so that work on other streams not
+// ordered after it is reported by the checker.
+absl::StatusOr<DevPtr> FakeRuntime::DoMallocAsync(int64_t bytes, Stream st,
+                                                  Site s) {
+  Lock lock(mu_);
+  if (absl::Status c = RejectInCapture("MallocAsync", s); !c.ok()) return c;
+  if (absl::Status c = CheckStream(st, s); !c.ok()) return c;
+  auto p = memory_.Malloc(bytes, s, /*async=*/true);
+  if (!p.ok()) return p.status();
+  auto op = std::make_shared<Op>();
+  op->name = "malloc_async";
+  op->writes = {{*p, bytes}};
+  op->body = [](OpContext&) {};
+  if (absl::Status e = Enqueue(std::move(op), st, s, lock); !e.ok()) return e;
+  return *p;
+}
+
+// An op on `st` that writes the whole allocation (unordered work of other
+// streams is reported), after which the memory is freed (quarantined);
+// from now on no new work may name it.
+absl::Status FakeRuntime::DoFreeAsync(DevPtr p, Stream st, Site s) {
+  Lock lock(mu_);
+  if (absl::Status c = RejectInCapture("FreeAsync", s); !c.ok()) return c;
+  if (absl::Status c = CheckStream(st, s); !c.ok()) return c;
+  if (absl::Status c = memory_.CheckAsyncFree(p, s); !c.ok()) return c;
+  auto op = std::make_shared<Op>();
+  op->name = "free_async";
+  op->writes = {{p, memory_.BlockBytes(p)}};
+  op->body = [](OpContext&) {};
+  absl::Status e = Enqueue(std::move(op), st, s, lock, p);
+  if (e.ok()) memory_.MarkFreeing(p, s);
+  return e;
+}
+
+void FakeRuntime::FinishItem(const Work& w) {
+  if (w.free_after.null()) return;
+  const int64_t bytes = memory_.BlockBytes(w.free_after);
+  absl::Status freed = memory_.Free(w.free_after, w.site, /*async=*/true);
+  if (freed.ok()) {
+    checker_.Forget(w.free_after.addr, bytes);
+  } else if (async_error_.ok()) {
+    async_error_ = freed;
+  }
+}
+
 absl::Status FakeRuntime::DoFree(DevPtr p, Site s) {
   Lock lock(mu_);
   if (absl::Status c = RejectInCapture("Free", s); !c.ok()) return c;
@@ -450,7 +496,7 @@ absl::Status FakeRuntime::DoLaunch(Op op, Stream st, Site s) {
 }
 
 absl::Status FakeRuntime::Enqueue(std::shared_ptr<Op> op, Stream st, Site s,
-                                  Lock& lock) {
+                                  Lock& lock, DevPtr free_after) {
   if (absl::Status c = CheckStream(st, s); !c.ok()) return c;
   StreamState& ss = *streams_[st.id];
   std::vector<void*> views;
@@ -480,6 +526,7 @@ absl::Status FakeRuntime::Enqueue(std::shared_ptr<Op> op, Stream st, Site s,
   w.views = std::move(views);
   w.order_seed = SplitMix64(config_.seed + ++op_counter_);
   w.site = s;
+  w.free_after = free_after;
   ss.queue.push_back(std::move(w));
   const int64_t seq = ++ss.enqueued;
   if (config_.schedule == Schedule::kInline) RunUntil(st.id, seq, lock);
@@ -575,6 +622,7 @@ void FakeRuntime::RunUntil(int st, int64_t seq, Lock& lock) {
       if (!e.ok() && async_error_.ok()) async_error_ = e;
       ++ops_run_;
     }
+    FinishItem(w);
     ++ss.done;
   }
 }
@@ -620,6 +668,7 @@ void FakeRuntime::WorkerLoop(int st) {
       ++ops_run_;
     }
     if (!e.ok() && async_error_.ok()) async_error_ = e;
+    FinishItem(w);
     ++ss.done;
     cv_.notify_all();
   }

@@ -66,6 +66,9 @@ class FakeRuntime final : public Runtime {
  protected:
   absl::StatusOr<DevPtr> DoMalloc(int64_t bytes, Site s) override;
   absl::Status DoFree(DevPtr p, Site s) override;
+  absl::StatusOr<DevPtr> DoMallocAsync(int64_t bytes, Stream st,
+                                       Site s) override;
+  absl::Status DoFreeAsync(DevPtr p, Stream st, Site s) override;
   absl::StatusOr<void*> DoHostAllocPinned(int64_t bytes, Site s) override;
   absl::Status DoHostFree(void* p, Site s) override;
   absl::StatusOr<DevPtr> DoMappedPointer(const void* p, Site s) override;
@@ -102,6 +105,7 @@ class FakeRuntime final : public Runtime {
     Site site;
     int wait_stream = -1;
     int64_t wait_seq = 0;
+    DevPtr free_after;  // FreeAsync: freed once the item has run
   };
   struct StreamState {
     int priority = 0;
@@ -140,7 +144,10 @@ class FakeRuntime final : public Runtime {
   // progress (a failed call inside capture invalidates it, as in CUDA).
   absl::Status CheckCopyHost(const void* p, int64_t bytes, const char* call,
                              Site s);
-  absl::Status Enqueue(std::shared_ptr<Op> op, Stream st, Site s, Lock& lock);
+  absl::Status Enqueue(std::shared_ptr<Op> op, Stream st, Site s, Lock& lock,
+                       DevPtr free_after = {});
+  // After a work item ran (lock held): its FreeAsync takes effect.
+  void FinishItem(const Work& w);
   absl::Status EnqueueCopy(const char* name, DevPtr dst, DevPtr src,
                            int64_t bytes, Stream st, Site s);
   // Runs one item (views resolved at enqueue); returns the op's error.

@@ -132,6 +132,19 @@ class Runtime {
     return DoMalloc(bytes, s);
   }
   absl::Status Free(DevPtr p, Site s = Site::Here()) { return DoFree(p, s); }
+  // Stream-ordered allocation (cudaMallocAsync / cudaFreeAsync): memory
+  // usable by work enqueued after it on `st` (other streams: ordered after
+  // it by an event), freed by FreeAsync once the work enqueued on `st`
+  // before the free has run, without waiting for the device. Memory from
+  // MallocAsync goes back through FreeAsync only (and Malloc's through
+  // Free); no work enqueued after the FreeAsync may touch it.
+  absl::StatusOr<DevPtr> MallocAsync(int64_t bytes, Stream st,
+                                     Site s = Site::Here()) {
+    return DoMallocAsync(bytes, st, s);
+  }
+  absl::Status FreeAsync(DevPtr p, Stream st, Site s = Site::Here()) {
+    return DoFreeAsync(p, st, s);
+  }
   // Page-locked host memory mapped into the device address space.
   absl::StatusOr<void*> HostAllocPinned(int64_t bytes, Site s = Site::Here()) {
     return DoHostAllocPinned(bytes, s);
@@ -227,6 +240,9 @@ class Runtime {
  protected:
   virtual absl::StatusOr<DevPtr> DoMalloc(int64_t bytes, Site s) = 0;
   virtual absl::Status DoFree(DevPtr p, Site s) = 0;
+  virtual absl::StatusOr<DevPtr> DoMallocAsync(int64_t bytes, Stream st,
+                                               Site s) = 0;
+  virtual absl::Status DoFreeAsync(DevPtr p, Stream st, Site s) = 0;
   virtual absl::StatusOr<void*> DoHostAllocPinned(int64_t bytes, Site s) = 0;
   virtual absl::Status DoHostFree(void* p, Site s) = 0;
   virtual absl::StatusOr<DevPtr> DoMappedPointer(const void* p, Site s) = 0;

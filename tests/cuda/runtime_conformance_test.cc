@@ -1,10 +1,10 @@
 // One conformance suite for every device runtime (kernels/device/runtime.h):
 // the fake device (runs everywhere, so the suite itself is checked in CI)
 // and CudaRuntime (skipped without a CUDA device). What the device backend
-// relies on: allocation, async copies in stream order, pageable copies
-// refused, events ordering two streams, capture and replay reading the
-// addresses' contents at replay time, thread-local capture, destroyed
-// graphs, out of memory as RESOURCE_EXHAUSTED.
+// relies on: allocation (also stream-ordered), async copies in stream order,
+// pageable copies refused, events ordering two streams, capture and replay
+// reading the addresses' contents at replay time, thread-local capture,
+// destroyed graphs, out of memory as RESOURCE_EXHAUSTED.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -110,6 +110,32 @@ TEST_P(RuntimeConformance, CopiesRoundTripInStreamOrder) {
   ASSERT_TRUE(rt_->HostRead(out, 100).ok());
   EXPECT_EQ(out[0], 0);
   EXPECT_EQ(out[99], 0);
+}
+
+// Stream-ordered allocation: rows written, copied and read back between a
+// MallocAsync and a FreeAsync on one stream, no synchronisation in
+// between; the freed memory serves the next MallocAsync.
+TEST_P(RuntimeConformance, StreamOrderedAllocationRoundTrips) {
+  constexpr int64_t kBytes = 1000;
+  char* in = Pinned(kBytes);
+  char* out = Pinned(kBytes);
+  ASSERT_NE(in, nullptr);
+  ASSERT_NE(out, nullptr);
+  ASSERT_TRUE(rt_->HostWrite(in, kBytes).ok());
+  for (int64_t i = 0; i < kBytes; ++i) in[i] = static_cast<char>(i * 5 + 1);
+  for (int round = 0; round < 3; ++round) {
+    auto a = rt_->MallocAsync(kBytes, stream_);
+    auto b = rt_->MallocAsync(kBytes, stream_);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    ASSERT_TRUE(rt_->CopyH2D(*a, in, kBytes, stream_).ok());
+    ASSERT_TRUE(rt_->CopyD2D(*b, *a, kBytes, stream_).ok());
+    ASSERT_TRUE(rt_->FreeAsync(*a, stream_).ok());
+    ASSERT_TRUE(rt_->CopyD2H(out, *b, kBytes, stream_).ok());
+    ASSERT_TRUE(rt_->FreeAsync(*b, stream_).ok());
+    ASSERT_TRUE(rt_->Synchronize(stream_).ok());
+    ASSERT_TRUE(rt_->HostRead(out, kBytes).ok());
+    EXPECT_EQ(std::memcmp(in, out, kBytes), 0) << "round " << round;
+  }
 }
 
 TEST_P(RuntimeConformance, PageableAsyncCopiesAreRefused) {

@@ -289,6 +289,9 @@ TEST(DeviceBackendTest, IdleSessionsMakeRoomUnderPressure) {
           static_cast<long long>(c.resident_refusals),
           static_cast<long long>(c.fill_bytes));
     }
+    // Every evicted segment layer's rows were freed in stream order
+    // (FreeAsync: no device-wide wait), and the checker saw no later use.
+    EXPECT_GE(a[3].rows_freed, a[3].resident_evictions) << what;
     EXPECT_EQ(a[0].resident_evictions, 0) << what;  // A alone fits
     EXPECT_GT(a[1].resident_evictions, a[0].resident_evictions) << what;
     EXPECT_GT(a[2].resident_evictions, a[1].resident_evictions) << what;

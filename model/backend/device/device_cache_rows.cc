@@ -38,13 +38,14 @@ class DeviceCacheRows final : public CacheRows {
     if (capacity_ == 0) return;
     arena_->FlushLocked();  // staged writes into these rows land first
     arena_->UnregisterLocked(k(), v());
-    arena_->rt_.Free(base_).IgnoreError();  // waits for work that reads it
+    arena_->FreeRowsLocked(base_);
   }
 
   void Reserve(int64_t rows, int64_t keep) override {
     std::lock_guard<std::mutex> lock(arena_->mu_);
     if (rows <= capacity_ || failed_) return;
-    auto grown = arena_->rt_.Malloc(2 * rows * row_bytes_);
+    auto grown =
+        arena_->rt_.MallocAsync(2 * rows * row_bytes_, arena_->stream_);
     if (!arena_->OkLocked(grown.status())) {
       failed_ = true;
       return;
@@ -61,7 +62,7 @@ class DeviceCacheRows final : public CacheRows {
     arena_->stats_.move_bytes += 2 * kept;
     if (capacity_ > 0) {
       arena_->UnregisterLocked(k(), v());
-      arena_->rt_.Free(base_).IgnoreError();
+      arena_->FreeRowsLocked(base_);
     }
     base_ = *grown;
     capacity_ = rows;
@@ -124,14 +125,14 @@ class DeviceCacheRows final : public CacheRows {
   }
 
   // Under the arena's lock, already out of its LRU order: the device
-  // memory goes (Free waits for work that reads it; none has for
+  // memory goes (after the work enqueued before; none has read it for
   // idle_steps steps), and the owner sees Use() false.
   void EvictLocked() {
     DropMirrorsLocked();
     arena_->FlushLocked();  // staged writes into these rows land first
     if (capacity_ > 0) {
       arena_->UnregisterLocked(k(), v());
-      arena_->rt_.Free(base_).IgnoreError();
+      arena_->FreeRowsLocked(base_);
     }
     arena_->stats_.resident_bytes -= budgeted_;
     arena_->stats_.evicted_bytes += budgeted_;
@@ -312,6 +313,14 @@ bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
   staging_used_ += RoundUp64(bytes);
   stats_.staged_bytes += bytes;
   return true;
+}
+
+// Stream-ordered: the rows go once the work enqueued on the arena's
+// stream before (the only stream that reads them) has run; no device-wide
+// wait, as a synchronous free would be (cudaFree).
+void DeviceCacheArena::FreeRowsLocked(DevPtr base) {
+  OkLocked(rt_.FreeAsync(base, stream_));
+  ++stats_.rows_freed;
 }
 
 bool DeviceCacheArena::FindMirrorLocked(const void* src, int64_t bytes,

@@ -66,6 +66,7 @@ struct CacheRowsStats {
   int64_t resident_refusals = 0;  // segment layers kept on the host (budget)
   int64_t resident_evictions = 0;  // segment layers evicted for room
   int64_t evicted_bytes = 0;       // their bytes
+  int64_t rows_freed = 0;  // device rows freed (stream-ordered, no wait)
 };
 
 class DeviceCacheRows;
@@ -111,6 +112,8 @@ class DeviceCacheArena final
   // a resident segment mirrors them (D2D), else pinned rows directly, else
   // through the staging buffer.
   bool UploadLocked(DevPtr dst, const void* src, int64_t bytes);
+  // Frees rows of a CacheRows (FreeAsync on the arena's stream).
+  void FreeRowsLocked(DevPtr base);
   // The device copy of [src, src + bytes) when resident rows mirror it.
   bool FindMirrorLocked(const void* src, int64_t bytes, DevPtr* dev) const;
   bool FlushLocked();
