@@ -26,7 +26,9 @@ using device::ScatterItem;
 
 // For i < n: copies items[i].bytes bytes from src + items[i].from to
 // items[i].dst (destinations must not overlap). items and src may be
-// mapped pinned memory.
+// mapped pinned memory. src null: items[i].from is the source's address
+// (runs gathered from mapped pinned memory, the device backend's
+// copy_runs).
 cudaError_t ScatterItems(const char* src, const ScatterItem* items, int64_t n,
                          cudaStream_t stream);
 

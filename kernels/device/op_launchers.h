@@ -137,7 +137,8 @@ struct LogitsArgs {
 };
 
 // For i < n: items[i] (ScatterItem) copies its bytes from src + from to its
-// dst; src and items are device or mapped-pinned memory.
+// dst; src and items are device or mapped-pinned memory. src null: `from`
+// is the source's own (device or mapped-pinned) address.
 struct ScatterRowsArgs {
   DevPtr src, items;
   int64_t src_bytes = 0, n = 0;

@@ -108,6 +108,9 @@ TEST(DeviceBackendTest, SchedulesAreBitIdentical) {
 // segments; in heap memory (the arena a store gets when
 // made without the backend's) they go through the staging buffer. Both give
 // the same bits, under every schedule, with the ordering checker clean.
+// Small runs (selected clusters) go in one copy_runs op per part reading
+// the mapped pinned rows; with that off (run_copy_max_bytes 0) each run is
+// two DMA copies: the same bits in many more device operations.
 TEST(DeviceBackendTest, PinnedSegmentRowsAreCopiedStraightFromTheSegments) {
   auto m = LoadArch("llama");
   ASSERT_NE(m, nullptr);
@@ -129,13 +132,31 @@ TEST(DeviceBackendTest, PinnedSegmentRowsAreCopiedStraightFromTheSegments) {
     }
     EXPECT_EQ(pinned.selected, heap.selected);
     EXPECT_GT(pinned.copies.direct_bytes, 0);
-    EXPECT_GT(pinned.copies.direct_copies, 0);
+    EXPECT_GT(pinned.copies.run_ops, 0);
+    EXPECT_GT(pinned.copies.run_bytes, 0);
+    const int64_t ops = rt.ops_run();
+    DeviceBackendDebug dma;
+    dma.run_copy_max_bytes = 0;
+    FakeRuntime dma_rt(Fake(s, 4));
+    const Trace per_run = Greedy(*m, Device(dma_rt, dma, kOffload), 48, 24);
+    ASSERT_TRUE(per_run.status.ok()) << per_run.status;
+    EXPECT_TRUE(per_run.logits == pinned.logits) << ScheduleName(s);
+    EXPECT_EQ(per_run.copies.run_ops, 0);
+    EXPECT_EQ(per_run.copies.direct_bytes, pinned.copies.direct_bytes);
+    EXPECT_GT(per_run.copies.direct_copies,
+              pinned.copies.direct_copies + pinned.copies.run_ops);
+    EXPECT_LT(ops, dma_rt.ops_run());
     std::printf(
-        "%s: staged %lld bytes, direct %lld bytes in %lld copies "
-        "(heap arena: staged %lld)\n",
+        "%s: staged %lld bytes, direct %lld bytes (%lld in %lld copy_runs "
+        "ops, the rest in %lld DMA copies; a DMA copy per run: %lld copies); "
+        "device operations %lld vs %lld (heap arena: staged %lld)\n",
         ScheduleName(s), static_cast<long long>(pinned.copies.staged_bytes),
         static_cast<long long>(pinned.copies.direct_bytes),
+        static_cast<long long>(pinned.copies.run_bytes),
+        static_cast<long long>(pinned.copies.run_ops),
         static_cast<long long>(pinned.copies.direct_copies),
+        static_cast<long long>(per_run.copies.direct_copies),
+        static_cast<long long>(ops), static_cast<long long>(dma_rt.ops_run()),
         static_cast<long long>(heap.copies.staged_bytes));
     // The rows that no longer pass through staging.
     EXPECT_LT(pinned.copies.staged_bytes + pinned.copies.direct_bytes / 2,

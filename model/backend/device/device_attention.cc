@@ -189,6 +189,11 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
     SpanMeta& m = plan_.spans[i];
     m.cached = IsCached(*plan_.sources[i], head_dim, &m);
     m.direct = !m.cached && IsDirect(*plan_.sources[i], head_dim);
+    const int64_t run_max = debug_.run_copy_max_bytes < 0
+                                ? kRunCopyMaxBytes
+                                : debug_.run_copy_max_bytes;
+    m.run =
+        m.direct && m.count * kernels::RowBytes(m.dtype, head_dim) <= run_max;
   }
   // Staged K rows, staged V rows, explicit positions: one upload from the
   // staging buffer; then each direct span's K and V.
@@ -219,6 +224,11 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
                                            sizeof(dev::AttnSpanDesc)));
   plan_.heads_off = off;
   off = AlignUp(off + n_heads * 2 * static_cast<int64_t>(sizeof(int32_t)));
+  plan_.n_runs = 0;
+  for (const SpanMeta& m : plan_.spans) plan_.n_runs += m.run ? 2 : 0;
+  plan_.runs_off = off;
+  off = AlignUp(off +
+                plan_.n_runs * static_cast<int64_t>(sizeof(dev::ScatterItem)));
   plan_.staged_bytes = off;
   place_rows(true, false);
   place_rows(true, true);
@@ -254,7 +264,7 @@ bool DeviceBackend::IsCached(const kernels::KvSpan& s, int head_dim,
 bool DeviceBackend::CopyDirectSpans(DevPtr kv, int head_dim) {
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
     const SpanMeta& m = plan_.spans[i];
-    if (!m.direct) continue;
+    if (!m.direct || m.run) continue;
     const kernels::KvSpan& s = *plan_.sources[i];
     const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
     if (!Ok(rt_->CopyH2D(kv + m.k_off, s.k, bytes, stream_)) ||
@@ -265,6 +275,57 @@ bool DeviceBackend::CopyDirectSpans(DevPtr kv, int head_dim) {
     copies_.direct_copies += 2;
   }
   return true;
+}
+
+bool DeviceBackend::MapRuns() {
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    SpanMeta& m = plan_.spans[i];
+    if (!m.run) continue;
+    auto k = rt_->MappedPointer(plan_.sources[i]->k);
+    auto v = rt_->MappedPointer(plan_.sources[i]->v);
+    if (!Ok(k.status()) || !Ok(v.status())) return false;
+    m.k_src = *k;
+    m.v_src = *v;
+  }
+  return true;
+}
+
+// One op copies every run of the part (a selected cluster's K or V rows)
+// from mapped pinned memory into the scratch: GPU.md's FetchMisses reads
+// the by-cluster runs with 16-byte loads in one launch, where a DMA copy
+// per run costs a driver call each (thousands per decode step).
+void DeviceBackend::CopyRuns(DevPtr kv, int head_dim) {
+  if (plan_.n_runs == 0) return;
+  dev::ScatterRowsArgs a;  // src null: each item's `from` is its address
+  a.items = kv + plan_.runs_off;
+  a.n = plan_.n_runs;
+  std::vector<Range> reads = {
+      {a.items, a.n * static_cast<int64_t>(sizeof(dev::ScatterItem))}};
+  std::vector<Range> writes;
+  for (const SpanMeta& m : plan_.spans) {
+    if (!m.run) continue;
+    const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
+    reads.push_back({m.k_src, bytes});
+    reads.push_back({m.v_src, bytes});
+    writes.push_back({kv + m.k_off, bytes});
+    writes.push_back({kv + m.v_off, bytes});
+    copies_.direct_bytes += 2 * bytes;
+    copies_.run_bytes += 2 * bytes;
+  }
+  ++copies_.run_ops;
+  Run(
+      "copy_runs", std::move(reads), std::move(writes),
+      [a](dev::OpContext& c) {
+        const auto* items = c.In<dev::ScatterItem>(a.items, a.n);
+        for (int64_t i = 0; i < a.n; ++i) {
+          const dev::ScatterItem& it = items[i];
+          std::memcpy(
+              c.Out<char>(dev::DevPtr{it.dst}, it.bytes),
+              c.In<char>(dev::DevPtr{static_cast<uint64_t>(it.from)}, it.bytes),
+              static_cast<size_t>(it.bytes));
+        }
+      },
+      Kernel(&dev::OpLaunchers::ScatterRows, a));
 }
 
 // Copies the staged spans' rows (index lists resolved) and every explicit
@@ -315,10 +376,12 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
   }
   const DevPtr kv = kv_dev_.ptr + kv_dev_used_;
   kv_dev_used_ += bytes;
+  if (!MapRuns()) return;
   WriteTables(host, kv, spec.head_dim);
   if (staged > 0 && !Ok(rt_->CopyH2D(kv, host, staged, stream_))) return;
   copies_.staged_bytes += staged;
   if (!CopyDirectSpans(kv, spec.head_dim)) return;
+  CopyRuns(kv, spec.head_dim);
   dev::AttentionArgs a = PartArgs(spec, p, q);
   a.out = Rows(out, p.row, p.n).ptr;
   a.spans = kv + plan_.desc_off;
@@ -430,6 +493,15 @@ void DeviceBackend::WriteTables(char* dst, DevPtr kv, int head_dim) const {
   for (size_t h = 0; h < plan_.heads.size(); ++h) {
     heads[2 * h] = plan_.heads[h].first;
     heads[2 * h + 1] = plan_.heads[h].second;
+  }
+  auto* runs = reinterpret_cast<dev::ScatterItem*>(dst + plan_.runs_off);
+  for (const SpanMeta& m : plan_.spans) {
+    if (!m.run) continue;
+    const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
+    *runs++ = {(kv + m.k_off).addr, static_cast<int64_t>(m.k_src.addr), bytes,
+               0};
+    *runs++ = {(kv + m.v_off).addr, static_cast<int64_t>(m.v_src.addr), bytes,
+               0};
   }
 }
 

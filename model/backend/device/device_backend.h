@@ -78,6 +78,10 @@ struct DeviceBackendDebug {
   // without checking that its ops still touch the same ranges (after a
   // buffer moved, the fake reports the stale graph's use after free).
   bool replay_stale_graphs = false;
+  // Direct spans of at most this many bytes (K or V) are copied by one
+  // copy_runs op per part; larger ones (whole segments) by DMA copies.
+  // -1: kRunCopyMaxBytes; 0: every direct span by DMA.
+  int64_t run_copy_max_bytes = -1;
   // Streamed attention copies a chunk into its landing buffer without
   // waiting for the attention of the chunk that used it two chunks before
   // (the ordering checker reports the overwrite).
@@ -97,6 +101,9 @@ struct AttendCopyStats {
   int64_t staged_bytes = 0;  // gathered on the host into pinned staging
   int64_t direct_bytes = 0;  // copied straight from pinned segment rows
   int64_t direct_copies = 0;
+  // Of the direct bytes: runs copied by copy_runs ops (one per part).
+  int64_t run_bytes = 0;
+  int64_t run_ops = 0;
   // Rows read from store rows in device memory (block caches, sink and
   // tail mirrors): no copy at attention time.
   int64_t cached_rows = 0;
@@ -177,6 +184,8 @@ class DeviceBackend final : public Backend {
   using Site = kernels::device::Site;
 
   static constexpr int64_t kAlign = 64;  // sections of a scratch
+  // Direct spans up to this size (K or V) are copied by one op per part.
+  static constexpr int64_t kRunCopyMaxBytes = int64_t{64} << 10;
   static int64_t AlignUp(int64_t n) {
     return (n + kAlign - 1) / kAlign * kAlign;
   }
@@ -212,6 +221,11 @@ class DeviceBackend final : public Backend {
     // Rows copied straight from pinned segment memory (a contiguous run of
     // the arena), not gathered into staging.
     bool direct = false;
+    // Of the direct spans, a small run (a selected cluster): copied with
+    // the part's other runs by one copy_runs op reading the mapped pinned
+    // rows (k_src, v_src), not by DMA copies of its own.
+    bool run = false;
+    DevPtr k_src = {}, v_src = {};
     // Store rows in device memory (cache_rows_), read in place: a block
     // cache's through the row list uploaded at rows_off, or a run of a
     // sink/tail mirror (rows_off -1). cache_k/v: the ranges read.
@@ -228,6 +242,8 @@ class DeviceBackend final : public Backend {
     // The op's tables in the staged section: AttnSpanDesc per order entry,
     // then int32 (first, count) per head.
     int64_t desc_off = 0, heads_off = 0;
+    int64_t runs_off = 0;  // ScatterItem per run K and V (copy_runs)
+    int64_t n_runs = 0;
     int64_t staged_bytes = 0;  // [0, staged_bytes): from the staging buffer
     int64_t bytes = 0;         // then the direct spans' K and V
   };
@@ -286,6 +302,10 @@ class DeviceBackend final : public Backend {
   bool IsDirect(const kernels::KvSpan& s, int head_dim) const;
   bool IsCached(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
   bool CopyDirectSpans(DevPtr kv, int head_dim);
+  // The mapped (device) addresses of the run spans' pinned rows.
+  bool MapRuns();
+  // Enqueues the copy_runs op of the plan's runs (items uploaded at kv).
+  void CopyRuns(DevPtr kv, int head_dim);
   void GatherRows(char* dst, int head_dim) const;
   // The table entry of span m (rows in the scratch at kv, or store rows).
   kernels::device::AttnSpanDesc SpanDesc(const SpanMeta& m, DevPtr kv,
