@@ -187,13 +187,17 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
   }
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
     SpanMeta& m = plan_.spans[i];
-    m.cached = IsCached(*plan_.sources[i], head_dim, &m);
-    m.direct = !m.cached && IsDirect(*plan_.sources[i], head_dim);
+    const kernels::KvSpan& s = *plan_.sources[i];
+    m.cached = IsCached(s, head_dim, &m);
+    m.direct = !m.cached && IsDirect(s, head_dim);
     const int64_t run_max = debug_.run_copy_max_bytes < 0
                                 ? kRunCopyMaxBytes
                                 : debug_.run_copy_max_bytes;
     m.run =
         m.direct && m.count * kernels::RowBytes(m.dtype, head_dim) <= run_max;
+    m.listed =
+        !m.cached && !m.direct && run_max > 0 && IsListedPinned(s, head_dim);
+    if (m.listed) m.direct = m.run = true;
   }
   // Staged K rows, staged V rows, explicit positions: one upload from the
   // staging buffer; then each direct span's K and V.
@@ -225,7 +229,16 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
   plan_.heads_off = off;
   off = AlignUp(off + n_heads * 2 * static_cast<int64_t>(sizeof(int32_t)));
   plan_.n_runs = 0;
-  for (const SpanMeta& m : plan_.spans) plan_.n_runs += m.run ? 2 : 0;
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    const SpanMeta& m = plan_.spans[i];
+    if (!m.run) continue;
+    int64_t runs = 1;  // of consecutive rows
+    const int32_t* rows = m.listed ? plan_.sources[i]->rows : nullptr;
+    for (int64_t r = 1; rows != nullptr && r < m.count; ++r) {
+      runs += rows[r] != rows[r - 1] + 1 ? 1 : 0;
+    }
+    plan_.n_runs += 2 * runs;
+  }
   plan_.runs_off = off;
   off = AlignUp(off +
                 plan_.n_runs * static_cast<int64_t>(sizeof(dev::ScatterItem)));
@@ -241,6 +254,21 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
 bool DeviceBackend::IsDirect(const kernels::KvSpan& s, int head_dim) const {
   if (s.rows != nullptr || s.stride != head_dim || s.count == 0) return false;
   const int64_t bytes = s.count * kernels::RowBytes(s.dtype, head_dim);
+  return arena_->Contains(s.k, bytes) && arena_->Contains(s.v, bytes);
+}
+
+// A span that names rows of a pinned segment head through a row list (a
+// sparse selection): the device gathers them from there.
+bool DeviceBackend::IsListedPinned(const kernels::KvSpan& s,
+                                   int head_dim) const {
+  if (s.rows == nullptr || s.stride != head_dim || s.count == 0) return false;
+  int32_t last = 0;
+  for (int64_t r = 0; r < s.count; ++r) {
+    if (s.rows[r] < 0) return false;
+    last = std::max(last, s.rows[r]);
+  }
+  const int64_t bytes =
+      (int64_t{last} + 1) * kernels::RowBytes(s.dtype, head_dim);
   return arena_->Contains(s.k, bytes) && arena_->Contains(s.v, bytes);
 }
 
@@ -277,40 +305,54 @@ bool DeviceBackend::CopyDirectSpans(DevPtr kv, int head_dim) {
   return true;
 }
 
-bool DeviceBackend::MapRuns() {
+bool DeviceBackend::MapRuns(DevPtr kv, int head_dim) {
+  run_items_.clear();
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    SpanMeta& m = plan_.spans[i];
+    const SpanMeta& m = plan_.spans[i];
     if (!m.run) continue;
-    auto k = rt_->MappedPointer(plan_.sources[i]->k);
-    auto v = rt_->MappedPointer(plan_.sources[i]->v);
+    const kernels::KvSpan& s = *plan_.sources[i];
+    auto k = rt_->MappedPointer(s.k);
+    auto v = rt_->MappedPointer(s.v);
     if (!Ok(k.status()) || !Ok(v.status())) return false;
-    m.k_src = *k;
-    m.v_src = *v;
+    const int64_t row = kernels::RowBytes(m.dtype, head_dim);
+    // Runs of consecutive stored rows: [first, first + n) to row `at`.
+    for (int64_t at = 0; at < m.count;) {
+      const int64_t first = s.rows != nullptr ? s.rows[at] : at;
+      int64_t n = 1;
+      while (s.rows != nullptr && at + n < m.count &&
+             s.rows[at + n] == first + n) {
+        ++n;
+      }
+      if (s.rows == nullptr) n = m.count;
+      for (const auto& [src, dst] :
+           {std::pair{*k, m.k_off}, std::pair{*v, m.v_off}}) {
+        run_items_.push_back({(kv + dst + at * row).addr,
+                              static_cast<int64_t>((src + first * row).addr),
+                              n * row, 0});
+      }
+      at += n;
+    }
   }
-  return true;
+  return static_cast<int64_t>(run_items_.size()) == plan_.n_runs;
 }
 
 // One op copies every run of the part (a selected cluster's K or V rows)
 // from mapped pinned memory into the scratch: GPU.md's FetchMisses reads
 // the by-cluster runs with 16-byte loads in one launch, where a DMA copy
 // per run costs a driver call each (thousands per decode step).
-void DeviceBackend::CopyRuns(DevPtr kv, int head_dim) {
-  if (plan_.n_runs == 0) return;
+void DeviceBackend::CopyRuns(DevPtr kv) {
+  if (run_items_.empty()) return;
   dev::ScatterRowsArgs a;  // src null: each item's `from` is its address
   a.items = kv + plan_.runs_off;
-  a.n = plan_.n_runs;
+  a.n = static_cast<int64_t>(run_items_.size());
   std::vector<Range> reads = {
       {a.items, a.n * static_cast<int64_t>(sizeof(dev::ScatterItem))}};
   std::vector<Range> writes;
-  for (const SpanMeta& m : plan_.spans) {
-    if (!m.run) continue;
-    const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
-    reads.push_back({m.k_src, bytes});
-    reads.push_back({m.v_src, bytes});
-    writes.push_back({kv + m.k_off, bytes});
-    writes.push_back({kv + m.v_off, bytes});
-    copies_.direct_bytes += 2 * bytes;
-    copies_.run_bytes += 2 * bytes;
+  for (const dev::ScatterItem& it : run_items_) {
+    reads.push_back({DevPtr{static_cast<uint64_t>(it.from)}, it.bytes});
+    writes.push_back({DevPtr{it.dst}, it.bytes});
+    copies_.direct_bytes += it.bytes;
+    copies_.run_bytes += it.bytes;
   }
   ++copies_.run_ops;
   Run(
@@ -376,12 +418,12 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
   }
   const DevPtr kv = kv_dev_.ptr + kv_dev_used_;
   kv_dev_used_ += bytes;
-  if (!MapRuns()) return;
+  if (!MapRuns(kv, spec.head_dim)) return;
   WriteTables(host, kv, spec.head_dim);
   if (staged > 0 && !Ok(rt_->CopyH2D(kv, host, staged, stream_))) return;
   copies_.staged_bytes += staged;
   if (!CopyDirectSpans(kv, spec.head_dim)) return;
-  CopyRuns(kv, spec.head_dim);
+  CopyRuns(kv);
   dev::AttentionArgs a = PartArgs(spec, p, q);
   a.out = Rows(out, p.row, p.n).ptr;
   a.spans = kv + plan_.desc_off;
@@ -494,15 +536,8 @@ void DeviceBackend::WriteTables(char* dst, DevPtr kv, int head_dim) const {
     heads[2 * h] = plan_.heads[h].first;
     heads[2 * h + 1] = plan_.heads[h].second;
   }
-  auto* runs = reinterpret_cast<dev::ScatterItem*>(dst + plan_.runs_off);
-  for (const SpanMeta& m : plan_.spans) {
-    if (!m.run) continue;
-    const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
-    *runs++ = {(kv + m.k_off).addr, static_cast<int64_t>(m.k_src.addr), bytes,
-               0};
-    *runs++ = {(kv + m.v_off).addr, static_cast<int64_t>(m.v_src.addr), bytes,
-               0};
-  }
+  std::memcpy(dst + plan_.runs_off, run_items_.data(),
+              run_items_.size() * sizeof(dev::ScatterItem));
 }
 
 }  // namespace ckv

@@ -223,9 +223,12 @@ class DeviceBackend final : public Backend {
     bool direct = false;
     // Of the direct spans, a small run (a selected cluster): copied with
     // the part's other runs by one copy_runs op reading the mapped pinned
-    // rows (k_src, v_src), not by DMA copies of its own.
+    // rows, not by DMA copies of its own.
     bool run = false;
-    DevPtr k_src = {}, v_src = {};
+    // A direct span named by a row list (a sparse selection over a pinned
+    // segment head): copy_runs gathers its rows, one item per run of
+    // consecutive rows (clusters are stored contiguously).
+    bool listed = false;
     // Store rows in device memory (cache_rows_), read in place: a block
     // cache's through the row list uploaded at rows_off, or a run of a
     // sink/tail mirror (rows_off -1). cache_k/v: the ranges read.
@@ -300,12 +303,14 @@ class DeviceBackend final : public Backend {
                   int64_t kv_dim);
   void PlanSpans(int n_heads, int head_dim);
   bool IsDirect(const kernels::KvSpan& s, int head_dim) const;
+  bool IsListedPinned(const kernels::KvSpan& s, int head_dim) const;
   bool IsCached(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
   bool CopyDirectSpans(DevPtr kv, int head_dim);
-  // The mapped (device) addresses of the run spans' pinned rows.
-  bool MapRuns();
-  // Enqueues the copy_runs op of the plan's runs (items uploaded at kv).
-  void CopyRuns(DevPtr kv, int head_dim);
+  // The copy_runs items of the plan's runs for the scratch at kv (mapped
+  // source addresses), into run_items_.
+  bool MapRuns(DevPtr kv, int head_dim);
+  // Enqueues the copy_runs op of run_items_ (uploaded at kv + runs_off).
+  void CopyRuns(DevPtr kv);
   void GatherRows(char* dst, int head_dim) const;
   // The table entry of span m (rows in the scratch at kv, or store rows).
   kernels::device::AttnSpanDesc SpanDesc(const SpanMeta& m, DevPtr kv,
@@ -410,6 +415,7 @@ class DeviceBackend final : public Backend {
   int64_t resident_bytes_ = 0;
   AttendSet attend_;
   KvPlan plan_;
+  std::vector<kernels::device::ScatterItem> run_items_;
   std::vector<float> lost_;             // zero K/V rows appended after an error
   std::shared_ptr<PinnedArena> arena_;  // segment rows (store_env())
   std::shared_ptr<DevicePlanner> planner_;

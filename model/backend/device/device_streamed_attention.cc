@@ -56,6 +56,7 @@ void DeviceBackend::PlanStreamed(int n_heads, int head_dim) {
   for (int i = 0; i < n; ++i) {
     SpanMeta& m = plan_.spans[i];
     m.pos_off = m.rows_off = -1;
+    if (m.listed) m.direct = m.run = false;  // gathered on the host here
     if (!m.cached) {
       cap = std::max(cap, 2 * AlignUp(kernels::RowBytes(m.dtype, head_dim)));
     }
