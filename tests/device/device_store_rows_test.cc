@@ -59,17 +59,20 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
           << what;
       // Misses come from pinned segments; only sink and tail rows stage.
       EXPECT_EQ(dev.cache_rows.staged_bytes, appended) << what;
+      // Every fill of a flush (misses, appended rows) is one scatter op.
+      EXPECT_GT(dev.cache_rows.scatters, 0) << what;
       const int64_t link = dev.copies.staged_bytes + dev.copies.direct_bytes +
                            dev.cache_rows.fill_bytes;
       EXPECT_LT(link, host_link) << what;
       std::printf(
           "%s %s: link %lld bytes (staged %lld, direct %lld, cache fill "
-          "%lld, moved on device %lld; hits %lld of %lld lookups) vs host "
-          "rows %lld\n",
+          "%lld in %lld scatter ops, moved on device %lld; hits %lld of %lld "
+          "lookups) vs host rows %lld\n",
           what.c_str(), ScheduleName(s), static_cast<long long>(link),
           static_cast<long long>(dev.copies.staged_bytes),
           static_cast<long long>(dev.copies.direct_bytes),
           static_cast<long long>(dev.cache_rows.fill_bytes),
+          static_cast<long long>(dev.cache_rows.scatters),
           static_cast<long long>(dev.cache_rows.move_bytes),
           static_cast<long long>(cpu.stats.hits),
           static_cast<long long>(cpu.stats.lookups),

@@ -277,41 +277,51 @@ void DeviceCacheArena::UnregisterLocked(DevPtr k, DevPtr v) {
   regions_.erase(v.addr);
 }
 
-// Pinned segment rows go up directly (after the staged writes before
-// them); others are packed into the staging buffer for the next scatter.
-// The staging is reused from its start once full, after a flush and a
-// synchronisation (its earlier scatters must have read it).
+// Every fill is a pending write of the next flush, which copies them all
+// in one op: rows of a resident segment from its device copy, pinned
+// segment rows from their mapped address, other host rows packed into
+// the staging buffer first. The staging is reused from its start once
+// full, after a flush and a synchronisation (its earlier flushes must have
+// read it).
 bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
                                     int64_t bytes) {
-  DevPtr mirror;
-  if (FindMirrorLocked(src, bytes, &mirror)) {
+  DevPtr from;
+  if (FindMirrorLocked(src, bytes, &from)) {
     stats_.mirror_bytes += bytes;
-    return FlushLocked() && OkLocked(rt_.CopyD2D(dst, mirror, bytes, stream_));
+    if (!ReserveLocked(0)) return false;
+    pending_.push_back({dst, from, bytes});
+    return true;
   }
   stats_.fill_bytes += bytes;
   if (pinned_ != nullptr && pinned_->Contains(src, bytes)) {
-    return FlushLocked() && OkLocked(rt_.CopyH2D(dst, src, bytes, stream_));
+    auto mapped = rt_.MappedPointer(src);
+    if (!OkLocked(mapped.status()) || !ReserveLocked(0)) return false;
+    pending_.push_back({dst, *mapped, bytes});
+    return true;
   }
-  // Room for the row and for the scatter's item table (one per row).
-  const int64_t table =
-      static_cast<int64_t>((pending_.size() + 1) * sizeof(dev::ScatterItem));
-  if (staging_used_ + RoundUp64(bytes) + table > staging_.bytes) {
-    const int64_t want = std::max(2 * (RoundUp64(bytes) + 64), kMinStaging);
-    if (!FlushLocked() || !OkLocked(rt_.Synchronize(stream_)) ||
-        !OkLocked(Grow(rt_, want, &staging_))) {
-      return false;
-    }
-    auto mapped = rt_.MappedPointer(staging_.host);
-    if (!OkLocked(mapped.status())) return false;
-    staging_dev_ = *mapped;
-    staging_used_ = flushed_ = 0;
-  }
+  if (!ReserveLocked(RoundUp64(bytes))) return false;
   char* host = staging_.host + staging_used_;
   if (!OkLocked(rt_.HostWrite(host, bytes))) return false;
   std::memcpy(host, src, static_cast<size_t>(bytes));
-  pending_.push_back({dst, staging_used_, bytes});
+  pending_.push_back({dst, staging_dev_ + staging_used_, bytes});
   staging_used_ += RoundUp64(bytes);
   stats_.staged_bytes += bytes;
+  return true;
+}
+
+bool DeviceCacheArena::ReserveLocked(int64_t row_bytes) {
+  const int64_t table =
+      static_cast<int64_t>((pending_.size() + 1) * sizeof(dev::ScatterItem));
+  if (staging_used_ + row_bytes + table <= staging_.bytes) return true;
+  const int64_t want = std::max(2 * (row_bytes + table + 64), kMinStaging);
+  if (!FlushLocked() || !OkLocked(rt_.Synchronize(stream_)) ||
+      !OkLocked(Grow(rt_, want, &staging_))) {
+    return false;
+  }
+  auto mapped = rt_.MappedPointer(staging_.host);
+  if (!OkLocked(mapped.status())) return false;
+  staging_dev_ = *mapped;
+  staging_used_ = 0;
   return true;
 }
 
@@ -351,26 +361,27 @@ bool DeviceCacheArena::FlushLocked() {
   auto* items =
       reinterpret_cast<dev::ScatterItem*>(staging_.host + staging_used_);
   if (!OkLocked(rt_.HostWrite(items, table))) return false;
-  dev::Op op;
-  op.name = "scatter_rows";
-  for (int64_t i = 0; i < n; ++i) {
-    const Pending& p = pending_[static_cast<size_t>(i)];
-    items[i] = dev::ScatterItem{p.dst.addr, p.from - flushed_, p.bytes, 0};
-    op.writes.push_back({p.dst, p.bytes});
-  }
-  dev::ScatterRowsArgs a;
-  a.src = staging_dev_ + flushed_;
-  a.src_bytes = staging_used_ - flushed_;
+  dev::ScatterRowsArgs a;  // src null: each item's `from` is its address
   a.items = staging_dev_ + staging_used_;
   a.n = n;
   staging_used_ += RoundUp64(table);
-  op.reads = {{a.src, a.src_bytes}, {a.items, table}};
+  dev::Op op;
+  op.name = "scatter_rows";
+  op.reads = {{a.items, table}};
+  for (int64_t i = 0; i < n; ++i) {
+    const Pending& p = pending_[static_cast<size_t>(i)];
+    items[i] = dev::ScatterItem{p.dst.addr, static_cast<int64_t>(p.src.addr),
+                                p.bytes, 0};
+    op.reads.push_back({p.src, p.bytes});
+    op.writes.push_back({p.dst, p.bytes});
+  }
   op.body = [a](dev::OpContext& c) {
-    const char* from = c.In<char>(a.src, a.src_bytes);
     const dev::ScatterItem* it = c.In<dev::ScatterItem>(a.items, a.n);
     for (int64_t i = 0; i < a.n; ++i) {
+      const dev::DevPtr from{static_cast<uint64_t>(it[i].from)};
       std::memcpy(c.Out<char>(dev::DevPtr{it[i].dst}, it[i].bytes),
-                  from + it[i].from, static_cast<size_t>(it[i].bytes));
+                  c.In<char>(from, it[i].bytes),
+                  static_cast<size_t>(it[i].bytes));
     }
   };
   if (const dev::OpLaunchers* l = rt_.launchers(); l != nullptr) {
@@ -379,7 +390,6 @@ bool DeviceCacheArena::FlushLocked() {
     };
   }
   pending_.clear();
-  flushed_ = staging_used_;
   ++stats_.scatters;
   return OkLocked(rt_.Launch(std::move(op), stream_));
 }

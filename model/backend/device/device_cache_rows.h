@@ -121,12 +121,17 @@ class DeviceCacheArena final
   // budget; false (nothing evicted) when even all idle rows would not do.
   bool MakeRoomLocked(int64_t bytes);
 
-  // A staged write: bytes at staging offset `from` go to dst.
+  // A pending write of the next flush: `bytes` at src (the staging's
+  // mapped view, a pinned segment's mapped rows, or a resident segment's
+  // device rows) go to dst.
   struct Pending {
     DevPtr dst;
-    int64_t from = 0;
+    DevPtr src;
     int64_t bytes = 0;
   };
+  // Room in the staging for `row_bytes` of staged rows and the item table
+  // of one more pending write (flushes, waits and grows when full).
+  bool ReserveLocked(int64_t row_bytes);
 
   kernels::device::Runtime& rt_;
   std::shared_ptr<void> keep_alive_;
@@ -145,7 +150,6 @@ class DeviceCacheArena final
   PinnedBuffer staging_;
   DevPtr staging_dev_;        // its mapped device view
   int64_t staging_used_ = 0;  // bytes written since the last reuse
-  int64_t flushed_ = 0;       // [0, flushed_) scattered (enqueued)
   std::vector<Pending> pending_;
   CacheRowsStats stats_;
   int64_t tick_ = 0;  // BeginStep calls
