@@ -118,5 +118,18 @@ TEST(DeviceBackendTest, PlantedMissingLandingWaitIsCaught) {
   }
 }
 
+// The two landing buffers never take more than an eighth of the device:
+// the chunk is capped at a sixteenth (at least 1 MiB).
+TEST(DeviceBackendTest, StreamChunkIsCappedByTheDevice) {
+  FakeRuntime small(Fake(Schedule::kInline, 1, int64_t{64} << 20));
+  DeviceBackend a(small, "fake", "fake device", {}, Streamed(int64_t{1} << 30));
+  EXPECT_EQ(a.stream_chunk_bytes(), int64_t{4} << 20);
+  FakeRuntime tiny(Fake(Schedule::kInline, 1, int64_t{4} << 20));
+  DeviceBackend b(tiny, "fake", "fake device", {}, Streamed(int64_t{1} << 30));
+  EXPECT_EQ(b.stream_chunk_bytes(), int64_t{1} << 20);
+  DeviceBackend c(small, "fake", "fake device", {}, Streamed(512));
+  EXPECT_EQ(c.stream_chunk_bytes(), 512);
+}
+
 }  // namespace
 }  // namespace ckv

@@ -66,7 +66,10 @@ void DeviceBackend::Init(ResidencyOptions residency) {
   auto st = rt_->CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
   // Streamed attention's copies go on their own stream, ordered by events.
-  stream_chunk_bytes_ = std::max<int64_t>(residency.stream_chunk_bytes, 1);
+  // The two landing buffers take at most an eighth of the device.
+  stream_chunk_bytes_ = std::clamp<int64_t>(
+      residency.stream_chunk_bytes, 1,
+      std::max<int64_t>(info_.device_memory_bytes / 16, 1 << 20));
   auto copies = rt_->CreateStream(dev::kHighestPriority);
   if (Ok(copies.status())) copy_stream_ = *copies;
   for (dev::Event* e :

@@ -149,6 +149,8 @@ class DeviceBackend final : public Backend {
   // The block caches' device rows (their copies: fill, staged, moved).
   const DeviceCacheArena& cache_rows() const { return *cache_rows_; }
   const GraphStats& graph_stats() const { return graph_stats_; }
+  // The streamed attention's chunk in effect (ResidencyOptions', capped).
+  int64_t stream_chunk_bytes() const { return stream_chunk_bytes_; }
 
   Activation NewActivation(int64_t width) override;
   Residency residency() const override;

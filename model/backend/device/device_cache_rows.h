@@ -50,7 +50,8 @@ struct ResidencyOptions {
   int64_t idle_steps = 2;
   // Rows not resident that one attention must copy (a question over a long
   // offloaded document) cross in chunks of at most this many bytes through
-  // two landing buffers (DeviceBackend's streamed attention).
+  // two landing buffers (DeviceBackend's streamed attention; capped at a
+  // sixteenth of the device, at least 1 MiB).
   int64_t stream_chunk_bytes = BackendOptions{}.kv_stream_chunk_bytes;
 };
 
