@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/ref/ops.h"
 #include "model/backend/device/device_backend.h"
@@ -333,7 +334,9 @@ bool DeviceBackend::MapRuns(DevPtr kv, int head_dim) {
       at += n;
     }
   }
-  return static_cast<int64_t>(run_items_.size()) == plan_.n_runs;
+  if (static_cast<int64_t>(run_items_.size()) == plan_.n_runs) return true;
+  return Ok(absl::InternalError(absl::StrCat(
+      "copy_runs: ", run_items_.size(), " runs, ", plan_.n_runs, " planned")));
 }
 
 // One op copies every run of the part (a selected cluster's K or V rows)
