@@ -539,8 +539,10 @@ void DeviceBackend::WriteTables(char* dst, DevPtr kv, int head_dim) const {
     heads[2 * h] = plan_.heads[h].first;
     heads[2 * h + 1] = plan_.heads[h].second;
   }
-  std::memcpy(dst + plan_.runs_off, run_items_.data(),
-              run_items_.size() * sizeof(dev::ScatterItem));
+  if (!run_items_.empty()) {
+    std::memcpy(dst + plan_.runs_off, run_items_.data(),
+                run_items_.size() * sizeof(dev::ScatterItem));
+  }
 }
 
 }  // namespace ckv
