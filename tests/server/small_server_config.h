@@ -41,6 +41,20 @@ inline ServerConfig SmallServerConfig(const std::string& model_path) {
                  schedule);
     std::abort();
   }
+  // CLUSTERKV_TEST_STREAM_CHUNK_BYTES: segments offloaded and every
+  // attention that copies more than that many bytes streamed (device
+  // backends; the *_streamed tests). Not a number: aborts.
+  if (const char* chunk = std::getenv("CLUSTERKV_TEST_STREAM_CHUNK_BYTES")) {
+    char* end = nullptr;
+    const long long bytes = std::strtoll(chunk, &end, 10);
+    if (end == chunk || *end != '\0' || bytes <= 0) {
+      std::fprintf(stderr, "CLUSTERKV_TEST_STREAM_CHUNK_BYTES: bad '%s'\n",
+                   chunk);
+      std::abort();
+    }
+    c.kv_residency = KvResidency::kOffload;
+    c.kv_stream_chunk_bytes = bytes;
+  }
   c.listen_address = "127.0.0.1:0";
   c.metrics_address = "";
   c.threads = 2;
