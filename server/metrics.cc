@@ -119,6 +119,11 @@ class ServerMetricsImpl final : public ServerMetrics {
         resident_refusals_(SingleCounter(
             *registry_, "clusterkv_kv_resident_refusals_total",
             "Segment layers kept in host memory: no room on the device.")),
+        streamed_bytes_(SingleCounter(
+            *registry_, "clusterkv_kv_streamed_bytes_total",
+            "K,V bytes streamed to the device in chunks (attentions copying "
+            "more than --kv-stream-chunk-mb, e.g. a question after a long "
+            "offloaded document).")),
         prefix_hits_(SingleCounter(
             *registry_, "clusterkv_prefix_cache_hits_total",
             "Session-less requests that reused a cached prompt prefix.")),
@@ -231,6 +236,9 @@ class ServerMetricsImpl final : public ServerMetrics {
     resident_evictions_.Increment(static_cast<double>(evictions));
     resident_refusals_.Increment(static_cast<double>(refusals));
   }
+  void AddStreamedBytes(int64_t bytes) override {
+    streamed_bytes_.Increment(static_cast<double>(bytes));
+  }
 
   void AddCacheLookups(int64_t lookups, int64_t hits) override {
     cache_lookups_.Increment(static_cast<double>(lookups));
@@ -270,6 +278,7 @@ class ServerMetricsImpl final : public ServerMetrics {
   Counter& host_to_device_bytes_;
   Counter& resident_evictions_;
   Counter& resident_refusals_;
+  Counter& streamed_bytes_;
   Counter& prefix_hits_;
   Counter& prefix_misses_;
   Counter& prefix_reused_tokens_;

@@ -80,6 +80,9 @@ class ServerMetrics {
   // clusterkv_kv_resident_refusals_total (counters, by increments).
   virtual void SetResidentSegmentBytes(int64_t bytes) = 0;
   virtual void AddResidencyChanges(int64_t evictions, int64_t refusals) = 0;
+  // clusterkv_kv_streamed_bytes_total: K,V bytes device backends streamed
+  // through their landing buffers (--kv-stream-chunk-mb), by increments.
+  virtual void AddStreamedBytes(int64_t bytes) = 0;
   // Counters: clusterkv_cache_lookups_total, clusterkv_cache_hits_total,
   // clusterkv_host_to_device_bytes_total.
   virtual void AddCacheLookups(int64_t lookups, int64_t hits) = 0;

@@ -284,6 +284,7 @@ void ClusterKvServer::PublishGauges() {
   m->SetResidentSegmentBytes(r.segment_bytes);
   m->AddResidencyChanges(r.evictions - last_residency_.evictions,
                          r.refusals - last_residency_.refusals);
+  m->AddStreamedBytes(r.streamed_bytes - last_residency_.streamed_bytes);
   last_residency_ = r;
   const int64_t steps = e.steps - last_steps_;
   if (steps > 0) {

@@ -172,6 +172,9 @@ class Backend {
     int64_t segment_bytes = 0;  // resident now
     int64_t evictions = 0;      // segment layers evicted for room, so far
     int64_t refusals = 0;       // segment layers kept on the host, so far
+    // K,V bytes streamed through the landing buffers (attentions whose
+    // rows to copy exceed kv_stream_chunk_bytes), so far.
+    int64_t streamed_bytes = 0;
   };
   virtual Residency residency() const { return {}; }
 

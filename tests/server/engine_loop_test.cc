@@ -507,6 +507,37 @@ TEST(EngineLoopDeviceTest, DeviceErrorFailsTheJobs) {
 // `device` holds the session's prompt segment once it is attended; with
 // `auto` and a one-byte budget the segment's layers are refused (counted
 // once each) and nothing is resident.
+// Streamed bytes (Backend::Residency::streamed_bytes, published as
+// clusterkv_kv_streamed_bytes_total): none with the default chunk on this
+// small model; with 1 KiB chunks and offloaded segments, the prefill
+// chunks after the first and the decode steps stream.
+TEST(EngineLoopDeviceTest, StreamedBytesAreReported) {
+  for (const int64_t chunk :
+       {BackendOptions{}.kv_stream_chunk_bytes, int64_t{1024}}) {
+    ClusterWorker worker;
+    SessionManager sessions(TestModel().config, ServerLimits{}, &worker);
+    Collector c;  // outlives the engine (see DeviceErrorFailsTheJobs)
+    BackendOptions o;
+    o.kv_residency = KvResidency::kOffload;
+    o.kv_stream_chunk_bytes = chunk;
+    auto backend = MakeBackend(BackendKind::kFake, o);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    sessions.set_store_env((*backend)->store_env());
+    EngineLoop engine(TestModel(), TransformerOptions{1, 32}, 16,
+                      *std::move(backend));
+    auto spec = NewSessionJob(sessions, Tokens(100, 3), 4, c);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(engine.Submit(*std::move(spec)).ok());
+    c.Wait();
+    ASSERT_TRUE(c.result.status.ok()) << c.result.status;
+    if (chunk == 1024) {
+      EXPECT_GT(engine.residency().streamed_bytes, 0);
+    } else {
+      EXPECT_EQ(engine.residency().streamed_bytes, 0);
+    }
+  }
+}
+
 TEST(EngineLoopDeviceTest, ResidencyIsReported) {
   for (const bool room : {true, false}) {
     ClusterWorker worker;

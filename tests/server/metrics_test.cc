@@ -236,6 +236,7 @@ std::map<std::string, std::string> ExpectedFamilies() {
       {"clusterkv_kv_resident_segment_bytes", "gauge"},
       {"clusterkv_kv_resident_evictions_total", "counter"},
       {"clusterkv_kv_resident_refusals_total", "counter"},
+      {"clusterkv_kv_streamed_bytes_total", "counter"},
   };
 }
 
@@ -334,6 +335,8 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   m.SetResidentSegmentBytes(4096);
   m.AddResidencyChanges(3, 0);
   m.AddResidencyChanges(2, 7);
+  m.AddStreamedBytes(1000);
+  m.AddStreamedBytes(24);
   m.SetKvBytes("device", int64_t{3} << 30);
   m.AddCacheLookups(10, 4);
   m.AddCacheLookups(6, 6);
@@ -404,6 +407,7 @@ TEST(ServerMetricsTest, ValuesAndLabels) {
   EXPECT_EQ(Value(e, "clusterkv_kv_resident_segment_bytes"), 4096);
   EXPECT_EQ(Value(e, "clusterkv_kv_resident_evictions_total"), 5);
   EXPECT_EQ(Value(e, "clusterkv_kv_resident_refusals_total"), 7);
+  EXPECT_EQ(Value(e, "clusterkv_kv_streamed_bytes_total"), 1024);
   EXPECT_EQ(Value(e, "clusterkv_cache_lookups_total"), 16);
   EXPECT_EQ(Value(e, "clusterkv_cache_hits_total"), 10);
   EXPECT_EQ(Value(e, "clusterkv_host_to_device_bytes_total"), 1 << 20);

@@ -123,7 +123,8 @@ StoreEnv DeviceBackend::store_env() {
 
 Backend::Residency DeviceBackend::residency() const {
   const CacheRowsStats c = cache_rows_->stats();  // under the arena's lock
-  return Residency{c.resident_bytes, c.resident_evictions, c.resident_refusals};
+  return Residency{c.resident_bytes, c.resident_evictions, c.resident_refusals,
+                   streamed_bytes_.load(std::memory_order_relaxed)};
 }
 
 bool DeviceBackend::Ok(const absl::Status& s) {
@@ -246,6 +247,7 @@ void DeviceBackend::EndStep() {
   FlushDeferred();  // no other runtime call inside a deferred run
   // The next step rewrites the staging buffers from the host.
   if (ok()) Ok(rt_->Synchronize(stream_));
+  streamed_bytes_.store(copies_.streamed_bytes, std::memory_order_relaxed);
 }
 
 // ---- MakeBackend(kFake) ---------------------------------------------------

@@ -21,6 +21,7 @@
 // later op is skipped, Logits writes NaN, and Transformer::Forward returns it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -412,6 +413,9 @@ class DeviceBackend final : public Backend {
   kernels::device::Event stream_start_, filled_[2], drained_[2];
   DevBuf landing_[2], state_dev_;
   StreamPlan stream_plan_;
+  // copies_.streamed_bytes as of the last EndStep, for residency() (any
+  // thread).
+  std::atomic<int64_t> streamed_bytes_{0};
   int64_t kv_stage_used_ = 0;
   std::map<std::pair<const void*, int64_t>, DevPtr> resident_;
   int64_t resident_bytes_ = 0;
