@@ -190,14 +190,14 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
     SpanMeta& m = plan_.spans[i];
     const kernels::KvSpan& s = *plan_.sources[i];
     m.cached = IsCached(s, head_dim, &m);
-    m.direct = !m.cached && IsDirect(s, head_dim);
+    m.direct = !m.cached && IsDirect(s, head_dim, &m);
     const int64_t run_max = debug_.run_copy_max_bytes < 0
                                 ? kRunCopyMaxBytes
                                 : debug_.run_copy_max_bytes;
     m.run =
         m.direct && m.count * kernels::RowBytes(m.dtype, head_dim) <= run_max;
-    m.listed =
-        !m.cached && !m.direct && run_max > 0 && IsListedPinned(s, head_dim);
+    m.listed = !m.cached && !m.direct && run_max > 0 &&
+               IsListedPinned(s, head_dim, &m);
     if (m.listed) m.direct = m.run = true;
   }
   // Staged K rows, staged V rows, explicit positions: one upload from the
@@ -212,34 +212,14 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
   };
   place_rows(false, false);
   place_rows(false, true);
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    if (PlainRun(*plan_.sources[i])) continue;
-    plan_.spans[i].pos_off = off;
-    off = AlignUp(off +
-                  plan_.spans[i].count * static_cast<int64_t>(sizeof(int64_t)));
-  }
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    SpanMeta& m = plan_.spans[i];
-    if (!m.cached || plan_.sources[i]->rows == nullptr) continue;
-    m.rows_off = off;
-    off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
-  }
+  off = PlaceLists(off);
   plan_.desc_off = off;
   off = AlignUp(off + static_cast<int64_t>(plan_.order.size() *
                                            sizeof(dev::AttnSpanDesc)));
   plan_.heads_off = off;
   off = AlignUp(off + n_heads * 2 * static_cast<int64_t>(sizeof(int32_t)));
   plan_.n_runs = 0;
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    const SpanMeta& m = plan_.spans[i];
-    if (!m.run) continue;
-    int64_t runs = 1;  // of consecutive rows
-    const int32_t* rows = m.listed ? plan_.sources[i]->rows : nullptr;
-    for (int64_t r = 1; rows != nullptr && r < m.count; ++r) {
-      runs += rows[r] != rows[r - 1] + 1 ? 1 : 0;
-    }
-    plan_.n_runs += 2 * runs;
-  }
+  for (const SpanMeta& m : plan_.spans) plan_.n_runs += m.run ? 2 * m.runs : 0;
   plan_.runs_off = off;
   off = AlignUp(off +
                 plan_.n_runs * static_cast<int64_t>(sizeof(dev::ScatterItem)));
@@ -252,25 +232,72 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
 // A span whose K and V rows are each one contiguous run of pinned arena
 // memory (a selected cluster or a whole segment head, stored by cluster):
 // the device copies it from there.
-bool DeviceBackend::IsDirect(const kernels::KvSpan& s, int head_dim) const {
+bool DeviceBackend::IsDirect(const kernels::KvSpan& s, int head_dim,
+                             SpanMeta* m) const {
   if (s.rows != nullptr || s.stride != head_dim || s.count == 0) return false;
   const int64_t bytes = s.count * kernels::RowBytes(s.dtype, head_dim);
-  return arena_->Contains(s.k, bytes) && arena_->Contains(s.v, bytes);
+  m->runs = 1;
+  return arena_->Mapped(s.k, bytes, &m->k_src) &&
+         arena_->Mapped(s.v, bytes, &m->v_src);
 }
 
 // A span that names rows of a pinned segment head through a row list (a
-// sparse selection): the device gathers them from there.
-bool DeviceBackend::IsListedPinned(const kernels::KvSpan& s,
-                                   int head_dim) const {
+// sparse selection): the device gathers them from there, one copy_runs
+// item per run of consecutive rows.
+bool DeviceBackend::IsListedPinned(const kernels::KvSpan& s, int head_dim,
+                                   SpanMeta* m) const {
   if (s.rows == nullptr || s.stride != head_dim || s.count == 0) return false;
   int32_t last = 0;
+  m->runs = 1;
   for (int64_t r = 0; r < s.count; ++r) {
     if (s.rows[r] < 0) return false;
     last = std::max(last, s.rows[r]);
+    if (r > 0 && s.rows[r] != s.rows[r - 1] + 1) ++m->runs;
   }
   const int64_t bytes =
       (int64_t{last} + 1) * kernels::RowBytes(s.dtype, head_dim);
-  return arena_->Contains(s.k, bytes) && arena_->Contains(s.v, bytes);
+  return arena_->Mapped(s.k, bytes, &m->k_src) &&
+         arena_->Mapped(s.v, bytes, &m->v_src);
+}
+
+int64_t DeviceBackend::PlaceLists(int64_t off) {
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    SpanMeta& m = plan_.spans[i];
+    const kernels::KvSpan& s = *plan_.sources[i];
+    m.pos_off = m.rows_off = -1;
+    if (PlainRun(s)) continue;
+    m.pos_off = off;
+    off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int64_t)));
+  }
+  for (size_t i = 0; i < plan_.spans.size(); ++i) {
+    SpanMeta& m = plan_.spans[i];
+    if (!m.cached || plan_.sources[i]->rows == nullptr) continue;
+    m.rows_off = off;
+    off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
+  }
+  return off;
+}
+
+bool DeviceBackend::SetSplits(dev::AttentionArgs* a, int64_t max_rows,
+                              int64_t* ws_bytes) {
+  // Split-K for long rows (a device's choice; the host form ignores it).
+  a->splits = dev::AttentionSplits(a->n_q, a->n_heads, max_rows);
+  *ws_bytes =
+      dev::AttentionWorkspaceBytes(a->n_q, a->n_heads, a->head_dim, a->splits);
+  a->workspace = DevPtr{};
+  if (*ws_bytes == 0) return true;
+  if (!GrowDevice(attn_ws_dev_, *ws_bytes)) return false;
+  a->workspace = attn_ws_dev_.ptr;
+  return true;
+}
+
+void DeviceBackend::AddCachedReads(std::vector<Range>* reads) {
+  for (const SpanMeta& m : plan_.spans) {
+    if (!m.cached) continue;
+    reads->push_back(m.cache_k);
+    reads->push_back(m.cache_v);
+    copies_.cached_rows += m.count;
+  }
 }
 
 // A span over store rows in device memory (a block cache's, with an index
@@ -306,27 +333,22 @@ bool DeviceBackend::CopyDirectSpans(DevPtr kv, int head_dim) {
   return true;
 }
 
-bool DeviceBackend::MapRuns(DevPtr kv, int head_dim) {
+bool DeviceBackend::MakeRunItems(DevPtr kv, int head_dim) {
   run_items_.clear();
   for (size_t i = 0; i < plan_.spans.size(); ++i) {
     const SpanMeta& m = plan_.spans[i];
     if (!m.run) continue;
-    const kernels::KvSpan& s = *plan_.sources[i];
-    auto k = rt_->MappedPointer(s.k);
-    auto v = rt_->MappedPointer(s.v);
-    if (!Ok(k.status()) || !Ok(v.status())) return false;
+    const int32_t* rows = plan_.sources[i]->rows;  // null: one run
     const int64_t row = kernels::RowBytes(m.dtype, head_dim);
     // Runs of consecutive stored rows: [first, first + n) to row `at`.
     for (int64_t at = 0; at < m.count;) {
-      const int64_t first = s.rows != nullptr ? s.rows[at] : at;
-      int64_t n = 1;
-      while (s.rows != nullptr && at + n < m.count &&
-             s.rows[at + n] == first + n) {
+      const int64_t first = rows != nullptr ? rows[at] : 0;
+      int64_t n = rows != nullptr ? 1 : m.count;
+      while (rows != nullptr && at + n < m.count && rows[at + n] == first + n) {
         ++n;
       }
-      if (s.rows == nullptr) n = m.count;
       for (const auto& [src, dst] :
-           {std::pair{*k, m.k_off}, std::pair{*v, m.v_off}}) {
+           {std::pair{m.k_src, m.k_off}, std::pair{m.v_src, m.v_off}}) {
         run_items_.push_back({(kv + dst + at * row).addr,
                               static_cast<int64_t>((src + first * row).addr),
                               n * row, 0});
@@ -421,7 +443,7 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
   }
   const DevPtr kv = kv_dev_.ptr + kv_dev_used_;
   kv_dev_used_ += bytes;
-  if (!MapRuns(kv, spec.head_dim)) return;
+  if (!MakeRunItems(kv, spec.head_dim)) return;
   WriteTables(host, kv, spec.head_dim);
   if (staged > 0 && !Ok(rt_->CopyH2D(kv, host, staged, stream_))) return;
   copies_.staged_bytes += staged;
@@ -432,26 +454,15 @@ void DeviceBackend::AttendPart(const AttentionSpec& spec,
   a.spans = kv + plan_.desc_off;
   a.heads = kv + plan_.heads_off;
   a.n_spans = static_cast<int64_t>(plan_.order.size());
-  // Split-K for long rows (a device's choice; the host form ignores it).
-  a.splits = dev::AttentionSplits(a.n_q, a.n_heads, MaxHeadRows());
-  const int64_t ws_bytes =
-      dev::AttentionWorkspaceBytes(a.n_q, a.n_heads, a.head_dim, a.splits);
-  if (ws_bytes > 0) {
-    if (!GrowDevice(attn_ws_dev_, ws_bytes)) return;
-    a.workspace = attn_ws_dev_.ptr;
-  }
+  int64_t ws_bytes = 0;
+  if (!SetSplits(&a, MaxHeadRows(), &ws_bytes)) return;
   // The store rows written for this part (sinks, tail, cache misses) land
   // before the attention reads them.
   cache_rows_->Flush();
   std::vector<Range> reads = {Rows(q, p.row, p.n),
                               {a.q_pos, p.n * int64_t{sizeof(int64_t)}},
                               {kv, bytes}};
-  for (const SpanMeta& m : plan_.spans) {
-    if (!m.cached) continue;
-    reads.push_back(m.cache_k);
-    reads.push_back(m.cache_v);
-    copies_.cached_rows += m.count;
-  }
+  AddCachedReads(&reads);
   std::vector<Range> writes = {Rows(out, p.row, p.n)};
   if (ws_bytes > 0) writes.push_back({a.workspace, ws_bytes});
   RunAttention("attention", a, std::move(reads), std::move(writes));

@@ -232,6 +232,10 @@ class DeviceBackend final : public Backend {
     // segment head): copy_runs gathers its rows, one item per run of
     // consecutive rows (clusters are stored contiguously).
     bool listed = false;
+    // Direct spans: the device view of the pinned K and V rows; runs: the
+    // copy_runs items' count for each of K and V (1 unless listed).
+    DevPtr k_src = {}, v_src = {};
+    int64_t runs = 0;
     // Store rows in device memory (cache_rows_), read in place: a block
     // cache's through the row list uploaded at rows_off, or a run of a
     // sink/tail mirror (rows_off -1). cache_k/v: the ranges read.
@@ -305,13 +309,24 @@ class DeviceBackend final : public Backend {
   void AppendLost(int layer, absl::Span<const AttentionPart> parts,
                   int64_t kv_dim);
   void PlanSpans(int n_heads, int head_dim);
-  bool IsDirect(const kernels::KvSpan& s, int head_dim) const;
-  bool IsListedPinned(const kernels::KvSpan& s, int head_dim) const;
+  // Each sets m's source addresses (PinnedArena::Mapped) when true.
+  bool IsDirect(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
+  bool IsListedPinned(const kernels::KvSpan& s, int head_dim,
+                      SpanMeta* m) const;
+  // Places the explicit position lists and the block caches' row lists of
+  // plan_'s spans from `off`; returns the end.
+  int64_t PlaceLists(int64_t off);
+  // The split-K count of `a` for heads of at most max_rows rows and its
+  // workspace (grown; a.workspace set); false after an error.
+  bool SetSplits(kernels::device::AttentionArgs* a, int64_t max_rows,
+                 int64_t* ws_bytes);
+  // The ranges of the store rows the plan's cached spans read.
+  void AddCachedReads(std::vector<Range>* reads);
   bool IsCached(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
   bool CopyDirectSpans(DevPtr kv, int head_dim);
-  // The copy_runs items of the plan's runs for the scratch at kv (mapped
-  // source addresses), into run_items_.
-  bool MapRuns(DevPtr kv, int head_dim);
+  // The copy_runs items of the plan's runs for the scratch at kv, into
+  // run_items_.
+  bool MakeRunItems(DevPtr kv, int head_dim);
   // Enqueues the copy_runs op of run_items_ (uploaded at kv + runs_off).
   void CopyRuns(DevPtr kv);
   void GatherRows(char* dst, int head_dim) const;
@@ -348,6 +363,7 @@ class DeviceBackend final : public Backend {
     std::vector<Piece> pieces;                 // by span, then row
     std::vector<int> span_pieces;              // [span]: first piece; + end
     std::vector<int64_t> fill;                 // [chunk]: bytes used
+    std::vector<int> chunk_pieces;             // [chunk]: first piece
     std::vector<int64_t> desc_off, heads_off;  // [chunk]: its tables
     std::vector<int> entries;                  // [chunk]: table entries
     std::vector<int64_t> max_rows;             // [chunk]: most rows of a head

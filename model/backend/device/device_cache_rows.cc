@@ -293,10 +293,9 @@ bool DeviceCacheArena::UploadLocked(DevPtr dst, const void* src,
     return true;
   }
   stats_.fill_bytes += bytes;
-  if (pinned_ != nullptr && pinned_->Contains(src, bytes)) {
-    auto mapped = rt_.MappedPointer(src);
-    if (!OkLocked(mapped.status()) || !ReserveLocked(0)) return false;
-    pending_.push_back({dst, *mapped, bytes});
+  if (pinned_ != nullptr && pinned_->Mapped(src, bytes, &from)) {
+    if (!ReserveLocked(0)) return false;
+    pending_.push_back({dst, from, bytes});
     return true;
   }
   if (!ReserveLocked(RoundUp64(bytes))) return false;

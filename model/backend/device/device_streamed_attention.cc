@@ -25,15 +25,6 @@ namespace ckv {
 
 namespace dev = kernels::device;
 
-namespace {
-
-bool PlainRun(const kernels::KvSpan& s) {
-  return s.positions == nullptr && s.rows == nullptr &&
-         s.row_positions == nullptr;
-}
-
-}  // namespace
-
 bool DeviceBackend::StreamsPlan(int head_dim) const {
   int64_t copied = 0;
   for (const SpanMeta& m : plan_.spans) {
@@ -51,24 +42,13 @@ void DeviceBackend::PlanStreamed(int n_heads, int head_dim) {
   StreamPlan& sp = stream_plan_;
   sp = StreamPlan{};
   const int n = static_cast<int>(plan_.spans.size());
-  int64_t off = 0;
+  int64_t off = PlaceLists(0);
   int64_t cap = stream_chunk_bytes_;  // at least one row of K and V
-  for (int i = 0; i < n; ++i) {
-    SpanMeta& m = plan_.spans[i];
-    m.pos_off = m.rows_off = -1;
+  for (SpanMeta& m : plan_.spans) {
     if (m.listed) m.direct = m.run = false;  // gathered on the host here
     if (!m.cached) {
       cap = std::max(cap, 2 * AlignUp(kernels::RowBytes(m.dtype, head_dim)));
     }
-    if (PlainRun(*plan_.sources[i])) continue;
-    m.pos_off = off;
-    off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int64_t)));
-  }
-  for (int i = 0; i < n; ++i) {
-    SpanMeta& m = plan_.spans[i];
-    if (!m.cached || plan_.sources[i]->rows == nullptr) continue;
-    m.rows_off = off;
-    off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
   }
   int chunk = 0;
   int64_t fill = 0;
@@ -84,6 +64,9 @@ void DeviceBackend::PlanStreamed(int n_heads, int head_dim) {
         ++chunk;
         fill = 0;
         continue;
+      }
+      if (sp.chunk_pieces.size() <= static_cast<size_t>(chunk)) {
+        sp.chunk_pieces.push_back(static_cast<int>(sp.pieces.size()));
       }
       sp.pieces.push_back(Piece{i, chunk, r, take, fill});
       fill += 2 * AlignUp(take * row);
@@ -193,8 +176,12 @@ bool DeviceBackend::CopyChunk(int c, const char* staged, int head_dim) {
       !Ok(rt_->Wait(copy_stream_, drained_[slot]))) {
     return false;
   }
-  for (const Piece& piece : stream_plan_.pieces) {
-    if (piece.chunk != c) continue;
+  const StreamPlan& sp = stream_plan_;
+  const int end = c + 1 < static_cast<int>(sp.chunk_pieces.size())
+                      ? sp.chunk_pieces[c + 1]
+                      : static_cast<int>(sp.pieces.size());
+  for (int i = sp.chunk_pieces[c]; i < end; ++i) {  // chunk c's pieces
+    const Piece& piece = sp.pieces[i];
     const SpanMeta& m = plan_.spans[piece.span];
     const kernels::KvSpan& s = *plan_.sources[piece.span];
     const int64_t row = kernels::RowBytes(m.dtype, head_dim);
@@ -255,25 +242,14 @@ void DeviceBackend::AttendStreamed(const AttentionSpec& spec,
     a.heads = kv + sp.heads_off[c];
     a.n_spans = sp.entries[c];
     a.fresh = c == 0;
-    a.splits = dev::AttentionSplits(a.n_q, a.n_heads, sp.max_rows[c]);
-    const int64_t ws_bytes =
-        dev::AttentionWorkspaceBytes(a.n_q, a.n_heads, a.head_dim, a.splits);
-    a.workspace = DevPtr{};
-    if (ws_bytes > 0) {
-      if (!GrowDevice(attn_ws_dev_, ws_bytes)) return;
-      a.workspace = attn_ws_dev_.ptr;
-    }
+    int64_t ws_bytes = 0;
+    if (!SetSplits(&a, sp.max_rows[c], &ws_bytes)) return;
     std::vector<Range> reads = {Rows(q, p.row, p.n),
                                 {a.q_pos, p.n * int64_t{sizeof(int64_t)}},
                                 {kv, sp.meta_bytes},
                                 {landing_[slot].ptr, sp.fill[c]}};
     if (c > 0) reads.push_back(state);
-    for (const SpanMeta& m : plan_.spans) {
-      if (!m.cached || c > 0) continue;
-      reads.push_back(m.cache_k);
-      reads.push_back(m.cache_v);
-      copies_.cached_rows += m.count;
-    }
+    if (c == 0) AddCachedReads(&reads);  // store rows: read by chunk 0
     std::vector<Range> writes = {state};
     if (ws_bytes > 0) writes.push_back({a.workspace, ws_bytes});
     RunAttention("attention_chunk", a, std::move(reads), std::move(writes));

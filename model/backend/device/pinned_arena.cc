@@ -82,6 +82,16 @@ bool PinnedArena::Contains(const void* p, int64_t bytes) const {
   return FindLocked(p, bytes) >= 0;
 }
 
+bool PinnedArena::Mapped(const void* p, int64_t bytes,
+                         kernels::device::DevPtr* dev) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int slab = FindLocked(p, bytes);
+  if (slab < 0) return false;
+  const Slab& s = slabs_[slab];
+  *dev = s.mapped + (static_cast<const char*>(p) - s.base);
+  return true;
+}
+
 int64_t PinnedArena::pinned_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pinned_;
@@ -114,8 +124,14 @@ int PinnedArena::NewSlabLocked(int64_t bytes, bool own) {
   if (pinned_ + bytes > options_.limit_bytes) return -1;
   absl::StatusOr<void*> p = rt_.HostAllocPinned(bytes);
   if (!p.ok()) return -1;  // the caller falls back to the heap
+  absl::StatusOr<kernels::device::DevPtr> mapped = rt_.MappedPointer(*p);
+  if (!mapped.ok()) {
+    rt_.HostFree(*p).IgnoreError();
+    return -1;
+  }
   Slab s;
   s.base = static_cast<char*>(*p);
+  s.mapped = *mapped;
   s.bytes = bytes;
   s.own = own;
   s.ranges.Grow(bytes);

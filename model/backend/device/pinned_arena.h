@@ -38,6 +38,9 @@ class PinnedArena final : public HostArena {
   void* Allocate(int64_t bytes) override;
   void Free(void* p, int64_t bytes) override;
   bool Contains(const void* p, int64_t bytes) const override;
+  // Contains(), and then the device address of p (the slab's mapped view,
+  // asked of the runtime once per slab, not per call).
+  bool Mapped(const void* p, int64_t bytes, kernels::device::DevPtr* dev) const;
 
   // Pinned bytes held from the runtime (slabs and own blocks), blocks in
   // use in them, and heap blocks handed out after the limit.
@@ -48,6 +51,7 @@ class PinnedArena final : public HostArena {
  private:
   struct Slab {
     char* base = nullptr;
+    kernels::device::DevPtr mapped;  // base's device view
     int64_t bytes = 0;
     bool own = false;  // one block's own allocation
     RangeAllocator ranges;
