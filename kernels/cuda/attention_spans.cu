@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
     acc[j] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int first = p.heads[2 * h], count = p.heads[2 * h + 1];
+  const int64_t table = p.row_heads ? int64_t{t} * p.n_heads + h : h;
+  const int first = p.heads[2 * table], count = p.heads[2 * table + 1];
   for (int s = first; s < first + count; ++s) {
     const AttnSpanDesc sp = p.spans[s];
     const void* kb = reinterpret_cast<const void*>(sp.k);

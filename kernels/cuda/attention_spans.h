@@ -24,7 +24,10 @@ struct SpanAttentionParams {
   const float* q = nullptr;        // [n_q][n_heads][head_dim]
   const int64_t* q_pos = nullptr;  // [n_q]
   const device::AttnSpanDesc* spans = nullptr;
-  const int32_t* heads = nullptr;  // [n_heads][2]: first span, count
+  // [n_heads][2]: first span, count; row_heads: [n_q][n_heads][2], each
+  // query row its own (a batch of sequences).
+  const int32_t* heads = nullptr;
+  bool row_heads = false;
   float* out = nullptr;            // [n_q][n_heads][head_dim]
   int n_q = 0, n_heads = 0, head_dim = 0;
   float scale = 0.0f, softcap = 0.0f;

@@ -115,6 +115,7 @@ absl::Status CudaLaunchers::Attention(const dev::AttentionArgs& a,
   p.q_pos = P<const int64_t>(a.q_pos);
   p.spans = P<const dev::AttnSpanDesc>(a.spans);
   p.heads = P<const int32_t>(a.heads);
+  p.row_heads = a.row_heads;
   p.out = P<float>(a.out);
   p.n_q = a.n_q;
   p.n_heads = a.n_heads;

@@ -78,7 +78,9 @@ struct AddArgs {
 };
 
 // Query head h of every query row attends spans (AttnSpanDesc) [heads[2h] ..
-// heads[2h] + heads[2h + 1]) (int32 pairs). q, out [n_q][n_heads][head_dim],
+// heads[2h] + heads[2h + 1]) (int32 pairs); row_heads: each query row t
+// has its own table, heads[2(t n_heads + h)] (several sequences' rows in
+// one op: a batch of decode sessions). q, out [n_q][n_heads][head_dim],
 // q_pos int64 [n_q]; a query at p sees keys at k <= p (and p - window < k
 // when window > 0); scores q.k * scale, softcap > 0: cap * tanh(s / cap).
 // splits > 1: a device may cut each head's rows into that many chunks
@@ -98,6 +100,7 @@ struct AttentionArgs {
   DevPtr workspace;
   DevPtr state;
   bool fresh = false;
+  bool row_heads = false;
 };
 
 // out = acc / l of each of n (query row, head) states (zeros where l == 0):

@@ -347,6 +347,7 @@ struct MultiRun {
   std::vector<CacheStats> stats;
   absl::Status status;
   int64_t layers_planned = 0, batches = 0;  // a DeviceBackend's planner
+  AttendCopyStats copies;                   // and its attention
 };
 
 // A prefill chunk inside a decode batch, then forks decoding together:
@@ -401,6 +402,7 @@ MultiRun BatchScenario(const Model& m, std::unique_ptr<Backend> backend) {
   if (device != nullptr) {
     r.layers_planned = device->planner().layers_planned();
     r.batches = device->planner().batches();
+    r.copies = device->attend_copies();
   }
   return r;
 }
@@ -412,6 +414,11 @@ TEST(DeviceBackendTest, PrefillInDecodeBatchAndForks) {
     const MultiRun cpu = BatchScenario(*m, Cpu());
     FakeRuntime rt(Fake(Schedule::kThreaded, 5));
     const MultiRun dev = BatchScenario(*m, Device(rt));
+    DeviceBackendDebug per_part;
+    per_part.one_op_per_part = true;
+    FakeRuntime rt_parts(Fake(Schedule::kThreaded, 5));
+    const MultiRun parts = BatchScenario(*m, Device(rt_parts, per_part));
+    ASSERT_TRUE(parts.status.ok()) << parts.status;
     ASSERT_TRUE(cpu.status.ok()) << cpu.status;
     ASSERT_TRUE(dev.status.ok()) << dev.status;
     ASSERT_EQ(dev.logits.size(), cpu.logits.size());
@@ -432,6 +439,24 @@ TEST(DeviceBackendTest, PrefillInDecodeBatchAndForks) {
                 static_cast<long long>(dev.batches));
     EXPECT_GT(dev.batches, 0) << arch;
     EXPECT_GT(dev.layers_planned, 3 * dev.batches) << arch;
+    // And attended in one op per layer and step: the prefill (1 part), the
+    // mixed step (2 parts), six steps of four decoding stores (4 parts).
+    const int64_t layers = m->config.n_layers;
+    EXPECT_EQ(dev.copies.attention_ops, (1 + 1 + 6) * layers) << arch;
+    EXPECT_EQ(dev.copies.batched_parts, (1 + 2 + 6 * 4) * layers) << arch;
+    // The same outputs as one op per part, bit for bit (the host form
+    // attends each part's rows as one call either way), in fewer ops.
+    EXPECT_EQ(parts.copies.attention_ops, parts.copies.batched_parts) << arch;
+    EXPECT_EQ(parts.logits, dev.logits) << arch;
+    std::printf(
+        "%s: %lld attention ops for %lld parts; runtime ops %lld "
+        "(one op per part: %lld)\n",
+        arch.c_str(), static_cast<long long>(dev.copies.attention_ops),
+        static_cast<long long>(dev.copies.batched_parts),
+        static_cast<long long>(rt.ops_run()),
+        static_cast<long long>(rt_parts.ops_run()));
+    EXPECT_LT(rt.ops_run(), rt_parts.ops_run()) << arch;
+    EXPECT_TRUE(rt_parts.OrderingStatus().ok()) << rt_parts.OrderingStatus();
   }
 }
 

@@ -420,12 +420,18 @@ TEST_P(BackendOpsTest, GateSwiGluAndGeluTanh) {
 // Also streamed: with a stream chunk of 300 bytes a device backend cuts
 // each part's rows into chunks of one or two rows (GQA groups, window and
 // softcap across chunk edges), folds them into the running softmax state
-// and finishes; the result is the same attention.
+// and finishes; the result is the same attention. Mixed (-1): a chunk that
+// the decode part's rows exceed and the prefill part's 4 do not, with
+// the prefill part first: it is attended (alone) before the streamed one.
 TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
   const int n_heads = 6, n_kv = 2;
-  for (const int64_t stream_chunk :
-       {BackendOptions{}.kv_stream_chunk_bytes, int64_t{300}}) {
+  for (const int64_t chunk_case :
+       {BackendOptions{}.kv_stream_chunk_bytes, int64_t{300}, int64_t{-1}}) {
     for (int head_dim : {16, 67}) {
+      // K and V of 4.5 rows of both KV heads: the decode part attends 10
+      // rows (5 in the window), the prefill part 4.
+      const int64_t stream_chunk =
+          chunk_case >= 0 ? chunk_case : 2 * n_kv * head_dim * 4 * 9 / 2;
       for (float softcap : {0.0f, 30.0f}) {
         for (int64_t window : {int64_t{0}, int64_t{5}}) {
           const int64_t q_dim = int64_t{n_heads} * head_dim;
@@ -472,20 +478,28 @@ TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
           spec.softcap = softcap;
           spec.window = window;
           const AttentionPart parts[] = {{&a, 0, 1}, {&c, 1, 4}};
-          b.Attention(0, spec, parts, qa, k, v, out, nullptr);
+          const AttentionPart prefill_first[] = {parts[1], parts[0]};
+          b.Attention(0, spec, chunk_case < 0 ? prefill_first : parts, qa, k, v,
+                      out, nullptr);
           const std::vector<float> got = Read(out);
           b.EndStep();
           a.Commit(1);
           c.Commit(4);
           if (const auto* d = dynamic_cast<const DeviceBackend*>(&b)) {
             const AttendCopyStats& st = d->attend_copies();
-            if (stream_chunk < 1000) {  // both parts, several chunks each
+            if (chunk_case < 0) {  // the decode part streams
+              EXPECT_EQ(st.streamed_parts, 1);
+              EXPECT_EQ(st.attention_ops, 1);
+              EXPECT_EQ(st.batched_parts, 1);
+            } else if (stream_chunk < 1000) {  // both, several chunks each
               EXPECT_EQ(st.streamed_parts, 2);
               EXPECT_GT(st.streamed_chunks, 4);
               EXPECT_LE(st.largest_chunk_bytes,
                         std::max<int64_t>(stream_chunk, 2 * 320));
-            } else {
+            } else {  // the two parts attended by one op
               EXPECT_EQ(st.streamed_parts, 0);
+              EXPECT_EQ(st.attention_ops, 1);
+              EXPECT_EQ(st.batched_parts, 2);
             }
           }
 

@@ -47,7 +47,9 @@ bool PlainRun(const kernels::KvSpan& s) {
 // of streamed attention folds them into the state with the reference.
 void AttendFromTables(const dev::AttentionArgs& a, dev::OpContext& c) {
   const auto* desc = c.In<dev::AttnSpanDesc>(a.spans, a.n_spans);
-  const int32_t* heads = c.In<int32_t>(a.heads, 2 * int64_t{a.n_heads});
+  const int64_t tables = a.row_heads ? a.n_q : 1;
+  const int32_t* heads =
+      c.In<int32_t>(a.heads, 2 * int64_t{a.n_heads} * tables);
   std::vector<kernels::KvSpan> spans(static_cast<size_t>(a.n_spans));
   for (int64_t i = 0; i < a.n_spans; ++i) {
     const dev::AttnSpanDesc& d = desc[i];
@@ -63,30 +65,46 @@ void AttendFromTables(const dev::AttentionArgs& a, dev::OpContext& c) {
       s.positions = c.In<int64_t>(dev::DevPtr{d.positions}, d.count);
     }
   }
+  const int64_t row_elems = int64_t{a.n_heads} * a.head_dim;
+  const int64_t state_row = int64_t{a.n_heads} * (int64_t{a.head_dim} + 2);
+  const float* q = c.In<float>(a.q, a.n_q * row_elems);
+  const int64_t* q_pos = c.In<int64_t>(a.q_pos, a.n_q);
+  float* state =
+      a.state.null() ? nullptr : c.Out<float>(a.state, a.n_q * state_row);
+  float* out =
+      a.state.null() ? c.Out<float>(a.out, a.n_q * row_elems) : nullptr;
   std::vector<kernels::KvSpanList> lists(static_cast<size_t>(a.n_heads));
-  for (int h = 0; h < a.n_heads; ++h) {
-    lists[h] = {spans.data() + heads[2 * h], heads[2 * h + 1]};
+  const int64_t table_ints = 2 * int64_t{a.n_heads};
+  // Consecutive query rows with the same head tables (one part of a batch)
+  // attend together, as the part would alone.
+  for (int64_t r0 = 0; r0 < a.n_q;) {
+    const int32_t* t = heads + (a.row_heads ? r0 * table_ints : 0);
+    int64_t r1 = a.row_heads ? r0 + 1 : a.n_q;
+    while (r1 < a.n_q &&
+           std::equal(t, t + table_ints, t + (r1 - r0) * table_ints)) {
+      ++r1;
+    }
+    for (int h = 0; h < a.n_heads; ++h) {
+      lists[h] = {spans.data() + t[2 * h], t[2 * h + 1]};
+    }
+    cpu::AttentionArgs args;
+    args.q = q + r0 * row_elems;
+    args.q_pos = q_pos + r0;
+    args.n_q = static_cast<int>(r1 - r0);
+    args.n_heads = a.n_heads;
+    args.head_dim = a.head_dim;
+    args.scale = a.scale;
+    args.softcap = a.softcap;
+    args.window = a.window;
+    args.kv = lists.data();
+    if (state != nullptr) {
+      kernels::ref::AttentionAccumulate(args, state + r0 * state_row, a.fresh);
+    } else {
+      args.out = out + r0 * row_elems;
+      cpu::Attention(nullptr, args);
+    }
+    r0 = r1;
   }
-  const int64_t q_elems = int64_t{a.n_q} * a.n_heads * a.head_dim;
-  cpu::AttentionArgs args;
-  args.q = c.In<float>(a.q, q_elems);
-  args.q_pos = c.In<int64_t>(a.q_pos, a.n_q);
-  args.n_q = a.n_q;
-  args.n_heads = a.n_heads;
-  args.head_dim = a.head_dim;
-  args.scale = a.scale;
-  args.softcap = a.softcap;
-  args.window = a.window;
-  args.kv = lists.data();
-  if (!a.state.null()) {
-    const int64_t state_floats =
-        int64_t{a.n_q} * a.n_heads * (int64_t{a.head_dim} + 2);
-    kernels::ref::AttentionAccumulate(args, c.Out<float>(a.state, state_floats),
-                                      a.fresh);
-    return;
-  }
-  args.out = c.Out<float>(a.out, q_elems);
-  cpu::Attention(nullptr, args);
 }
 
 }  // namespace
@@ -114,22 +132,40 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
         layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
   }
   planner_->RunQueued();
-  for (const AttentionPart& p : parts) {
-    const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
+  const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
+  if (parts_.size() < parts.size()) parts_.resize(parts.size());
+  batch_.clear();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const AttentionPart& p = parts[i];
+    PartPlan& pp = parts_[i];
     p.cache->Append(layer, p.n, hk + p.row * kv_dim, hv + p.row * kv_dim);
     LayerQuery query{hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)};
     const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
-    p.cache->Select(layer, query, &attend_);
+    p.cache->Select(layer, query, &pp.attend);
     if (profile) profile->select_ns += NanosSince(t1);
     // A device error of the planner or the k-means builder (the store then
     // planned or clustered on the host) is the backend's: sticky, as every
-    // other (AttendPart then skips).
+    // other (the parts' attention is then skipped).
     Ok(planner_->status());
     Ok(index_builder_->status());
     Ok(cache_rows_->status());
-    AttendPart(spec, p, q, out);
-    if (profile) profile->attention_ns += NanosSince(t0);
+    if (!ok()) continue;  // the caches still get their rows
+    PlanSpans(pp.attend, spec.n_heads, spec.head_dim, &pp.plan);
+    const bool streams = StreamsPlan(pp.plan, spec.head_dim);
+    // A batch is a run of consecutive query rows (one op over them).
+    if (!batch_.empty() &&
+        (streams || debug_.one_op_per_part ||
+         parts[batch_.back()].row + parts[batch_.back()].n != p.row)) {
+      AttendBatch(spec, parts, q, out);
+    }
+    if (streams) {
+      AttendStreamed(spec, p, pp.plan, q, out);
+    } else {
+      batch_.push_back(static_cast<int>(i));
+    }
   }
+  AttendBatch(spec, parts, q, out);
+  if (profile) profile->attention_ns += NanosSince(t0);
 }
 
 bool DeviceBackend::FetchQkv(Activation q, Activation k, Activation v,
@@ -164,31 +200,34 @@ void DeviceBackend::AppendLost(int layer, absl::Span<const AttentionPart> parts,
   }
 }
 
-// The unique spans of attend_ (by content) with their places in the part's
-// scratch: K rows, V rows, then explicit positions, each section aligned.
-void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
-  plan_.spans.clear();
-  plan_.sources.clear();
-  plan_.order.clear();
-  plan_.heads.clear();
+// The unique spans of `attend` (by content) with their places in the
+// part's scratch: staged K rows, V rows, then explicit positions and row
+// lists, each section aligned; then the direct spans' K and V.
+void DeviceBackend::PlanSpans(const AttendSet& attend, int n_heads,
+                              int head_dim, KvPlan* plan_ptr) {
+  KvPlan& plan = *plan_ptr;
+  plan.spans.clear();
+  plan.sources.clear();
+  plan.order.clear();
+  plan.heads.clear();
   absl::flat_hash_map<SpanKey, int> index;
   for (int h = 0; h < n_heads; ++h) {
-    const kernels::KvSpanList& list = attend_.per_head[h];
-    plan_.heads.push_back({static_cast<int>(plan_.order.size()), list.count});
+    const kernels::KvSpanList& list = attend.per_head[h];
+    plan.heads.push_back({static_cast<int>(plan.order.size()), list.count});
     for (int i = 0; i < list.count; ++i) {
       const kernels::KvSpan& s = list.spans[i];
       auto [it, fresh] =
-          index.try_emplace(KeyOf(s), static_cast<int>(plan_.spans.size()));
+          index.try_emplace(KeyOf(s), static_cast<int>(plan.spans.size()));
       if (fresh) {
-        plan_.spans.push_back(SpanMeta{s.dtype, s.count, s.first_pos});
-        plan_.sources.push_back(&s);
+        plan.spans.push_back(SpanMeta{s.dtype, s.count, s.first_pos});
+        plan.sources.push_back(&s);
       }
-      plan_.order.push_back(it->second);
+      plan.order.push_back(it->second);
     }
   }
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    SpanMeta& m = plan_.spans[i];
-    const kernels::KvSpan& s = *plan_.sources[i];
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    SpanMeta& m = plan.spans[i];
+    const kernels::KvSpan& s = *plan.sources[i];
     m.cached = IsCached(s, head_dim, &m);
     m.direct = !m.cached && IsDirect(s, head_dim, &m);
     const int64_t run_max = debug_.run_copy_max_bytes < 0
@@ -204,7 +243,7 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
   // staging buffer; then each direct span's K and V.
   int64_t off = 0;
   auto place_rows = [&](bool direct, bool values) {
-    for (SpanMeta& m : plan_.spans) {
+    for (SpanMeta& m : plan.spans) {
       if (m.direct != direct || m.cached) continue;
       (values ? m.v_off : m.k_off) = off;
       off = AlignUp(off + m.count * kernels::RowBytes(m.dtype, head_dim));
@@ -212,21 +251,13 @@ void DeviceBackend::PlanSpans(int n_heads, int head_dim) {
   };
   place_rows(false, false);
   place_rows(false, true);
-  off = PlaceLists(off);
-  plan_.desc_off = off;
-  off = AlignUp(off + static_cast<int64_t>(plan_.order.size() *
-                                           sizeof(dev::AttnSpanDesc)));
-  plan_.heads_off = off;
-  off = AlignUp(off + n_heads * 2 * static_cast<int64_t>(sizeof(int32_t)));
-  plan_.n_runs = 0;
-  for (const SpanMeta& m : plan_.spans) plan_.n_runs += m.run ? 2 * m.runs : 0;
-  plan_.runs_off = off;
-  off = AlignUp(off +
-                plan_.n_runs * static_cast<int64_t>(sizeof(dev::ScatterItem)));
-  plan_.staged_bytes = off;
+  off = PlaceLists(plan, off);
+  plan.n_runs = 0;
+  for (const SpanMeta& m : plan.spans) plan.n_runs += m.run ? 2 * m.runs : 0;
+  plan.staged_bytes = off;
   place_rows(true, false);
   place_rows(true, true);
-  plan_.bytes = std::max<int64_t>(off, kAlign);
+  plan.bytes = off;
 }
 
 // A span whose K and V rows are each one contiguous run of pinned arena
@@ -260,18 +291,18 @@ bool DeviceBackend::IsListedPinned(const kernels::KvSpan& s, int head_dim,
          arena_->Mapped(s.v, bytes, &m->v_src);
 }
 
-int64_t DeviceBackend::PlaceLists(int64_t off) {
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    SpanMeta& m = plan_.spans[i];
-    const kernels::KvSpan& s = *plan_.sources[i];
+int64_t DeviceBackend::PlaceLists(KvPlan& plan, int64_t off) {
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    SpanMeta& m = plan.spans[i];
+    const kernels::KvSpan& s = *plan.sources[i];
     m.pos_off = m.rows_off = -1;
     if (PlainRun(s)) continue;
     m.pos_off = off;
     off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int64_t)));
   }
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    SpanMeta& m = plan_.spans[i];
-    if (!m.cached || plan_.sources[i]->rows == nullptr) continue;
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    SpanMeta& m = plan.spans[i];
+    if (!m.cached || plan.sources[i]->rows == nullptr) continue;
     m.rows_off = off;
     off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
   }
@@ -291,8 +322,9 @@ bool DeviceBackend::SetSplits(dev::AttentionArgs* a, int64_t max_rows,
   return true;
 }
 
-void DeviceBackend::AddCachedReads(std::vector<Range>* reads) {
-  for (const SpanMeta& m : plan_.spans) {
+void DeviceBackend::AddCachedReads(const KvPlan& plan,
+                                   std::vector<Range>* reads) {
+  for (const SpanMeta& m : plan.spans) {
     if (!m.cached) continue;
     reads->push_back(m.cache_k);
     reads->push_back(m.cache_v);
@@ -317,11 +349,12 @@ bool DeviceBackend::IsCached(const kernels::KvSpan& s, int head_dim,
 }
 
 // Enqueues the H2D copies of the direct spans' rows into the scratch at kv.
-bool DeviceBackend::CopyDirectSpans(DevPtr kv, int head_dim) {
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    const SpanMeta& m = plan_.spans[i];
+bool DeviceBackend::CopyDirectSpans(const KvPlan& plan, DevPtr kv,
+                                    int head_dim) {
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    const SpanMeta& m = plan.spans[i];
     if (!m.direct || m.run) continue;
-    const kernels::KvSpan& s = *plan_.sources[i];
+    const kernels::KvSpan& s = *plan.sources[i];
     const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
     if (!Ok(rt_->CopyH2D(kv + m.k_off, s.k, bytes, stream_)) ||
         !Ok(rt_->CopyH2D(kv + m.v_off, s.v, bytes, stream_))) {
@@ -333,12 +366,12 @@ bool DeviceBackend::CopyDirectSpans(DevPtr kv, int head_dim) {
   return true;
 }
 
-bool DeviceBackend::MakeRunItems(DevPtr kv, int head_dim) {
-  run_items_.clear();
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    const SpanMeta& m = plan_.spans[i];
+bool DeviceBackend::MakeRunItems(const KvPlan& plan, DevPtr kv, int head_dim) {
+  const size_t before = run_items_.size();
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    const SpanMeta& m = plan.spans[i];
     if (!m.run) continue;
-    const int32_t* rows = plan_.sources[i]->rows;  // null: one run
+    const int32_t* rows = plan.sources[i]->rows;  // null: one run
     const int64_t row = kernels::RowBytes(m.dtype, head_dim);
     // Runs of consecutive stored rows: [first, first + n) to row `at`.
     for (int64_t at = 0; at < m.count;) {
@@ -356,19 +389,20 @@ bool DeviceBackend::MakeRunItems(DevPtr kv, int head_dim) {
       at += n;
     }
   }
-  if (static_cast<int64_t>(run_items_.size()) == plan_.n_runs) return true;
-  return Ok(absl::InternalError(absl::StrCat(
-      "copy_runs: ", run_items_.size(), " runs, ", plan_.n_runs, " planned")));
+  const int64_t made = static_cast<int64_t>(run_items_.size() - before);
+  if (made == plan.n_runs) return true;
+  return Ok(absl::InternalError(
+      absl::StrCat("copy_runs: ", made, " runs, ", plan.n_runs, " planned")));
 }
 
 // One op copies every run of the part (a selected cluster's K or V rows)
 // from mapped pinned memory into the scratch: GPU.md's FetchMisses reads
 // the by-cluster runs with 16-byte loads in one launch, where a DMA copy
 // per run costs a driver call each (thousands per decode step).
-void DeviceBackend::CopyRuns(DevPtr kv) {
+void DeviceBackend::CopyRuns(DevPtr items) {
   if (run_items_.empty()) return;
   dev::ScatterRowsArgs a;  // src null: each item's `from` is its address
-  a.items = kv + plan_.runs_off;
+  a.items = items;
   a.n = static_cast<int64_t>(run_items_.size());
   std::vector<Range> reads = {
       {a.items, a.n * static_cast<int64_t>(sizeof(dev::ScatterItem))}};
@@ -396,11 +430,11 @@ void DeviceBackend::CopyRuns(DevPtr kv) {
 }
 
 // Copies the staged spans' rows (index lists resolved) and every explicit
-// position list into the staging section [0, plan_.staged_bytes).
-void DeviceBackend::GatherRows(char* dst, int head_dim) const {
-  for (size_t i = 0; i < plan_.spans.size(); ++i) {
-    const SpanMeta& m = plan_.spans[i];
-    const kernels::KvSpan& s = *plan_.sources[i];
+// position list into the staging section [0, plan.staged_bytes).
+void DeviceBackend::GatherRows(const KvPlan& plan, char* dst, int head_dim) {
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    const SpanMeta& m = plan.spans[i];
+    const kernels::KvSpan& s = *plan.sources[i];
     const int64_t stored = kernels::RowBytes(s.dtype, s.stride);
     const int64_t used = kernels::RowBytes(s.dtype, head_dim);
     if (m.rows_off >= 0) {
@@ -421,60 +455,146 @@ void DeviceBackend::GatherRows(char* dst, int head_dim) const {
   }
 }
 
-// One part: its attended rows into pinned staging, H2D into the device KV
-// scratch, and the attention op over the rebased spans.
-void DeviceBackend::AttendPart(const AttentionSpec& spec,
-                               const AttentionPart& p, Activation q,
-                               Activation out) {
-  if (!ok()) return;
-  PlanSpans(spec.n_heads, spec.head_dim);
-  if (StreamsPlan(spec.head_dim)) {
-    AttendStreamed(spec, p, q, out);
+void DeviceBackend::Rebase(KvPlan& plan, int64_t staged_shift,
+                           int64_t direct_shift) {
+  for (SpanMeta& m : plan.spans) {
+    if (m.pos_off >= 0) m.pos_off += staged_shift;
+    if (m.rows_off >= 0) m.rows_off += staged_shift;
+    if (m.cached) continue;
+    const int64_t shift = m.direct ? direct_shift : staged_shift;
+    m.k_off += shift;
+    m.v_off += shift;
+  }
+}
+
+void DeviceBackend::LayOutBatch(int n_heads,
+                                absl::Span<const AttentionPart> parts) {
+  BatchLayout& l = layout_;
+  l = BatchLayout{};
+  int64_t rows = 0;
+  for (const int i : batch_) {
+    const KvPlan& plan = parts_[i].plan;
+    l.entries += static_cast<int64_t>(plan.order.size());
+    l.n_runs += plan.n_runs;
+    rows += parts[i].n;
+  }
+  const int64_t tables = batch_.size() > 1 ? rows : 1;
+  int64_t off = AlignUp(l.entries * int64_t{sizeof(dev::AttnSpanDesc)});
+  l.heads_off = off;
+  off = AlignUp(off + tables * n_heads * 2 * int64_t{sizeof(int32_t)});
+  l.runs_off = off;
+  off = AlignUp(off + l.n_runs * int64_t{sizeof(dev::ScatterItem)});
+  std::vector<int64_t>& shifts = batch_shifts_;
+  shifts.clear();
+  for (const int i : batch_) {  // staged sections (aligned sizes)
+    shifts.push_back(off);
+    off += parts_[i].plan.staged_bytes;
+  }
+  l.staged_bytes = off;
+  for (size_t j = 0; j < batch_.size(); ++j) {  // then the direct spans
+    KvPlan& plan = parts_[batch_[j]].plan;
+    Rebase(plan, shifts[j], off - plan.staged_bytes);
+    off += plan.bytes - plan.staged_bytes;
+  }
+  l.bytes = std::max<int64_t>(off, kAlign);
+}
+
+void DeviceBackend::WriteBatchTables(
+    char* dst, DevPtr kv, int n_heads, int head_dim,
+    absl::Span<const AttentionPart> parts) const {
+  auto* desc = reinterpret_cast<dev::AttnSpanDesc*>(dst + layout_.desc_off);
+  auto* heads = reinterpret_cast<int32_t*>(dst + layout_.heads_off);
+  int32_t first = 0;  // the part's first entry
+  for (const int i : batch_) {
+    const KvPlan& plan = parts_[i].plan;
+    for (size_t e = 0; e < plan.order.size(); ++e) {
+      desc[first + e] = SpanDesc(plan.spans[plan.order[e]], kv, head_dim);
+    }
+    // One table for a lone part; per query row in a batch of several.
+    const int64_t tables = batch_.size() > 1 ? parts[i].n : 1;
+    for (int64_t r = 0; r < tables; ++r) {
+      for (int h = 0; h < n_heads; ++h) {
+        heads[2 * h] = first + plan.heads[h].first;
+        heads[2 * h + 1] = plan.heads[h].second;
+      }
+      heads += 2 * n_heads;
+    }
+    first += static_cast<int32_t>(plan.order.size());
+  }
+  if (!run_items_.empty()) {
+    std::memcpy(dst + layout_.runs_off, run_items_.data(),
+                run_items_.size() * sizeof(dev::ScatterItem));
+  }
+}
+
+// The batch's attended rows into pinned staging, H2D into the device KV
+// scratch (plus direct and copy_runs copies from pinned segments), and one
+// attention op over the batch's query rows with the rebased span tables.
+void DeviceBackend::AttendBatch(const AttentionSpec& spec,
+                                absl::Span<const AttentionPart> parts,
+                                Activation q, Activation out) {
+  if (batch_.empty() || !ok()) {
+    batch_.clear();
     return;
   }
-  const int64_t bytes = plan_.bytes, staged = plan_.staged_bytes;
-  char* host = ReserveStaging(staged);
+  LayOutBatch(spec.n_heads, parts);
+  const BatchLayout& l = layout_;
+  const int hd = spec.head_dim;
+  char* host = ReserveStaging(l.staged_bytes);
   if (host == nullptr) return;
-  GatherRows(host, spec.head_dim);
+  for (const int i : batch_) GatherRows(parts_[i].plan, host, hd);
   // The device scratch is reused in stream order (no wait needed).
-  if (kv_dev_used_ + bytes > kv_dev_.bytes) {
-    if (!GrowDevice(kv_dev_, bytes)) return;
+  if (kv_dev_used_ + l.bytes > kv_dev_.bytes) {
+    if (!GrowDevice(kv_dev_, l.bytes)) return;
     kv_dev_used_ = 0;
   }
   const DevPtr kv = kv_dev_.ptr + kv_dev_used_;
-  kv_dev_used_ += bytes;
-  if (!MakeRunItems(kv, spec.head_dim)) return;
-  WriteTables(host, kv, spec.head_dim);
-  if (staged > 0 && !Ok(rt_->CopyH2D(kv, host, staged, stream_))) return;
-  copies_.staged_bytes += staged;
-  if (!CopyDirectSpans(kv, spec.head_dim)) return;
-  CopyRuns(kv);
-  dev::AttentionArgs a = PartArgs(spec, p, q);
-  a.out = Rows(out, p.row, p.n).ptr;
-  a.spans = kv + plan_.desc_off;
-  a.heads = kv + plan_.heads_off;
-  a.n_spans = static_cast<int64_t>(plan_.order.size());
+  kv_dev_used_ += l.bytes;
+  run_items_.clear();
+  int64_t most = 0;
+  for (const int i : batch_) {
+    if (!MakeRunItems(parts_[i].plan, kv, hd)) return;
+    most = std::max(most, MaxHeadRows(parts_[i].plan));
+  }
+  WriteBatchTables(host, kv, spec.n_heads, hd, parts);
+  if (!Ok(rt_->CopyH2D(kv, host, l.staged_bytes, stream_))) return;
+  copies_.staged_bytes += l.staged_bytes;
+  for (const int i : batch_) {
+    if (!CopyDirectSpans(parts_[i].plan, kv, hd)) return;
+  }
+  CopyRuns(kv + l.runs_off);
+  const AttentionPart& front = parts[batch_.front()];
+  const AttentionPart& back = parts[batch_.back()];
+  const int64_t row = front.row, n = back.row + back.n - front.row;
+  dev::AttentionArgs a = RowArgs(spec, row, n, q);
+  a.out = Rows(out, row, n).ptr;
+  a.spans = kv + l.desc_off;
+  a.heads = kv + l.heads_off;
+  a.n_spans = l.entries;
+  a.row_heads = batch_.size() > 1;
   int64_t ws_bytes = 0;
-  if (!SetSplits(&a, MaxHeadRows(), &ws_bytes)) return;
-  // The store rows written for this part (sinks, tail, cache misses) land
-  // before the attention reads them.
+  if (!SetSplits(&a, most, &ws_bytes)) return;
+  // The store rows written for these parts (sinks, tail, cache misses)
+  // land before the attention reads them.
   cache_rows_->Flush();
-  std::vector<Range> reads = {Rows(q, p.row, p.n),
-                              {a.q_pos, p.n * int64_t{sizeof(int64_t)}},
-                              {kv, bytes}};
-  AddCachedReads(&reads);
-  std::vector<Range> writes = {Rows(out, p.row, p.n)};
+  std::vector<Range> reads = {
+      Rows(q, row, n), {a.q_pos, n * int64_t{sizeof(int64_t)}}, {kv, l.bytes}};
+  for (const int i : batch_) AddCachedReads(parts_[i].plan, &reads);
+  std::vector<Range> writes = {Rows(out, row, n)};
   if (ws_bytes > 0) writes.push_back({a.workspace, ws_bytes});
   RunAttention("attention", a, std::move(reads), std::move(writes));
+  ++copies_.attention_ops;
+  copies_.batched_parts += static_cast<int64_t>(batch_.size());
+  batch_.clear();
 }
 
-dev::AttentionArgs DeviceBackend::PartArgs(const AttentionSpec& spec,
-                                           const AttentionPart& p,
-                                           Activation q) const {
+dev::AttentionArgs DeviceBackend::RowArgs(const AttentionSpec& spec,
+                                          int64_t row, int64_t n,
+                                          Activation q) const {
   dev::AttentionArgs a;
-  a.q = Rows(q, p.row, p.n).ptr;
-  a.q_pos = pos_dev_.ptr + p.row * static_cast<int64_t>(sizeof(int64_t));
-  a.n_q = static_cast<int>(p.n);
+  a.q = Rows(q, row, n).ptr;
+  a.q_pos = pos_dev_.ptr + row * static_cast<int64_t>(sizeof(int64_t));
+  a.n_q = static_cast<int>(n);
   a.n_heads = spec.n_heads;
   a.head_dim = spec.head_dim;
   a.scale = spec.scale;
@@ -508,12 +628,12 @@ char* DeviceBackend::ReserveStaging(int64_t bytes) {
 }
 
 // The most rows any query head of the current plan attends.
-int64_t DeviceBackend::MaxHeadRows() const {
+int64_t DeviceBackend::MaxHeadRows(const KvPlan& plan) {
   int64_t most = 0;
-  for (const auto& [begin, count] : plan_.heads) {
+  for (const auto& [begin, count] : plan.heads) {
     int64_t rows = 0;
     for (int i = begin; i < begin + count; ++i) {
-      rows += plan_.spans[plan_.order[i]].count;
+      rows += plan.spans[plan.order[i]].count;
     }
     most = std::max(most, rows);
   }
@@ -521,7 +641,7 @@ int64_t DeviceBackend::MaxHeadRows() const {
 }
 
 dev::AttnSpanDesc DeviceBackend::SpanDesc(const SpanMeta& m, DevPtr kv,
-                                          int head_dim) const {
+                                          int head_dim) {
   dev::AttnSpanDesc d;
   if (m.cached) {
     d.k = m.cache_k.ptr.addr;
@@ -538,22 +658,6 @@ dev::AttnSpanDesc DeviceBackend::SpanDesc(const SpanMeta& m, DevPtr kv,
   d.count = m.count;
   d.dtype = static_cast<int32_t>(m.dtype);
   return d;
-}
-
-void DeviceBackend::WriteTables(char* dst, DevPtr kv, int head_dim) const {
-  auto* desc = reinterpret_cast<dev::AttnSpanDesc*>(dst + plan_.desc_off);
-  for (size_t i = 0; i < plan_.order.size(); ++i) {
-    desc[i] = SpanDesc(plan_.spans[plan_.order[i]], kv, head_dim);
-  }
-  auto* heads = reinterpret_cast<int32_t*>(dst + plan_.heads_off);
-  for (size_t h = 0; h < plan_.heads.size(); ++h) {
-    heads[2 * h] = plan_.heads[h].first;
-    heads[2 * h + 1] = plan_.heads[h].second;
-  }
-  if (!run_items_.empty()) {
-    std::memcpy(dst + plan_.runs_off, run_items_.data(),
-                run_items_.size() * sizeof(dev::ScatterItem));
-  }
 }
 
 }  // namespace ckv

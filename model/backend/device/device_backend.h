@@ -1,4 +1,4 @@
-// The device backend, stage 1 (docs/device-runtime.md, "DeviceBackend"):
+// The device backend, stage 1 (docs/device-backend.md):
 // the one Transformer's ops on a device runtime (kernels/device/runtime.h),
 // today the fake device (--backend fake). Activations, weights and the
 // step's positions live in device memory; every op is a typed launch on one
@@ -87,6 +87,9 @@ struct DeviceBackendDebug {
   // waiting for the attention of the chunk that used it two chunks before
   // (the ordering checker reports the overwrite).
   bool stream_skip_drain_wait = false;
+  // One attention op per part (each its own batch), as before batching:
+  // the comparison for the batched op's launch count.
+  bool one_op_per_part = false;
 };
 
 // The Transformer's regions (Backend::BeginRegion) on the device, counted
@@ -115,6 +118,11 @@ struct AttendCopyStats {
   int64_t streamed_chunks = 0;
   int64_t streamed_bytes = 0;
   int64_t largest_chunk_bytes = 0;
+  // Unstreamed parts: attention ops launched for them, and the parts they
+  // attended (consecutive parts of a layer share one op: the decode
+  // sessions of a step are one batched attention per layer).
+  int64_t attention_ops = 0;
+  int64_t batched_parts = 0;
 };
 
 class DeviceBackend final : public Backend {
@@ -243,19 +251,33 @@ class DeviceBackend final : public Backend {
     Range cache_k = {}, cache_v = {};
     int64_t rows_off = -1;
   };
-  // The rebased layout of one part's AttendSet.
+  // The rebased layout of one part's AttendSet. Offsets are the part's own
+  // (staged section [0, staged_bytes), then the direct spans' K and V up to
+  // `bytes`) until a batch places the part (Rebase): then they are offsets
+  // in the batch's scratch.
   struct KvPlan {
     std::vector<SpanMeta> spans;                  // unique spans, by content
     std::vector<const kernels::KvSpan*> sources;  // of spans[i]
     std::vector<int> order;                  // per-head lists, concatenated
     std::vector<std::pair<int, int>> heads;  // [begin, count) into order
-    // The op's tables in the staged section: AttnSpanDesc per order entry,
-    // then int32 (first, count) per head.
-    int64_t desc_off = 0, heads_off = 0;
-    int64_t runs_off = 0;  // ScatterItem per run K and V (copy_runs)
-    int64_t n_runs = 0;
-    int64_t staged_bytes = 0;  // [0, staged_bytes): from the staging buffer
+    int64_t n_runs = 0;                      // copy_runs items (K and V)
+    int64_t staged_bytes = 0;  // staged rows, then lists: from staging
     int64_t bytes = 0;         // then the direct spans' K and V
+  };
+  // One part of a layer's attention: what its cache selected (valid until
+  // the cache's next call) and its plan.
+  struct PartPlan {
+    AttendSet attend;
+    KvPlan plan;
+  };
+  // The scratch of one batched attention op: its tables first (AttnSpanDesc
+  // per entry of every member part, int32 (first, count) per head — per
+  // query row when the batch has several parts — and the copy_runs items),
+  // then each member's staged section, then each member's direct spans.
+  struct BatchLayout {
+    int64_t desc_off = 0, heads_off = 0, runs_off = 0;
+    int64_t entries = 0, n_runs = 0;
+    int64_t staged_bytes = 0, bytes = 0;
   };
 
   // Records the first error; true when `s` is OK.
@@ -303,47 +325,57 @@ class DeviceBackend final : public Backend {
   }
 
   // Attention pieces: q/k/v rows to pinned host memory; zero rows for the
-  // caches after an error; one part's rows gathered and attended.
+  // caches after an error; each part's rows planned, then attended by one
+  // op per run of consecutive unstreamed parts (a batch).
   bool FetchQkv(Activation q, Activation k, Activation v, const float** hq,
                 const float** hk, const float** hv);
   void AppendLost(int layer, absl::Span<const AttentionPart> parts,
                   int64_t kv_dim);
-  void PlanSpans(int n_heads, int head_dim);
+  void PlanSpans(const AttendSet& attend, int n_heads, int head_dim,
+                 KvPlan* plan);
   // Each sets m's source addresses (PinnedArena::Mapped) when true.
   bool IsDirect(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
   bool IsListedPinned(const kernels::KvSpan& s, int head_dim,
                       SpanMeta* m) const;
   // Places the explicit position lists and the block caches' row lists of
-  // plan_'s spans from `off`; returns the end.
-  int64_t PlaceLists(int64_t off);
+  // the plan's spans from `off`; returns the end.
+  static int64_t PlaceLists(KvPlan& plan, int64_t off);
+  // Adds staged_shift to the plan's staged offsets (rows, lists) and
+  // direct_shift to its direct spans'.
+  static void Rebase(KvPlan& plan, int64_t staged_shift, int64_t direct_shift);
   // The split-K count of `a` for heads of at most max_rows rows and its
   // workspace (grown; a.workspace set); false after an error.
   bool SetSplits(kernels::device::AttentionArgs* a, int64_t max_rows,
                  int64_t* ws_bytes);
   // The ranges of the store rows the plan's cached spans read.
-  void AddCachedReads(std::vector<Range>* reads);
+  void AddCachedReads(const KvPlan& plan, std::vector<Range>* reads);
   bool IsCached(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
-  bool CopyDirectSpans(DevPtr kv, int head_dim);
-  // The copy_runs items of the plan's runs for the scratch at kv, into
-  // run_items_.
-  bool MakeRunItems(DevPtr kv, int head_dim);
-  // Enqueues the copy_runs op of run_items_ (uploaded at kv + runs_off).
-  void CopyRuns(DevPtr kv);
-  void GatherRows(char* dst, int head_dim) const;
+  bool CopyDirectSpans(const KvPlan& plan, DevPtr kv, int head_dim);
+  // Appends the copy_runs items of the plan's runs for the scratch at kv
+  // to run_items_.
+  bool MakeRunItems(const KvPlan& plan, DevPtr kv, int head_dim);
+  // Enqueues the copy_runs op of run_items_ (uploaded at `items`).
+  void CopyRuns(DevPtr items);
+  static void GatherRows(const KvPlan& plan, char* dst, int head_dim);
   // The table entry of span m (rows in the scratch at kv, or store rows).
-  kernels::device::AttnSpanDesc SpanDesc(const SpanMeta& m, DevPtr kv,
-                                         int head_dim) const;
-  // Writes the attention op's span and head tables into the staged section
-  // at dst, for the part's device scratch at kv.
-  void WriteTables(char* dst, DevPtr kv, int head_dim) const;
-  // The most rows any query head of the current plan attends.
-  int64_t MaxHeadRows() const;
-  void AttendPart(const AttentionSpec& spec, const AttentionPart& p,
-                  Activation q, Activation out);
-  // The attention op's arguments of part p (queries, positions, shape).
-  kernels::device::AttentionArgs PartArgs(const AttentionSpec& spec,
-                                          const AttentionPart& p,
-                                          Activation q) const;
+  static kernels::device::AttnSpanDesc SpanDesc(const SpanMeta& m, DevPtr kv,
+                                                int head_dim);
+  // The most rows any query head of the plan attends.
+  static int64_t MaxHeadRows(const KvPlan& plan);
+  // Lays out the batch of parts_[batch_[i]] (BatchLayout), rebasing their
+  // plans.
+  void LayOutBatch(int n_heads, absl::Span<const AttentionPart> parts);
+  // Writes the batch's span, head and run tables into the staged section
+  // at dst, for the scratch at kv.
+  void WriteBatchTables(char* dst, DevPtr kv, int n_heads, int head_dim,
+                        absl::Span<const AttentionPart> parts) const;
+  // Attends the batch (one op), then empties it.
+  void AttendBatch(const AttentionSpec& spec,
+                   absl::Span<const AttentionPart> parts, Activation q,
+                   Activation out);
+  // The attention op's arguments for query rows [row, row + n).
+  kernels::device::AttentionArgs RowArgs(const AttentionSpec& spec, int64_t row,
+                                         int64_t n, Activation q) const;
   // Enqueues the attention op (its host form reads the same tables).
   void RunAttention(std::string name, const kernels::device::AttentionArgs& a,
                     std::vector<Range> reads, std::vector<Range> writes);
@@ -352,7 +384,7 @@ class DeviceBackend final : public Backend {
   char* ReserveStaging(int64_t bytes);
 
   // Streamed attention (device_streamed_attention.cc). A piece: rows
-  // [first, first + count) of plan_.spans[span], at `off` in chunk
+  // [first, first + count) of the part plan's spans[span], at `off` in chunk
   // `chunk`'s landing buffer (K, then V at off + AlignUp(count * row)).
   struct Piece {
     int span = 0;
@@ -370,16 +402,17 @@ class DeviceBackend final : public Backend {
     int64_t meta_bytes = 0;  // uploaded: positions, row lists, tables
     int64_t host_bytes = 0;  // then, host only: the gathered rows
   };
-  // True when the current plan's rows to copy exceed the stream chunk.
-  bool StreamsPlan(int head_dim) const;
-  void PlanStreamed(int n_heads, int head_dim);
-  void WriteStreamedTables(char* dst, DevPtr kv, int head_dim) const;
+  // True when the plan's rows to copy exceed the stream chunk.
+  bool StreamsPlan(const KvPlan& plan, int head_dim) const;
+  void PlanStreamed(KvPlan& plan, int n_heads, int head_dim);
+  void WriteStreamedTables(const KvPlan& plan, char* dst, DevPtr kv,
+                           int head_dim) const;
   bool GrowLandings(int64_t bytes);
   // Enqueues chunk c's copies on the copy stream (after the attention of
   // chunk c - 2 read its landing buffer).
-  bool CopyChunk(int c, const char* staged, int head_dim);
+  bool CopyChunk(const KvPlan& plan, int c, const char* staged, int head_dim);
   void AttendStreamed(const AttentionSpec& spec, const AttentionPart& p,
-                      Activation q, Activation out);
+                      KvPlan& plan, Activation q, Activation out);
   // Copies `bytes` of device memory at `src` to *out (D2H through the
   // logits staging, synchronise, read).
   bool Download(DevPtr src, int64_t bytes, float* out);
@@ -435,8 +468,12 @@ class DeviceBackend final : public Backend {
   int64_t kv_stage_used_ = 0;
   std::map<std::pair<const void*, int64_t>, DevPtr> resident_;
   int64_t resident_bytes_ = 0;
-  AttendSet attend_;
-  KvPlan plan_;
+  // The layer's parts (reused across calls) and the batch being built:
+  // indices of consecutive unstreamed parts, laid out by LayOutBatch.
+  std::vector<PartPlan> parts_;
+  std::vector<int> batch_;
+  BatchLayout layout_;
+  std::vector<int64_t> batch_shifts_;  // members' staged sections
   std::vector<kernels::device::ScatterItem> run_items_;
   std::vector<float> lost_;             // zero K/V rows appended after an error
   std::shared_ptr<PinnedArena> arena_;  // segment rows (store_env())

@@ -223,7 +223,11 @@ bool DeviceCacheArena::MakeRoomLocked(int64_t bytes) {
   int64_t freeable = 0;
   auto end = lru_.begin();
   for (; end != lru_.end() && freeable < need; ++end) {
-    if (end->first + residency_.idle_steps > tick_) break;  // used lately
+    // Used lately; never rows of the current step, which a batched
+    // attention of this layer may still be about to read.
+    if (end->first + std::max<int64_t>(residency_.idle_steps, 1) > tick_) {
+      break;
+    }
     freeable += end->second->budgeted();
   }
   if (freeable < need) return false;

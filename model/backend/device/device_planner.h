@@ -4,7 +4,7 @@
 // over the segments' F16 centroid panels (the CPU's exact bits), then
 // SelectBlocksOp per planned query (each query head, or the group's summed
 // query with gqa_selection = per_kv_head) — so the device gives the
-// policy's plans exactly. Stage 2 of docs/device-runtime.md: the segments'
+// policy's plans exactly. Stage 2 of docs/device-backend.md: the segments'
 // panels and members are resident in a device pool across steps and
 // shared by forks (SegmentTables); each call uploads only the queries and
 // a block table of 16 bytes per cluster through one pinned staging buffer,

@@ -25,9 +25,9 @@ namespace ckv {
 
 namespace dev = kernels::device;
 
-bool DeviceBackend::StreamsPlan(int head_dim) const {
+bool DeviceBackend::StreamsPlan(const KvPlan& plan, int head_dim) const {
   int64_t copied = 0;
-  for (const SpanMeta& m : plan_.spans) {
+  for (const SpanMeta& m : plan.spans) {
     if (!m.cached) copied += 2 * m.count * kernels::RowBytes(m.dtype, head_dim);
   }
   return copied > stream_chunk_bytes_;
@@ -38,13 +38,13 @@ bool DeviceBackend::StreamsPlan(int head_dim) const {
 // then each chunk's span and head tables. Host only, after them: the
 // gathered rows of staged spans (their copies' source). Pieces fill chunks
 // in span order, so each chunk's pieces are contiguous.
-void DeviceBackend::PlanStreamed(int n_heads, int head_dim) {
+void DeviceBackend::PlanStreamed(KvPlan& plan, int n_heads, int head_dim) {
   StreamPlan& sp = stream_plan_;
   sp = StreamPlan{};
-  const int n = static_cast<int>(plan_.spans.size());
-  int64_t off = PlaceLists(0);
+  const int n = static_cast<int>(plan.spans.size());
+  int64_t off = PlaceLists(plan, 0);
   int64_t cap = stream_chunk_bytes_;  // at least one row of K and V
-  for (SpanMeta& m : plan_.spans) {
+  for (SpanMeta& m : plan.spans) {
     if (m.listed) m.direct = m.run = false;  // gathered on the host here
     if (!m.cached) {
       cap = std::max(cap, 2 * AlignUp(kernels::RowBytes(m.dtype, head_dim)));
@@ -54,7 +54,7 @@ void DeviceBackend::PlanStreamed(int n_heads, int head_dim) {
   int64_t fill = 0;
   for (int i = 0; i < n; ++i) {
     sp.span_pieces.push_back(static_cast<int>(sp.pieces.size()));
-    const SpanMeta& m = plan_.spans[i];
+    const SpanMeta& m = plan.spans[i];
     if (m.cached) continue;
     const int64_t row = kernels::RowBytes(m.dtype, head_dim);
     for (int64_t r = 0; r < m.count;) {
@@ -83,11 +83,11 @@ void DeviceBackend::PlanStreamed(int n_heads, int head_dim) {
     int64_t most = 0;
     for (int h = 0; h < n_heads; ++h) {
       int64_t rows = 0;
-      const auto [begin, count] = plan_.heads[h];
+      const auto [begin, count] = plan.heads[h];
       for (int j = begin; j < begin + count; ++j) {
-        const int span = plan_.order[j];
-        if (plan_.spans[span].cached) {
-          if (c == 0) ++entries, rows += plan_.spans[span].count;
+        const int span = plan.order[j];
+        if (plan.spans[span].cached) {
+          if (c == 0) ++entries, rows += plan.spans[span].count;
           continue;
         }
         for (int k = sp.span_pieces[span]; k < sp.span_pieces[span + 1]; ++k) {
@@ -106,7 +106,7 @@ void DeviceBackend::PlanStreamed(int n_heads, int head_dim) {
   }
   sp.meta_bytes = off;
   for (int i = 0; i < n; ++i) {  // staged spans' rows, gathered on the host
-    SpanMeta& m = plan_.spans[i];
+    SpanMeta& m = plan.spans[i];
     if (m.cached || m.direct) continue;
     const int64_t bytes = m.count * kernels::RowBytes(m.dtype, head_dim);
     m.k_off = off;
@@ -117,20 +117,20 @@ void DeviceBackend::PlanStreamed(int n_heads, int head_dim) {
   sp.host_bytes = off;
 }
 
-void DeviceBackend::WriteStreamedTables(char* dst, DevPtr kv,
-                                        int head_dim) const {
+void DeviceBackend::WriteStreamedTables(const KvPlan& plan, char* dst,
+                                        DevPtr kv, int head_dim) const {
   const StreamPlan& sp = stream_plan_;
   for (size_t c = 0; c < sp.fill.size(); ++c) {
     auto* desc = reinterpret_cast<dev::AttnSpanDesc*>(dst + sp.desc_off[c]);
     auto* heads = reinterpret_cast<int32_t*>(dst + sp.heads_off[c]);
     const DevPtr landing = landing_[c % 2].ptr;
     int32_t e = 0;
-    for (size_t h = 0; h < plan_.heads.size(); ++h) {
+    for (size_t h = 0; h < plan.heads.size(); ++h) {
       heads[2 * h] = e;
-      const auto [begin, count] = plan_.heads[h];
+      const auto [begin, count] = plan.heads[h];
       for (int j = begin; j < begin + count; ++j) {
-        const int span = plan_.order[j];
-        const SpanMeta& m = plan_.spans[span];
+        const int span = plan.order[j];
+        const SpanMeta& m = plan.spans[span];
         if (m.cached) {
           if (c == 0) desc[e++] = SpanDesc(m, kv, head_dim);
           continue;
@@ -169,7 +169,8 @@ bool DeviceBackend::GrowLandings(int64_t bytes) {
   return GrowDevice(landing_[0], bytes) && GrowDevice(landing_[1], bytes);
 }
 
-bool DeviceBackend::CopyChunk(int c, const char* staged, int head_dim) {
+bool DeviceBackend::CopyChunk(const KvPlan& plan, int c, const char* staged,
+                              int head_dim) {
   const int slot = c % 2;
   // Chunk c - 2's attention read this landing buffer.
   if (c >= 2 && !debug_.stream_skip_drain_wait &&
@@ -182,8 +183,8 @@ bool DeviceBackend::CopyChunk(int c, const char* staged, int head_dim) {
                       : static_cast<int>(sp.pieces.size());
   for (int i = sp.chunk_pieces[c]; i < end; ++i) {  // chunk c's pieces
     const Piece& piece = sp.pieces[i];
-    const SpanMeta& m = plan_.spans[piece.span];
-    const kernels::KvSpan& s = *plan_.sources[piece.span];
+    const SpanMeta& m = plan.spans[piece.span];
+    const kernels::KvSpan& s = *plan.sources[piece.span];
     const int64_t row = kernels::RowBytes(m.dtype, head_dim);
     const int64_t bytes = piece.count * row, skip = piece.first * row;
     const char* k = m.direct ? static_cast<const char*>(s.k) + skip
@@ -201,13 +202,13 @@ bool DeviceBackend::CopyChunk(int c, const char* staged, int head_dim) {
 }
 
 void DeviceBackend::AttendStreamed(const AttentionSpec& spec,
-                                   const AttentionPart& p, Activation q,
-                                   Activation out) {
-  PlanStreamed(spec.n_heads, spec.head_dim);
+                                   const AttentionPart& p, KvPlan& plan,
+                                   Activation q, Activation out) {
+  PlanStreamed(plan, spec.n_heads, spec.head_dim);
   const StreamPlan& sp = stream_plan_;
   char* host = ReserveStaging(sp.host_bytes);
   if (host == nullptr) return;
-  GatherRows(host, spec.head_dim);
+  GatherRows(plan, host, spec.head_dim);
   const int64_t meta = std::max(sp.meta_bytes, kAlign);
   if (kv_dev_used_ + meta > kv_dev_.bytes) {
     if (!GrowDevice(kv_dev_, meta)) return;
@@ -220,7 +221,7 @@ void DeviceBackend::AttendStreamed(const AttentionSpec& spec,
                               (int64_t{spec.head_dim} + 2) *
                               static_cast<int64_t>(sizeof(float));
   if (!GrowLandings(largest) || !GrowDevice(state_dev_, state_bytes)) return;
-  WriteStreamedTables(host, kv, spec.head_dim);
+  WriteStreamedTables(plan, host, kv, spec.head_dim);
   if (!Ok(rt_->CopyH2D(kv, host, sp.meta_bytes, stream_))) return;
   copies_.staged_bytes += sp.meta_bytes;
   cache_rows_->Flush();  // store rows written for this part land first
@@ -229,12 +230,12 @@ void DeviceBackend::AttendStreamed(const AttentionSpec& spec,
       !Ok(rt_->Wait(copy_stream_, stream_start_))) {
     return;
   }
-  dev::AttentionArgs a = PartArgs(spec, p, q);
+  dev::AttentionArgs a = RowArgs(spec, p.row, p.n, q);
   a.state = state_dev_.ptr;
   const Range state = {state_dev_.ptr, state_bytes};
   for (int c = 0; c < static_cast<int>(sp.fill.size()); ++c) {
     const int slot = c % 2;
-    if (!CopyChunk(c, host, spec.head_dim) ||
+    if (!CopyChunk(plan, c, host, spec.head_dim) ||
         !Ok(rt_->Wait(stream_, filled_[slot]))) {
       return;
     }
@@ -249,7 +250,7 @@ void DeviceBackend::AttendStreamed(const AttentionSpec& spec,
                                 {kv, sp.meta_bytes},
                                 {landing_[slot].ptr, sp.fill[c]}};
     if (c > 0) reads.push_back(state);
-    if (c == 0) AddCachedReads(&reads);  // store rows: read by chunk 0
+    if (c == 0) AddCachedReads(plan, &reads);  // store rows: read by chunk 0
     std::vector<Range> writes = {state};
     if (ws_bytes > 0) writes.push_back({a.workspace, ws_bytes});
     RunAttention("attention_chunk", a, std::move(reads), std::move(writes));
