@@ -217,7 +217,7 @@ void BenchSelect(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   };
   // One query head's select_blocks arguments, laid out as the planner's
   // (SelectViewOf maps them: device addresses as they are).
-  auto view_of = [&](int h) {
+  auto args_of = [&](int h) {
     dev::SelectArgs a;
     a.scores = at(scores + h * n_c);
     a.n = n_c;
@@ -233,10 +233,44 @@ void BenchSelect(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
     a.totals = at(out + h * out_bytes);
     a.out = a.totals + 256;
     a.max_out = max_out;
-    return dev::SelectViewOf(a, [](dev::DevPtr p, int64_t, bool) {
+    return a;
+  };
+  auto view_of = [&](int h) {
+    return dev::SelectViewOf(args_of(h), [](dev::DevPtr p, int64_t, bool) {
       return reinterpret_cast<void*>(static_cast<uintptr_t>(p.addr));
     });
   };
+  // The same as the device planner launches it: one batch op each.
+  std::vector<dev::threads::ScoreItem> score_items;
+  std::vector<int64_t> base = {0};
+  for (int g = 0; g < kKvHeads; ++g) {
+    dev::threads::ScoreItem it;
+    it.q_offset = g * group * kHd;
+    it.score_offset = g * group * n_c;
+    it.n_q = static_cast<int32_t>(group);
+    it.n = static_cast<int32_t>(n_c);
+    it.ld = static_cast<int32_t>(n_c);
+    score_items.push_back(it);
+    base.push_back(base.back() + group * n_c);
+  }
+  std::vector<dev::threads::SelectItem> select_items;
+  for (int h = 0; h < kHeads; ++h)
+    select_items.push_back(dev::ItemOf(args_of(h)));
+  auto* d_score_items = Upload(score_items);
+  auto* d_base = Upload(base);
+  auto* d_select_items = Upload(select_items);
+  ScoreBatch batch;
+  batch.items = d_score_items;
+  batch.thread_base = d_base;
+  batch.n_items = kKvHeads;
+  batch.dim = kHd;
+  batch.q_pool = q;
+  batch.q_elems = kHeads * kHd;
+  batch.panel_pool = dpanels;
+  batch.panel_elems = static_cast<int64_t>(panels.size());
+  batch.score_pool = scores;
+  batch.score_elems = kHeads * n_c;
+  batch.total_threads = base.back();
   const double ms = TimeMs(s, 20, [&] {
     for (int g = 0; g < kKvHeads; ++g) {
       Check(ScoreClusters(q + g * group * kHd, static_cast<int>(group), dpanels,
@@ -248,11 +282,19 @@ void BenchSelect(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   });
   rows->push_back(
       {"select 32 heads, 2048 cl", ms, "score_clusters + select_blocks"});
-  for (void* ptr : {static_cast<void*>(q), static_cast<void*>(dpanels),
-                    static_cast<void*>(dfirst), static_cast<void*>(dmem),
-                    static_cast<void*>(dseg_first),
-                    static_cast<void*>(dseg_size), static_cast<void*>(scores),
-                    static_cast<void*>(scratch), static_cast<void*>(out)}) {
+  const double batched_ms = TimeMs(s, 20, [&] {
+    Check(ScoreClustersBatch(batch, s), "score batch");
+    Check(SelectBlocksBatch(d_select_items, kHeads, n_c, s), "select batch");
+  });
+  rows->push_back({"select 32 heads, 2048 cl, batched", batched_ms,
+                   "score_clusters_batch + select_blocks_batch"});
+  for (void* ptr :
+       {static_cast<void*>(q), static_cast<void*>(dpanels),
+        static_cast<void*>(dfirst), static_cast<void*>(dmem),
+        static_cast<void*>(dseg_first), static_cast<void*>(dseg_size),
+        static_cast<void*>(scores), static_cast<void*>(scratch),
+        static_cast<void*>(out), static_cast<void*>(d_score_items),
+        static_cast<void*>(d_base), static_cast<void*>(d_select_items)}) {
     cudaFree(ptr);
   }
 }

@@ -181,6 +181,31 @@ absl::Status CudaLaunchers::SelectBlocks(const dev::SelectArgs& a,
   return Check(cuda::SelectBlocks(v, S(stream)), "select_blocks");
 }
 
+absl::Status CudaLaunchers::ScoreClustersBatch(const dev::ScoreBatchArgs& a,
+                                               void* stream) const {
+  cuda::ScoreBatch b;
+  b.items = P<const dev::ScoreItem>(a.items);
+  b.thread_base = P<const int64_t>(a.thread_base);
+  b.n_items = a.n_items;
+  b.dim = a.dim;
+  b.q_pool = P<const float>(a.q_pool);
+  b.q_elems = a.q_elems;
+  b.panel_pool = P<const uint16_t>(a.panel_pool);
+  b.panel_elems = a.panel_elems;
+  b.score_pool = P<float>(a.score_pool);
+  b.score_elems = a.score_elems;
+  b.total_threads = a.total_threads;
+  return Check(cuda::ScoreClustersBatch(b, S(stream)), "score_clusters_batch");
+}
+
+absl::Status CudaLaunchers::SelectBlocksBatch(const dev::SelectBatchArgs& a,
+                                              void* stream) const {
+  return Check(
+      cuda::SelectBlocksBatch(P<const dev::threads::SelectItem>(a.items),
+                              a.n_items, a.max_n, S(stream)),
+      "select_blocks_batch");
+}
+
 namespace {
 
 // The raw KMeansRun arrays and its workspace, carved from the op's scratch.

@@ -44,6 +44,10 @@ class CudaLaunchers final : public device::OpLaunchers {
                              void* stream) const override;
   absl::Status SelectBlocks(const device::SelectArgs& a,
                             void* stream) const override;
+  absl::Status ScoreClustersBatch(const device::ScoreBatchArgs& a,
+                                  void* stream) const override;
+  absl::Status SelectBlocksBatch(const device::SelectBatchArgs& a,
+                                 void* stream) const override;
   int64_t KMeansScratchBytes(int64_t n, int k, int dim) const override;
   absl::Status KMeans(const device::KMeansArgs& a, void* stream) const override;
 

@@ -51,7 +51,100 @@ __global__ void WriteKernel(th::SelectView v) {
   }
 }
 
+// Device addresses as they are (a batch's items hold them).
+struct DeviceMap {
+  CKV_HD void* operator()(uint64_t addr, int64_t, bool) const {
+    return reinterpret_cast<void*>(addr);
+  }
+};
+
+// Thread t of the batch: item i (thread_base's prefix), query j, cluster c;
+// offsets checked as the fake checks them (an out-of-range item is
+// skipped, never read past).
+__global__ void ScoreBatchKernel(ScoreBatch b) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+       t < b.total_threads; t += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i =
+        th::UpperBound(b.thread_base, 0, int64_t{b.n_items} + 1, t) - 1;
+    if (i < 0 || i >= b.n_items) continue;
+    const th::ScoreItem it = b.items[i];
+    if (it.n <= 0) continue;
+    const int64_t local = t - b.thread_base[i];
+    const int64_t j = local / it.n, c = local % it.n;
+    const int64_t q_at = it.q_offset + j * b.dim;
+    const int64_t s_at = it.score_offset + j * it.ld + c;
+    const int64_t panel_elems = (int64_t{it.n} + th::kPanelWidth - 1) /
+                                th::kPanelWidth * th::kPanelWidth * b.dim;
+    if (it.q_offset < 0 || it.panel_offset < 0 || it.score_offset < 0 ||
+        q_at + b.dim > b.q_elems ||
+        it.panel_offset + panel_elems > b.panel_elems ||
+        s_at >= b.score_elems) {
+      continue;
+    }
+    b.score_pool[s_at] = th::ScoreCluster(
+        b.q_pool + q_at, b.panel_pool + it.panel_offset, c, b.dim);
+  }
+}
+
+// select_blocks_batch: item blockIdx.y (per-block phases, blocks on x) or
+// blockIdx.x (the one-thread phases).
+__device__ th::SelectView ItemView(const th::SelectItem* items, int64_t i) {
+  return th::ViewOf(items[i], DeviceMap{});
+}
+
+__global__ void RecentBatchKernel(const th::SelectItem* items) {
+  if (threadIdx.x == 0) th::SelectRecent(ItemView(items, blockIdx.x));
+}
+
+__global__ void ScanBatchKernel(const th::SelectItem* items) {
+  if (threadIdx.x == 0) th::SelectScan(ItemView(items, blockIdx.x));
+}
+
+// kPhase 0: ranks, 1: rows before the recent range, 2: writes.
+template <int kPhase>
+__global__ void BlockBatchKernel(const th::SelectItem* items) {
+  const th::SelectView v = ItemView(items, blockIdx.y);
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < v.n;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    if constexpr (kPhase == 0) {
+      th::SelectRank(v, b);
+    } else if constexpr (kPhase == 1) {
+      th::SelectAvail(v, b);
+    } else {
+      th::SelectWrite(v, b);
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t ScoreClustersBatch(const ScoreBatch& b, cudaStream_t stream) {
+  if (b.n_items < 0 || b.dim <= 0 || b.total_threads < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (b.n_items == 0 || b.total_threads == 0) return cudaSuccess;
+  ScoreBatchKernel<<<GridFor(b.total_threads), kThreads, 0, stream>>>(b);
+  return cudaGetLastError();
+}
+
+cudaError_t SelectBlocksBatch(const th::SelectItem* items, int32_t n_items,
+                              int64_t max_n, cudaStream_t stream) {
+  if (n_items < 0 || n_items > 65535 || max_n < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (n_items == 0) return cudaSuccess;
+  RecentBatchKernel<<<n_items, 32, 0, stream>>>(items);
+  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const dim3 grid(GridFor(max_n), static_cast<unsigned>(n_items));
+  BlockBatchKernel<0><<<grid, kThreads, 0, stream>>>(items);
+  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  BlockBatchKernel<1><<<grid, kThreads, 0, stream>>>(items);
+  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  ScanBatchKernel<<<n_items, 32, 0, stream>>>(items);
+  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  BlockBatchKernel<2><<<grid, kThreads, 0, stream>>>(items);
+  return cudaGetLastError();
+}
 
 cudaError_t ScoreClusters(const float* q, int n_q, const uint16_t* panels,
                           int64_t n, int dim, float* scores, int64_t ld,

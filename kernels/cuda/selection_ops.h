@@ -23,4 +23,27 @@ cudaError_t ScoreClusters(const float* q, int n_q, const uint16_t* panels,
 cudaError_t SelectBlocks(const device::threads::SelectView& v,
                          cudaStream_t stream);
 
+// A batch of score_clusters problems (kernels/device/phases.h
+// ScoreBatchArgs, device pointers): one thread per (item, query, cluster).
+struct ScoreBatch {
+  const device::threads::ScoreItem* items = nullptr;
+  const int64_t* thread_base = nullptr;  // [n_items + 1]
+  int32_t n_items = 0;
+  int dim = 0;
+  const float* q_pool = nullptr;
+  int64_t q_elems = 0;
+  const uint16_t* panel_pool = nullptr;
+  int64_t panel_elems = 0;
+  float* score_pool = nullptr;
+  int64_t score_elems = 0;
+  int64_t total_threads = 0;
+};
+cudaError_t ScoreClustersBatch(const ScoreBatch& b, cudaStream_t stream);
+
+// select_blocks over n_items problems (items in device memory; max_n: the
+// most blocks of one): the five phases as five kernels for the whole batch.
+cudaError_t SelectBlocksBatch(const device::threads::SelectItem* items,
+                              int32_t n_items, int64_t max_n,
+                              cudaStream_t stream);
+
 }  // namespace ckv::kernels::cuda

@@ -195,6 +195,12 @@ class OpLaunchers {
                                      void* stream) const = 0;
   virtual absl::Status SelectBlocks(const SelectArgs& a,
                                     void* stream) const = 0;
+  // Their batches (ScoreClustersBatchOp, SelectBlocksBatchOp): every
+  // planned query of a planner call in one launch set.
+  virtual absl::Status ScoreClustersBatch(const ScoreBatchArgs& a,
+                                          void* stream) const = 0;
+  virtual absl::Status SelectBlocksBatch(const SelectBatchArgs& a,
+                                         void* stream) const = 0;
   // The index builder's k-means (deterministic for given arguments; need
   // not equal the CPU's bits), and the scratch it needs.
   virtual int64_t KMeansScratchBytes(int64_t n, int k, int dim) const = 0;

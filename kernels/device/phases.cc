@@ -48,7 +48,7 @@ Op ScoreClustersOp(const ScoreClustersArgs& a) {
   return op;
 }
 
-Op ScoreClustersBatchOp(const ScoreBatchArgs& a, int64_t total_threads) {
+Op ScoreClustersBatchOp(const ScoreBatchArgs& a) {
   Op op;
   op.name = "score_clusters_batch";
   op.reads = {Of<ScoreItem>(a.items, a.n_items),
@@ -56,13 +56,13 @@ Op ScoreClustersBatchOp(const ScoreBatchArgs& a, int64_t total_threads) {
               Of<float>(a.q_pool, a.q_elems),
               Of<uint16_t>(a.panel_pool, a.panel_elems)};
   op.writes = {Of<float>(a.score_pool, a.score_elems)};
-  op.body = [a, total_threads](OpContext& ctx) {
+  op.body = [a](OpContext& ctx) {
     const ScoreItem* items = ctx.In<ScoreItem>(a.items, a.n_items);
     const int64_t* base = ctx.In<int64_t>(a.thread_base, a.n_items + 1);
     const float* q = ctx.In<float>(a.q_pool, a.q_elems);
     const uint16_t* panels = ctx.In<uint16_t>(a.panel_pool, a.panel_elems);
     float* scores = ctx.Out<float>(a.score_pool, a.score_elems);
-    ctx.Phase(total_threads, [&](int64_t t) {
+    ctx.Phase(a.total_threads, [&](int64_t t) {
       // The item of thread t: binary search of the prefix.
       const int64_t i =
           std::upper_bound(base, base + a.n_items + 1, t) - base - 1;

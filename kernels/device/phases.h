@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/device/runtime.h"
+#include "kernels/device/selection_threads.h"
 
 namespace ckv::kernels::device {
 
@@ -39,15 +40,7 @@ Op ScoreClustersOp(const ScoreClustersArgs& a);
 // offsets into shared pools; thread_base[i] = sum of n_q * n over items
 // before i (the host plan's prefix), so one phase of total threads covers
 // the batch, one thread per (item, query, cluster).
-struct ScoreItem {
-  int64_t q_offset = 0;      // floats into q_pool: [n_q][dim]
-  int64_t panel_offset = 0;  // uint16 into panel_pool: PanelElements(n, dim)
-  int64_t score_offset = 0;  // floats into score_pool: [n_q][ld]
-  int32_t n_q = 0;
-  int32_t n = 0;
-  int32_t ld = 0;
-  int32_t pad = 0;
-};
+using threads::ScoreItem;  // selection_threads.h (nvcc reads it too)
 struct ScoreBatchArgs {
   DevPtr items;        // ScoreItem [n_items]
   DevPtr thread_base;  // int64 [n_items + 1]
@@ -59,9 +52,10 @@ struct ScoreBatchArgs {
   int64_t panel_elems = 0;
   DevPtr score_pool;
   int64_t score_elems = 0;
+  // thread_base[n_items] (the thread count), which the host plan knows.
+  int64_t total_threads = 0;
 };
-// Needs thread_base[n_items] (the thread count) on the host: the plan has it.
-Op ScoreClustersBatchOp(const ScoreBatchArgs& a, int64_t total_threads);
+Op ScoreClustersBatchOp(const ScoreBatchArgs& a);
 
 // ---- Residency: the cluster cache of one (session, layer, KV head) -------
 // Blocks are named by a dense index the host plan assigns (segment base +

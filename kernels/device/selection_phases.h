@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/device/op_tables.h"
 #include "kernels/device/runtime.h"
@@ -45,23 +46,9 @@ struct SelectArgs {
   DevPtr totals;        // PlanTotals
 };
 
-// The op's scratch for n blocks over n_segs segments: order, avail (int32
-// [n]), before, slot (int64 [n]), recent_begin (int64 [n_segs]), each
-// 256-byte aligned; offsets from the scratch's start.
-struct SelectScratch {
-  int64_t order = 0, avail = 0, before = 0, slot = 0, recent_begin = 0;
-  int64_t bytes = 0;
-};
-inline SelectScratch SelectScratchLayout(int64_t n, int32_t n_segs) {
-  auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
-  SelectScratch l;
-  l.avail = l.order + align(4 * n);
-  l.before = l.avail + align(4 * n);
-  l.slot = l.before + align(8 * n);
-  l.recent_begin = l.slot + align(8 * n);
-  l.bytes = l.recent_begin + align(8 * int64_t{n_segs});
-  return l;
-}
+// The op's scratch (threads::SelectScratchLayout).
+using threads::SelectScratch;
+using threads::SelectScratchLayout;
 inline int64_t SelectScratchBytes(int64_t n, int32_t n_segs) {
   return SelectScratchLayout(n, n_segs).bytes;
 }
@@ -70,43 +57,18 @@ inline int64_t SelectScratchBytes(int64_t n, int32_t n_segs) {
 int64_t MaxPlannedBlocks(int64_t n, int32_t n_segs, int64_t recent_tokens,
                          int32_t page_size);
 
+// `a` as the plain addresses a batch holds in device memory.
+threads::SelectItem ItemOf(const SelectArgs& a);
+
 // The op's pointers: every address of `a` (and its scratch layout) through
 // map(DevPtr, bytes, write) -> void* (the fake's OpContext, or the device
 // address itself on a GPU).
 template <class Map>
 threads::SelectView SelectViewOf(const SelectArgs& a, Map&& map) {
-  threads::SelectView v;
-  auto in = [&](DevPtr p, int64_t bytes) { return map(p, bytes, false); };
-  auto out = [&](DevPtr p, int64_t bytes) { return map(p, bytes, true); };
-  v.scores = static_cast<const float*>(in(a.scores, 4 * a.n));
-  v.n = a.n;
-  v.seg_first =
-      static_cast<const int64_t*>(in(a.seg_first, 8 * (a.n_segs + 1)));
-  v.seg_size = static_cast<const int64_t*>(in(a.seg_size, 8 * a.n_segs));
-  v.n_segs = a.n_segs;
-  v.member_first =
-      static_cast<const int64_t*>(in(a.member_first, 8 * (a.n + 1)));
-  v.member_last = a.member_last.null()
-                      ? nullptr
-                      : static_cast<const int64_t*>(in(a.member_last, 8 * a.n));
-  v.members = static_cast<const int32_t*>(in(a.members, 4 * a.n_members));
-  v.n_members = a.n_members;
-  v.budget = a.budget;
-  v.recent_tokens = a.recent_tokens;
-  v.page_size = a.page_size;
-  v.max_out = a.max_out;
-  const SelectScratch l = SelectScratchLayout(a.n, a.n_segs);
-  v.order = static_cast<int32_t*>(out(a.scratch + l.order, 4 * a.n));
-  v.avail = static_cast<int32_t*>(out(a.scratch + l.avail, 4 * a.n));
-  v.before = static_cast<int64_t*>(out(a.scratch + l.before, 8 * a.n));
-  v.slot = static_cast<int64_t*>(out(a.scratch + l.slot, 8 * a.n));
-  v.recent_begin = static_cast<int64_t*>(
-      out(a.scratch + l.recent_begin, 8 * int64_t{a.n_segs}));
-  v.out = static_cast<PlannedBlock*>(
-      out(a.out, a.max_out * static_cast<int64_t>(sizeof(PlannedBlock))));
-  v.totals = static_cast<PlanTotals*>(
-      out(a.totals, static_cast<int64_t>(sizeof(PlanTotals))));
-  return v;
+  return threads::ViewOf(ItemOf(a),
+                         [&map](uint64_t addr, int64_t bytes, bool write) {
+                           return map(DevPtr{addr}, bytes, write);
+                         });
 }
 
 // One op, five phases (kernels/device/selection_threads.h): the recent pages
@@ -116,5 +78,17 @@ threads::SelectView SelectViewOf(const SelectArgs& a, Map&& map) {
 // cluster blocks written at their places (a thread per position). A plan that
 // would overflow max_out writes totals.blocks = -1 and nothing past max_out.
 Op SelectBlocksOp(const SelectArgs& a);
+// The same over a batch (every planned query of a planner call, one op):
+// items (SelectItem [n_items] in device memory, built by ItemOf) are
+// problems of their own (scratch and outputs each); host_items is the host
+// copy the op's ranges are declared from (what `items` holds). Each phase
+// runs the threads of every item (a thread per item, or per block of each).
+struct SelectBatchArgs {
+  DevPtr items;
+  int32_t n_items = 0;
+  int64_t max_n = 0;  // most blocks of one item (a device's grid)
+};
+Op SelectBlocksBatchOp(const SelectBatchArgs& a,
+                       const std::vector<threads::SelectItem>& host_items);
 
 }  // namespace ckv::kernels::device

@@ -211,4 +211,85 @@ CKV_HD void SelectWrite(const SelectView& v, int64_t i) {
       static_cast<int32_t>(Min64(v.avail[b], v.totals->budget - v.before[i]));
 }
 
+// ---- Batches: every planned query of a planner call in one op ----------
+
+// One score_clusters problem of a batch (phases.h ScoreClustersBatchOp):
+// element offsets into the batch's pools.
+struct ScoreItem {
+  int64_t q_offset = 0;      // floats into q_pool: [n_q][dim]
+  int64_t panel_offset = 0;  // uint16 into panel_pool: PanelElements(n, dim)
+  int64_t score_offset = 0;  // floats into score_pool: [n_q][ld]
+  int32_t n_q = 0;
+  int32_t n = 0;
+  int32_t ld = 0;
+  int32_t pad = 0;
+};
+
+// The select_blocks scratch for n blocks over n_segs segments: order, avail
+// (int32 [n]), before, slot (int64 [n]), recent_begin (int64 [n_segs]),
+// each 256-byte aligned; offsets from the scratch's start.
+struct SelectScratch {
+  int64_t order = 0, avail = 0, before = 0, slot = 0, recent_begin = 0;
+  int64_t bytes = 0;
+};
+CKV_HD int64_t Align256(int64_t b) { return (b + 255) / 256 * 256; }
+CKV_HD SelectScratch SelectScratchLayout(int64_t n, int32_t n_segs) {
+  SelectScratch l;
+  l.avail = l.order + Align256(4 * n);
+  l.before = l.avail + Align256(4 * n);
+  l.slot = l.before + Align256(8 * n);
+  l.recent_begin = l.slot + Align256(8 * n);
+  l.bytes = l.recent_begin + Align256(8 * int64_t{n_segs});
+  return l;
+}
+
+// One select_blocks problem as it lies in device memory (a batch's items,
+// select_blocks_batch): selection_phases.h SelectArgs with plain device
+// addresses (member_last 0: none).
+struct SelectItem {
+  uint64_t scores = 0, seg_first = 0, seg_size = 0, member_first = 0,
+           member_last = 0, members = 0, scratch = 0, out = 0, totals = 0;
+  int64_t n = 0, n_members = 0, budget = 0, recent_tokens = 0, max_out = 0;
+  int32_t n_segs = 0, page_size = 16;
+};
+
+// The view of `it`: every address through map(addr, bytes, write) ->
+// void* (the fake's OpContext, or the address itself on a GPU).
+template <class Map>
+CKV_HD SelectView ViewOf(const SelectItem& it, Map&& map) {
+  SelectView v;
+  v.scores = static_cast<const float*>(map(it.scores, 4 * it.n, false));
+  v.n = it.n;
+  v.seg_first = static_cast<const int64_t*>(
+      map(it.seg_first, 8 * (int64_t{it.n_segs} + 1), false));
+  v.seg_size =
+      static_cast<const int64_t*>(map(it.seg_size, 8 * it.n_segs, false));
+  v.n_segs = it.n_segs;
+  v.member_first =
+      static_cast<const int64_t*>(map(it.member_first, 8 * (it.n + 1), false));
+  v.member_last =
+      it.member_last == 0
+          ? nullptr
+          : static_cast<const int64_t*>(map(it.member_last, 8 * it.n, false));
+  v.members =
+      static_cast<const int32_t*>(map(it.members, 4 * it.n_members, false));
+  v.n_members = it.n_members;
+  v.budget = it.budget;
+  v.recent_tokens = it.recent_tokens;
+  v.page_size = it.page_size;
+  v.max_out = it.max_out;
+  const SelectScratch l = SelectScratchLayout(it.n, it.n_segs);
+  v.order = static_cast<int32_t*>(map(it.scratch + l.order, 4 * it.n, true));
+  v.avail = static_cast<int32_t*>(map(it.scratch + l.avail, 4 * it.n, true));
+  v.before = static_cast<int64_t*>(map(it.scratch + l.before, 8 * it.n, true));
+  v.slot = static_cast<int64_t*>(map(it.scratch + l.slot, 8 * it.n, true));
+  v.recent_begin = static_cast<int64_t*>(
+      map(it.scratch + l.recent_begin, 8 * int64_t{it.n_segs}, true));
+  v.out = static_cast<PlannedBlock*>(map(
+      it.out, it.max_out * static_cast<int64_t>(sizeof(PlannedBlock)), true));
+  v.totals = static_cast<PlanTotals*>(
+      map(it.totals, static_cast<int64_t>(sizeof(PlanTotals)), true));
+  return v;
+}
+
 }  // namespace ckv::kernels::device::threads

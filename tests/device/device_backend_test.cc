@@ -347,7 +347,8 @@ struct MultiRun {
   std::vector<CacheStats> stats;
   absl::Status status;
   int64_t layers_planned = 0, batches = 0;  // a DeviceBackend's planner
-  AttendCopyStats copies;                   // and its attention
+  DevicePlanner::OpCounts ops;
+  AttendCopyStats copies;  // and its attention
 };
 
 // A prefill chunk inside a decode batch, then forks decoding together:
@@ -402,6 +403,7 @@ MultiRun BatchScenario(const Model& m, std::unique_ptr<Backend> backend) {
   if (device != nullptr) {
     r.layers_planned = device->planner().layers_planned();
     r.batches = device->planner().batches();
+    r.ops = device->planner().op_counts();
     r.copies = device->attend_copies();
   }
   return r;
@@ -439,6 +441,17 @@ TEST(DeviceBackendTest, PrefillInDecodeBatchAndForks) {
                 static_cast<long long>(dev.batches));
     EXPECT_GT(dev.batches, 0) << arch;
     EXPECT_GT(dev.layers_planned, 3 * dev.batches) << arch;
+    // Two ops per batch: one scores every (store, KV head, segment), one
+    // selects for every planned query.
+    std::printf("%s: %lld score and %lld select problems in %lld + %lld ops\n",
+                arch.c_str(), static_cast<long long>(dev.ops.score_items),
+                static_cast<long long>(dev.ops.select_items),
+                static_cast<long long>(dev.ops.score_ops),
+                static_cast<long long>(dev.ops.select_ops));
+    EXPECT_EQ(dev.ops.score_ops, dev.batches) << arch;
+    EXPECT_EQ(dev.ops.select_ops, dev.batches) << arch;
+    EXPECT_GT(dev.ops.score_items, 3 * dev.batches) << arch;
+    EXPECT_GT(dev.ops.select_items, 3 * dev.batches) << arch;
     // And attended in one op per layer and step: the prefill (1 part), the
     // mixed step (2 parts), six steps of four decoding stores (4 parts).
     const int64_t layers = m->config.n_layers;

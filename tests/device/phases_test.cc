@@ -109,7 +109,8 @@ TEST(ScoreClustersTest, BatchBitEqualPerItem) {
     a.panel_elems = static_cast<int64_t>(panel_pool.size());
     a.score_pool = Upload(rt, st, std::vector<float>(want.size(), 0.0f));
     a.score_elems = static_cast<int64_t>(want.size());
-    CKV_ASSERT_OK(rt.Launch(ScoreClustersBatchOp(a, base.back()), st));
+    a.total_threads = base.back();
+    CKV_ASSERT_OK(rt.Launch(ScoreClustersBatchOp(a), st));
     const std::vector<float> got =
         Download<float>(rt, st, a.score_pool, a.score_elems);
     ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)

@@ -110,12 +110,53 @@ struct DevicePlan {
   std::vector<PlannedBlock> blocks;
 };
 
+// Scores every segment's clusters for all queries in one op (items per
+// segment, a pool of every segment's panels) into `scores`.
+void ScoreBatched(Runtime& rt, Stream st, const Problem& p, DevPtr dq, int n_q,
+                  const std::vector<int64_t>& seg_first, DevPtr scores) {
+  const OpLaunchers* k = rt.launchers();
+  std::vector<ScoreItem> items;
+  std::vector<int64_t> base = {0};
+  std::vector<uint16_t> pool;
+  for (size_t s = 0; s < p.segs.size(); ++s) {
+    const HeadIndex& h = p.segs[s]->layer(0).heads[0];
+    ScoreItem it;
+    it.panel_offset = static_cast<int64_t>(pool.size());
+    it.score_offset = seg_first[s];
+    it.n_q = n_q;
+    it.n = h.k;
+    it.ld = static_cast<int32_t>(seg_first.back());
+    pool.insert(pool.end(), h.centroid_panels.begin(), h.centroid_panels.end());
+    items.push_back(it);
+    base.push_back(base.back() + int64_t{n_q} * h.k);
+  }
+  ScoreBatchArgs a;
+  a.items = Upload(rt, st, items);
+  a.thread_base = Upload(rt, st, base);
+  a.n_items = static_cast<int32_t>(items.size());
+  a.dim = p.head_dim;
+  a.q_pool = dq;
+  a.q_elems = int64_t{n_q} * p.head_dim;
+  a.panel_pool = Upload(rt, st, pool);
+  a.panel_elems = static_cast<int64_t>(pool.size());
+  a.score_pool = scores;
+  a.score_elems = int64_t{n_q} * seg_first.back();
+  a.total_threads = base.back();
+  Op op = ScoreClustersBatchOp(a);
+  if (k != nullptr) {
+    op.device_launch = [k, a](void* x) { return k->ScoreClustersBatch(a, x); };
+  }
+  EXPECT_TRUE(rt.Launch(std::move(op), st).ok());
+}
+
 // Scores every cluster of every segment for `queries` (ScoreClustersOp per
-// segment into one [n_q][total] buffer), then plans each query.
+// segment into one [n_q][total] buffer), then plans each query
+// (SelectBlocksOp each); batched: one ScoreClustersBatchOp and one
+// SelectBlocksBatchOp for all of it, as the device planner launches them.
 // On a runtime with launchers (CUDA) the ops run their device kernels.
 std::vector<DevicePlan> PlanOn(Runtime& rt, const Problem& p,
                                const std::vector<std::vector<float>>& queries,
-                               const KvStoreConfig& c) {
+                               const KvStoreConfig& c, bool batched) {
   const OpLaunchers* k = rt.launchers();
   const Stream st = ValueOrDie(rt.CreateStream());
   const int n_q = static_cast<int>(queries.size());
@@ -136,7 +177,8 @@ std::vector<DevicePlan> PlanOn(Runtime& rt, const Problem& p,
   const DevPtr dq = Upload(rt, st, q_all);
   const DevPtr scores =
       Upload(rt, st, std::vector<float>(size_t{1} * n_q * total, 0.0f));
-  for (size_t s = 0; s < p.segs.size(); ++s) {
+  if (batched) ScoreBatched(rt, st, p, dq, n_q, seg_first, scores);
+  for (size_t s = 0; s < (batched ? 0 : p.segs.size()); ++s) {
     const HeadIndex& h = p.segs[s]->layer(0).heads[0];
     const DevPtr panels = Upload(rt, st, h.centroid_panels);
     const ScoreClustersArgs sa{
@@ -159,20 +201,38 @@ std::vector<DevicePlan> PlanOn(Runtime& rt, const Problem& p,
   a.recent_tokens = c.recent_tokens;
   a.page_size = c.quest_page_size;
   a.max_out = MaxPlannedBlocks(total, a.n_segs, a.recent_tokens, a.page_size);
-  std::vector<DevicePlan> plans(n_q);
+  std::vector<SelectArgs> args;
   for (int j = 0; j < n_q; ++j) {
     a.scores = scores + int64_t{4} * j * total;
     a.scratch = ValueOrDie(rt.Malloc(SelectScratchBytes(total, a.n_segs)));
     a.out = ValueOrDie(rt.Malloc(a.max_out * sizeof(PlannedBlock)));
     a.totals = ValueOrDie(rt.Malloc(sizeof(PlanTotals)));
+    args.push_back(a);
+    if (batched) continue;
     Op op = SelectBlocksOp(a);
     if (k != nullptr) {
       op.device_launch = [k, a](void* x) { return k->SelectBlocks(a, x); };
     }
     EXPECT_TRUE(rt.Launch(std::move(op), st).ok());
-    plans[j].totals = Download<PlanTotals>(rt, st, a.totals, 1)[0];
+  }
+  if (batched) {
+    std::vector<threads::SelectItem> items;
+    for (const SelectArgs& x : args) items.push_back(ItemOf(x));
+    SelectBatchArgs b;
+    b.items = Upload(rt, st, items);
+    b.n_items = n_q;
+    b.max_n = total;
+    Op op = SelectBlocksBatchOp(b, items);
+    if (k != nullptr) {
+      op.device_launch = [k, b](void* x) { return k->SelectBlocksBatch(b, x); };
+    }
+    EXPECT_TRUE(rt.Launch(std::move(op), st).ok());
+  }
+  std::vector<DevicePlan> plans(n_q);
+  for (int j = 0; j < n_q; ++j) {
+    plans[j].totals = Download<PlanTotals>(rt, st, args[j].totals, 1)[0];
     plans[j].blocks = Download<PlannedBlock>(
-        rt, st, a.out, std::max<int64_t>(0, plans[j].totals.blocks));
+        rt, st, args[j].out, std::max<int64_t>(0, plans[j].totals.blocks));
   }
   return plans;
 }
@@ -180,9 +240,9 @@ std::vector<DevicePlan> PlanOn(Runtime& rt, const Problem& p,
 // The fake (its ordering checker clean after the plans).
 std::vector<DevicePlan> PlanOnDevice(
     const Problem& p, const std::vector<std::vector<float>>& queries,
-    const KvStoreConfig& c, Schedule sched, uint64_t seed) {
+    const KvStoreConfig& c, Schedule sched, uint64_t seed, bool batched) {
   FakeRuntime rt(TestConfig(sched, seed, 32, 20));
-  std::vector<DevicePlan> plans = PlanOn(rt, p, queries, c);
+  std::vector<DevicePlan> plans = PlanOn(rt, p, queries, c, batched);
   EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
   return plans;
 }
@@ -265,20 +325,33 @@ TEST(SelectBlocksTest, EqualsClusterKvPlans) {
                           const KvStoreConfig& c, int cases) {
     return PlanOnDevice(p, queries, c,
                         cases % 2 ? Schedule::kThreaded : Schedule::kLazy,
-                        cases);
+                        cases, false);
+  });
+}
+
+// The batch ops (one score op over every segment, one select op over every
+// query, each query its own scratch): the same plans.
+TEST(SelectBlocksTest, BatchEqualsClusterKvPlans) {
+  ExpectClusterKvPlans([](const Problem& p,
+                          const std::vector<std::vector<float>>& queries,
+                          const KvStoreConfig& c, int cases) {
+    return PlanOnDevice(p, queries, c,
+                        cases % 2 ? Schedule::kLazy : Schedule::kThreaded,
+                        cases, true);
   });
 }
 
 // The same on CUDA: score_clusters and select_blocks run their kernels
-// (kernels/cuda/selection_ops.cu, the same thread bodies).
+// (kernels/cuda/selection_ops.cu, the same thread bodies), every other case
+// as the batch kernels.
 TEST(SelectBlocksTest, CudaEqualsClusterKvPlans) {
 #ifdef CLUSTERKV_HAVE_CUDA
   auto rt = cuda::CudaRuntime::Create(0);
   if (!rt.ok()) GTEST_SKIP() << rt.status().message();
-  ExpectClusterKvPlans([&rt](const Problem& p,
-                             const std::vector<std::vector<float>>& queries,
-                             const KvStoreConfig& c,
-                             int) { return PlanOn(**rt, p, queries, c); });
+  ExpectClusterKvPlans(
+      [&rt](const Problem& p, const std::vector<std::vector<float>>& queries,
+            const KvStoreConfig& c,
+            int cases) { return PlanOn(**rt, p, queries, c, cases % 2 == 1); });
 #else
   GTEST_SKIP() << "this build has no CUDA backend";
 #endif

@@ -26,31 +26,46 @@ int64_t Section(int64_t n) {
 
 }  // namespace
 
-// Where everything of one call lies: the upload (queries, then per KV head
-// the block table: segment starts and sizes, each block's first and last
-// member in the table pool), the device work buffer (scores, one shared
-// scratch, then the results the host reads back: per planned query its
-// PlanTotals followed by its blocks).
+// Where everything of one request lies: the upload (queries, then per KV
+// head the block table: segment starts and sizes, each block's first and
+// last member in the table pool), the device work buffer (scores and a
+// select_blocks scratch per planned query) and the results the host reads
+// back (per planned query its PlanTotals followed by its blocks, in the
+// call's results region).
 struct DevicePlanner::Layout {
   struct Head {
     int64_t total = 0;  // clusters over all segments
     int64_t seg_first = 0, seg_size = 0, member_first = 0,
             member_last = 0;  // in_dev offsets
     int64_t scores = 0;       // work offset: float [nq][total]
+    int64_t scratch = 0;      // work offset of query 0's scratch
+    int64_t scratch_stride = 0;
     int64_t max_out = 0;
-    int64_t results = 0;  // work offset of query 0's result
+    int64_t results = 0;  // results offset of query 0's result
     int64_t stride = 0;   // bytes per query's result
   };
   int n_kv = 0, group = 0, nq = 0, hd = 0, n_segs = 0;
   bool shared = false;
   int64_t q = 0;  // in_dev offset: float [n_kv][nq][hd]
   std::vector<Head> heads;
-  int64_t scratch = 0;  // work offset
-  int64_t results = 0, in_bytes = 0, work_bytes = 0, out_bytes = 0;
+  int64_t in_bytes = 0, work_bytes = 0, out_bytes = 0;
   // Where this request's sections start in the call's buffers (the
-  // offsets above are from these).
+  // offsets above are from these; out_off into the results region).
   int64_t in_off = 0, work_off = 0, out_off = 0;
   std::vector<const SegmentTables::Entry*> entries;  // per segment
+};
+
+// The call's batch tables (after every request's upload): the score items
+// with their thread prefix and the select items; and the results region
+// in the work buffer (every request's results, one D2H).
+struct DevicePlanner::Batch {
+  std::vector<dev::ScoreItem> score_items;
+  std::vector<int64_t> thread_base = {0};
+  std::vector<dev::threads::SelectItem> select_items;
+  int dim = 0;  // every request's head_dim
+  int64_t max_n = 0;
+  int64_t score_items_off = 0, thread_base_off = 0, select_items_off = 0;
+  int64_t results = 0;  // work offset
 };
 
 DevicePlanner::DevicePlanner(dev::Runtime& runtime,
@@ -104,6 +119,11 @@ int64_t DevicePlanner::batches() const {
   return batches_;
 }
 
+DevicePlanner::OpCounts DevicePlanner::op_counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ops_;
+}
+
 bool DevicePlanner::Ok(const absl::Status& s) {
   if (!s.ok() && status_.ok()) status_ = s;
   return s.ok();
@@ -147,17 +167,18 @@ void DevicePlanner::PlanBatch(const std::vector<Request>& requests) {
                  MakeLayout(requests[i], tick, &in, &work, &out, &layouts[i]);
   }
   if (!Ok(tables_->status()) || in == 0) return;
+  Batch batch;
+  LayOutBatch(requests, layouts, &planned, &in, &work, out, &batch);
   if (!Reserve(in, work, out) || !Ok(rt_.HostWrite(in_host_.host, in))) {
     return;
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     if (planned[i]) Fill(layouts[i], requests[i]);
   }
-  if (!Ok(rt_.CopyH2D(in_dev_.ptr, in_host_.host, in, stream_))) return;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (planned[i] && !Launch(layouts[i], requests[i])) return;
-  }
-  if (!Ok(rt_.Synchronize(stream_)) || !Ok(rt_.HostRead(out_host_.host, out))) {
+  FillBatch(requests, layouts, planned, &batch);
+  if (!Ok(rt_.CopyH2D(in_dev_.ptr, in_host_.host, in, stream_)) ||
+      !LaunchBatch(batch, in, work, out) || !Ok(rt_.Synchronize(stream_)) ||
+      !Ok(rt_.HostRead(out_host_.host, out))) {
     return;
   }
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -189,7 +210,7 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
   l.n_segs = static_cast<int>(segments.size());
   l.shared = r.config->gqa_selection == GqaSelection::kPerKvHead;
   l.nq = l.shared ? 1 : l.group;
-  int64_t in = 0, work = 0, scratch = 0;
+  int64_t in = 0, work = 0, results = 0;
   l.q = in;
   in += Section<float>(int64_t{l.n_kv} * l.nq * l.hd);
   for (int g = 0; g < l.n_kv; ++g) {
@@ -205,21 +226,20 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
     in += Section<int64_t>(std::max<int64_t>(h.total, 1));
     h.scores = work;
     work += Section<float>(l.nq * h.total);
+    // A scratch per planned query: the batch runs them all in one op.
+    h.scratch_stride = AlignUp(
+        std::max<int64_t>(dev::SelectScratchBytes(h.total, l.n_segs), 1));
+    h.scratch = work;
+    work += h.scratch_stride * l.nq;
     h.max_out = dev::MaxPlannedBlocks(
         h.total, l.n_segs, r.config->recent_tokens, r.config->quest_page_size);
     h.stride =
         Section<dev::PlanTotals>(1) + Section<dev::PlannedBlock>(h.max_out);
-    scratch = std::max(scratch, dev::SelectScratchBytes(h.total, l.n_segs));
+    h.results = results;
+    results += h.stride * l.nq;
     l.heads.push_back(h);
   }
-  l.scratch = work;
-  work += AlignUp(std::max<int64_t>(scratch, 1));
-  l.results = work;
-  for (Layout::Head& h : l.heads) {
-    h.results = work;
-    work += h.stride * l.nq;
-  }
-  l.out_bytes = work - l.results;
+  l.out_bytes = results;
   l.in_bytes = in;
   l.work_bytes = work;
   l.in_off = *in_off;
@@ -229,6 +249,107 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
   *work_off += AlignUp(l.work_bytes);
   *out_off += AlignUp(l.out_bytes);
   return true;
+}
+
+// The batch's score items (one per request, KV head and segment with
+// clusters; element offsets into the upload, the table pool and the work
+// buffer), their thread prefix, and room for the select items (one per
+// planned query, written by FillBatch once the buffers' addresses are
+// known); the results region after every request's work.
+void DevicePlanner::LayOutBatch(const std::vector<Request>& requests,
+                                const std::vector<Layout>& layouts,
+                                std::vector<bool>* planned, int64_t* in,
+                                int64_t* work, int64_t out, Batch* b) {
+  int64_t n_select = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!(*planned)[i]) continue;
+    const Layout& l = layouts[i];
+    // One head_dim per batch (one model's layer): another falls back.
+    if (b->dim == 0) b->dim = l.hd;
+    if (l.hd != b->dim) {
+      (*planned)[i] = false;
+      ++table_fallbacks_;
+      continue;
+    }
+    const int layer = requests[i].layer;
+    const std::vector<const Segment*>& segments = *requests[i].segments;
+    for (int g = 0; g < l.n_kv; ++g) {
+      const Layout::Head& h = l.heads[g];
+      b->max_n = std::max(b->max_n, h.total);
+      n_select += l.nq;
+      int64_t first = 0;
+      for (int s = 0; s < l.n_segs; ++s) {
+        const int k = segments[s]->layer(layer).heads[g].k;
+        if (k > 0) {
+          dev::ScoreItem it;
+          it.q_offset = (l.in_off + l.q + int64_t{g} * l.nq * l.hd * 4) / 4;
+          it.panel_offset = l.entries[s]->heads[g].panels / 2;
+          it.score_offset = (l.work_off + h.scores + first * 4) / 4;
+          it.n_q = l.nq;
+          it.n = k;
+          it.ld = static_cast<int32_t>(h.total);
+          b->score_items.push_back(it);
+          b->thread_base.push_back(b->thread_base.back() + int64_t{l.nq} * k);
+        }
+        first += k;
+      }
+    }
+  }
+  const int64_t n_score = static_cast<int64_t>(b->score_items.size());
+  b->score_items_off = *in;
+  *in += Section<dev::ScoreItem>(std::max<int64_t>(n_score, 1));
+  b->thread_base_off = *in;
+  *in += Section<int64_t>(n_score + 1);
+  b->select_items_off = *in;
+  *in += Section<dev::threads::SelectItem>(std::max<int64_t>(n_select, 1));
+  b->select_items.reserve(static_cast<size_t>(n_select));
+  b->results = *work;
+  *work += AlignUp(std::max<int64_t>(out, 1));
+}
+
+// The select items (device addresses of each planned query's scores,
+// block table, scratch and results) and both batch tables into the upload.
+void DevicePlanner::FillBatch(const std::vector<Request>& requests,
+                              const std::vector<Layout>& layouts,
+                              const std::vector<bool>& planned, Batch* b) {
+  const DevPtr pool = tables_->pool();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!planned[i]) continue;
+    const Layout& l = layouts[i];
+    const KvStoreConfig& config = *requests[i].config;
+    const DevPtr in = in_dev_.ptr + l.in_off, work = work_dev_.ptr + l.work_off;
+    const DevPtr results = work_dev_.ptr + b->results + l.out_off;
+    for (int g = 0; g < l.n_kv; ++g) {
+      const Layout::Head& h = l.heads[g];
+      for (int j = 0; j < l.nq; ++j) {
+        dev::SelectArgs a;
+        a.scores = work + h.scores + int64_t{j} * h.total * 4;
+        a.n = h.total;
+        a.seg_first = in + h.seg_first;
+        a.seg_size = in + h.seg_size;
+        a.n_segs = l.n_segs;
+        a.member_first = in + h.member_first;
+        a.member_last = in + h.member_last;
+        a.members = pool;
+        a.n_members = tables_->pool_bytes() / 4;
+        a.budget = config.budget - (debug_.budget_one_short ? 1 : 0);
+        a.recent_tokens = config.recent_tokens;
+        a.page_size = config.quest_page_size;
+        a.scratch = work + h.scratch + j * h.scratch_stride;
+        a.totals = results + h.results + j * h.stride;
+        a.out = a.totals + Section<dev::PlanTotals>(1);
+        a.max_out = h.max_out;
+        b->select_items.push_back(dev::ItemOf(a));
+      }
+    }
+  }
+  char* host = in_host_.host;
+  std::memcpy(host + b->score_items_off, b->score_items.data(),
+              b->score_items.size() * sizeof(dev::ScoreItem));
+  std::memcpy(host + b->thread_base_off, b->thread_base.data(),
+              b->thread_base.size() * sizeof(int64_t));
+  std::memcpy(host + b->select_items_off, b->select_items.data(),
+              b->select_items.size() * sizeof(dev::threads::SelectItem));
 }
 
 // Grows the pinned and device buffers to the call's bytes (the previous
@@ -284,71 +405,54 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
   }
 }
 
-bool DevicePlanner::Launch(const Layout& l, const Request& r) {
-  const std::vector<const Segment*>& segments = *r.segments;
-  const KvStoreConfig& config = *r.config;
-  const int layer = r.layer;
-  const DevPtr in = in_dev_.ptr + l.in_off, work = work_dev_.ptr + l.work_off;
-  const DevPtr pool = tables_->pool();
-  const int64_t q_bytes = int64_t{l.nq} * l.hd * 4;
-  for (int g = 0; g < l.n_kv; ++g) {
-    const Layout::Head& h = l.heads[g];
-    int64_t first = 0;
-    for (int s = 0; s < l.n_segs; ++s) {
-      const int k = segments[s]->layer(layer).heads[g].k;
-      if (k > 0) {
-        const dev::ScoreClustersArgs a{in + l.q + g * q_bytes,
-                                       l.nq,
-                                       pool + l.entries[s]->heads[g].panels,
-                                       k,
-                                       l.hd,
-                                       work + h.scores + first * 4,
-                                       h.total};
-        dev::Op op = dev::ScoreClustersOp(a);
-        if (const dev::OpLaunchers* k = rt_.launchers(); k != nullptr) {
-          op.device_launch = [k, a](void* st) {
-            return k->ScoreClusters(a, st);
-          };
-        }
-        if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
-      }
-      first += k;
+// Two ops for the whole call (every request, KV head, segment and planned
+// query): the scores, then the selections; then one D2H of the results.
+bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
+                                int64_t out) {
+  const dev::OpLaunchers* k = rt_.launchers();
+  if (!b.score_items.empty()) {
+    dev::ScoreBatchArgs a;
+    a.items = in_dev_.ptr + b.score_items_off;
+    a.thread_base = in_dev_.ptr + b.thread_base_off;
+    a.n_items = static_cast<int32_t>(b.score_items.size());
+    a.dim = b.dim;
+    a.q_pool = in_dev_.ptr;
+    a.q_elems = in / 4;
+    a.panel_pool = tables_->pool();
+    a.panel_elems = tables_->pool_bytes() / 2;
+    a.score_pool = work_dev_.ptr;
+    a.score_elems = work / 4;
+    a.total_threads = b.thread_base.back();
+    dev::Op op = dev::ScoreClustersBatchOp(a);
+    if (k != nullptr) {
+      op.device_launch = [k, a](void* st) {
+        return k->ScoreClustersBatch(a, st);
+      };
     }
-    for (int j = 0; j < l.nq; ++j) {
-      dev::SelectArgs a;
-      a.scores = work + h.scores + int64_t{j} * h.total * 4;
-      a.n = h.total;
-      a.seg_first = in + h.seg_first;
-      a.seg_size = in + h.seg_size;
-      a.n_segs = l.n_segs;
-      a.member_first = in + h.member_first;
-      a.member_last = in + h.member_last;
-      a.members = pool;
-      a.n_members = tables_->pool_bytes() / 4;
-      a.budget = config.budget - (debug_.budget_one_short ? 1 : 0);
-      a.recent_tokens = config.recent_tokens;
-      a.page_size = config.quest_page_size;
-      a.scratch = work + l.scratch;
-      a.totals = work + h.results + j * h.stride;
-      a.out = a.totals + Section<dev::PlanTotals>(1);
-      a.max_out = h.max_out;
-      dev::Op op = dev::SelectBlocksOp(a);
-      if (const dev::OpLaunchers* k = rt_.launchers(); k != nullptr) {
-        op.device_launch = [k, a](void* st) { return k->SelectBlocks(a, st); };
-      }
-      if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
-    }
+    if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
+    ++ops_.score_ops;
+    ops_.score_items += a.n_items;
   }
-  return Ok(rt_.CopyD2H(out_host_.host + l.out_off, work + l.results,
-                        l.out_bytes, stream_));
+  dev::SelectBatchArgs a;
+  a.items = in_dev_.ptr + b.select_items_off;
+  a.n_items = static_cast<int32_t>(b.select_items.size());
+  a.max_n = b.max_n;
+  dev::Op op = dev::SelectBlocksBatchOp(a, b.select_items);
+  if (k != nullptr) {
+    op.device_launch = [k, a](void* st) { return k->SelectBlocksBatch(a, st); };
+  }
+  if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
+  ++ops_.select_ops;
+  ops_.select_items += a.n_items;
+  return Ok(
+      rt_.CopyD2H(out_host_.host, work_dev_.ptr + b.results, out, stream_));
 }
 
 void DevicePlanner::ReadPlans(const Layout& l, HeadPlan* plans) const {
   for (int g = 0; g < l.n_kv; ++g) {
     const Layout::Head& h = l.heads[g];
     for (int j = 0; j < l.nq; ++j) {
-      const char* r =
-          out_host_.host + l.out_off + (h.results - l.results) + j * h.stride;
+      const char* r = out_host_.host + l.out_off + h.results + j * h.stride;
       dev::PlanTotals totals;
       std::memcpy(&totals, r, sizeof(totals));
       const auto* blocks = reinterpret_cast<const dev::PlannedBlock*>(

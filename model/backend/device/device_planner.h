@@ -1,17 +1,18 @@
 // The device backend's LayerPlanner (model/kv/store_env.h): clusterkv's
 // selection of one sparse layer of a decode query on the device, with the
-// phase ops of kernels/device/ — ScoreClustersOp per (KV head, segment)
-// over the segments' F16 centroid panels (the CPU's exact bits), then
-// SelectBlocksOp per planned query (each query head, or the group's summed
-// query with gqa_selection = per_kv_head) — so the device gives the
-// policy's plans exactly. Stage 2 of docs/device-backend.md: the segments'
-// panels and members are resident in a device pool across steps and
-// shared by forks (SegmentTables); each call uploads only the queries and
-// a block table of 16 bytes per cluster through one pinned staging buffer,
-// and the plans come back with one synchronisation per call. A batch
-// (Queue, then RunQueued: every store of a decode step, for one layer)
-// is one call. Plans consumed on the device (residency, row lists) are
-// the next stage.
+// phase ops of kernels/device/ over the segments' F16 centroid panels (the
+// CPU's exact bits), so the device gives the policy's plans exactly. Stage
+// 2 of docs/device-backend.md: the segments' panels and members are
+// resident in a device pool across steps and shared by forks
+// (SegmentTables); each call uploads only the queries, a block table of 16
+// bytes per cluster and the batch's item tables through one pinned staging
+// buffer, runs two ops — ScoreClustersBatchOp over every (store, KV head,
+// segment), SelectBlocksBatchOp over every planned query (each query head,
+// or the group's summed query with gqa_selection = per_kv_head) — and
+// reads the plans back with one copy and one synchronisation. A batch
+// (Queue, then RunQueued: every store of a decode step, for one layer) is
+// one call. Plans consumed on the device (residency, row lists) are the
+// next stage.
 // One call at a time (a mutex); the runtime must outlive the planner, which
 // keeps `keep_alive` (the runtime's owner, or null).
 #pragma once
@@ -64,10 +65,19 @@ class DevicePlanner final : public LayerPlanner {
   // Calls that launched work (each one upload and one synchronisation,
   // however many layers it planned).
   int64_t batches() const;
+  // Their score and select ops (one each per call, however many stores,
+  // KV heads, segments and queries) and the problems those covered:
+  // (store, KV head, segment) scorings and planned queries (each was an op
+  // of its own before batching).
+  struct OpCounts {
+    int64_t score_ops = 0, select_ops = 0, score_items = 0, select_items = 0;
+  };
+  OpCounts op_counts() const;
 
  private:
   using DevPtr = kernels::device::DevPtr;
   struct Layout;  // device_planner.cc
+  struct Batch;
   // One store's layer: PlanLayer's arguments and where the answer goes.
   struct Request {
     const KvStoreConfig* config = nullptr;
@@ -89,7 +99,18 @@ class DevicePlanner final : public LayerPlanner {
                   int64_t* out, Layout* l);
   bool Reserve(int64_t in, int64_t work, int64_t out);
   void Fill(const Layout& l, const Request& r);
-  bool Launch(const Layout& l, const Request& r);
+  // The call's item tables (a request whose head_dim differs from the
+  // batch's is left unplanned) and results region, after the requests'.
+  void LayOutBatch(const std::vector<Request>& requests,
+                   const std::vector<Layout>& layouts,
+                   std::vector<bool>* planned, int64_t* in, int64_t* work,
+                   int64_t out, Batch* b);
+  void FillBatch(const std::vector<Request>& requests,
+                 const std::vector<Layout>& layouts,
+                 const std::vector<bool>& planned, Batch* b);
+  // The call's two ops and the results' copy back (in, work, out: the
+  // call's bytes of each buffer).
+  bool LaunchBatch(const Batch& b, int64_t in, int64_t work, int64_t out);
   void ReadPlans(const Layout& l, HeadPlan* plans) const;
 
   kernels::device::Runtime& rt_;
@@ -105,6 +126,7 @@ class DevicePlanner final : public LayerPlanner {
   std::unique_ptr<SegmentTables> tables_;
   std::vector<Request> queued_;
   int64_t calls_ = 0, batches_ = 0, layers_planned_ = 0, table_fallbacks_ = 0;
+  OpCounts ops_;
 };
 
 }  // namespace ckv
