@@ -55,6 +55,32 @@ TEST(DeviceGraphsTest, DecodeStepsReplayTheirRegions) {
   }
 }
 
+// A decode step waits for the device once per layer (q/k/v for the host's
+// KV append and selection), for its logits and at its end: its inputs
+// (positions, token, picked row) go up from the step staging without a
+// wait (each was a synchronisation of its own before).
+TEST(DeviceGraphsTest, DecodeStepWaitsOncePerLayerAndForItsLogits) {
+  for (const std::string arch : {"llama", "gemma3"}) {
+    auto m = LoadArch(arch);
+    ASSERT_NE(m, nullptr);
+    for (const bool dense : {true, false}) {
+      FakeRuntime rt(Fake(Schedule::kThreaded, 3));
+      const Trace dev = Greedy(*m, Device(rt), 40, 12, dense);
+      const Trace cpu = Greedy(*m, Cpu(), 40, 12, dense);
+      ExpectSameTrace(dev, cpu, arch);
+      EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+      ASSERT_EQ(dev.step_syncs.size(), 12u);
+      // From the second: the first decode step may grow a staging buffer
+      // (a wait each: 1 dense, 2 sparse here).
+      EXPECT_LE(dev.step_syncs[0], m->config.n_layers + 4) << arch;
+      for (size_t i = 1; i < dev.step_syncs.size(); ++i) {
+        EXPECT_EQ(dev.step_syncs[i], m->config.n_layers + 2)
+            << arch << (dense ? " dense" : " sparse") << " step " << i;
+      }
+    }
+  }
+}
+
 // BackendOptions::device_graphs (the server's --device-graphs): the fake
 // backend MakeBackend builds replays by default and launches every op with
 // it off; the answers are the same.

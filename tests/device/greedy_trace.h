@@ -102,6 +102,8 @@ struct Trace {
   int64_t kmeans_jobs = 0, kmeans_mapped_bytes = 0;  // on the device
   CacheRowsStats cache_rows;  // the block caches' device copies
   GraphStats graphs;          // the Transformer's regions on the device
+  // Per decode step: times the device backend waited for its stream.
+  std::vector<int64_t> step_syncs;
 };
 
 inline std::unique_ptr<Backend> Cpu() {
@@ -175,7 +177,9 @@ inline Trace Greedy(const Model& m, std::unique_ptr<Backend> backend,
     t.tokens.push_back(tok[0]);
     SequenceInput s = MakeInput(tok, cache, LogitsMode::kLast, &logits,
                                 AppendKind::kGenerated);
+    const int64_t syncs = device ? device->stream_syncs() : 0;
     t.status = tf.Forward(absl::MakeSpan(&s, 1));
+    if (device) t.step_syncs.push_back(device->stream_syncs() - syncs);
     t.logits.push_back(logits);
     if (!dense) t.selected.push_back(Selected(store, m.config));
   }

@@ -179,9 +179,7 @@ bool DeviceBackend::FetchQkv(Activation q, Activation k, Activation v,
       !Ok(rt_->CopyD2H(h + qb + kb, Ptr(v), kb, stream_))) {
     return false;
   }
-  if (!debug_.skip_sync_before_host_read && !Ok(rt_->Synchronize(stream_))) {
-    return false;
-  }
+  if (!debug_.skip_sync_before_host_read && !Sync()) return false;
   if (!Ok(rt_->HostRead(h, qb + 2 * kb))) return false;
   *hq = reinterpret_cast<const float*>(h);
   *hk = reinterpret_cast<const float*>(h + qb);
@@ -616,7 +614,7 @@ char* DeviceBackend::ReserveStaging(int64_t bytes) {
   if (kv_stage_used_ + bytes > kv_stage_.bytes) {
     // Earlier parts' copies must finish before the staging is rewritten
     // (streamed parts' copies too: the compute stream waited for each).
-    if (!Ok(rt_->Synchronize(stream_)) || !GrowStaging(kv_stage_, bytes)) {
+    if (!Sync() || !GrowStaging(kv_stage_, bytes)) {
       return nullptr;
     }
     kv_stage_used_ = 0;

@@ -103,8 +103,8 @@ void DeviceBackend::FreeAll() {
   resident_.clear();
   for (auto& [key, g] : graphs_) DropGraph(g);
   graphs_.clear();
-  for (Staging* s : {&pos_stage_, &tok_stage_, &qkv_stage_, &kv_stage_,
-                     &logits_stage_, &upload_stage_, &picked_stage_}) {
+  for (Staging* s : {&qkv_stage_, &kv_stage_, &logits_stage_, &upload_stage_,
+                     &step_stage_}) {
     if (s->host != nullptr && s->pageable == nullptr) {
       rt_->HostFree(s->host).IgnoreError();
     }
@@ -174,6 +174,29 @@ bool DeviceBackend::GrowStaging(Staging& s, int64_t bytes) {
   return true;
 }
 
+bool DeviceBackend::Sync() {
+  ++syncs_;
+  return Ok(rt_->Synchronize(stream_));
+}
+
+bool DeviceBackend::StepUpload(DevPtr dst, const void* src, int64_t bytes) {
+  FlushDeferred();  // no other runtime call inside a deferred run
+  if (!ok()) return false;
+  if (bytes <= 0) return true;
+  const int64_t need = AlignUp(bytes);
+  if (step_stage_used_ + need > step_stage_.bytes) {
+    // This step's earlier copies out of it may still be pending.
+    if (step_stage_used_ > 0 && !Sync()) return false;
+    if (!GrowStaging(step_stage_, need)) return false;
+    step_stage_used_ = 0;
+  }
+  char* h = step_stage_.host + step_stage_used_;
+  if (!Ok(rt_->HostWrite(h, bytes))) return false;
+  std::memcpy(h, src, static_cast<size_t>(bytes));
+  step_stage_used_ += need;
+  return Ok(rt_->CopyH2D(dst, h, bytes, stream_));
+}
+
 bool DeviceBackend::Upload(DevPtr dst, const void* src, int64_t bytes,
                            Staging& staging) {
   FlushDeferred();  // no other runtime call inside a deferred run
@@ -181,9 +204,7 @@ bool DeviceBackend::Upload(DevPtr dst, const void* src, int64_t bytes,
   for (int64_t off = 0; off < bytes; off += kUploadChunk) {
     const int64_t n = std::min(kUploadChunk, bytes - off);
     // The staging's previous H2D copy may still be reading it.
-    if (!Ok(rt_->Synchronize(stream_)) || !GrowStaging(staging, n)) {
-      return false;
-    }
+    if (!Sync() || !GrowStaging(staging, n)) return false;
     if (!Ok(rt_->HostWrite(staging.host, n))) return false;
     std::memcpy(staging.host, from + off, static_cast<size_t>(n));
     if (!Ok(rt_->CopyH2D(dst + off, staging.host, n, stream_))) return false;
@@ -240,13 +261,16 @@ void DeviceBackend::BeginStep(absl::Span<const int64_t> positions) {
   }
   const int64_t bytes = rows_ * static_cast<int64_t>(sizeof(int64_t));
   if (!GrowDevice(pos_dev_, bytes)) return;
-  Upload(pos_dev_.ptr, pos_.data(), bytes, pos_stage_);
+  // A step begun without the last one ending: its copies may be pending.
+  if (step_stage_used_ > 0 && !Sync()) return;
+  step_stage_used_ = 0;
+  StepUpload(pos_dev_.ptr, pos_.data(), bytes);
 }
 
 void DeviceBackend::EndStep() {
   FlushDeferred();  // no other runtime call inside a deferred run
   // The next step rewrites the staging buffers from the host.
-  if (ok()) Ok(rt_->Synchronize(stream_));
+  if (ok() && Sync()) step_stage_used_ = 0;
   streamed_bytes_.store(copies_.streamed_bytes, std::memory_order_relaxed);
 }
 

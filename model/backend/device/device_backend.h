@@ -160,6 +160,10 @@ class DeviceBackend final : public Backend {
   const GraphStats& graph_stats() const { return graph_stats_; }
   // The streamed attention's chunk in effect (ResidencyOptions', capped).
   int64_t stream_chunk_bytes() const { return stream_chunk_bytes_; }
+  // Times the host waited for the compute stream: a decode step waits once
+  // per layer (q/k/v for the host's KV append and selection), for its
+  // logits and at EndStep.
+  int64_t stream_syncs() const { return syncs_; }
 
   Activation NewActivation(int64_t width) override;
   Residency residency() const override;
@@ -294,6 +298,12 @@ class DeviceBackend final : public Backend {
 
   bool GrowDevice(DevBuf& b, int64_t bytes);
   bool GrowStaging(Staging& s, int64_t bytes);
+  // Waits for the compute stream (counted: stream_syncs()).
+  bool Sync();
+  // Copies `bytes` of a step input to `dst` from the step staging, without
+  // waiting: the previous step's copies out of it finished at its EndStep
+  // (only a staging that must grow mid-step waits first).
+  bool StepUpload(DevPtr dst, const void* src, int64_t bytes);
   // Copies `bytes` of host memory to `dst` through `staging` (synchronises
   // the stream first when the staging's previous copy may be pending).
   bool Upload(DevPtr dst, const void* src, int64_t bytes, Staging& staging);
@@ -453,8 +463,13 @@ class DeviceBackend final : public Backend {
   DevBuf pos_dev_, tok_dev_, kv_dev_, gathered_dev_, logits_dev_, picked_dev_,
       attn_ws_dev_;
   int64_t kv_dev_used_ = 0;
-  Staging pos_stage_, tok_stage_, qkv_stage_, kv_stage_, logits_stage_,
-      upload_stage_, picked_stage_;
+  Staging qkv_stage_, kv_stage_, logits_stage_, upload_stage_;
+  // The step's small inputs (positions, token ids, picked rows): bump
+  // allocated from BeginStep (StepUpload), reset once EndStep has
+  // synchronised.
+  Staging step_stage_;
+  int64_t step_stage_used_ = 0;
+  int64_t syncs_ = 0;  // Sync() calls
   // Streamed attention: chunk size, the copy stream, two landing buffers
   // with their events, and the running softmax state.
   int64_t stream_chunk_bytes_ = 0;

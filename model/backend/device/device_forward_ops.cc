@@ -80,7 +80,7 @@ void DeviceBackend::Embed(const Matrix& table, absl::Span<const int32_t> tokens,
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t tok_bytes = n * static_cast<int64_t>(sizeof(int32_t));
   if (!GrowDevice(tok_dev_, tok_bytes) ||
-      !Upload(tok_dev_.ptr, tokens.data(), tok_bytes, tok_stage_)) {
+      !StepUpload(tok_dev_.ptr, tokens.data(), tok_bytes)) {
     return;
   }
   dev::EmbedArgs a;
@@ -247,7 +247,7 @@ void DeviceBackend::Logits(Activation x, absl::Span<const int64_t> rows,
   if (!GrowDevice(gathered_dev_, FloatBytes(n * width)) ||
       !GrowDevice(logits_dev_, FloatBytes(n * vocab)) ||
       !GrowDevice(picked_dev_, picked_bytes) ||
-      !Upload(picked_dev_.ptr, rows.data(), picked_bytes, picked_stage_)) {
+      !StepUpload(picked_dev_.ptr, rows.data(), picked_bytes)) {
     return;
   }
   dev::LogitsArgs a;
@@ -308,9 +308,7 @@ bool DeviceBackend::Download(DevPtr src, int64_t bytes, float* out) {
   if (!Ok(rt_->CopyD2H(logits_stage_.host, src, bytes, stream_))) {
     return false;
   }
-  if (!debug_.skip_sync_before_host_read && !Ok(rt_->Synchronize(stream_))) {
-    return false;
-  }
+  if (!debug_.skip_sync_before_host_read && !Sync()) return false;
   if (!Ok(rt_->HostRead(logits_stage_.host, bytes))) return false;
   std::memcpy(out, logits_stage_.host, static_cast<size_t>(bytes));
   return true;

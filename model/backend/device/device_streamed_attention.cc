@@ -163,7 +163,7 @@ void DeviceBackend::WriteStreamedTables(const KvPlan& plan, char* dst,
 // frees them).
 bool DeviceBackend::GrowLandings(int64_t bytes) {
   if (landing_[0].bytes >= bytes && landing_[1].bytes >= bytes) return true;
-  if (!Ok(rt_->Synchronize(copy_stream_)) || !Ok(rt_->Synchronize(stream_))) {
+  if (!Ok(rt_->Synchronize(copy_stream_)) || !Sync()) {
     return false;
   }
   return GrowDevice(landing_[0], bytes) && GrowDevice(landing_[1], bytes);
