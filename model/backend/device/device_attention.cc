@@ -531,10 +531,13 @@ void DeviceBackend::WriteBatchTables(
 void DeviceBackend::AttendBatch(const AttentionSpec& spec,
                                 absl::Span<const AttentionPart> parts,
                                 Activation q, Activation out) {
-  if (batch_.empty() || !ok()) {
-    batch_.clear();
-    return;
-  }
+  if (!batch_.empty() && ok()) RunBatch(spec, parts, q, out);
+  batch_.clear();  // after an error too: the parts' attention is skipped
+}
+
+void DeviceBackend::RunBatch(const AttentionSpec& spec,
+                             absl::Span<const AttentionPart> parts,
+                             Activation q, Activation out) {
   LayOutBatch(spec.n_heads, parts);
   const BatchLayout& l = layout_;
   const int hd = spec.head_dim;
@@ -583,7 +586,6 @@ void DeviceBackend::AttendBatch(const AttentionSpec& spec,
   RunAttention("attention", a, std::move(reads), std::move(writes));
   ++copies_.attention_ops;
   copies_.batched_parts += static_cast<int64_t>(batch_.size());
-  batch_.clear();
 }
 
 dev::AttentionArgs DeviceBackend::RowArgs(const AttentionSpec& spec,

@@ -379,10 +379,13 @@ class DeviceBackend final : public Backend {
   // at dst, for the scratch at kv.
   void WriteBatchTables(char* dst, DevPtr kv, int n_heads, int head_dim,
                         absl::Span<const AttentionPart> parts) const;
-  // Attends the batch (one op), then empties it.
+  // Attends the batch (one op; RunBatch), then empties it.
   void AttendBatch(const AttentionSpec& spec,
                    absl::Span<const AttentionPart> parts, Activation q,
                    Activation out);
+  void RunBatch(const AttentionSpec& spec,
+                absl::Span<const AttentionPart> parts, Activation q,
+                Activation out);
   // The attention op's arguments for query rows [row, row + n).
   kernels::device::AttentionArgs RowArgs(const AttentionSpec& spec, int64_t row,
                                          int64_t n, Activation q) const;
