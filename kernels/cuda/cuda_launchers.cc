@@ -198,6 +198,13 @@ absl::Status CudaLaunchers::ScoreClustersBatch(const dev::ScoreBatchArgs& a,
   return Check(cuda::ScoreClustersBatch(b, S(stream)), "score_clusters_batch");
 }
 
+absl::Status CudaLaunchers::GatherQueries(const dev::GatherQueriesArgs& a,
+                                          void* stream) const {
+  return Check(cuda::GatherQueries(P<const dev::QueryItem>(a.items), a.n_items,
+                                   P<float>(a.pool), a.pool_elems, S(stream)),
+               "gather_queries");
+}
+
 absl::Status CudaLaunchers::SelectBlocksBatch(const dev::SelectBatchArgs& a,
                                               void* stream) const {
   return Check(

@@ -116,7 +116,31 @@ __global__ void BlockBatchKernel(const th::SelectItem* items) {
   }
 }
 
+__global__ void GatherKernel(const th::QueryItem* items, float* pool,
+                             int64_t pool_elems) {
+  const th::QueryItem it = items[blockIdx.x];
+  const int64_t nq = it.shared != 0 ? 1 : it.group;
+  if (it.dst_offset < 0 ||
+      it.dst_offset + int64_t{it.n_kv} * nq * it.hd > pool_elems) {
+    return;
+  }
+  const float* src = reinterpret_cast<const float*>(it.src);
+  const int64_t n = int64_t{it.n_kv} * it.hd;
+  for (int64_t t = threadIdx.x; t < n; t += blockDim.x) {
+    th::GatherQuery(it, src, pool + it.dst_offset, t / it.hd, t % it.hd);
+  }
+}
+
 }  // namespace
+
+cudaError_t GatherQueries(const th::QueryItem* items, int32_t n_items,
+                          float* pool, int64_t pool_elems,
+                          cudaStream_t stream) {
+  if (n_items < 0 || pool_elems < 0) return cudaErrorInvalidValue;
+  if (n_items == 0) return cudaSuccess;
+  GatherKernel<<<n_items, kThreads, 0, stream>>>(items, pool, pool_elems);
+  return cudaGetLastError();
+}
 
 cudaError_t ScoreClustersBatch(const ScoreBatch& b, cudaStream_t stream) {
   if (b.n_items < 0 || b.dim <= 0 || b.total_threads < 0) {

@@ -46,4 +46,10 @@ cudaError_t SelectBlocksBatch(const device::threads::SelectItem* items,
                               int32_t n_items, int64_t max_n,
                               cudaStream_t stream);
 
+// gather_queries: item blockIdx.x, its (KV head, element) pairs on the
+// block's threads (threads::GatherQuery).
+cudaError_t GatherQueries(const device::threads::QueryItem* items,
+                          int32_t n_items, float* pool, int64_t pool_elems,
+                          cudaStream_t stream);
+
 }  // namespace ckv::kernels::cuda

@@ -85,6 +85,42 @@ Op ScoreClustersBatchOp(const ScoreBatchArgs& a) {
   return op;
 }
 
+Op GatherQueriesOp(const GatherQueriesArgs& a,
+                   const std::vector<QueryItem>& host_items) {
+  Op op;
+  op.name = "gather_queries";
+  op.reads = {Of<QueryItem>(a.items, a.n_items)};
+  for (const QueryItem& it : host_items) {
+    op.reads.push_back(
+        Of<float>(DevPtr{it.src}, int64_t{it.n_kv} * it.group * it.hd));
+  }
+  auto dst_elems = [](const QueryItem& it) {
+    return int64_t{it.n_kv} * (it.shared != 0 ? 1 : it.group) * it.hd;
+  };
+  for (const QueryItem& it : host_items) {
+    op.writes.push_back(Of<float>(a.pool + it.dst_offset * 4, dst_elems(it)));
+  }
+  op.body = [a, dst_elems](OpContext& ctx) {
+    const QueryItem* items = ctx.In<QueryItem>(a.items, a.n_items);
+    ctx.Phase(a.n_items, [&](int64_t i) {
+      const QueryItem& it = items[i];
+      // Destinations come from the plan: checked, as a kernel would trap.
+      if (it.dst_offset < 0 || it.dst_offset + dst_elems(it) > a.pool_elems) {
+        return;
+      }
+      const float* src =
+          ctx.In<float>(DevPtr{it.src}, int64_t{it.n_kv} * it.group * it.hd);
+      float* dst = ctx.Out<float>(a.pool + it.dst_offset * 4, dst_elems(it));
+      for (int64_t g = 0; g < it.n_kv; ++g) {
+        for (int64_t d = 0; d < it.hd; ++d) {
+          threads::GatherQuery(it, src, dst, g, d);
+        }
+      }
+    });
+  };
+  return op;
+}
+
 // ---- Residency -------------------------------------------------------------
 
 int64_t ResidencyTableBytes(int32_t n_blocks, int32_t n_pages) {

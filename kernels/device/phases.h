@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/device/runtime.h"
 #include "kernels/device/selection_threads.h"
@@ -56,6 +57,19 @@ struct ScoreBatchArgs {
   int64_t total_threads = 0;
 };
 Op ScoreClustersBatchOp(const ScoreBatchArgs& a);
+
+// Every store's planned queries of a planner call, read from the query
+// rows on the device (threads::QueryItem; items in device memory, their
+// host copy declares the ranges): one thread per (item, KV head, element).
+struct GatherQueriesArgs {
+  DevPtr items;  // QueryItem [n_items]
+  int32_t n_items = 0;
+  DevPtr pool;  // float [pool_elems]: the queries' destination
+  int64_t pool_elems = 0;
+};
+using threads::QueryItem;
+Op GatherQueriesOp(const GatherQueriesArgs& a,
+                   const std::vector<QueryItem>& host_items);
 
 // ---- Residency: the cluster cache of one (session, layer, KV head) -------
 // Blocks are named by a dense index the host plan assigns (segment base +

@@ -225,6 +225,34 @@ struct ScoreItem {
   int32_t pad = 0;
 };
 
+// One store's planned queries gathered from its query rows on the device
+// (the planner's gather_queries op): src is float [n_kv * group][hd] (the
+// part's post-RoPE query row); the planned queries go to dst_offset
+// (floats into the call's query pool) as [n_kv][nq][hd], nq = group, or 1
+// with `shared` (per_kv_head: the group's queries summed in order from
+// 0.0f, as the policy and the host planner sum them).
+struct QueryItem {
+  uint64_t src = 0;
+  int64_t dst_offset = 0;
+  int32_t n_kv = 0, group = 0, hd = 0, shared = 0;
+};
+
+// Element d of KV head g's planned queries of `it`.
+CKV_HD void GatherQuery(const QueryItem& it, const float* src, float* dst,
+                        int64_t g, int64_t d) {
+  const int64_t hd = it.hd;
+  if (it.shared == 0 || it.group == 1) {
+    for (int64_t j = 0; j < it.group; ++j) {
+      dst[(g * it.group + j) * hd + d] = src[(g * it.group + j) * hd + d];
+    }
+    return;
+  }
+  float sum = 0.0f;
+  for (int64_t i = 0; i < it.group; ++i)
+    sum += src[(g * it.group + i) * hd + d];
+  dst[g * hd + d] = sum;
+}
+
 // The select_blocks scratch for n blocks over n_segs segments: order, avail
 // (int32 [n]), before, slot (int64 [n]), recent_begin (int64 [n_segs]),
 // each 256-byte aligned; offsets from the scratch's start.

@@ -216,6 +216,25 @@ TEST(DeviceBackendTest, DevicePlansEqualTheHostPolicy) {
       << "a budget one short on the device went unnoticed";
 }
 
+// The planner reads the queries from the backend's q rows on the device,
+// on its own stream: it must wait for the event the backend records after
+// them. Without the wait the ordering checker reports the race.
+TEST(DeviceBackendTest, PlantedMissingQueryWaitIsCaught) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  DeviceBackendDebug planted;
+  planted.planner.skip_query_wait = true;
+  for (Schedule s : {Schedule::kInline, Schedule::kThreaded}) {
+    FakeRuntime rt(Fake(s, 4));
+    const Trace bad = Greedy(*m, Device(rt, planted), 48, 4);
+    EXPECT_GT(bad.device_plans, 0);
+    const absl::Status order = rt.OrderingStatus();
+    EXPECT_FALSE(order.ok()) << ScheduleName(s);
+    EXPECT_NE(order.message().find("gather_queries"), absl::string_view::npos)
+        << order;
+  }
+}
+
 // A segment-table pool too small for every layer's segments at once:
 // entries of earlier calls are evicted and uploaded again, a call whose own
 // segments do not fit falls back to the store's policy; plans, selections
@@ -450,6 +469,9 @@ TEST(DeviceBackendTest, PrefillInDecodeBatchAndForks) {
                 static_cast<long long>(dev.ops.select_ops));
     EXPECT_EQ(dev.ops.score_ops, dev.batches) << arch;
     EXPECT_EQ(dev.ops.select_ops, dev.batches) << arch;
+    // Every query read on the device (no host q in the planner's upload).
+    EXPECT_EQ(dev.ops.gather_ops, dev.batches) << arch;
+    EXPECT_EQ(dev.ops.gather_items, dev.layers_planned) << arch;
     EXPECT_GT(dev.ops.score_items, 3 * dev.batches) << arch;
     EXPECT_GT(dev.ops.select_items, 3 * dev.batches) << arch;
     // And attended in one op per layer and step: the prefill (1 part), the

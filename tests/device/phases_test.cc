@@ -119,6 +119,67 @@ TEST(ScoreClustersTest, BatchBitEqualPerItem) {
   }
 }
 
+// The planner's query gather: each item's rows copied, or with `shared`
+// the group's rows summed in order from 0.0f, exactly as the host planner
+// sums them (so -0.0 sums to +0.0 there too); items of different shapes
+// and destinations in one op.
+TEST(GatherQueriesTest, EqualsTheHostForm) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g;
+  struct Shape {
+    int n_kv, group, hd, shared;
+  };
+  const std::vector<Shape> shapes = {
+      {2, 4, 16, 1}, {2, 4, 16, 0}, {1, 1, 67, 1}, {3, 2, 8, 1}};
+  std::vector<float> src_pool, want;
+  std::vector<QueryItem> items;
+  for (const Shape& sh : shapes) {
+    QueryItem it;
+    it.n_kv = sh.n_kv;
+    it.group = sh.group;
+    it.hd = sh.hd;
+    it.shared = sh.shared;
+    it.dst_offset = static_cast<int64_t>(want.size()) + 3;  // gaps
+    const int64_t rows = int64_t{sh.n_kv} * sh.group;
+    std::vector<float> q(rows * sh.hd);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = i % 7 == 0 ? -0.0f : g(rng);
+    it.src = static_cast<uint64_t>(src_pool.size());  // rebased below
+    src_pool.insert(src_pool.end(), q.begin(), q.end());
+    want.resize(it.dst_offset, 0.0f);
+    for (int kv = 0; kv < sh.n_kv; ++kv) {
+      const float* grp = q.data() + int64_t{kv} * sh.group * sh.hd;
+      if (!sh.shared || sh.group == 1) {
+        want.insert(want.end(), grp, grp + int64_t{sh.group} * sh.hd);
+        continue;
+      }
+      std::vector<float> sum(sh.hd, 0.0f);  // as DevicePlanner::Fill
+      for (int i = 0; i < sh.group; ++i) {
+        for (int d = 0; d < sh.hd; ++d) sum[d] += grp[i * sh.hd + d];
+      }
+      want.insert(want.end(), sum.begin(), sum.end());
+    }
+    items.push_back(it);
+  }
+  for (Schedule sched : {Schedule::kInline, Schedule::kThreaded}) {
+    FakeRuntime rt(Config(sched, 9));
+    const Stream st = ValueOrDie(rt.CreateStream());
+    const DevPtr src = Upload(rt, st, src_pool);
+    std::vector<QueryItem> placed = items;
+    for (QueryItem& it : placed) it.src = (src + 4 * it.src).addr;
+    GatherQueriesArgs a;
+    a.items = Upload(rt, st, placed);
+    a.n_items = static_cast<int32_t>(placed.size());
+    a.pool_elems = static_cast<int64_t>(want.size());
+    a.pool = Upload(rt, st, std::vector<float>(want.size(), 0.0f));
+    Op op = GatherQueriesOp(a, placed);
+    CKV_ASSERT_OK(rt.Launch(std::move(op), st));
+    const std::vector<float> got =
+        Download<float>(rt, st, a.pool, a.pool_elems);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+        << ScheduleName(sched);
+    EXPECT_TRUE(rt.OrderingStatus().ok());
+  }
+}
 // ---- Residency vs BlockCache -------------------------------------------
 
 constexpr int kHeadDim = 8;

@@ -118,20 +118,29 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
   FlushDeferred();  // attention is never inside a region; be safe
   const int64_t q_dim = Width(q), kv_dim = Width(k);
   const float *hq = nullptr, *hk = nullptr, *hv = nullptr;
-  if (!FetchQkv(q, k, v, &hq, &hk, &hv)) {
+  if (!EnqueueQkv(q, k, v, &hq, &hk, &hv) ||
+      !Ok(rt_->Record(queries_ready_, stream_))) {
     AppendLost(layer, parts, kv_dim);
     return;
   }
-  // The synchronisation in FetchQkv finished every earlier copy out of the
-  // KV staging: it is reused from its start.
-  kv_stage_used_ = 0;
-  // Every part's sparse decode plan in one planner batch (one upload, one
-  // synchronisation for the layer), before the Selects that use them.
+  // Every part's sparse decode plan in one planner batch, launched now: it
+  // gathers the queries on the device once queries_ready fires, so its
+  // work runs while q/k/v come back; then one wait for each.
   for (const AttentionPart& p : parts) {
     p.cache->PrepareSelect(
-        layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
+        layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n),
+                Rows(q, p.row, p.n).ptr.addr});
   }
-  planner_->RunQueued();
+  planner_->LaunchQueued(queries_ready_);
+  const bool fetched = AwaitQkv();
+  planner_->FinishQueued();
+  if (!fetched) {
+    AppendLost(layer, parts, kv_dim);
+    return;
+  }
+  // The synchronisation in AwaitQkv finished every earlier copy out of the
+  // KV staging: it is reused from its start.
+  kv_stage_used_ = 0;
   const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
   if (parts_.size() < parts.size()) parts_.resize(parts.size());
   batch_.clear();
@@ -168,9 +177,9 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
   if (profile) profile->attention_ns += NanosSince(t0);
 }
 
-bool DeviceBackend::FetchQkv(Activation q, Activation k, Activation v,
-                             const float** hq, const float** hk,
-                             const float** hv) {
+bool DeviceBackend::EnqueueQkv(Activation q, Activation k, Activation v,
+                               const float** hq, const float** hk,
+                               const float** hv) {
   const int64_t qb = Rows(q).bytes, kb = Rows(k).bytes;
   if (!GrowStaging(qkv_stage_, qb + 2 * kb)) return false;
   char* h = qkv_stage_.host;
@@ -179,12 +188,17 @@ bool DeviceBackend::FetchQkv(Activation q, Activation k, Activation v,
       !Ok(rt_->CopyD2H(h + qb + kb, Ptr(v), kb, stream_))) {
     return false;
   }
-  if (!debug_.skip_sync_before_host_read && !Sync()) return false;
-  if (!Ok(rt_->HostRead(h, qb + 2 * kb))) return false;
+  qkv_bytes_ = qb + 2 * kb;
   *hq = reinterpret_cast<const float*>(h);
   *hk = reinterpret_cast<const float*>(h + qb);
   *hv = reinterpret_cast<const float*>(h + qb + kb);
   return true;
+}
+
+bool DeviceBackend::AwaitQkv() {
+  if (!ok()) return false;
+  if (!debug_.skip_sync_before_host_read && !Sync()) return false;
+  return Ok(rt_->HostRead(qkv_stage_.host, qkv_bytes_));
 }
 
 // After an error the caches still get their rows (zeros), so that their

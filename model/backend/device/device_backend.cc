@@ -72,8 +72,8 @@ void DeviceBackend::Init(ResidencyOptions residency) {
       std::max<int64_t>(info_.device_memory_bytes / 16, 1 << 20));
   auto copies = rt_->CreateStream(dev::kHighestPriority);
   if (Ok(copies.status())) copy_stream_ = *copies;
-  for (dev::Event* e :
-       {&stream_start_, &filled_[0], &filled_[1], &drained_[0], &drained_[1]}) {
+  for (dev::Event* e : {&stream_start_, &filled_[0], &filled_[1], &drained_[0],
+                        &drained_[1], &queries_ready_}) {
     auto ev = rt_->CreateEvent();
     if (Ok(ev.status())) *e = *ev;
   }

@@ -337,8 +337,11 @@ class DeviceBackend final : public Backend {
   // Attention pieces: q/k/v rows to pinned host memory; zero rows for the
   // caches after an error; each part's rows planned, then attended by one
   // op per run of consecutive unstreamed parts (a batch).
-  bool FetchQkv(Activation q, Activation k, Activation v, const float** hq,
-                const float** hk, const float** hv);
+  // q/k/v rows to pinned host memory: the copies enqueued (EnqueueQkv;
+  // *hq.. where they land), then waited for (AwaitQkv).
+  bool EnqueueQkv(Activation q, Activation k, Activation v, const float** hq,
+                  const float** hk, const float** hv);
+  bool AwaitQkv();
   void AppendLost(int layer, absl::Span<const AttentionPart> parts,
                   int64_t kv_dim);
   void PlanSpans(const AttendSet& attend, int n_heads, int head_dim,
@@ -478,6 +481,9 @@ class DeviceBackend final : public Backend {
   int64_t stream_chunk_bytes_ = 0;
   kernels::device::Stream copy_stream_;
   kernels::device::Event stream_start_, filled_[2], drained_[2];
+  // Recorded after a layer's q/k/v: the planner's gather waits for it.
+  kernels::device::Event queries_ready_;
+  int64_t qkv_bytes_ = 0;  // the layer's q/k/v bytes in qkv_stage_
   DevBuf landing_[2], state_dev_;
   StreamPlan stream_plan_;
   // copies_.streamed_bytes as of the last EndStep, for residency() (any

@@ -62,16 +62,31 @@ struct DevicePlanner::Batch {
   std::vector<dev::ScoreItem> score_items;
   std::vector<int64_t> thread_base = {0};
   std::vector<dev::threads::SelectItem> select_items;
+  std::vector<dev::QueryItem> query_items;  // queries read on the device
   int dim = 0;  // every request's head_dim
   int64_t max_n = 0;
-  int64_t score_items_off = 0, thread_base_off = 0, select_items_off = 0;
+  int64_t score_items_off = 0, thread_base_off = 0, select_items_off = 0,
+          query_items_off = 0;
   int64_t results = 0;  // work offset
+};
+
+// A launched call: its requests and layouts until FinishCall reads the
+// plans (out: the results' bytes).
+struct DevicePlanner::Call {
+  std::vector<Request> requests;
+  std::vector<Layout> layouts;
+  std::vector<bool> planned;
+  int64_t out = 0;
+  bool launched = false;
 };
 
 DevicePlanner::DevicePlanner(dev::Runtime& runtime,
                              std::shared_ptr<void> keep_alive,
                              int64_t table_bytes, DevicePlannerDebug debug)
-    : rt_(runtime), keep_alive_(std::move(keep_alive)), debug_(debug) {
+    : rt_(runtime),
+      keep_alive_(std::move(keep_alive)),
+      debug_(debug),
+      call_(std::make_unique<Call>()) {
   auto st = rt_.CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
   tables_ = std::make_unique<SegmentTables>(rt_, stream_, table_bytes);
@@ -134,60 +149,92 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
                               int layer, const float* q, HeadPlan* plans) {
   std::lock_guard<std::mutex> lock(mu_);
   bool planned = false;
-  PlanBatch({Request{&config, &shape, &segments, layer, q, plans, &planned}});
+  LaunchCall(
+      {Request{&config, &shape, &segments, layer, q, 0, plans, &planned}},
+      nullptr);
+  FinishCall();
   return planned;
 }
 
 void DevicePlanner::Queue(const KvStoreConfig& config, const KvShape& shape,
                           const std::vector<const Segment*>& segments,
-                          int layer, const float* q, HeadPlan* plans,
-                          bool* planned) {
+                          int layer, const float* q, uint64_t device_q,
+                          HeadPlan* plans, bool* planned) {
   std::lock_guard<std::mutex> lock(mu_);
   *planned = false;
-  queued_.push_back({&config, &shape, &segments, layer, q, plans, planned});
+  queued_.push_back(
+      {&config, &shape, &segments, layer, q, device_q, plans, planned});
 }
 
 void DevicePlanner::RunQueued() {
   std::lock_guard<std::mutex> lock(mu_);
   if (queued_.empty()) return;
-  const std::vector<Request> requests = std::move(queued_);
-  queued_.clear();
-  PlanBatch(requests);
+  LaunchCall(std::exchange(queued_, {}), nullptr);
+  FinishCall();
 }
 
-void DevicePlanner::PlanBatch(const std::vector<Request>& requests) {
-  for (const Request& r : requests) *r.planned = false;
+void DevicePlanner::LaunchQueued(const dev::Event& queries_ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queued_.empty()) return;
+  LaunchCall(std::exchange(queued_, {}), &queries_ready);
+}
+
+void DevicePlanner::FinishQueued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FinishCall();
+}
+
+void DevicePlanner::LaunchCall(std::vector<Request> requests,
+                               const dev::Event* queries_ready) {
+  Call& c = *call_;
+  c = Call{};
+  c.requests = std::move(requests);
+  for (Request& r : c.requests) {
+    *r.planned = false;
+    if (queries_ready == nullptr) r.device_q = 0;  // the host's q, then
+  }
   if (!status_.ok()) return;
   const int64_t tick = ++calls_;  // the call's tables are never evicted
-  std::vector<Layout> layouts(requests.size());
-  std::vector<bool> planned(requests.size(), false);
+  const size_t n = c.requests.size();
+  c.layouts.resize(n);
+  c.planned.assign(n, false);
   int64_t in = 0, work = 0, out = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    planned[i] = !requests[i].segments->empty() &&
-                 MakeLayout(requests[i], tick, &in, &work, &out, &layouts[i]);
+  for (size_t i = 0; i < n; ++i) {
+    c.planned[i] =
+        !c.requests[i].segments->empty() &&
+        MakeLayout(c.requests[i], tick, &in, &work, &out, &c.layouts[i]);
   }
   if (!Ok(tables_->status()) || in == 0) return;
   Batch batch;
-  LayOutBatch(requests, layouts, &planned, &in, &work, out, &batch);
+  LayOutBatch(c.requests, c.layouts, &c.planned, &in, &work, out, &batch);
   if (!Reserve(in, work, out) || !Ok(rt_.HostWrite(in_host_.host, in))) {
     return;
   }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (planned[i]) Fill(layouts[i], requests[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (c.planned[i]) Fill(c.layouts[i], c.requests[i]);
   }
-  FillBatch(requests, layouts, planned, &batch);
+  FillBatch(c.requests, c.layouts, c.planned, &batch);
   if (!Ok(rt_.CopyH2D(in_dev_.ptr, in_host_.host, in, stream_)) ||
-      !LaunchBatch(batch, in, work, out) || !Ok(rt_.Synchronize(stream_)) ||
-      !Ok(rt_.HostRead(out_host_.host, out))) {
+      !LaunchBatch(batch, in, work, out, queries_ready)) {
     return;
   }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (!planned[i]) continue;
-    ReadPlans(layouts[i], requests[i].plans);
-    *requests[i].planned = true;
-    ++layers_planned_;
+  c.out = out;
+  c.launched = true;
+}
+
+void DevicePlanner::FinishCall() {
+  Call& c = *call_;
+  if (c.launched && Ok(rt_.Synchronize(stream_)) &&
+      Ok(rt_.HostRead(out_host_.host, c.out))) {
+    for (size_t i = 0; i < c.requests.size(); ++i) {
+      if (!c.planned[i]) continue;
+      ReadPlans(c.layouts[i], c.requests[i].plans);
+      *c.requests[i].planned = true;
+      ++layers_planned_;
+    }
+    ++batches_;
   }
-  ++batches_;
+  c = Call{};
 }
 
 bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
@@ -302,6 +349,12 @@ void DevicePlanner::LayOutBatch(const std::vector<Request>& requests,
   *in += Section<int64_t>(n_score + 1);
   b->select_items_off = *in;
   *in += Section<dev::threads::SelectItem>(std::max<int64_t>(n_select, 1));
+  int64_t n_query = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    n_query += (*planned)[i] && requests[i].device_q != 0;
+  }
+  b->query_items_off = *in;
+  *in += Section<dev::QueryItem>(std::max<int64_t>(n_query, 1));
   b->select_items.reserve(static_cast<size_t>(n_select));
   b->results = *work;
   *work += AlignUp(std::max<int64_t>(out, 1));
@@ -319,6 +372,16 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
     const KvStoreConfig& config = *requests[i].config;
     const DevPtr in = in_dev_.ptr + l.in_off, work = work_dev_.ptr + l.work_off;
     const DevPtr results = work_dev_.ptr + b->results + l.out_off;
+    if (requests[i].device_q != 0) {
+      dev::QueryItem q;
+      q.src = requests[i].device_q;
+      q.dst_offset = (l.in_off + l.q) / 4;
+      q.n_kv = l.n_kv;
+      q.group = l.group;
+      q.hd = l.hd;
+      q.shared = l.shared ? 1 : 0;
+      b->query_items.push_back(q);
+    }
     for (int g = 0; g < l.n_kv; ++g) {
       const Layout::Head& h = l.heads[g];
       for (int j = 0; j < l.nq; ++j) {
@@ -350,6 +413,8 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
               b->thread_base.size() * sizeof(int64_t));
   std::memcpy(host + b->select_items_off, b->select_items.data(),
               b->select_items.size() * sizeof(dev::threads::SelectItem));
+  std::memcpy(host + b->query_items_off, b->query_items.data(),
+              b->query_items.size() * sizeof(dev::QueryItem));
 }
 
 // Grows the pinned and device buffers to the call's bytes (the previous
@@ -370,7 +435,9 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
   const float* q = r.q;
   char* base = in_host_.host + l.in_off;
   float* qs = reinterpret_cast<float*>(base + l.q);
-  for (int g = 0; g < l.n_kv; ++g) {
+  // device_q: the gather op writes the queries (GatherQuery sums them the
+  // same way).
+  for (int g = 0; g < (r.device_q != 0 ? 0 : l.n_kv); ++g) {
     const float* group_q = q + int64_t{g} * l.group * l.hd;
     float* dst = qs + int64_t{g} * l.nq * l.hd;
     if (!l.shared || l.group == 1) {
@@ -408,8 +475,26 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
 // Two ops for the whole call (every request, KV head, segment and planned
 // query): the scores, then the selections; then one D2H of the results.
 bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
-                                int64_t out) {
+                                int64_t out, const dev::Event* queries_ready) {
   const dev::OpLaunchers* k = rt_.launchers();
+  if (!b.query_items.empty()) {
+    // The queries are the backend's: computed on its stream.
+    if (!debug_.skip_query_wait && !Ok(rt_.Wait(stream_, *queries_ready))) {
+      return false;
+    }
+    dev::GatherQueriesArgs a;
+    a.items = in_dev_.ptr + b.query_items_off;
+    a.n_items = static_cast<int32_t>(b.query_items.size());
+    a.pool = in_dev_.ptr;
+    a.pool_elems = in / 4;
+    dev::Op op = dev::GatherQueriesOp(a, b.query_items);
+    if (k != nullptr) {
+      op.device_launch = [k, a](void* st) { return k->GatherQueries(a, st); };
+    }
+    if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
+    ++ops_.gather_ops;
+    ops_.gather_items += a.n_items;
+  }
   if (!b.score_items.empty()) {
     dev::ScoreBatchArgs a;
     a.items = in_dev_.ptr + b.score_items_off;

@@ -34,6 +34,9 @@ namespace ckv {
 // comparison catches them (never set outside tests).
 struct DevicePlannerDebug {
   bool budget_one_short = false;  // plans budget - 1 tokens
+  // Gathers the queries without waiting for the backend's queries_ready
+  // event (the ordering checker reports the race with their producer).
+  bool skip_query_wait = false;
 };
 
 class DevicePlanner final : public LayerPlanner {
@@ -51,8 +54,17 @@ class DevicePlanner final : public LayerPlanner {
                  const float* q, HeadPlan* plans) override;
   void Queue(const KvStoreConfig& config, const KvShape& shape,
              const std::vector<const Segment*>& segments, int layer,
-             const float* q, HeadPlan* plans, bool* planned) override;
+             const float* q, uint64_t device_q, HeadPlan* plans,
+             bool* planned) override;
+  // Plans the queue reading every query from the host.
   void RunQueued() override;
+  // RunQueued in two halves, for the backend that computes the queries:
+  // LaunchQueued enqueues the call, its queries gathered on the device
+  // from each request's device_q once `queries_ready` (recorded by the
+  // backend after them, on its stream) has fired; FinishQueued waits for
+  // the call and writes the plans. The host's q is not read.
+  void LaunchQueued(const kernels::device::Event& queries_ready);
+  void FinishQueued();
 
   // The first runtime error (every later call returns false), or OK.
   absl::Status status() const;
@@ -69,8 +81,11 @@ class DevicePlanner final : public LayerPlanner {
   // KV heads, segments and queries) and the problems those covered:
   // (store, KV head, segment) scorings and planned queries (each was an op
   // of its own before batching).
+  // gather: calls whose queries were read on the device (LaunchQueued),
+  // and their requests.
   struct OpCounts {
     int64_t score_ops = 0, select_ops = 0, score_items = 0, select_items = 0;
+    int64_t gather_ops = 0, gather_items = 0;
   };
   OpCounts op_counts() const;
 
@@ -78,6 +93,7 @@ class DevicePlanner final : public LayerPlanner {
   using DevPtr = kernels::device::DevPtr;
   struct Layout;  // device_planner.cc
   struct Batch;
+  struct Call;  // a launched call, until its plans are read
   // One store's layer: PlanLayer's arguments and where the answer goes.
   struct Request {
     const KvStoreConfig* config = nullptr;
@@ -85,14 +101,18 @@ class DevicePlanner final : public LayerPlanner {
     const std::vector<const Segment*>* segments = nullptr;
     int layer = 0;
     const float* q = nullptr;
+    uint64_t device_q = 0;
     HeadPlan* plans = nullptr;
     bool* planned = nullptr;
   };
 
   bool Ok(const absl::Status& s);
-  // Plans the requests in one call (caller holds mu_); a request whose
-  // tables do not fit keeps *planned false.
-  void PlanBatch(const std::vector<Request>& requests);
+  // Plans the requests in one call (caller holds mu_; LaunchCall, then
+  // FinishCall); a request whose tables do not fit keeps *planned false.
+  // queries_ready null: every query from the host.
+  void LaunchCall(std::vector<Request> requests,
+                  const kernels::device::Event* queries_ready);
+  void FinishCall();
   // The request's layout at the call's running offsets (advanced), or
   // false when its segment tables do not fit (fall back).
   bool MakeLayout(const Request& r, int64_t tick, int64_t* in, int64_t* work,
@@ -108,9 +128,11 @@ class DevicePlanner final : public LayerPlanner {
   void FillBatch(const std::vector<Request>& requests,
                  const std::vector<Layout>& layouts,
                  const std::vector<bool>& planned, Batch* b);
-  // The call's two ops and the results' copy back (in, work, out: the
-  // call's bytes of each buffer).
-  bool LaunchBatch(const Batch& b, int64_t in, int64_t work, int64_t out);
+  // The call's ops (the queries' gather after queries_ready, the scores,
+  // the selections) and the results' copy back (in, work, out: the call's
+  // bytes of each buffer).
+  bool LaunchBatch(const Batch& b, int64_t in, int64_t work, int64_t out,
+                   const kernels::device::Event* queries_ready);
   void ReadPlans(const Layout& l, HeadPlan* plans) const;
 
   kernels::device::Runtime& rt_;
@@ -125,6 +147,7 @@ class DevicePlanner final : public LayerPlanner {
   absl::Status status_;
   std::unique_ptr<SegmentTables> tables_;
   std::vector<Request> queued_;
+  std::unique_ptr<Call> call_;
   int64_t calls_ = 0, batches_ = 0, layers_planned_ = 0, table_fallbacks_ = 0;
   OpCounts ops_;
 };
