@@ -4,9 +4,11 @@
 // CPU's exact bits), so the device gives the policy's plans exactly. Stage
 // 2 of docs/device-backend.md: the segments' panels and members are
 // resident in a device pool across steps and shared by forks
-// (SegmentTables); each call uploads only the queries, a block table of 16
-// bytes per cluster and the batch's item tables through one pinned staging
-// buffer, runs two ops — ScoreClustersBatchOp over every (store, KV head,
+// (SegmentTables); each call uploads only a block table of 16 bytes per
+// cluster and the batch's item tables through one pinned staging buffer
+// (the queries too when they come from the host; from the backend they
+// are gathered on the device: LaunchQueued), runs two ops —
+// ScoreClustersBatchOp over every (store, KV head,
 // segment), SelectBlocksBatchOp over every planned query (each query head,
 // or the group's summed query with gqa_selection = per_kv_head) — and
 // reads the plans back with one copy and one synchronisation. A batch
