@@ -53,11 +53,6 @@ struct LayerQuery {
   const float* q = nullptr;        // [n_q][n_heads][head_dim]
   const int64_t* q_pos = nullptr;  // [n_q]
   int n_q = 0;
-  // The same rows in a device backend's memory (a device address; 0:
-  // none), for a planner on that device (StoreEnv::planner). A backend
-  // that passes it may call PrepareSelect before `q` holds the rows; they
-  // are there by Select.
-  uint64_t device_q = 0;
 };
 
 // How appended tokens are grouped. kPrompt: the tokens of one Forward call

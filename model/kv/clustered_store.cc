@@ -374,8 +374,8 @@ void ClusteredKvStore::PrepareSelect(int layer, const LayerQuery& query) {
   seg_view_.clear();
   for (const auto& s : segments_) seg_view_.push_back(s.get());
   preplanned_layer_ = layer;
-  planner_->Queue(config_, shape_, seg_view_, layer, query.q, query.device_q,
-                  plans_.data(), &preplanned_);
+  planner_->Queue(config_, shape_, seg_view_, layer, query.q, plans_.data(),
+                  &preplanned_);
 }
 
 void ClusteredKvStore::Select(int layer, const LayerQuery& query,

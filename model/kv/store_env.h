@@ -42,13 +42,12 @@ class LayerPlanner {
   // The same planning, queued (KvCache::PrepareSelect) for the next
   // RunQueued, which writes `plans` and sets *planned (left false when it
   // could not plan: the store plans itself then). Every argument must stay
-  // valid and unchanged until RunQueued returns. device_q (LayerQuery's):
-  // where the planner's device reads the query; q is then not read (it
-  // may not hold the rows yet). A planner without batches queues nothing.
+  // valid and unchanged until RunQueued returns. A planner without batches
+  // queues nothing.
   virtual void Queue(const KvStoreConfig& /*config*/, const KvShape& /*shape*/,
                      const std::vector<const Segment*>& /*segments*/,
-                     int /*layer*/, const float* /*q*/, uint64_t /*device_q*/,
-                     HeadPlan* /*plans*/, bool* /*planned*/) {}
+                     int /*layer*/, const float* /*q*/, HeadPlan* /*plans*/,
+                     bool* /*planned*/) {}
   // Plans everything queued since the last call (one batch: one upload and
   // one synchronisation on a device).
   virtual void RunQueued() {}

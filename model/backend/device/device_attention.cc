@@ -124,14 +124,16 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
     return;
   }
   // Every part's sparse decode plan in one planner batch, launched now: it
-  // gathers the queries on the device once queries_ready fires, so its
+  // gathers the queries from the q rows on the device once queries_ready
+  // fires (the host rows are where their copy lands: SetQueryRows), so its
   // work runs while q/k/v come back; then one wait for each.
+  planner_->SetQueryRows(hq, Ptr(q).addr, Rows(q).bytes);
   for (const AttentionPart& p : parts) {
     p.cache->PrepareSelect(
-        layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n),
-                Rows(q, p.row, p.n).ptr.addr});
+        layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
   }
   planner_->LaunchQueued(queries_ready_);
+  planner_->ClearQueryRows();
   const bool fetched = AwaitQkv();
   planner_->FinishQueued();
   if (!fetched) {

@@ -158,12 +158,27 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
 
 void DevicePlanner::Queue(const KvStoreConfig& config, const KvShape& shape,
                           const std::vector<const Segment*>& segments,
-                          int layer, const float* q, uint64_t device_q,
-                          HeadPlan* plans, bool* planned) {
+                          int layer, const float* q, HeadPlan* plans,
+                          bool* planned) {
   std::lock_guard<std::mutex> lock(mu_);
   *planned = false;
+  // A query in the backend's q rows: read where they are on the device.
+  const char* at = reinterpret_cast<const char*>(q);
+  uint64_t device_q = 0;
+  if (query_host_ != nullptr && at >= query_host_ &&
+      at < query_host_ + query_bytes_) {
+    device_q = query_device_ + static_cast<uint64_t>(at - query_host_);
+  }
   queued_.push_back(
       {&config, &shape, &segments, layer, q, device_q, plans, planned});
+}
+
+void DevicePlanner::SetQueryRows(const float* host, uint64_t device,
+                                 int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  query_host_ = reinterpret_cast<const char*>(host);
+  query_device_ = device;
+  query_bytes_ = host != nullptr ? bytes : 0;
 }
 
 void DevicePlanner::RunQueued() {

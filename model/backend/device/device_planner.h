@@ -56,15 +56,20 @@ class DevicePlanner final : public LayerPlanner {
                  const float* q, HeadPlan* plans) override;
   void Queue(const KvStoreConfig& config, const KvShape& shape,
              const std::vector<const Segment*>& segments, int layer,
-             const float* q, uint64_t device_q, HeadPlan* plans,
-             bool* planned) override;
+             const float* q, HeadPlan* plans, bool* planned) override;
   // Plans the queue reading every query from the host.
   void RunQueued() override;
-  // RunQueued in two halves, for the backend that computes the queries:
-  // LaunchQueued enqueues the call, its queries gathered on the device
-  // from each request's device_q once `queries_ready` (recorded by the
-  // backend after them, on its stream) has fired; FinishQueued waits for
-  // the call and writes the plans. The host's q is not read.
+  // For the backend that computes the queries: a query queued from host
+  // rows inside [host, host + bytes) (where the backend's copy of the
+  // layer's q rows will land) is read on the device at the same offset
+  // from `device` (the q rows themselves) by LaunchQueued, and its host
+  // rows are not read. Until ClearQueryRows.
+  void SetQueryRows(const float* host, uint64_t device, int64_t bytes);
+  void ClearQueryRows() { SetQueryRows(nullptr, 0, 0); }
+  // RunQueued in two halves: LaunchQueued enqueues the call, gathering the
+  // device-read queries once `queries_ready` (recorded by the backend
+  // after them, on its stream) has fired; FinishQueued waits for the call
+  // and writes the plans.
   void LaunchQueued(const kernels::device::Event& queries_ready);
   void FinishQueued();
 
@@ -103,7 +108,7 @@ class DevicePlanner final : public LayerPlanner {
     const std::vector<const Segment*>* segments = nullptr;
     int layer = 0;
     const float* q = nullptr;
-    uint64_t device_q = 0;
+    uint64_t device_q = 0;  // the query's rows on the device, or 0
     HeadPlan* plans = nullptr;
     bool* planned = nullptr;
   };
@@ -150,6 +155,10 @@ class DevicePlanner final : public LayerPlanner {
   std::unique_ptr<SegmentTables> tables_;
   std::vector<Request> queued_;
   std::unique_ptr<Call> call_;
+  // SetQueryRows' mapping (host rows, their device address, bytes).
+  const char* query_host_ = nullptr;
+  uint64_t query_device_ = 0;
+  int64_t query_bytes_ = 0;
   int64_t calls_ = 0, batches_ = 0, layers_planned_ = 0, table_fallbacks_ = 0;
   OpCounts ops_;
 };
