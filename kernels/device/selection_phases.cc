@@ -109,21 +109,10 @@ Op SelectBlocksBatchOp(const SelectBatchArgs& a,
 Op SelectBlocksOp(const SelectArgs& a) {
   Op op;
   op.name = "select_blocks";
-  op.reads = {Of<float>(a.scores, a.n), Of<int64_t>(a.seg_first, a.n_segs + 1),
-              Of<int64_t>(a.seg_size, a.n_segs),
-              Of<int64_t>(a.member_first, a.n + 1),
-              Of<int32_t>(a.members, a.n_members)};
-  if (!a.member_last.null()) {
-    op.reads.push_back(Of<int64_t>(a.member_last, a.n));
-  }
-  op.writes = {Range{a.scratch, SelectScratchBytes(a.n, a.n_segs)},
-               Of<PlannedBlock>(a.out, a.max_out), Of<PlanTotals>(a.totals, 1)};
-  op.body = [a](OpContext& ctx) {
-    const threads::SelectView v =
-        SelectViewOf(a, [&ctx](DevPtr p, int64_t bytes, bool write) {
-          return write ? static_cast<void*>(ctx.Out<char>(p, bytes))
-                       : const_cast<char*>(ctx.In<char>(p, bytes));
-        });
+  const threads::SelectItem item = ItemOf(a);
+  AddRanges(item, &op);
+  op.body = [a, item](OpContext& ctx) {
+    const threads::SelectView v = threads::ViewOf(item, ContextMap(ctx));
     ctx.Phase(1, [&](int64_t) { threads::SelectRecent(v); });
     ctx.Phase(a.n, [&](int64_t b) { threads::SelectRank(v, b); });
     ctx.Phase(a.n, [&](int64_t b) { threads::SelectAvail(v, b); });

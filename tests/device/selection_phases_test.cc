@@ -18,6 +18,7 @@
 #include "kernels/device/op_launchers.h"
 #include "kernels/device/phases.h"
 #include "kernels/device/selection_phases.h"
+#include "model/backend/device/device_planner.h"
 #include "model/kv/kv_config.h"
 #include "model/kv/policies/registry.h"
 #include "model/kv/segment.h"
@@ -339,6 +340,76 @@ TEST(SelectBlocksTest, BatchEqualsClusterKvPlans) {
                         cases % 2 ? Schedule::kLazy : Schedule::kThreaded,
                         cases, true);
   });
+}
+
+// A planner's plan in the device's form, for ExpectSamePlan.
+DevicePlan AsDevicePlan(const HeadPlan& h) {
+  DevicePlan d;
+  d.totals.blocks = static_cast<int64_t>(h.blocks.size());
+  d.totals.tokens = h.tokens;
+  for (const BlockRef& b : h.blocks) {
+    d.blocks.push_back(
+        {b.segment,
+         b.kind == BlockKind::kCluster ? kPlannedCluster : kPlannedPage, b.id,
+         b.begin, b.count});
+  }
+  return d;
+}
+
+// The DevicePlanner with queries from the host (PlanLayer: its fallback
+// form, where the backend's calls gather them on the device): per query
+// head, each query's plan is PlanEach's; per KV head, every head gets the
+// plan of the group's queries summed on the host by GatherQuery, which is
+// the policy's Plan.
+TEST(SelectBlocksTest, PlannerWithHostQueriesEqualsClusterKvPlans) {
+  std::mt19937 rng(77);
+  for (int n_segs : {1, 3}) {
+    for (int budget : {7, 64, 1000}) {
+      const int n_q = 4, head_dim = 67;
+      SCOPED_TRACE(testing::Message()
+                   << "segs " << n_segs << " budget " << budget);
+      const Problem p = MakeProblem(rng, n_segs, n_q, head_dim);
+      KvShape shape;
+      shape.n_layers = 1;
+      shape.n_heads = n_q;
+      shape.n_kv_heads = 1;
+      shape.head_dim = head_dim;
+      std::vector<float> q_all;
+      std::vector<const float*> qs;
+      for (const auto& q : p.queries) {
+        q_all.insert(q_all.end(), q.begin(), q.end());
+      }
+      for (int j = 0; j < n_q; ++j) qs.push_back(q_all.data() + j * head_dim);
+      for (GqaSelection gqa :
+           {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
+        KvStoreConfig c;
+        c.policy = KvPolicy::kClusterKv;
+        c.budget = budget;
+        c.recent_tokens = 5;
+        c.gqa_selection = gqa;
+        auto policy = MakePolicy(c);
+        ASSERT_NE(policy, nullptr);
+        const PlanContext ctx{&p.segs, 0, 0, head_dim};
+        std::vector<HeadPlan> want(n_q);
+        if (gqa == GqaSelection::kPerQueryHead) {
+          policy->PlanEach(ctx, qs.data(), n_q, want.data());
+        } else {
+          policy->Plan(ctx, qs.data(), n_q, &want[0]);
+          for (int j = 1; j < n_q; ++j) want[j] = want[0];
+        }
+        FakeRuntime rt(TestConfig(Schedule::kThreaded, budget, 32, 20));
+        DevicePlanner planner(rt, nullptr, int64_t{1} << 20);
+        std::vector<HeadPlan> got(n_q);
+        ASSERT_TRUE(
+            planner.PlanLayer(c, shape, p.segs, 0, q_all.data(), got.data()));
+        for (int j = 0; j < n_q; ++j) {
+          ExpectSamePlan(want[j], AsDevicePlan(got[j]));
+        }
+        EXPECT_EQ(planner.op_counts().gather_ops, 0);
+        EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+      }
+    }
+  }
 }
 
 // The same on CUDA: score_clusters and select_blocks run their kernels

@@ -313,6 +313,19 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
   return true;
 }
 
+// The request's planned queries as the gather reads them from `src` (the
+// query rows) into its upload's query section.
+dev::QueryItem DevicePlanner::QueryItemOf(const Layout& l, uint64_t src) {
+  dev::QueryItem it;
+  it.src = src;
+  it.dst_offset = (l.in_off + l.q) / 4;
+  it.n_kv = l.n_kv;
+  it.group = l.group;
+  it.hd = l.hd;
+  it.shared = l.shared ? 1 : 0;
+  return it;
+}
+
 // The batch's score items (one per request, KV head and segment with
 // clusters; element offsets into the upload, the table pool and the work
 // buffer), their thread prefix, and room for the select items (one per
@@ -388,14 +401,7 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
     const DevPtr in = in_dev_.ptr + l.in_off, work = work_dev_.ptr + l.work_off;
     const DevPtr results = work_dev_.ptr + b->results + l.out_off;
     if (requests[i].device_q != 0) {
-      dev::QueryItem q;
-      q.src = requests[i].device_q;
-      q.dst_offset = (l.in_off + l.q) / 4;
-      q.n_kv = l.n_kv;
-      q.group = l.group;
-      q.hd = l.hd;
-      q.shared = l.shared ? 1 : 0;
-      b->query_items.push_back(q);
+      b->query_items.push_back(QueryItemOf(l, requests[i].device_q));
     }
     for (int g = 0; g < l.n_kv; ++g) {
       const Layout::Head& h = l.heads[g];
@@ -449,19 +455,15 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
   const int layer = r.layer;
   const float* q = r.q;
   char* base = in_host_.host + l.in_off;
-  float* qs = reinterpret_cast<float*>(base + l.q);
-  // device_q: the gather op writes the queries (GatherQuery sums them the
-  // same way).
-  for (int g = 0; g < (r.device_q != 0 ? 0 : l.n_kv); ++g) {
-    const float* group_q = q + int64_t{g} * l.group * l.hd;
-    float* dst = qs + int64_t{g} * l.nq * l.hd;
-    if (!l.shared || l.group == 1) {
-      std::memcpy(dst, group_q, sizeof(float) * l.nq * l.hd);
-      continue;
-    }
-    std::fill_n(dst, l.hd, 0.0f);
-    for (int i = 0; i < l.group; ++i) {
-      for (int d = 0; d < l.hd; ++d) dst[d] += group_q[int64_t{i} * l.hd + d];
+  // The host's queries, gathered by the device's own thread body (with
+  // device_q the gather op writes them on the device instead).
+  if (r.device_q == 0) {
+    const dev::QueryItem it = QueryItemOf(l, 0);
+    float* qs = reinterpret_cast<float*>(base + l.q);
+    for (int64_t g = 0; g < l.n_kv; ++g) {
+      for (int64_t d = 0; d < l.hd; ++d) {
+        dev::threads::GatherQuery(it, q, qs, g, d);
+      }
     }
   }
   for (int g = 0; g < l.n_kv; ++g) {

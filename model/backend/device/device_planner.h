@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/device/runtime.h"
+#include "kernels/device/selection_threads.h"
 #include "model/backend/device/grow_buffer.h"
 #include "model/backend/device/segment_tables.h"
 #include "model/kv/store_env.h"
@@ -126,6 +127,8 @@ class DevicePlanner final : public LayerPlanner {
                   int64_t* out, Layout* l);
   bool Reserve(int64_t in, int64_t work, int64_t out);
   void Fill(const Layout& l, const Request& r);
+  static kernels::device::threads::QueryItem QueryItemOf(const Layout& l,
+                                                         uint64_t src);
   // The call's item tables (a request whose head_dim differs from the
   // batch's is left unplanned) and results region, after the requests'.
   void LayOutBatch(const std::vector<Request>& requests,
