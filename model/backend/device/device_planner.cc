@@ -427,15 +427,18 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
       }
     }
   }
-  char* host = in_host_.host;
-  std::memcpy(host + b->score_items_off, b->score_items.data(),
-              b->score_items.size() * sizeof(dev::ScoreItem));
-  std::memcpy(host + b->thread_base_off, b->thread_base.data(),
-              b->thread_base.size() * sizeof(int64_t));
-  std::memcpy(host + b->select_items_off, b->select_items.data(),
-              b->select_items.size() * sizeof(dev::threads::SelectItem));
-  std::memcpy(host + b->query_items_off, b->query_items.data(),
-              b->query_items.size() * sizeof(dev::QueryItem));
+  PutTable(b->score_items, b->score_items_off);
+  PutTable(b->thread_base, b->thread_base_off);
+  PutTable(b->select_items, b->select_items_off);
+  PutTable(b->query_items, b->query_items_off);
+}
+
+// Copies a batch table into the upload at `off` (an empty one: nothing;
+// memcpy from its null data would be undefined).
+template <class T>
+void DevicePlanner::PutTable(const std::vector<T>& table, int64_t off) {
+  if (table.empty()) return;
+  std::memcpy(in_host_.host + off, table.data(), table.size() * sizeof(T));
 }
 
 // Grows the pinned and device buffers to the call's bytes (the previous

@@ -135,6 +135,8 @@ class DevicePlanner final : public LayerPlanner {
                    const std::vector<Layout>& layouts,
                    std::vector<bool>* planned, int64_t* in, int64_t* work,
                    int64_t out, Batch* b);
+  template <class T>
+  void PutTable(const std::vector<T>& table, int64_t off);
   void FillBatch(const std::vector<Request>& requests,
                  const std::vector<Layout>& layouts,
                  const std::vector<bool>& planned, Batch* b);
