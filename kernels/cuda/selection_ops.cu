@@ -28,13 +28,6 @@ __global__ void ScoreKernel(const float* __restrict__ q,
 
 __global__ void RecentKernel(th::SelectView v) { th::SelectRecent(v); }
 
-__global__ void RankKernel(th::SelectView v) {
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < v.n;
-       b += int64_t{gridDim.x} * blockDim.x) {
-    th::SelectRank(v, b);
-  }
-}
-
 __global__ void AvailKernel(th::SelectView v) {
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < v.n;
        b += int64_t{gridDim.x} * blockDim.x) {
@@ -42,14 +35,14 @@ __global__ void AvailKernel(th::SelectView v) {
   }
 }
 
-__global__ void ScanKernel(th::SelectView v) { th::SelectScan(v); }
-
-__global__ void WriteKernel(th::SelectView v) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < v.n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    th::SelectWrite(v, i);
+__global__ void TakeKernel(th::SelectView v) {
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < v.n;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    th::SelectTake(v, b);
   }
 }
+
+__global__ void TotalsKernel(th::SelectView v) { th::SelectTotals(v); }
 
 // Device addresses as they are (a batch's items hold them).
 struct DeviceMap {
@@ -96,22 +89,20 @@ __global__ void RecentBatchKernel(const th::SelectItem* items) {
   if (threadIdx.x == 0) th::SelectRecent(ItemView(items, blockIdx.x));
 }
 
-__global__ void ScanBatchKernel(const th::SelectItem* items) {
-  if (threadIdx.x == 0) th::SelectScan(ItemView(items, blockIdx.x));
+__global__ void TotalsBatchKernel(const th::SelectItem* items) {
+  if (threadIdx.x == 0) th::SelectTotals(ItemView(items, blockIdx.x));
 }
 
-// kPhase 0: ranks, 1: rows before the recent range, 2: writes.
+// kPhase 0: rows before the recent range, 1: taken blocks written.
 template <int kPhase>
 __global__ void BlockBatchKernel(const th::SelectItem* items) {
   const th::SelectView v = ItemView(items, blockIdx.y);
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < v.n;
        b += int64_t{gridDim.x} * blockDim.x) {
     if constexpr (kPhase == 0) {
-      th::SelectRank(v, b);
-    } else if constexpr (kPhase == 1) {
       th::SelectAvail(v, b);
     } else {
-      th::SelectWrite(v, b);
+      th::SelectTake(v, b);
     }
   }
 }
@@ -164,9 +155,7 @@ cudaError_t SelectBlocksBatch(const th::SelectItem* items, int32_t n_items,
   CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   BlockBatchKernel<1><<<grid, kThreads, 0, stream>>>(items);
   CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  ScanBatchKernel<<<n_items, 32, 0, stream>>>(items);
-  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  BlockBatchKernel<2><<<grid, kThreads, 0, stream>>>(items);
+  TotalsBatchKernel<<<n_items, 32, 0, stream>>>(items);
   return cudaGetLastError();
 }
 
@@ -188,18 +177,13 @@ cudaError_t SelectBlocks(const th::SelectView& v, cudaStream_t stream) {
   RecentKernel<<<1, 1, 0, stream>>>(v);
   CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   if (v.n > 0) {
-    RankKernel<<<GridFor(v.n), kThreads, 0, stream>>>(v);
-    CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     AvailKernel<<<GridFor(v.n), kThreads, 0, stream>>>(v);
     CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  }
-  ScanKernel<<<1, 1, 0, stream>>>(v);
-  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  if (v.n > 0) {
-    WriteKernel<<<GridFor(v.n), kThreads, 0, stream>>>(v);
+    TakeKernel<<<GridFor(v.n), kThreads, 0, stream>>>(v);
     CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  return cudaSuccess;
+  TotalsKernel<<<1, 1, 0, stream>>>(v);
+  return cudaGetLastError();
 }
 
 }  // namespace ckv::kernels::cuda

@@ -18,8 +18,8 @@ cudaError_t ScoreClusters(const float* q, int n_q, const uint16_t* panels,
                           int64_t n, int dim, float* scores, int64_t ld,
                           cudaStream_t stream);
 
-// select_blocks: five kernels (recent pages, ranks, rows before the recent
-// range, the scan, the writes), every pointer of `v` in device memory.
+// select_blocks: four kernels (recent pages, rows before the recent range,
+// taken blocks written, totals), every pointer of `v` in device memory.
 cudaError_t SelectBlocks(const device::threads::SelectView& v,
                          cudaStream_t stream);
 
@@ -41,7 +41,7 @@ struct ScoreBatch {
 cudaError_t ScoreClustersBatch(const ScoreBatch& b, cudaStream_t stream);
 
 // select_blocks over n_items problems (items in device memory; max_n: the
-// most blocks of one): the five phases as five kernels for the whole batch.
+// most blocks of one): the four phases as four kernels for the whole batch.
 cudaError_t SelectBlocksBatch(const device::threads::SelectItem* items,
                               int32_t n_items, int64_t max_n,
                               cudaStream_t stream);

@@ -93,15 +93,12 @@ Op SelectBlocksBatchOp(const SelectBatchArgs& a,
     };
     ctx.Phase(a.n_items, [&](int64_t i) { threads::SelectRecent(views[i]); });
     per_block([](const threads::SelectView& v, int64_t b) {
-      threads::SelectRank(v, b);
-    });
-    per_block([](const threads::SelectView& v, int64_t b) {
       threads::SelectAvail(v, b);
     });
-    ctx.Phase(a.n_items, [&](int64_t i) { threads::SelectScan(views[i]); });
-    per_block([](const threads::SelectView& v, int64_t i) {
-      threads::SelectWrite(v, i);
+    per_block([](const threads::SelectView& v, int64_t b) {
+      threads::SelectTake(v, b);
     });
+    ctx.Phase(a.n_items, [&](int64_t i) { threads::SelectTotals(views[i]); });
   };
   return op;
 }
@@ -114,10 +111,9 @@ Op SelectBlocksOp(const SelectArgs& a) {
   op.body = [a, item](OpContext& ctx) {
     const threads::SelectView v = threads::ViewOf(item, ContextMap(ctx));
     ctx.Phase(1, [&](int64_t) { threads::SelectRecent(v); });
-    ctx.Phase(a.n, [&](int64_t b) { threads::SelectRank(v, b); });
     ctx.Phase(a.n, [&](int64_t b) { threads::SelectAvail(v, b); });
-    ctx.Phase(1, [&](int64_t) { threads::SelectScan(v); });
-    ctx.Phase(a.n, [&](int64_t i) { threads::SelectWrite(v, i); });
+    ctx.Phase(a.n, [&](int64_t b) { threads::SelectTake(v, b); });
+    ctx.Phase(1, [&](int64_t) { threads::SelectTotals(v); });
   };
   return op;
 }

@@ -71,12 +71,14 @@ threads::SelectView SelectViewOf(const SelectArgs& a, Map&& map) {
                          });
 }
 
-// One op, five phases (kernels/device/selection_threads.h): the recent pages
-// (one thread), the score order (a thread per block ranks it among all: the
-// reference form of a sort), each block's rows before the recent range (a
-// thread per block), the running token count in order (one thread: a scan), the
-// cluster blocks written at their places (a thread per position). A plan that
-// would overflow max_out writes totals.blocks = -1 and nothing past max_out.
+// One op, four phases (kernels/device/selection_threads.h): the recent pages
+// (one thread), each block's rows before the recent range (a thread per
+// block), each block taken or not and written at its place (a thread per
+// block: it counts the rows of the blocks with rows before it in score
+// order and stops once they fill the budget, so only taken blocks compare
+// with all n), the totals (one thread). No sort: the order matters only
+// up to the budget. A plan that would overflow max_out writes
+// totals.blocks = -1 and nothing past max_out.
 Op SelectBlocksOp(const SelectArgs& a);
 // The same over a batch (every planned query of a planner call, one op):
 // items (SelectItem [n_items] in device memory, built by ItemOf) are

@@ -78,6 +78,13 @@ CKV_HD int64_t LowerBound(const int32_t* a, int64_t lo, int64_t hi, int64_t v) {
 
 CKV_HD int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+// What select_take's last taken block found (scratch): the cluster blocks
+// taken and their tokens, for select_totals.
+struct TakenSum {
+  int64_t blocks = 0;
+  int64_t tokens = 0;
+};
+
 // select_blocks over pointers (SelectArgs of selection_phases.h, mapped):
 // inputs, the scratch arrays and the outputs.
 struct SelectView {
@@ -93,12 +100,10 @@ struct SelectView {
   int64_t budget = 0, recent_tokens = 0;
   int32_t page_size = 16;
   int64_t max_out = 0;
-  int32_t* order = nullptr;         // [n]
   int32_t* avail = nullptr;         // [n]
-  int64_t* before = nullptr;        // [n]
-  int64_t* slot = nullptr;          // [n]
   int64_t* recent_begin = nullptr;  // [n_segs]
-  PlannedBlock* out = nullptr;      // [max_out]
+  TakenSum* taken = nullptr;
+  PlannedBlock* out = nullptr;  // [max_out]
   PlanTotals* totals = nullptr;
 };
 
@@ -116,11 +121,13 @@ CKV_HD int64_t SegmentOf(const SelectView& v, int64_t b) {
   return UpperBound(v.seg_first, 0, v.n_segs + 1, b) - 1;
 }
 
-// Phase 1 (one thread): the totals reset, then AddRecentRows: the
-// recent_tokens most recent rows as pages, the last segment first.
+// Phase 1 (one thread): the totals and the taken sum reset, then
+// AddRecentRows: the recent_tokens most recent rows as pages, the last
+// segment first.
 CKV_HD void SelectRecent(const SelectView& v) {
   PlanTotals* t = v.totals;
   *t = PlanTotals{};
+  *v.taken = TakenSum{};
   int64_t clustered = 0;
   for (int32_t s = 0; s < v.n_segs; ++s) clustered += v.seg_size[s];
   t->budget = Min64(v.budget, clustered);
@@ -152,15 +159,7 @@ CKV_HD void SelectRecent(const SelectView& v) {
   t->recent_tokens = t->tokens;
 }
 
-// Phase 2 (a thread per block): its rank is the number of blocks before
-// it; the order is total, so the ranks are a permutation.
-CKV_HD void SelectRank(const SelectView& v, int64_t b) {
-  int64_t rank = 0;
-  for (int64_t o = 0; o < v.n; ++o) rank += Before(v.scores, o, b);
-  v.order[rank] = static_cast<int32_t>(b);
-}
-
-// Phase 3 (a thread per block): its rows before the recent range.
+// Phase 2 (a thread per block): its rows before the recent range.
 CKV_HD void SelectAvail(const SelectView& v, int64_t b) {
   const int64_t s = SegmentOf(v, b);
   const int64_t lo = v.member_first[b];
@@ -176,39 +175,58 @@ CKV_HD void SelectAvail(const SelectView& v, int64_t b) {
           : LowerBound(v.members, lo, hi, v.recent_begin[s]) - lo);
 }
 
-// Phase 4 (one thread): the running token count in score order, and each
-// taken position's output slot.
-CKV_HD void SelectScan(const SelectView& v) {
+// Phase 3 (a thread per block): is block b taken, and where. Only blocks
+// with rows (avail > 0) take a place, in score order, until the budget
+// left after the recent pages is planned; so b is taken iff the rows of
+// the blocks with rows before it are fewer than that, and its place is
+// the count of those blocks. The thread stops as soon as that sum reaches
+// the budget (most blocks, after a few of the best): far less than the
+// n comparisons of a full rank, which only taken blocks make. Threads
+// only read the totals; the last taken block (the one that fills the
+// budget, or the last block with rows) leaves the taken sum for phase 4.
+CKV_HD void SelectTake(const SelectView& v, int64_t b) {
+  const PlanTotals* t = v.totals;
+  const int64_t need = t->budget - t->recent_tokens;
+  if (t->blocks < 0 || v.avail[b] <= 0 || need <= 0) return;
+  int64_t rows_before = 0, blocks_before = 0, blocks_after = 0;
+  for (int64_t o = 0; o < v.n; ++o) {
+    if (o == b || v.avail[o] <= 0) continue;
+    if (!Before(v.scores, o, b)) {
+      ++blocks_after;
+      continue;
+    }
+    rows_before += v.avail[o];
+    if (rows_before >= need) return;  // the budget is planned before b
+    ++blocks_before;
+  }
+  const int64_t count = Min64(v.avail[b], need - rows_before);
+  const int64_t slot = t->recent_blocks + blocks_before;
+  if (slot < v.max_out) {
+    const int64_t s = SegmentOf(v, b);
+    PlannedBlock& o = v.out[slot];
+    o.segment = static_cast<int32_t>(s);
+    o.kind = kPlannedCluster;
+    o.id = static_cast<int32_t>(b - v.seg_first[s]);
+    o.begin = 0;
+    o.count = static_cast<int32_t>(count);
+  }
+  if (rows_before + count >= need || blocks_after == 0) {
+    *v.taken = TakenSum{blocks_before + 1, rows_before + count};
+  }
+}
+
+// Phase 4 (one thread): the totals with the taken blocks; a plan past
+// max_out is refused (blocks = -1).
+CKV_HD void SelectTotals(const SelectView& v) {
   PlanTotals* t = v.totals;
   if (t->blocks < 0) return;
-  int64_t tokens = t->tokens, blocks = t->blocks;
-  for (int64_t i = 0; i < v.n; ++i) {
-    v.before[i] = tokens;
-    const int64_t take = Min64(v.avail[v.order[i]], t->budget - tokens);
-    v.slot[i] = take > 0 ? blocks++ : -1;
-    if (take > 0) tokens += take;
-  }
+  const int64_t blocks = t->blocks + v.taken->blocks;
   if (blocks > v.max_out) {
     t->blocks = -1;
     return;
   }
   t->blocks = blocks;
-  t->tokens = tokens;
-}
-
-// Phase 5 (a thread per position i of the order): the cluster block taken
-// there, trimmed to the budget.
-CKV_HD void SelectWrite(const SelectView& v, int64_t i) {
-  if (v.totals->blocks < 0 || v.slot[i] < 0) return;
-  const int32_t b = v.order[i];
-  const int64_t s = SegmentOf(v, b);
-  PlannedBlock& o = v.out[v.slot[i]];
-  o.segment = static_cast<int32_t>(s);
-  o.kind = kPlannedCluster;
-  o.id = static_cast<int32_t>(b - v.seg_first[s]);
-  o.begin = 0;
-  o.count =
-      static_cast<int32_t>(Min64(v.avail[b], v.totals->budget - v.before[i]));
+  t->tokens += v.taken->tokens;
 }
 
 // ---- Batches: every planned query of a planner call in one op ----------
@@ -253,21 +271,19 @@ CKV_HD void GatherQuery(const QueryItem& it, const float* src, float* dst,
   dst[g * hd + d] = sum;
 }
 
-// The select_blocks scratch for n blocks over n_segs segments: order, avail
-// (int32 [n]), before, slot (int64 [n]), recent_begin (int64 [n_segs]),
-// each 256-byte aligned; offsets from the scratch's start.
+// The select_blocks scratch for n blocks over n_segs segments: avail
+// (int32 [n]), recent_begin (int64 [n_segs]), taken (TakenSum), each
+// 256-byte aligned; offsets from the scratch's start.
 struct SelectScratch {
-  int64_t order = 0, avail = 0, before = 0, slot = 0, recent_begin = 0;
+  int64_t avail = 0, recent_begin = 0, taken = 0;
   int64_t bytes = 0;
 };
 CKV_HD int64_t Align256(int64_t b) { return (b + 255) / 256 * 256; }
 CKV_HD SelectScratch SelectScratchLayout(int64_t n, int32_t n_segs) {
   SelectScratch l;
-  l.avail = l.order + Align256(4 * n);
-  l.before = l.avail + Align256(4 * n);
-  l.slot = l.before + Align256(8 * n);
-  l.recent_begin = l.slot + Align256(8 * n);
-  l.bytes = l.recent_begin + Align256(8 * int64_t{n_segs});
+  l.recent_begin = l.avail + Align256(4 * n);
+  l.taken = l.recent_begin + Align256(8 * int64_t{n_segs});
+  l.bytes = l.taken + Align256(static_cast<int64_t>(sizeof(TakenSum)));
   return l;
 }
 
@@ -307,12 +323,11 @@ CKV_HD SelectView ViewOf(const SelectItem& it, Map&& map) {
   v.page_size = it.page_size;
   v.max_out = it.max_out;
   const SelectScratch l = SelectScratchLayout(it.n, it.n_segs);
-  v.order = static_cast<int32_t*>(map(it.scratch + l.order, 4 * it.n, true));
   v.avail = static_cast<int32_t*>(map(it.scratch + l.avail, 4 * it.n, true));
-  v.before = static_cast<int64_t*>(map(it.scratch + l.before, 8 * it.n, true));
-  v.slot = static_cast<int64_t*>(map(it.scratch + l.slot, 8 * it.n, true));
   v.recent_begin = static_cast<int64_t*>(
       map(it.scratch + l.recent_begin, 8 * int64_t{it.n_segs}, true));
+  v.taken = static_cast<TakenSum*>(
+      map(it.scratch + l.taken, static_cast<int64_t>(sizeof(TakenSum)), true));
   v.out = static_cast<PlannedBlock*>(map(
       it.out, it.max_out * static_cast<int64_t>(sizeof(PlannedBlock)), true));
   v.totals = static_cast<PlanTotals*>(

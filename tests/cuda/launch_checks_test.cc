@@ -64,11 +64,11 @@ TEST(LaunchChecksTest, SelectScratchLayoutFitsItsBytes) {
             }
             return reinterpret_cast<void*>(static_cast<uintptr_t>(p.addr));
           });
-      ASSERT_EQ(seen.size(), 5u);  // order, avail, before, slot, recent
+      ASSERT_EQ(seen.size(), 3u);  // avail, recent_begin, taken
       ExpectDisjointWithin(seen, a.scratch.addr,
                            a.scratch.addr + dev::SelectScratchBytes(n, segs),
                            8);
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(v.order), a.scratch.addr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(v.avail), a.scratch.addr);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(v.totals), a.totals.addr);
     }
   }

@@ -342,6 +342,66 @@ TEST(SelectBlocksTest, BatchEqualsClusterKvPlans) {
   });
 }
 
+// Hand-made inputs the policy never produces: a block whose member range
+// is malformed attends nothing and the others are planned (the budget is
+// then never filled, so the last block with rows ends the plan); a plan
+// past max_out is refused with nothing written past it. Both forms, three
+// schedules.
+TEST(SelectBlocksTest, MalformedBlocksAndOverflow) {
+  for (Schedule sched :
+       {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
+    for (bool batched : {false, true}) {
+      SCOPED_TRACE(testing::Message() << static_cast<int>(sched) << batched);
+      FakeRuntime rt(TestConfig(sched, 5, 8, 20));
+      const Stream st = ValueOrDie(rt.CreateStream());
+      // One segment of 10 rows, blocks {0..3}, {4..6} (malformed: its end
+      // before its start), {7..9}; scores rank block 1 first, then 2, 0.
+      SelectArgs a;
+      a.n = 3;
+      a.scores = Upload(rt, st, std::vector<float>{1.0f, 3.0f, 2.0f});
+      a.seg_first = Upload(rt, st, std::vector<int64_t>{0, 3});
+      a.seg_size = Upload(rt, st, std::vector<int64_t>{10});
+      a.n_segs = 1;
+      a.member_first = Upload(rt, st, std::vector<int64_t>{0, 4, 7, 10});
+      a.member_last = Upload(rt, st, std::vector<int64_t>{4, 2, 10});
+      std::vector<int32_t> rows(10);
+      for (int32_t r = 0; r < 10; ++r) rows[r] = r;
+      a.members = Upload(rt, st, rows);
+      a.n_members = 10;
+      a.budget = 100;
+      a.recent_tokens = 0;
+      a.page_size = 16;
+      auto run = [&](int64_t max_out) {
+        a.max_out = max_out;
+        a.scratch = ValueOrDie(rt.Malloc(SelectScratchBytes(a.n, a.n_segs)));
+        a.out = Upload(rt, st, std::vector<PlannedBlock>(4, PlannedBlock{}));
+        a.totals = ValueOrDie(rt.Malloc(sizeof(PlanTotals)));
+        Op op = SelectBlocksOp(a);
+        if (batched) {
+          const std::vector<threads::SelectItem> items = {ItemOf(a)};
+          op = SelectBlocksBatchOp({Upload(rt, st, items), 1, a.n}, items);
+        }
+        EXPECT_TRUE(rt.Launch(std::move(op), st).ok());
+        return std::make_pair(Download<PlanTotals>(rt, st, a.totals, 1)[0],
+                              Download<PlannedBlock>(rt, st, a.out, 4));
+      };
+      const auto [totals, out] = run(4);
+      EXPECT_EQ(totals.blocks, 2);
+      EXPECT_EQ(totals.tokens, 7);
+      EXPECT_EQ(totals.budget, 10);
+      EXPECT_EQ(out[0].id, 2);
+      EXPECT_EQ(out[0].count, 3);
+      EXPECT_EQ(out[1].id, 0);
+      EXPECT_EQ(out[1].count, 4);
+      EXPECT_EQ(out[2].count, 0);  // untouched
+      const auto [refused, partial] = run(1);
+      EXPECT_EQ(refused.blocks, -1);
+      EXPECT_EQ(partial[1].count, 0);  // nothing past max_out
+      EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+    }
+  }
+}
+
 // A planner's plan in the device's form, for ExpectSamePlan.
 DevicePlan AsDevicePlan(const HeadPlan& h) {
   DevicePlan d;
