@@ -59,7 +59,7 @@ class CpuBackend final : public Backend {
   std::vector<Buffer> buffers_;
   std::vector<int64_t> pos_;     // positions of the step's rows
   std::vector<float> gathered_;  // logits rows, normalised
-  AttendSet attend_;
+  std::vector<AttendSet> attend_;  // per part of an Attention call
   int64_t rows_ = 0;
 };
 
