@@ -48,7 +48,8 @@ struct SpanAttentionParams {
 
 inline constexpr int kMaxSpanAttentionSplits = 64;
 
-// Launch geometry (host, pure): grid (n_q, n_heads), this many threads.
+// Launch geometry (host, pure): grid (n_q, n_heads, splits), this many
+// threads.
 // Query rows go on x (up to 2^31 - 1: a prefill chunk of any size), heads
 // on y (gridDim.y <= 65535).
 inline dim3 SpanAttentionGrid(const SpanAttentionParams& p) {

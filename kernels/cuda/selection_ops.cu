@@ -144,19 +144,25 @@ cudaError_t ScoreClustersBatch(const ScoreBatch& b, cudaStream_t stream) {
 
 cudaError_t SelectBlocksBatch(const th::SelectItem* items, int32_t n_items,
                               int64_t max_n, cudaStream_t stream) {
-  if (n_items < 0 || n_items > 65535 || max_n < 0) {
-    return cudaErrorInvalidValue;
+  if (n_items < 0 || max_n < 0) return cudaErrorInvalidValue;
+  // The per-block kernels put the item on gridDim.y (at most 65535): more
+  // items go in chunks, each launched as a batch of its own (items are
+  // independent problems).
+  constexpr int32_t kMaxItemsPerLaunch = 65535;
+  for (int32_t base = 0; base < n_items; base += kMaxItemsPerLaunch) {
+    const th::SelectItem* chunk = items + base;
+    const int32_t n = std::min(kMaxItemsPerLaunch, n_items - base);
+    RecentBatchKernel<<<n, 32, 0, stream>>>(chunk);
+    CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    const dim3 grid(GridFor(max_n), static_cast<unsigned>(n));
+    BlockBatchKernel<0><<<grid, kThreads, 0, stream>>>(chunk);
+    CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    BlockBatchKernel<1><<<grid, kThreads, 0, stream>>>(chunk);
+    CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    TotalsBatchKernel<<<n, 32, 0, stream>>>(chunk);
+    CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  if (n_items == 0) return cudaSuccess;
-  RecentBatchKernel<<<n_items, 32, 0, stream>>>(items);
-  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  const dim3 grid(GridFor(max_n), static_cast<unsigned>(n_items));
-  BlockBatchKernel<0><<<grid, kThreads, 0, stream>>>(items);
-  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  BlockBatchKernel<1><<<grid, kThreads, 0, stream>>>(items);
-  CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  TotalsBatchKernel<<<n_items, 32, 0, stream>>>(items);
-  return cudaGetLastError();
+  return cudaSuccess;
 }
 
 cudaError_t ScoreClusters(const float* q, int n_q, const uint16_t* panels,

@@ -38,6 +38,7 @@ struct PlannedBlock {
   int32_t begin = 0;
   int32_t count = 0;
 };
+static_assert(sizeof(PlannedBlock) == 20);
 inline constexpr int32_t kPlannedCluster = 0;  // BlockKind::kCluster
 inline constexpr int32_t kPlannedPage = 1;     // BlockKind::kPage
 
@@ -48,6 +49,7 @@ struct PlanTotals {
   int64_t recent_tokens = 0;
   int64_t budget = 0;  // min(budget, clustered rows)
 };
+static_assert(sizeof(PlanTotals) == 40);
 
 // The result of one k-means job in device memory: this header, then
 // centroids [k][dim] floats, assignment [n] and sizes [k] int32 at the

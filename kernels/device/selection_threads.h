@@ -84,6 +84,7 @@ struct TakenSum {
   int64_t blocks = 0;
   int64_t tokens = 0;
 };
+static_assert(sizeof(TakenSum) == 16);
 
 // select_blocks over pointers (SelectArgs of selection_phases.h, mapped):
 // inputs, the scratch arrays and the outputs.
@@ -128,6 +129,10 @@ CKV_HD void SelectRecent(const SelectView& v) {
   PlanTotals* t = v.totals;
   *t = PlanTotals{};
   *v.taken = TakenSum{};
+  if (v.page_size <= 0) {  // malformed (a batch's items are not validated)
+    t->blocks = -1;
+    return;
+  }
   int64_t clustered = 0;
   for (int32_t s = 0; s < v.n_segs; ++s) clustered += v.seg_size[s];
   t->budget = Min64(v.budget, clustered);
@@ -242,6 +247,9 @@ struct ScoreItem {
   int32_t ld = 0;
   int32_t pad = 0;
 };
+// The structs of this header cross between the host compiler and nvcc in
+// device memory: their layouts are pinned.
+static_assert(sizeof(ScoreItem) == 40);
 
 // One store's planned queries gathered from its query rows on the device
 // (the planner's gather_queries op): src is float [n_kv * group][hd] (the
@@ -254,6 +262,7 @@ struct QueryItem {
   int64_t dst_offset = 0;
   int32_t n_kv = 0, group = 0, hd = 0, shared = 0;
 };
+static_assert(sizeof(QueryItem) == 32);
 
 // Element d of KV head g's planned queries of `it`.
 CKV_HD void GatherQuery(const QueryItem& it, const float* src, float* dst,
@@ -296,6 +305,7 @@ struct SelectItem {
   int64_t n = 0, n_members = 0, budget = 0, recent_tokens = 0, max_out = 0;
   int32_t n_segs = 0, page_size = 16;
 };
+static_assert(sizeof(SelectItem) == 120);
 
 // The view of `it`: every address through map(addr, bytes, write) ->
 // void* (the fake's OpContext, or the address itself on a GPU).

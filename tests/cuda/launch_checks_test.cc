@@ -157,6 +157,8 @@ TEST(LaunchChecksTest, LaunchersRefuseBadArgumentsWithoutADevice) {
   dev::threads::SelectView v;
   v.page_size = 0;
   EXPECT_EQ(SelectBlocks(v, s), cudaErrorInvalidValue);
+  EXPECT_EQ(SelectBlocksBatch(nullptr, -1, 8, s), cudaErrorInvalidValue);
+  EXPECT_EQ(SelectBlocksBatch(nullptr, 0, 8, s), cudaSuccess);
   EXPECT_EQ(SoftCap(nullptr, 8, 0.0f, s), cudaErrorInvalidValue);
   EXPECT_EQ(SoftCap(nullptr, 0, 30.0f, s), cudaSuccess);
   EXPECT_EQ(AddBias(nullptr, nullptr, 3, 0, s), cudaErrorInvalidValue);

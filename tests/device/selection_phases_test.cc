@@ -345,8 +345,8 @@ TEST(SelectBlocksTest, BatchEqualsClusterKvPlans) {
 // Hand-made inputs the policy never produces: a block whose member range
 // is malformed attends nothing and the others are planned (the budget is
 // then never filled, so the last block with rows ends the plan); a plan
-// past max_out is refused with nothing written past it. Both forms, three
-// schedules.
+// past max_out is refused with nothing written past it; pages of no rows
+// refuse the plan. Both forms, three schedules.
 TEST(SelectBlocksTest, MalformedBlocksAndOverflow) {
   for (Schedule sched :
        {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
@@ -397,6 +397,10 @@ TEST(SelectBlocksTest, MalformedBlocksAndOverflow) {
       const auto [refused, partial] = run(1);
       EXPECT_EQ(refused.blocks, -1);
       EXPECT_EQ(partial[1].count, 0);  // nothing past max_out
+      a.page_size = 0;  // a batch's items are not validated on the host
+      const auto [no_pages, untouched] = run(4);
+      EXPECT_EQ(no_pages.blocks, -1);
+      EXPECT_EQ(untouched[0].count, 0);
       EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
     }
   }

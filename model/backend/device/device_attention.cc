@@ -350,7 +350,9 @@ void DeviceBackend::AddCachedReads(const KvPlan& plan,
 // list, or a run of a sink/tail mirror): the ranges the attention reads.
 bool DeviceBackend::IsCached(const kernels::KvSpan& s, int head_dim,
                              SpanMeta* m) const {
-  if (s.count == 0 || !cache_rows_->Find(s.k, &m->cache_k) ||
+  // Descriptors have no stride: cache rows are dense (as IsDirect asks).
+  if (s.count == 0 || s.stride != head_dim ||
+      !cache_rows_->Find(s.k, &m->cache_k) ||
       !cache_rows_->Find(s.v, &m->cache_v)) {
     return false;
   }
