@@ -8,6 +8,9 @@ runs: within noise").
 
   /usr/bin/python3 bench/ab_gate.py --before OLD/build --after build \
       --blocks 3 --types f16,q8_0,q4_k_m --out-dir docs/results/gate
+  /usr/bin/python3 bench/ab_gate.py --before OLD/build --after build \
+      --types "" --cluster --cluster-policies clusterkv \
+      --prefill-cache /tmp/gate_prefills --out-dir docs/results/gate
 
 (Debian's python3 has matplotlib from scripts/setup.sh, for gate.png.)
 
@@ -43,11 +46,19 @@ def run_engine(build, dtype, a, work):
     return fig
 
 
-def run_cluster(build, a, work):
+def run_cluster(build, a, work, side):
     out = os.path.join(work, f"cluster_{os.getpid()}.json")
     cmd = [os.path.join(build, "bench", "cluster_bench"), "--work_dir", work,
            "--workloads", "engine", "--engine_contexts", str(a.context),
-           "--budgets", str(a.budget), "--batches", "1,16", "--json", out]
+           "--budgets", str(a.budget), "--batches", "1,16",
+           "--decode_steps", str(a.decode_tokens),
+           # the gate times steps; the quality shadow would slow them
+           "--engine_quality=false", "--json", out]
+    if a.cluster_policies:
+        cmd += ["--engine_policies", a.cluster_policies]
+    if a.prefill_cache:  # one folder per side: the builds' formats may differ
+        cmd += ["--engine_prefill_cache",
+                os.path.join(a.prefill_cache, side)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     fig = {}
     for r in json.load(open(out))["runs"]:
@@ -56,12 +67,12 @@ def run_cluster(build, a, work):
     return fig
 
 
-def run_build(build, a, work):
+def run_build(build, a, work, side):
     fig = {}
     for t in [t for t in a.types.split(",") if t]:
         fig.update(run_engine(build, t, a, work))
     if a.cluster:
-        fig.update(run_cluster(build, a, work))
+        fig.update(run_cluster(build, a, work, side))
     return fig
 
 
@@ -78,6 +89,11 @@ def main():
                    help="also cluster_bench's engine workload (minutes a run)")
     p.add_argument("--context", type=int, default=32768)
     p.add_argument("--budget", type=int, default=1024)
+    p.add_argument("--cluster-policies", default="",
+                   help="cluster_bench --engine_policies (default: its own)")
+    p.add_argument("--prefill-cache", default="",
+                   help="folder for cluster_bench's saved prefills (A/ and "
+                        "B/ inside): each build prefills once")
     p.add_argument("--work-dir", default="/tmp/ckv_ab_gate")
     p.add_argument("--out-dir", required=True)
     a = p.parse_args()
@@ -89,7 +105,8 @@ def main():
         runs = {}
         for side in ("A", "B", "B", "A"):
             build = a.before if side == "A" else a.after
-            runs.setdefault(side, []).append(run_build(build, a, a.work_dir))
+            runs.setdefault(side, []).append(
+                run_build(build, a, a.work_dir, side))
             print(f"block {b + 1}/{a.blocks} {side} done", file=sys.stderr)
         ratios = {}
         for k in runs["A"][0]:
