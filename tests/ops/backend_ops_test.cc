@@ -547,6 +547,110 @@ TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
   }
 }
 
+// Three decoding sequences in one call (on a device: one batched
+// attention op, a head table per query row) with histories of 0, 6 and 39
+// rows, KV stored in F16 and BF16, head dims 80 and 256 (a 4:1 GQA
+// group): each row equals ref::Attention over its own sequence. The K/V
+// values are rounded to the storage type first, so the reference reads
+// exactly what the caches hold.
+TEST_P(BackendOpsTest, AttentionThreeDecodeSequencesF16Bf16) {
+  const int n_heads = 8, n_kv = 2;
+  const int64_t histories[] = {0, 6, 39};
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    auto stored = [dt](std::vector<float> x) {
+      for (float& f : x) {
+        f = dt == DType::kF16 ? kernels::F16ToF32(kernels::F32ToF16(f))
+                              : kernels::BF16ToF32(kernels::F32ToBF16(f));
+      }
+      return x;
+    };
+    for (int head_dim : {80, 256}) {
+      const int64_t q_dim = int64_t{n_heads} * head_dim;
+      const int64_t kv_dim = int64_t{n_kv} * head_dim;
+      DenseKvCacheOptions co;
+      co.n_layers = 1;
+      co.n_heads = n_heads;
+      co.n_kv_heads = n_kv;
+      co.head_dim = head_dim;
+      co.dtype = dt;
+      std::vector<std::unique_ptr<DenseKvCache>> caches;
+      std::vector<std::vector<float>> ks, vs;  // history + the step's row
+      std::vector<float> k_step, v_step;
+      for (const int64_t h : histories) {
+        caches.push_back(std::make_unique<DenseKvCache>(co));
+        ks.push_back(stored(RandomFloats(rng_, (h + 1) * kv_dim)));
+        vs.push_back(stored(RandomFloats(rng_, (h + 1) * kv_dim)));
+        if (h > 0) {
+          ASSERT_TRUE(caches.back()->Reserve(h, AppendKind::kPrompt).ok());
+          caches.back()->Append(0, h, ks.back().data(), vs.back().data());
+          caches.back()->Commit(h);
+        }
+        k_step.insert(k_step.end(), ks.back().end() - kv_dim, ks.back().end());
+        v_step.insert(v_step.end(), vs.back().end() - kv_dim, vs.back().end());
+        ASSERT_TRUE(caches.back()->Reserve(1, AppendKind::kGenerated).ok());
+      }
+      const std::vector<float> q = RandomFloats(rng_, 3 * q_dim, -2, 2);
+      const std::vector<int64_t> pos(std::begin(histories),
+                                     std::end(histories));
+      Backend& b = Fresh();
+      const Activation qa = b.NewActivation(q_dim);
+      const Activation k = b.NewActivation(kv_dim);
+      const Activation v = b.NewActivation(kv_dim);
+      const Activation out = b.NewActivation(q_dim);
+      b.BeginStep(pos);
+      Load(qa, q, q_dim);
+      Load(k, k_step, kv_dim);
+      Load(v, v_step, kv_dim);
+      AttentionSpec spec;
+      spec.n_heads = n_heads;
+      spec.head_dim = head_dim;
+      spec.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const AttentionPart parts[] = {{caches[0].get(), 0, 1},
+                                     {caches[1].get(), 1, 1},
+                                     {caches[2].get(), 2, 1}};
+      b.Attention(0, spec, parts, qa, k, v, out, nullptr);
+      const std::vector<float> got = Read(out);
+      b.EndStep();
+      for (auto& c : caches) c->Commit(1);
+      if (const auto* d = dynamic_cast<const DeviceBackend*>(&b)) {
+        EXPECT_EQ(d->attend_copies().attention_ops, 1);
+        EXPECT_EQ(d->attend_copies().batched_parts, 3);
+      }
+      for (int s = 0; s < 3; ++s) {
+        std::vector<kernels::KvSpan> spans(n_heads);
+        std::vector<kernels::KvSpanList> lists(n_heads);
+        for (int h = 0; h < n_heads; ++h) {
+          const int g = h / (n_heads / n_kv);
+          spans[h] = {ks[s].data() + g * head_dim,
+                      vs[s].data() + g * head_dim,
+                      DType::kF32,
+                      kv_dim,
+                      histories[s] + 1,
+                      0};
+          lists[h] = {&spans[h], 1};
+        }
+        std::vector<float> want(q_dim);
+        kernels::AttentionArgs args;
+        args.q = q.data() + s * q_dim;
+        args.q_pos = &pos[s];
+        args.n_q = 1;
+        args.n_heads = n_heads;
+        args.head_dim = head_dim;
+        args.scale = spec.scale;
+        args.kv = lists.data();
+        args.out = want.data();
+        ref::Attention(args);
+        const double tol = kernels::cpu::testing::AttentionTolerance(1);
+        for (int64_t i = 0; i < q_dim; ++i) {
+          ASSERT_NEAR(got[s * q_dim + i], want[i], tol)
+              << kernels::DTypeName(dt) << " hd " << head_dim << " sequence "
+              << s << " element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST_P(BackendOpsTest, LogitsPickedRowsNormOutputSoftcap) {
   for (DType t : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_K}) {
     for (float softcap : {0.0f, 15.0f}) {
