@@ -485,7 +485,8 @@ export MODE BUNDLE RESULTS CASE_TIMEOUT MAX_PROCS BIN BIN_ROOT
 
 elapsed_s() { echo $((($(date +%s%N) - START_NS) / 1000000000)); }
 
-# cuBLAS: the soname the binaries need, found in the loader's cache, the
+# cuBLAS: the soname the CUDA backend opens (kernels/cuda/cublas_loader.h;
+# an older bundle's binaries linked it: ldd), found in the loader's cache, the
 # CUDA toolkit or PyTorch's nvidia/ wheels; its folder joins
 # LD_LIBRARY_PATH when the loader would not find it on its own.
 find_cublas() {

@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_spans.h"
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/forward_ops.h"
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/gemm.h"
@@ -41,9 +42,12 @@ absl::Status Check(cudaError_t e, const char* op) {
 
 absl::StatusOr<std::unique_ptr<CudaLaunchers>> CudaLaunchers::Create() {
   GemmContext* gemm = nullptr;
-  if (auto s = Check(CreateGemmContext(&gemm), "cublasCreate"); !s.ok()) {
-    return s;
+  const cudaError_t e = CreateGemmContext(&gemm);
+  if (e == cudaErrorSharedObjectInitFailed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuBLAS: ", LastCublasLoadError()));
   }
+  if (auto s = Check(e, "cublasCreate"); !s.ok()) return s;
   return std::unique_ptr<CudaLaunchers>(new CudaLaunchers(gemm));
 }
 

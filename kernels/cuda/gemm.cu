@@ -6,11 +6,13 @@
 #include <climits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cublas_loader.h"
 
 namespace ckv::kernels::cuda {
 
 class GemmContext {
  public:
+  const CublasApi* api = nullptr;  // loaded by CreateGemmContext
   cublasHandle_t handle = nullptr;
   void* scratch = nullptr;  // low-precision copy of x
   size_t scratch_bytes = 0;
@@ -89,20 +91,24 @@ cudaError_t ConvertX(const float* x, int64_t n, void* out,
 cudaError_t Gemm(GemmContext* ctx, cudaDataType_t ab_type, const void* w,
                  const void* x, int n_in, int n_out, int n_tokens, float* y) {
   const float alpha = 1.0f, beta = 0.0f;
-  return FromCublas(cublasGemmEx(ctx->handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out,
-                                 n_tokens, n_in, &alpha, w, ab_type, n_in, x,
-                                 ab_type, n_in, &beta, y, CUDA_R_32F, n_out,
-                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return FromCublas(ctx->api->gemm_ex(
+      ctx->handle, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_tokens, n_in, &alpha, w,
+      ab_type, n_in, x, ab_type, n_in, &beta, y, CUDA_R_32F, n_out,
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
 
 cudaError_t CreateGemmContext(GemmContext** out) {
+  *out = nullptr;
+  const CublasApi* api = Cublas();
+  if (api == nullptr) return cudaErrorSharedObjectInitFailed;
   auto* ctx = new GemmContext;
-  cudaError_t err = FromCublas(cublasCreate(&ctx->handle));
+  ctx->api = api;
+  cudaError_t err = FromCublas(api->create(&ctx->handle));
   if (err == cudaSuccess) err = cudaMalloc(&ctx->cublas_ws, kCublasWorkspace);
   if (err != cudaSuccess) {
-    if (ctx->handle != nullptr) cublasDestroy(ctx->handle);
+    if (ctx->handle != nullptr) api->destroy(ctx->handle);
     delete ctx;
     *out = nullptr;
     return err;
@@ -118,7 +124,7 @@ cudaError_t DestroyGemmContext(GemmContext* ctx) {
     err = cudaFreeAsync(ctx->scratch, ctx->scratch_stream);
     if (err == cudaSuccess) err = cudaStreamSynchronize(ctx->scratch_stream);
   }
-  const cudaError_t err2 = FromCublas(cublasDestroy(ctx->handle));
+  const cudaError_t err2 = FromCublas(ctx->api->destroy(ctx->handle));
   if (ctx->cublas_ws != nullptr) cudaFree(ctx->cublas_ws);
   delete ctx;
   return err != cudaSuccess ? err : err2;
@@ -139,10 +145,11 @@ cudaError_t MatMul(GemmContext* ctx, DType wtype, const void* w, int64_t n_in,
     return cudaErrorInvalidValue;
   }
   if (n_tokens == 0) return cudaSuccess;
-  CKV_CUDA_RETURN_IF_ERROR(FromCublas(cublasSetStream(ctx->handle, stream)));
+  CKV_CUDA_RETURN_IF_ERROR(
+      FromCublas(ctx->api->set_stream(ctx->handle, stream)));
   // cublasSetStream resets the workspace to cuBLAS's pool: set ours again.
   CKV_CUDA_RETURN_IF_ERROR(FromCublas(
-      cublasSetWorkspace(ctx->handle, ctx->cublas_ws, kCublasWorkspace)));
+      ctx->api->set_workspace(ctx->handle, ctx->cublas_ws, kCublasWorkspace)));
   const int i = static_cast<int>(n_in), o = static_cast<int>(n_out),
             t = static_cast<int>(n_tokens);
   if (wtype == DType::kF32) return Gemm(ctx, CUDA_R_32F, w, x, i, o, t, y);

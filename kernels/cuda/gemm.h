@@ -19,6 +19,8 @@ namespace ckv::kernels::cuda {
 // low-precision copy of x. Not thread-safe: one context per stream/thread.
 class GemmContext;
 
+// cudaErrorSharedObjectInitFailed when cuBLAS could not be loaded
+// (cublas_loader.h: LastCublasLoadError() says why).
 cudaError_t CreateGemmContext(GemmContext** out);
 // Frees everything; waits for work queued on the context's scratch.
 cudaError_t DestroyGemmContext(GemmContext* ctx);

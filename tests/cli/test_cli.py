@@ -35,6 +35,16 @@ class CliTest(unittest.TestCase):
             f.write(text if isinstance(text, bytes) else text.encode())
         return p
 
+    def test_startup_loads_no_cublas(self):
+        # cuBLAS is opened by the CUDA backend when it needs a GEMM
+        # (kernels/cuda/cublas_loader.h); linked, libcublasLt's initialisers
+        # cost every command ~0.45 s of CPU at start.
+        env = dict(os.environ, LD_DEBUG="libs")
+        p = subprocess.run([BIN, "--help"], capture_output=True, env=env,
+                           timeout=60)
+        self.assertIn(b"calling init", p.stderr)  # LD_DEBUG took effect
+        self.assertNotIn(b"libcublas", p.stderr)
+
     def test_info_reports_shape(self):
         info = json.loads(run("info", self.model).stdout)
         self.assertEqual(info["architecture"], "llama")

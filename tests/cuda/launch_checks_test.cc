@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_spans.h"
+#include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/forward_ops.h"
 #include "kernels/cuda/gather.h"
 #include "kernels/cuda/norm_rope_swiglu.h"
@@ -43,6 +44,21 @@ void ExpectDisjointWithin(std::vector<Span> spans, uintptr_t lo, uintptr_t hi,
       EXPECT_GE(spans[i].begin, spans[i - 1].end) << i;
     }
   }
+}
+
+// cuBLAS is opened when a GEMM context is made, not linked
+// (cublas_loader.h): the toolkit's library and every entry point the GEMM
+// calls are found, without a device.
+TEST(LaunchChecksTest, CublasOpensWithEveryEntryPoint) {
+  const CublasApi* api = Cublas();
+  ASSERT_NE(api, nullptr) << LastCublasLoadError();
+  EXPECT_NE(api->create, nullptr);
+  EXPECT_NE(api->destroy, nullptr);
+  EXPECT_NE(api->set_stream, nullptr);
+  EXPECT_NE(api->set_workspace, nullptr);
+  EXPECT_NE(api->gemm_ex, nullptr);
+  EXPECT_EQ(Cublas(), api);  // loaded once
+  EXPECT_EQ(LastCublasLoadError(), "");
 }
 
 TEST(LaunchChecksTest, SelectScratchLayoutFitsItsBytes) {
