@@ -88,6 +88,7 @@ class Solver {
   const int n_panels_;
   std::vector<float> raw_;        // [n][dim] keys in F32
   std::vector<float> xt_;         // [n_blocks][dim_a][kScoreRows] key operand
+  std::vector<float> xrow_;       // [n][dim_a] the same, a key per row
   std::vector<double> xnorm_;     // [n] |x|
   std::vector<double> ksq_;       // [n] |k|^2 (kL2 margin)
   std::vector<float> centroids_;  // [k][dim]
@@ -107,10 +108,26 @@ class Solver {
   int64_t score_blocks_ = 0;
 };
 
+// Sum of v[d]^2 in double over four interleaved partial sums (element d
+// into d % 4): no chain of n dependent additions. These norms only scale
+// the F32 operand and size the error bounds (whose slack is far above any
+// double rounding), so their summation order is free; the assignments stay
+// the reference's (header comment).
+double SumOfSquares(const float* v, int n) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  int d = 0;
+  for (; d + 4 <= n; d += 4) {
+    for (int j = 0; j < 4; ++j) acc[j] += double{v[d + j]} * v[d + j];
+  }
+  for (; d < n; ++d) acc[d % 4] += double{v[d]} * v[d];
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
 void Solver::PrepareKeys() {
   const int dim = p_.dim;
   raw_.resize(p_.n * dim);
   xt_.assign(n_blocks_ * dim_a_ * kScoreRows, 0.0f);
+  xrow_.resize(p_.n * dim_a_);
   xnorm_.resize(p_.n);
   ksq_.resize(p_.n);
   const int64_t row_bytes = RowBytes(p_.dtype, p_.stride);
@@ -118,24 +135,18 @@ void Solver::PrepareKeys() {
     float* k = raw_.data() + i * dim;
     ks_.to_f32(p_.dtype, static_cast<const char*>(p_.keys) + i * row_bytes, dim,
                k);
-    double ss = 0.0;
-    for (int d = 0; d < dim; ++d) ss += double{k[d]} * k[d];
+    const double ss = SumOfSquares(k, dim);
     const double scale = p_.metric != ClusterMetric::kCosine ? 1.0
                          : ss > 0.0 ? 1.0 / std::sqrt(ss)
                                     : 0.0;
+    float* xr = xrow_.data() + i * dim_a_;
+    for (int d = 0; d < dim; ++d) xr[d] = static_cast<float>(k[d] * scale);
+    // kL2: the constant 1 that picks up -|mu|^2/2.
+    if (dim_a_ > dim) xr[dim] = 1.0f;
     float* x =
         xt_.data() + (i / kScoreRows) * dim_a_ * kScoreRows + i % kScoreRows;
-    double xs = 0.0;
-    for (int d = 0; d < dim; ++d) {
-      const float v = static_cast<float>(k[d] * scale);
-      x[d * kScoreRows] = v;
-      xs += double{v} * v;
-    }
-    if (dim_a_ > dim) {  // kL2: the constant 1 that picks up -|mu|^2/2
-      x[dim * kScoreRows] = 1.0f;
-      xs += 1.0;
-    }
-    xnorm_[i] = std::sqrt(xs);
+    for (int d = 0; d < dim_a_; ++d) x[d * kScoreRows] = xr[d];
+    xnorm_[i] = std::sqrt(SumOfSquares(xr, dim_a_));
     ksq_[i] = ss;
   }
 }
@@ -248,14 +259,30 @@ void Solver::SelectActive() {
     score_xt_ = xt_.data();
     return;
   }
-  active_xt_.assign(score_blocks_ * dim_a_ * kScoreRows, 0.0f);
-  for (int64_t j = 0; j < n_active; ++j) {
-    const int64_t i = active_[j];
-    const float* src =
-        xt_.data() + (i / kScoreRows) * dim_a_ * kScoreRows + i % kScoreRows;
-    float* dst = active_xt_.data() + (j / kScoreRows) * dim_a_ * kScoreRows +
-                 j % kScoreRows;
-    for (int d = 0; d < dim_a_; ++d) dst[d * kScoreRows] = src[d * kScoreRows];
+  // A block of kScoreRows active keys at a time: each output row d is
+  // written whole, from the keys' rows (no strided copy of each key).
+  active_xt_.resize(score_blocks_ * dim_a_ * kScoreRows);
+  for (int64_t b = 0; b < score_blocks_; ++b) {
+    const int64_t j0 = b * kScoreRows;
+    const int rows =
+        static_cast<int>(std::min<int64_t>(kScoreRows, n_active - j0));
+    const float* src[kScoreRows];
+    for (int r = 0; r < rows; ++r) {
+      src[r] = xrow_.data() + active_[j0 + r] * dim_a_;
+    }
+    float* dst = active_xt_.data() + b * dim_a_ * kScoreRows;
+    if (rows == kScoreRows) {  // the fixed-width form the compiler unrolls
+      for (int d = 0; d < dim_a_; ++d) {
+        for (int r = 0; r < kScoreRows; ++r)
+          dst[d * kScoreRows + r] = src[r][d];
+      }
+      continue;
+    }
+    for (int d = 0; d < dim_a_; ++d) {
+      float* out = dst + d * kScoreRows;
+      for (int r = 0; r < rows; ++r) out[r] = src[r][d];
+      for (int r = rows; r < kScoreRows; ++r) out[r] = 0.0f;
+    }
   }
   score_xt_ = active_xt_.data();
 }
