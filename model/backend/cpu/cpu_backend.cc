@@ -107,41 +107,39 @@ void CpuBackend::Add(Activation x, Activation y) {
   cpu::Add(Data(x), Data(y), rows_ * Width(x));
 }
 
-// Every part's new rows are appended, then every part's rows selected (in
-// parallel over the parts when there are several: their stores are
-// independent objects, and a store's k-means runs on its ClusterWorker, not
-// on this pool), then each part attends on the pool. Selection is
-// single-threaded per store, so with 16 decoding sessions it took 8 % of a
-// step on one thread while the other waited.
+// With several parts on distinct caches (one session each, as the engine
+// batches them), every part's new rows are appended, then their rows are
+// selected in parallel over the parts (their stores are independent
+// objects, and a store's k-means runs on its ClusterWorker, not on this
+// pool), then each part attends on the pool. Selection is single-threaded
+// per store, so with 16 decoding sessions it took 8 % of a step on one
+// thread while the other waited. Otherwise each part appends, selects and
+// attends before the next appends (a later part of the same cache may
+// move the rows an earlier part's spans point to).
 void CpuBackend::Attention(int layer, const AttentionSpec& spec,
                            absl::Span<const AttentionPart> parts, Activation q,
                            Activation k, Activation v, Activation out,
                            ForwardProfile* profile) {
   const int64_t q_dim = Width(q);
   const int64_t kv_dim = Width(k);
-  const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
-  for (const AttentionPart& p : parts) {
+  const int64_t n = static_cast<int64_t>(parts.size());
+  if (attend_.size() < parts.size()) attend_.resize(parts.size());
+  auto append = [&](int64_t i) {
+    const AttentionPart& p = parts[i];
     p.cache->Append(layer, p.n, Data(k) + p.row * kv_dim,
                     Data(v) + p.row * kv_dim);
-  }
-  const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
-  if (attend_.size() < parts.size()) attend_.resize(parts.size());
+  };
   auto select = [&](int64_t begin, int64_t end) {
+    const Clock::time_point t = profile ? Clock::now() : Clock::time_point{};
     for (int64_t i = begin; i < end; ++i) {
       const AttentionPart& p = parts[i];
       p.cache->Select(
           layer, {Data(q) + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)},
           &attend_[i]);
     }
+    return profile ? NanosSince(t) : 0;
   };
-  const int64_t n = static_cast<int64_t>(parts.size());
-  if (n > 1 && pool()->size() > 1 && DistinctCaches(parts)) {
-    pool()->ParallelFor(n, 1, select);
-  } else {
-    select(0, n);
-  }
-  if (profile) profile->select_ns += NanosSince(t1);
-  for (int64_t i = 0; i < n; ++i) {
+  auto attend = [&](int64_t i) {
     const AttentionPart& p = parts[i];
     cpu::AttentionArgs args;
     args.q = Data(q) + p.row * q_dim;
@@ -155,8 +153,26 @@ void CpuBackend::Attention(int layer, const AttentionSpec& spec,
     args.kv = attend_[i].per_head.data();
     args.out = Data(out) + p.row * q_dim;
     cpu::Attention(pool(), args);
+  };
+  const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
+  int64_t select_ns = 0;
+  if (n > 1 && pool()->size() > 1 && DistinctCaches(parts)) {
+    for (int64_t i = 0; i < n; ++i) append(i);
+    const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
+    pool()->ParallelFor(n, 1, [&](int64_t b, int64_t e) { select(b, e); });
+    if (profile) select_ns = NanosSince(t1);  // the wall time
+    for (int64_t i = 0; i < n; ++i) attend(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      append(i);
+      select_ns += select(i, i + 1);
+      attend(i);
+    }
   }
-  if (profile) profile->attention_ns += NanosSince(t0);
+  if (profile) {
+    profile->select_ns += select_ns;
+    profile->attention_ns += NanosSince(t0);
+  }
 }
 
 void CpuBackend::ReadRows(Activation a, std::vector<float>* out) {
