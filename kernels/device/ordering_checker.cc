@@ -58,23 +58,25 @@ void OrderingChecker::Access(int agent, uint64_t begin, int64_t bytes,
   size_t kept = 0;
   for (size_t i = 0; i < history_.size(); ++i) {
     AccessRecord& p = history_[i];
-    const bool overlap = p.begin < end && begin < p.end;
-    const bool ordered = p.tick <= Get(now, p.agent);
-    if (overlap && (p.write || write) && !ordered) {
-      ++race_count_;
-      if (races_.size() < kMaxReports) {
-        races_.push_back(absl::StrFormat(
-            "unordered %s of [0x%x, +%d) by %s (%s at %s) and earlier %s by "
-            "%s (%s at %s): add an event record/wait or a synchronisation",
-            write ? "write" : "read", begin, bytes, AgentName(agent), what,
-            SiteString(site), p.write ? "write" : "read", AgentName(p.agent),
-            p.what, SiteString(p.site)));
+    // Most records lie elsewhere: only overlapping ones are compared.
+    if (p.begin < end && begin < p.end) {
+      const bool ordered = p.tick <= Get(now, p.agent);
+      if ((p.write || write) && !ordered) {
+        ++race_count_;
+        if (races_.size() < kMaxReports) {
+          races_.push_back(absl::StrFormat(
+              "unordered %s of [0x%x, +%d) by %s (%s at %s) and earlier %s by "
+              "%s (%s at %s): add an event record/wait or a synchronisation",
+              write ? "write" : "read", begin, bytes, AgentName(agent), what,
+              SiteString(site), p.write ? "write" : "read", AgentName(p.agent),
+              p.what, SiteString(p.site)));
+        }
       }
+      // A record ordered before this access and covered by it says nothing
+      // more (a later conflict with it would conflict with this one too).
+      const bool covered = p.begin >= begin && p.end <= end;
+      if (covered && ordered && (write || !p.write)) continue;
     }
-    // A record ordered before this access and covered by it says nothing
-    // more (a later conflict with it would conflict with this one too).
-    const bool covered = p.begin >= begin && p.end <= end;
-    if (covered && ordered && (write || !p.write)) continue;
     if (kept != i) history_[kept] = std::move(p);
     ++kept;
   }
