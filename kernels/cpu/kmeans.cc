@@ -89,6 +89,7 @@ class Solver {
   std::vector<float> raw_;        // [n][dim] keys in F32
   std::vector<float> xt_;         // [n_blocks][dim_a][kScoreRows] key operand
   std::vector<float> xrow_;       // [n][dim_a] the same, a key per row
+  std::vector<float> zero_row_;   // [dim_a] zeros: padding of a last block
   std::vector<double> xnorm_;     // [n] |x|
   std::vector<double> ksq_;       // [n] |k|^2 (kL2 margin)
   std::vector<float> centroids_;  // [k][dim]
@@ -128,6 +129,7 @@ void Solver::PrepareKeys() {
   raw_.resize(p_.n * dim);
   xt_.assign(n_blocks_ * dim_a_ * kScoreRows, 0.0f);
   xrow_.resize(p_.n * dim_a_);
+  zero_row_.assign(dim_a_, 0.0f);
   xnorm_.resize(p_.n);
   ksq_.resize(p_.n);
   const int64_t row_bytes = RowBytes(p_.dtype, p_.stride);
@@ -260,28 +262,19 @@ void Solver::SelectActive() {
     return;
   }
   // A block of kScoreRows active keys at a time: each output row d is
-  // written whole, from the keys' rows (no strided copy of each key).
+  // written whole, from the keys' rows (no strided copy of each key); the
+  // last block's missing keys read a row of zeros.
   active_xt_.resize(score_blocks_ * dim_a_ * kScoreRows);
   for (int64_t b = 0; b < score_blocks_; ++b) {
-    const int64_t j0 = b * kScoreRows;
-    const int rows =
-        static_cast<int>(std::min<int64_t>(kScoreRows, n_active - j0));
     const float* src[kScoreRows];
-    for (int r = 0; r < rows; ++r) {
-      src[r] = xrow_.data() + active_[j0 + r] * dim_a_;
+    for (int r = 0; r < kScoreRows; ++r) {
+      const int64_t j = b * kScoreRows + r;
+      src[r] =
+          j < n_active ? xrow_.data() + active_[j] * dim_a_ : zero_row_.data();
     }
     float* dst = active_xt_.data() + b * dim_a_ * kScoreRows;
-    if (rows == kScoreRows) {  // the fixed-width form the compiler unrolls
-      for (int d = 0; d < dim_a_; ++d) {
-        for (int r = 0; r < kScoreRows; ++r)
-          dst[d * kScoreRows + r] = src[r][d];
-      }
-      continue;
-    }
     for (int d = 0; d < dim_a_; ++d) {
-      float* out = dst + d * kScoreRows;
-      for (int r = 0; r < rows; ++r) out[r] = src[r][d];
-      for (int r = rows; r < kScoreRows; ++r) out[r] = 0.0f;
+      for (int r = 0; r < kScoreRows; ++r) dst[d * kScoreRows + r] = src[r][d];
     }
   }
   score_xt_ = active_xt_.data();

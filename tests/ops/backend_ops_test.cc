@@ -157,6 +157,30 @@ class BackendOpsTest : public ::testing::TestWithParam<BackendCase> {
     EXPECT_TRUE(backend_->status().ok()) << backend_->status();
     return out;
   }
+  // One step's attention over `parts` on a fresh backend: q, k and v hold
+  // the step's rows (at positions pos); returns the output rows.
+  std::vector<float> AttendStep(int64_t stream_chunk, const AttentionSpec& spec,
+                                int64_t kv_dim,
+                                absl::Span<const AttentionPart> parts,
+                                const std::vector<int64_t>& pos,
+                                const std::vector<float>& q,
+                                const std::vector<float>& k,
+                                const std::vector<float>& v) {
+    const int64_t q_dim = int64_t{spec.n_heads} * spec.head_dim;
+    Backend& b = Fresh(stream_chunk);
+    const Activation qa = b.NewActivation(q_dim);
+    const Activation ka = b.NewActivation(kv_dim);
+    const Activation va = b.NewActivation(kv_dim);
+    const Activation out = b.NewActivation(q_dim);
+    b.BeginStep(pos);
+    Load(qa, q, q_dim);
+    Load(ka, k, kv_dim);
+    Load(va, v, kv_dim);
+    b.Attention(0, spec, parts, qa, ka, va, out, nullptr);
+    std::vector<float> got = Read(out);
+    b.EndStep();
+    return got;
+  }
   bool QuantisesActs(DType t) const {
     return kernels::IsQuantized(t) && GetParam().table->quant_gemv != nullptr &&
            !GetParam().bf16_weights;
@@ -423,6 +447,41 @@ TEST_P(BackendOpsTest, GateSwiGluAndGeluTanh) {
 // and finishes; the result is the same attention. Mixed (-1): a chunk that
 // the decode part's rows exceed and the prefill part's 4 do not, with
 // the prefill part first: it is attended (alone) before the streamed one.
+// ref::Attention of q's rows [row, row + n_q) (positions pos[row..]) over
+// one sequence's F32 K/V rows [n_rows][n_kv * head_dim] (query head h reads
+// KV head h / (n_heads / n_kv)), into the same rows of *want.
+void RefAttend(const AttentionSpec& spec, int n_kv, const std::vector<float>& q,
+               const std::vector<int64_t>& pos, const std::vector<float>& ks,
+               const std::vector<float>& vs, int64_t n_rows, int64_t row,
+               int64_t n_q, std::vector<float>* want) {
+  const int n_heads = spec.n_heads, head_dim = spec.head_dim;
+  const int64_t q_dim = int64_t{n_heads} * head_dim;
+  std::vector<kernels::KvSpan> spans(n_heads);
+  std::vector<kernels::KvSpanList> lists(n_heads);
+  for (int h = 0; h < n_heads; ++h) {
+    const int g = h / (n_heads / n_kv);
+    spans[h] = {ks.data() + g * head_dim,
+                vs.data() + g * head_dim,
+                DType::kF32,
+                int64_t{n_kv} * head_dim,
+                n_rows,
+                0};
+    lists[h] = {&spans[h], 1};
+  }
+  kernels::AttentionArgs args;
+  args.q = q.data() + row * q_dim;
+  args.q_pos = &pos[row];
+  args.n_q = static_cast<int>(n_q);
+  args.n_heads = n_heads;
+  args.head_dim = head_dim;
+  args.scale = spec.scale;
+  args.kv = lists.data();
+  args.out = want->data() + row * q_dim;
+  args.softcap = spec.softcap;
+  args.window = spec.window;
+  ref::Attention(args);
+}
+
 TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
   const int n_heads = 6, n_kv = 2;
   for (const int64_t chunk_case :
@@ -459,18 +518,9 @@ TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
           std::vector<float> v_step(va.end() - kv_dim, va.end());
           v_step.insert(v_step.end(), vc.begin(), vc.end());
 
-          Backend& b = Fresh(stream_chunk);
-          const Activation qa = b.NewActivation(q_dim);
-          const Activation k = b.NewActivation(kv_dim);
-          const Activation v = b.NewActivation(kv_dim);
-          const Activation out = b.NewActivation(q_dim);
           const std::vector<int64_t> pos = {history, 0, 1, 2, 3};
           ASSERT_TRUE(a.Reserve(1, AppendKind::kGenerated).ok());
           ASSERT_TRUE(c.Reserve(4, AppendKind::kPrompt).ok());
-          b.BeginStep(pos);
-          Load(qa, q, q_dim);
-          Load(k, k_step, kv_dim);
-          Load(v, v_step, kv_dim);
           AttentionSpec spec;
           spec.n_heads = n_heads;
           spec.head_dim = head_dim;
@@ -479,13 +529,13 @@ TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
           spec.window = window;
           const AttentionPart parts[] = {{&a, 0, 1}, {&c, 1, 4}};
           const AttentionPart prefill_first[] = {parts[1], parts[0]};
-          b.Attention(0, spec, chunk_case < 0 ? prefill_first : parts, qa, k, v,
-                      out, nullptr);
-          const std::vector<float> got = Read(out);
-          b.EndStep();
+          const std::vector<float> got = AttendStep(
+              stream_chunk, spec, kv_dim,
+              chunk_case < 0 ? prefill_first : parts, pos, q, k_step, v_step);
           a.Commit(1);
           c.Commit(4);
-          if (const auto* d = dynamic_cast<const DeviceBackend*>(&b)) {
+          if (const auto* d =
+                  dynamic_cast<const DeviceBackend*>(backend_.get())) {
             const AttendCopyStats& st = d->attend_copies();
             if (chunk_case < 0) {  // the decode part streams
               EXPECT_EQ(st.streamed_parts, 1);
@@ -504,36 +554,8 @@ TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
           }
 
           std::vector<float> want(rows * q_dim);
-          auto attend = [&](const std::vector<float>& ks,
-                            const std::vector<float>& vs, int64_t n_rows,
-                            int64_t row, int64_t n_q) {
-            std::vector<kernels::KvSpan> spans(n_heads);
-            std::vector<kernels::KvSpanList> lists(n_heads);
-            for (int h = 0; h < n_heads; ++h) {
-              const int g = h / (n_heads / n_kv);
-              spans[h] = {ks.data() + g * head_dim,
-                          vs.data() + g * head_dim,
-                          DType::kF32,
-                          kv_dim,
-                          n_rows,
-                          0};
-              lists[h] = {&spans[h], 1};
-            }
-            kernels::AttentionArgs args;
-            args.q = q.data() + row * q_dim;
-            args.q_pos = &pos[row];
-            args.n_q = static_cast<int>(n_q);
-            args.n_heads = n_heads;
-            args.head_dim = head_dim;
-            args.scale = spec.scale;
-            args.kv = lists.data();
-            args.out = want.data() + row * q_dim;
-            args.softcap = softcap;
-            args.window = window;
-            ref::Attention(args);
-          };
-          attend(ka, va, history + 1, 0, 1);
-          attend(kc, vc, 4, 1, 4);
+          RefAttend(spec, n_kv, q, pos, ka, va, history + 1, 0, 1, &want);
+          RefAttend(spec, n_kv, q, pos, kc, vc, 4, 1, 4, &want);
           // The second part's 4 queries may take BF16 tiles.
           const double tol = kernels::cpu::testing::AttentionTolerance(4);
           for (int64_t i = 0; i < rows * q_dim; ++i) {
@@ -592,15 +614,6 @@ TEST_P(BackendOpsTest, AttentionThreeDecodeSequencesF16Bf16) {
       const std::vector<float> q = RandomFloats(rng_, 3 * q_dim, -2, 2);
       const std::vector<int64_t> pos(std::begin(histories),
                                      std::end(histories));
-      Backend& b = Fresh();
-      const Activation qa = b.NewActivation(q_dim);
-      const Activation k = b.NewActivation(kv_dim);
-      const Activation v = b.NewActivation(kv_dim);
-      const Activation out = b.NewActivation(q_dim);
-      b.BeginStep(pos);
-      Load(qa, q, q_dim);
-      Load(k, k_step, kv_dim);
-      Load(v, v_step, kv_dim);
       AttentionSpec spec;
       spec.n_heads = n_heads;
       spec.head_dim = head_dim;
@@ -608,41 +621,21 @@ TEST_P(BackendOpsTest, AttentionThreeDecodeSequencesF16Bf16) {
       const AttentionPart parts[] = {{caches[0].get(), 0, 1},
                                      {caches[1].get(), 1, 1},
                                      {caches[2].get(), 2, 1}};
-      b.Attention(0, spec, parts, qa, k, v, out, nullptr);
-      const std::vector<float> got = Read(out);
-      b.EndStep();
+      const std::vector<float> got =
+          AttendStep(BackendOptions{}.kv_stream_chunk_bytes, spec, kv_dim,
+                     parts, pos, q, k_step, v_step);
       for (auto& c : caches) c->Commit(1);
-      if (const auto* d = dynamic_cast<const DeviceBackend*>(&b)) {
+      if (const auto* d = dynamic_cast<const DeviceBackend*>(backend_.get())) {
         EXPECT_EQ(d->attend_copies().attention_ops, 1);
         EXPECT_EQ(d->attend_copies().batched_parts, 3);
       }
+      std::vector<float> want(3 * q_dim);
       for (int s = 0; s < 3; ++s) {
-        std::vector<kernels::KvSpan> spans(n_heads);
-        std::vector<kernels::KvSpanList> lists(n_heads);
-        for (int h = 0; h < n_heads; ++h) {
-          const int g = h / (n_heads / n_kv);
-          spans[h] = {ks[s].data() + g * head_dim,
-                      vs[s].data() + g * head_dim,
-                      DType::kF32,
-                      kv_dim,
-                      histories[s] + 1,
-                      0};
-          lists[h] = {&spans[h], 1};
-        }
-        std::vector<float> want(q_dim);
-        kernels::AttentionArgs args;
-        args.q = q.data() + s * q_dim;
-        args.q_pos = &pos[s];
-        args.n_q = 1;
-        args.n_heads = n_heads;
-        args.head_dim = head_dim;
-        args.scale = spec.scale;
-        args.kv = lists.data();
-        args.out = want.data();
-        ref::Attention(args);
+        RefAttend(spec, n_kv, q, pos, ks[s], vs[s], histories[s] + 1, s, 1,
+                  &want);
         const double tol = kernels::cpu::testing::AttentionTolerance(1);
         for (int64_t i = 0; i < q_dim; ++i) {
-          ASSERT_NEAR(got[s * q_dim + i], want[i], tol)
+          ASSERT_NEAR(got[s * q_dim + i], want[s * q_dim + i], tol)
               << kernels::DTypeName(dt) << " hd " << head_dim << " sequence "
               << s << " element " << i;
         }

@@ -492,11 +492,23 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
   }
 }
 
-// Two ops for the whole call (every request, KV head, segment and planned
-// query): the scores, then the selections; then one D2H of the results.
+// At most three ops for the whole call (every request, KV head, segment
+// and planned query): the queries read on the device (after the backend's
+// queries_ready), the scores, then the selections; then one D2H of the
+// results.
 bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
                                 int64_t out, const dev::Event* queries_ready) {
   const dev::OpLaunchers* k = rt_.launchers();
+  // Launches `op` (its kernels through `on_device` on a GPU) and counts it
+  // and its items.
+  auto launch = [&](dev::Op op, auto on_device, int64_t n_items, int64_t* ops,
+                    int64_t* items) {
+    if (k != nullptr) op.device_launch = on_device;
+    if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
+    ++*ops;
+    *items += n_items;
+    return true;
+  };
   if (!b.query_items.empty()) {
     // The queries are the backend's: computed on its stream.
     if (!debug_.skip_query_wait && !Ok(rt_.Wait(stream_, *queries_ready))) {
@@ -507,13 +519,12 @@ bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
     a.n_items = static_cast<int32_t>(b.query_items.size());
     a.pool = in_dev_.ptr;
     a.pool_elems = in / 4;
-    dev::Op op = dev::GatherQueriesOp(a, b.query_items);
-    if (k != nullptr) {
-      op.device_launch = [k, a](void* st) { return k->GatherQueries(a, st); };
+    if (!launch(
+            dev::GatherQueriesOp(a, b.query_items),
+            [k, a](void* st) { return k->GatherQueries(a, st); }, a.n_items,
+            &ops_.gather_ops, &ops_.gather_items)) {
+      return false;
     }
-    if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
-    ++ops_.gather_ops;
-    ops_.gather_items += a.n_items;
   }
   if (!b.score_items.empty()) {
     dev::ScoreBatchArgs a;
@@ -528,27 +539,23 @@ bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
     a.score_pool = work_dev_.ptr;
     a.score_elems = work / 4;
     a.total_threads = b.thread_base.back();
-    dev::Op op = dev::ScoreClustersBatchOp(a);
-    if (k != nullptr) {
-      op.device_launch = [k, a](void* st) {
-        return k->ScoreClustersBatch(a, st);
-      };
+    if (!launch(
+            dev::ScoreClustersBatchOp(a),
+            [k, a](void* st) { return k->ScoreClustersBatch(a, st); },
+            a.n_items, &ops_.score_ops, &ops_.score_items)) {
+      return false;
     }
-    if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
-    ++ops_.score_ops;
-    ops_.score_items += a.n_items;
   }
   dev::SelectBatchArgs a;
   a.items = in_dev_.ptr + b.select_items_off;
   a.n_items = static_cast<int32_t>(b.select_items.size());
   a.max_n = b.max_n;
-  dev::Op op = dev::SelectBlocksBatchOp(a, b.select_items);
-  if (k != nullptr) {
-    op.device_launch = [k, a](void* st) { return k->SelectBlocksBatch(a, st); };
+  if (!launch(
+          dev::SelectBlocksBatchOp(a, b.select_items),
+          [k, a](void* st) { return k->SelectBlocksBatch(a, st); }, a.n_items,
+          &ops_.select_ops, &ops_.select_items)) {
+    return false;
   }
-  if (!Ok(rt_.Launch(std::move(op), stream_))) return false;
-  ++ops_.select_ops;
-  ops_.select_items += a.n_items;
   return Ok(
       rt_.CopyD2H(out_host_.host, work_dev_.ptr + b.results, out, stream_));
 }
