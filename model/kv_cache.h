@@ -55,6 +55,17 @@ struct LayerQuery {
   int n_q = 0;
 };
 
+// Where one appended token's K and V go when a backend writes them on its
+// device (KvCache::AppendOnDevice): KV head h's row at k + h * head_stride
+// elements (likewise v), 16-bit rows of the cache's type; device addresses
+// the host never dereferences.
+struct AppendTarget {
+  uint16_t* k = nullptr;
+  uint16_t* v = nullptr;
+  int64_t head_stride = 0;                      // elements
+  kernels::DType dtype = kernels::DType::kF16;  // F16 or BF16
+};
+
 // How appended tokens are grouped. kPrompt: the tokens of one Forward call
 // (a prefill call) close as one segment at its end. kGenerated: decoded or
 // appended tokens join the tail, which closes a segment every `window`.
@@ -79,6 +90,31 @@ class KvCache {
   // Fills `out` with the rows each query head attends for `query`, which
   // includes the rows appended for this layer but not yet committed.
   virtual void Select(int layer, const LayerQuery& query, AttendSet* out) = 0;
+
+  // Optional, in place of Append on a backend whose K,V are in device
+  // memory: a cache that keeps device rows for what it appends (mirrors)
+  // records the n reserved tokens of `layer` as appended and returns in
+  // `targets` (n entries) where the backend writes their K,V; Select then
+  // names those rows. Their host rows, which stay authoritative, arrive
+  // through FillAppended before Commit; nothing between reads them. False:
+  // nothing changed, and the backend calls Append.
+  virtual bool AppendOnDevice(int /*layer*/, int64_t /*n*/,
+                              std::vector<AppendTarget>* /*targets*/) {
+    return false;
+  }
+  // The host copy of the oldest n tokens AppendOnDevice placed in `layer`
+  // and not yet filled: k, v [n][n_kv_heads][head_dim] in the cache's
+  // 16-bit type, the bits the device wrote.
+  virtual void FillAppended(int /*layer*/, int64_t /*n*/, const uint16_t* /*k*/,
+                            const uint16_t* /*v*/) {}
+
+  // False when PrepareSelect and Select of `layer` for n_q query rows
+  // read no query values (query.q may then be null): a backend with its
+  // queries in device memory need not copy them to the host. Asked after
+  // the layer's append, before PrepareSelect.
+  virtual bool SelectReadsQueries(int /*layer*/, int64_t /*n_q*/) const {
+    return true;
+  }
 
   // Optional, before Append/Select of `layer` with the same query: a cache
   // whose selection a backend's planner runs (StoreEnv::planner) queues

@@ -161,8 +161,11 @@ void Transformer::RunStep(const Step& step) {
     MlpBlock(l);
     backend_->EndRegion();
   }
-  for (const StepPart& p : step.parts) p.cache->Commit(p.n);
+  // Logits first: a device backend's one wait for them also covers the K,V
+  // rows it appended on the device, which the caches get before Commit.
   OutputLogits(step);
+  backend_->FinishAppends();
+  for (const StepPart& p : step.parts) p.cache->Commit(p.n);
   backend_->EndStep();
   if (options_.profile) {
     profile_.total_ns += NanosSince(t0);

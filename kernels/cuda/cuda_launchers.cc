@@ -170,6 +170,18 @@ absl::Status CudaLaunchers::ScatterRows(const dev::ScatterRowsArgs& a,
                "scatter_rows");
 }
 
+absl::Status CudaLaunchers::AppendRows(const dev::AppendRowsArgs& a,
+                                       void* stream) const {
+  if (a.dtype != DType::kF16 && a.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        "append_rows: K/V rows must be F16 or BF16");
+  }
+  return Check(cuda::AppendRows(P<const float>(a.k), P<const float>(a.v),
+                                P<const dev::AppendItem>(a.items), a.n, a.n_kv,
+                                a.head_dim, a.dtype == DType::kBF16, S(stream)),
+               "append_rows");
+}
+
 absl::Status CudaLaunchers::ScoreClusters(const dev::ScoreClustersArgs& a,
                                           void* stream) const {
   return Check(cuda::ScoreClusters(P<const float>(a.q), a.n_q,

@@ -40,6 +40,8 @@ class CudaLaunchers final : public device::OpLaunchers {
   absl::Status Logits(const device::LogitsArgs& a, void* stream) const override;
   absl::Status ScatterRows(const device::ScatterRowsArgs& a,
                            void* stream) const override;
+  absl::Status AppendRows(const device::AppendRowsArgs& a,
+                          void* stream) const override;
   absl::Status ScoreClusters(const device::ScoreClustersArgs& a,
                              void* stream) const override;
   absl::Status SelectBlocks(const device::SelectArgs& a,

@@ -1,7 +1,7 @@
-// The small F32 ops of the forward pass and the staged-row scatter:
-// contracts of kernels/ref/ops.h (Add, AddBias, SoftCap) and of
-// kernels/device/op_launchers.h (ScatterRows). Framework-free launchers;
-// each returns the launch's cudaError_t (work runs asynchronously).
+// The small F32 ops of the forward pass, the staged-row scatter and the
+// KV append: contracts of kernels/ref/ops.h (Add, AddBias, SoftCap) and of
+// kernels/device/op_launchers.h (ScatterRows, AppendRows). Framework-free
+// launchers; each returns the launch's cudaError_t (work runs asynchronously).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,5 +31,14 @@ using device::ScatterItem;
 // copy_runs).
 cudaError_t ScatterItems(const char* src, const ScatterItem* items, int64_t n,
                          cudaStream_t stream);
+
+using device::AppendItem;
+
+// For i < n: row items[i].src_row of k and v (F32, n_kv * head_dim) rounded
+// to F16 (bf16 false) or BF16 with the host's bits (kernels/dtype.h: NaN as
+// the host writes it), written to the item's device rows and host copy.
+cudaError_t AppendRows(const float* k, const float* v, const AppendItem* items,
+                       int64_t n, int n_kv, int head_dim, bool bf16,
+                       cudaStream_t stream);
 
 }  // namespace ckv::kernels::cuda

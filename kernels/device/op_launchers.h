@@ -147,6 +147,17 @@ struct ScatterRowsArgs {
   int64_t src_bytes = 0, n = 0;
 };
 
+// For i < n: items[i] (AppendItem) rounds row src_row of k and v (F32,
+// rows of n_kv * head_dim) to `dtype` (F16 or BF16, the host's
+// kernels::F32ToF16 / F32ToBF16 bits) and writes it to the item's device
+// rows and its host copy. items may be mapped pinned memory.
+struct AppendRowsArgs {
+  DevPtr k, v, items;
+  int64_t n = 0;
+  int n_kv = 0, head_dim = 0;
+  DType dtype = DType::kF16;
+};
+
 // One k-means job (model/kv/index_builder.h ClusterJob on the device):
 // n keys of `dim` elements, rows `stride` elements apart, of `type`; k
 // clusters from seeds (int32 [k]: ref::contract::KMeansSeeds); metric a
@@ -189,6 +200,8 @@ class OpLaunchers {
   virtual absl::Status Logits(const LogitsArgs& a, void* stream) const = 0;
   virtual absl::Status ScatterRows(const ScatterRowsArgs& a,
                                    void* stream) const = 0;
+  virtual absl::Status AppendRows(const AppendRowsArgs& a,
+                                  void* stream) const = 0;
   // The device planner's ops (kernels/device/phases.h ScoreClustersOp,
   // selection_phases.h SelectBlocksOp): the same per-thread bodies.
   virtual absl::Status ScoreClusters(const ScoreClustersArgs& a,

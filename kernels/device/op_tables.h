@@ -30,6 +30,20 @@ struct ScatterItem {
 };
 static_assert(sizeof(ScatterItem) == 32);
 
+// One appended token of a KV cache (KvCache::AppendOnDevice): its K and V,
+// F32 rows of n_kv * head_dim at row src_row of the step's k and v, are
+// rounded to the cache's 16-bit type and written twice: into the cache's
+// device rows (KV head h at k_dst + h * head_stride bytes; likewise v_dst)
+// and into the host's copy (mapped pinned, heads contiguous: element
+// h * head_dim + d at k_copy, likewise v_copy).
+struct AppendItem {
+  uint64_t k_dst = 0, v_dst = 0;
+  uint64_t k_copy = 0, v_copy = 0;
+  int64_t head_stride = 0;  // bytes
+  int64_t src_row = 0;
+};
+static_assert(sizeof(AppendItem) == 48);
+
 // HeadPlan's BlockRef on the device (model/kv/selection.h).
 struct PlannedBlock {
   int32_t segment = 0;

@@ -232,6 +232,11 @@ class Backend {
                          absl::Span<const AttentionPart> parts, Activation q,
                          Activation k, Activation v, Activation out,
                          ForwardProfile* profile) = 0;
+  // After the step's last Attention, before its caches Commit: hands the
+  // caches the host copies of rows the backend appended on its device
+  // (KvCache::AppendOnDevice / FillAppended). No-op where K,V are host
+  // memory.
+  virtual void FinishAppends() {}
   // Copies the current step's rows of `a` (rows x width host floats) to
   // *out once every op that writes them has finished. Not on the forward
   // path: for the op suite (tests/ops) and diagnostics. After a device

@@ -85,6 +85,14 @@ class ClusteredKvStore : public KvCache {
   int64_t num_tokens() const override { return n_tokens_; }
   absl::Status Reserve(int64_t n, AppendKind kind) override;
   void Append(int layer, int64_t n, const float* k, const float* v) override;
+  // With mirrors (a device backend's store rows): the backend writes the
+  // rows; sinks and tail are filled on the host by FillAppended.
+  bool AppendOnDevice(int layer, int64_t n,
+                      std::vector<AppendTarget>* targets) override;
+  void FillAppended(int layer, int64_t n, const uint16_t* k,
+                    const uint16_t* v) override;
+  // Sparse decode Selects and recorded decode Selects read the queries.
+  bool SelectReadsQueries(int layer, int64_t n_q) const override;
   void Select(int layer, const LayerQuery& query, AttendSet* out) override;
   // Queues the sparse decode layer's plan with the backend's planner.
   void PrepareSelect(int layer, const LayerQuery& query) override;
@@ -225,6 +233,16 @@ class ClusteredKvStore : public KvCache {
   std::vector<RowBuffer> sinks_, open_;
   std::vector<int64_t> sink_rows_, open_rows_;  // per layer, incl. uncommitted
   std::vector<int64_t> uncommitted_;  // per layer: appended since Commit
+  // Rows AppendOnDevice placed whose host copy FillAppended has not yet
+  // written, per layer in append order (sink or tail, and the row there);
+  // and whether the prompt's last rows of the layer are among them.
+  struct PlacedRow {
+    bool sink;
+    int64_t row;
+  };
+  std::vector<std::vector<PlacedRow>> placed_;
+  std::vector<size_t> placed_filled_;
+  std::vector<char> prompt_layer_due_;
   int64_t open_first_pos_;
   std::vector<std::shared_ptr<Segment>> segments_;
   // Per layer: segments_[0, n) are known indexed (AdvanceIndexed; segments

@@ -37,6 +37,19 @@ void RowBuffer::Sync(int n_kv, int head_dim, int64_t rows) {
   synced_ = rows;
 }
 
+uint16_t* RowBuffer::PlaceOnMirror(int n_kv, int head_dim, int64_t row,
+                                   int64_t n, uint16_t** v_row) {
+  *v_row = nullptr;
+  if (mirror_ == nullptr) return nullptr;
+  Sync(n_kv, head_dim, row);
+  synced_ = row + n;
+  const int64_t at = row * head_dim;
+  // The mirror's rows are device memory the backend writes; the host only
+  // computes their addresses.
+  *v_row = const_cast<uint16_t*>(mirror_->values()) + at;
+  return const_cast<uint16_t*>(mirror_->keys()) + at;
+}
+
 const uint16_t* RowBuffer::keys(int h, int head_dim, bool mirror) const {
   if (mirror && mirror_ != nullptr) return Head(mirror_->keys(), h, head_dim);
   return Head(k.data(), h, head_dim);

@@ -33,6 +33,13 @@ class RowBuffer {
   // Makes the mirror's rows [0, rows) of every head equal the host's
   // (n_kv heads of head_dim). A capacity change re-lays the mirror out.
   void Sync(int n_kv, int head_dim, int64_t rows);
+  // Rows [row, row + n) of every head are written on the device by the
+  // backend (KvCache::AppendOnDevice): brings the mirror's rows [0, row) up
+  // to date (as Sync) and counts the n rows as equal to the host's, which
+  // the caller fills with the device's bits without Touch. Returns head 0's
+  // mirror row `row` (a device address); null without a mirror.
+  uint16_t* PlaceOnMirror(int n_kv, int head_dim, int64_t row, int64_t n,
+                          uint16_t** v_row);
   // Head h's first row: in the mirror (a device address on a device
   // backend) when `mirror` and there is one, else on the host.
   const uint16_t* keys(int h, int head_dim, bool mirror) const;

@@ -18,8 +18,10 @@ using namespace ::ckv::device_test;  // NOLINT(build/namespaces)
 // Store rows stay in device memory: copy-mode block caches keep their
 // blocks there (a block selected again within cache_steps steps is read in
 // place, only misses cross the link), and the sinks and open tail are
-// mirrored there (each appended row crosses once). The fill is exactly the
-// caches' h2d_bytes plus the appended rows; the results equal the CPU
+// mirrored there, written on the device by the append op (each appended
+// row comes back once, 16-bit, and never goes up). The fill is exactly the
+// caches' h2d_bytes (with host appends: plus the appended rows, each sent
+// up once); the results equal the CPU
 // backend's (copy mode there too) under every schedule with the ordering
 // checker clean. The same runs with host store rows (stage 1: every
 // attended row staged each step) move more bytes. Residency offload, so
@@ -55,10 +57,11 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
       ExpectSameTrace(dev, cpu, what + " " + ScheduleName(s));
       EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
       EXPECT_GT(dev.copies.cached_rows, 0) << what;
-      EXPECT_EQ(dev.cache_rows.fill_bytes, cpu.stats.h2d_bytes + appended)
-          << what;
-      // Misses come from pinned segments; only sink and tail rows stage.
-      EXPECT_EQ(dev.cache_rows.staged_bytes, appended) << what;
+      EXPECT_EQ(dev.cache_rows.fill_bytes, cpu.stats.h2d_bytes) << what;
+      // Misses come from pinned segments; the sink and tail rows were
+      // written on the device.
+      EXPECT_EQ(dev.cache_rows.staged_bytes, 0) << what;
+      EXPECT_EQ(dev.copies.append_copy_bytes, appended) << what;
       // Every fill of a flush (misses, appended rows) is one scatter op.
       EXPECT_GT(dev.cache_rows.scatters, 0) << what;
       const int64_t link = dev.copies.staged_bytes + dev.copies.direct_bytes +
@@ -83,7 +86,7 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
 
 // kv residency: with `device` every segment layer goes up once when first
 // attended and is read in place after (no per-step segment copies: the
-// fill is the appended rows plus the resident bytes); with `auto` and a
+// fill is the resident bytes); with `auto` and a
 // budget too small for all of them, the rest stay on the host (refusals)
 // and are copied per step as with `offload`. All equal the CPU backend.
 // Copy-mode block caches with resident segments: a miss whose rows a
@@ -93,7 +96,8 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
 // `device`); segments closing during decode stay on the host (copy mode
 // asks no sparse layer for resident rows), so their misses still cross.
 // Every miss is accounted for: H2D fill + D2D mirror = the caches'
-// h2d_bytes + the appended rows + the resident uploads.
+// h2d_bytes + the resident uploads (appended rows are written on the
+// device).
 TEST(DeviceBackendTest, CopyModeMissesReadResidentSegments) {
   auto m = LoadArch("llama");
   ASSERT_NE(m, nullptr);
@@ -119,9 +123,10 @@ TEST(DeviceBackendTest, CopyModeMissesReadResidentSegments) {
     const CacheRowsStats& r = dev.cache_rows;
     EXPECT_GT(r.mirror_bytes, 0) << what;
     EXPECT_EQ(r.fill_bytes + r.mirror_bytes,
-              cpu.stats.h2d_bytes + appended + r.resident_bytes)
+              cpu.stats.h2d_bytes + r.resident_bytes)
         << what;
-    EXPECT_EQ(off.cache_rows.fill_bytes, cpu.stats.h2d_bytes + appended);
+    EXPECT_EQ(dev.copies.append_copy_bytes, appended) << what;
+    EXPECT_EQ(off.cache_rows.fill_bytes, cpu.stats.h2d_bytes);
     std::printf(
         "%s: misses %lld bytes, %lld of them D2D from resident segments; "
         "H2D fill %lld (offload: %lld)\n",
@@ -161,7 +166,8 @@ TEST(DeviceBackendTest, SegmentsResidentOnTheDevice) {
   const Trace off = run(kOffload, Schedule::kInline, "offload");
   EXPECT_EQ(off.cache_rows.resident_bytes, 0);
   EXPECT_EQ(off.cache_rows.resident_refusals, 0);
-  EXPECT_EQ(off.cache_rows.fill_bytes, appended);
+  EXPECT_EQ(off.cache_rows.fill_bytes, 0);  // appends written on the device
+  EXPECT_EQ(off.copies.append_copy_bytes, appended);
   EXPECT_GT(off.copies.direct_bytes, 0);
   for (Schedule s : {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
     const Trace dev = run({KvResidency::kDevice, 0}, s,
@@ -169,8 +175,7 @@ TEST(DeviceBackendTest, SegmentsResidentOnTheDevice) {
     EXPECT_EQ(dev.copies.direct_bytes, 0);
     EXPECT_GT(dev.cache_rows.resident_bytes, 0);
     EXPECT_EQ(dev.cache_rows.resident_refusals, 0);
-    EXPECT_EQ(dev.cache_rows.fill_bytes,
-              appended + dev.cache_rows.resident_bytes);
+    EXPECT_EQ(dev.cache_rows.fill_bytes, dev.cache_rows.resident_bytes);
     EXPECT_LT(dev.cache_rows.fill_bytes + dev.copies.staged_bytes,
               off.copies.direct_bytes + off.copies.staged_bytes +
                   off.cache_rows.fill_bytes);

@@ -37,6 +37,7 @@
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/backend/device/device_backend.h"
 #include "model/dense_kv_cache.h"
+#include "model/kv/clustered_store.h"
 #include "tests/kernels/test_util.h"
 
 namespace ckv {
@@ -157,17 +158,16 @@ class BackendOpsTest : public ::testing::TestWithParam<BackendCase> {
     EXPECT_TRUE(backend_->status().ok()) << backend_->status();
     return out;
   }
-  // One step's attention over `parts` on a fresh backend: q, k and v hold
-  // the step's rows (at positions pos); returns the output rows.
-  std::vector<float> AttendStep(int64_t stream_chunk, const AttentionSpec& spec,
-                                int64_t kv_dim,
-                                absl::Span<const AttentionPart> parts,
-                                const std::vector<int64_t>& pos,
-                                const std::vector<float>& q,
-                                const std::vector<float>& k,
-                                const std::vector<float>& v) {
+  // One step's attention over `parts` on a fresh backend (or on `on`,
+  // whose caches' env it made): q, k and v hold the step's rows (at
+  // positions pos); returns the output rows.
+  std::vector<float> AttendStep(
+      int64_t stream_chunk, const AttentionSpec& spec, int64_t kv_dim,
+      absl::Span<const AttentionPart> parts, const std::vector<int64_t>& pos,
+      const std::vector<float>& q, const std::vector<float>& k,
+      const std::vector<float>& v, Backend* on = nullptr) {
     const int64_t q_dim = int64_t{spec.n_heads} * spec.head_dim;
-    Backend& b = Fresh(stream_chunk);
+    Backend& b = on != nullptr ? *on : Fresh(stream_chunk);
     const Activation qa = b.NewActivation(q_dim);
     const Activation ka = b.NewActivation(kv_dim);
     const Activation va = b.NewActivation(kv_dim);
@@ -177,6 +177,7 @@ class BackendOpsTest : public ::testing::TestWithParam<BackendCase> {
     Load(ka, k, kv_dim);
     Load(va, v, kv_dim);
     b.Attention(0, spec, parts, qa, ka, va, out, nullptr);
+    b.FinishAppends();
     std::vector<float> got = Read(out);
     b.EndStep();
     return got;
@@ -639,6 +640,89 @@ TEST_P(BackendOpsTest, AttentionThreeDecodeSequencesF16Bf16) {
               << kernels::DTypeName(dt) << " hd " << head_dim << " sequence "
               << s << " element " << i;
         }
+      }
+    }
+  }
+}
+
+// The KV append: stores made with the backend's store env take a step's
+// K,V rows (a device writes them on the device and copies them back)
+// rounded to F16 or BF16 with the host's bits: ties to even, subnormals,
+// overflow to inf, -0, NaN. A prefill part (5 rows, 2 into the sinks) and
+// a decode part over 3 rows of history in one step.
+TEST_P(BackendOpsTest, KvAppendRoundsAsTheHost) {
+  const int n_heads = 4, n_kv = 2;
+  const float special[] = {65504.0f, 65519.0f,     65520.0f, 7e4f,
+                           -0.0f,    3e-5f,        1e-8f,    1.00048828125f,
+                           -2.5e38f, std::nanf("")};
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    for (int head_dim : {80, 256}) {
+      const int64_t q_dim = int64_t{n_heads} * head_dim;
+      const int64_t kv_dim = int64_t{n_kv} * head_dim;
+      Backend& b = Fresh();
+      const KvShape shape{1, n_heads, n_kv, head_dim};
+      KvStoreConfig c;
+      c.policy = KvPolicy::kFull;
+      c.kv_dtype = dt;
+      c.sink_tokens = 2;
+      c.async_clustering = false;
+      ClusteredKvStore a(shape, c, nullptr, b.store_env());
+      ClusteredKvStore d(shape, c, nullptr, b.store_env());
+      const std::vector<float> hist = RandomFloats(rng_, 3 * kv_dim);
+      ASSERT_TRUE(d.Reserve(3, AppendKind::kPrompt).ok());
+      d.Append(0, 3, hist.data(), hist.data());
+      d.Commit(3);
+      std::vector<float> k = RandomFloats(rng_, 6 * kv_dim, -4, 4);
+      std::vector<float> v = RandomFloats(rng_, 6 * kv_dim, -4, 4);
+      for (size_t i = 0; i < std::size(special); ++i) {
+        k[i * 37 % k.size()] = special[i];
+        v[(i * 53 + 5) % v.size()] = special[i];
+      }
+      ASSERT_TRUE(a.Reserve(5, AppendKind::kPrompt).ok());
+      ASSERT_TRUE(d.Reserve(1, AppendKind::kGenerated).ok());
+      AttentionSpec spec;
+      spec.n_heads = n_heads;
+      spec.head_dim = head_dim;
+      spec.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const AttentionPart parts[] = {{&a, 0, 5}, {&d, 5, 1}};
+      AttendStep(BackendOptions{}.kv_stream_chunk_bytes, spec, kv_dim, parts,
+                 {0, 1, 2, 3, 4, 3}, RandomFloats(rng_, 6 * q_dim), k, v, &b);
+      a.Commit(5);
+      d.Commit(1);
+      ASSERT_TRUE(b.status().ok()) << b.status();
+      // Host rows of (store, first step row, rows): positions in order.
+      const std::pair<ClusteredKvStore*, int64_t> stores[] = {{&a, 0}, {&d, 5}};
+      for (const auto& [store, row0] : stores) {
+        for (int g = 0; g < n_kv; ++g) {
+          std::vector<uint16_t> kb, vb;
+          for (const kernels::KvSpan& sp : store->HostSpans(0, g)) {
+            const auto* ks = static_cast<const uint16_t*>(sp.k);
+            const auto* vs = static_cast<const uint16_t*>(sp.v);
+            kb.insert(kb.end(), ks, ks + sp.count * head_dim);
+            vb.insert(vb.end(), vs, vs + sp.count * head_dim);
+          }
+          const int64_t n = row0 == 0 ? 5 : 1, skip = row0 == 0 ? 0 : 3;
+          ASSERT_EQ(kb.size(), static_cast<size_t>((skip + n) * head_dim));
+          for (int64_t r = 0; r < n; ++r) {
+            for (int e = 0; e < head_dim; ++e) {
+              const int64_t at = (row0 + r) * kv_dim + g * head_dim + e;
+              auto bits = [dt](float f) {
+                return dt == DType::kF16 ? kernels::F32ToF16(f)
+                                         : kernels::F32ToBF16(f);
+              };
+              const size_t got = static_cast<size_t>((skip + r) * head_dim + e);
+              ASSERT_EQ(kb[got], bits(k[at]))
+                  << kernels::DTypeName(dt) << " k row " << r << " of " << row0
+                  << " head " << g << " element " << e;
+              ASSERT_EQ(vb[got], bits(v[at]))
+                  << kernels::DTypeName(dt) << " v row " << r << " of " << row0
+                  << " head " << g << " element " << e;
+            }
+          }
+        }
+      }
+      if (const auto* dev = dynamic_cast<const DeviceBackend*>(&b)) {
+        EXPECT_EQ(dev->attend_copies().appended_tokens, 6);
       }
     }
   }

@@ -117,40 +117,32 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
                               Activation out, ForwardProfile* profile) {
   FlushDeferred();  // attention is never inside a region; be safe
   const int64_t q_dim = Width(q), kv_dim = Width(k);
-  const float *hq = nullptr, *hk = nullptr, *hv = nullptr;
-  if (!EnqueueQkv(q, k, v, &hq, &hk, &hv) ||
-      !Ok(rt_->Record(queries_ready_, stream_))) {
-    AppendLost(layer, parts, kv_dim);
-    return;
-  }
-  // Every part's sparse decode plan in one planner batch, launched now: it
-  // gathers the queries from the q rows on the device once queries_ready
-  // fires (the host rows are where their copy lands: SetQueryRows), so its
-  // work runs while q/k/v come back; then one wait for each.
-  planner_->SetQueryRows(hq, Ptr(q).addr, Rows(q).bytes);
+  // Parts whose caches keep device rows get their K,V rows written there
+  // now (placed_parts_); only the others need k and v on the host, and q
+  // only when a part's selection reads it (a sparse decode layer, or one
+  // being recorded): else the layer does not wait for the device.
+  const bool all_placed = AppendOnDevice(layer, spec.head_dim, parts, k, v);
+  bool host_q = !all_placed;
   for (const AttentionPart& p : parts) {
-    p.cache->PrepareSelect(
-        layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
+    host_q = host_q || p.cache->SelectReadsQueries(layer, p.n);
   }
-  planner_->LaunchQueued(queries_ready_);
-  planner_->ClearQueryRows();
-  const bool fetched = AwaitQkv();
-  planner_->FinishQueued();
-  if (!fetched) {
+  const float *hq = nullptr, *hk = nullptr, *hv = nullptr;
+  if (host_q &&
+      !FetchQueries(layer, parts, q, k, v, !all_placed, &hq, &hk, &hv)) {
     AppendLost(layer, parts, kv_dim);
     return;
   }
-  // The synchronisation in AwaitQkv finished every earlier copy out of the
-  // KV staging: it is reused from its start.
-  kv_stage_used_ = 0;
   const Clock::time_point t0 = profile ? Clock::now() : Clock::time_point{};
   if (parts_.size() < parts.size()) parts_.resize(parts.size());
   batch_.clear();
   for (size_t i = 0; i < parts.size(); ++i) {
     const AttentionPart& p = parts[i];
     PartPlan& pp = parts_[i];
-    p.cache->Append(layer, p.n, hk + p.row * kv_dim, hv + p.row * kv_dim);
-    LayerQuery query{hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)};
+    if (!placed_parts_[i]) {
+      p.cache->Append(layer, p.n, hk + p.row * kv_dim, hv + p.row * kv_dim);
+    }
+    LayerQuery query{hq != nullptr ? hq + p.row * q_dim : nullptr, &pos_[p.row],
+                     static_cast<int>(p.n)};
     const Clock::time_point t1 = profile ? Clock::now() : Clock::time_point{};
     p.cache->Select(layer, query, &pp.attend);
     if (profile) profile->select_ns += NanosSince(t1);
@@ -179,21 +171,52 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
   if (profile) profile->attention_ns += NanosSince(t0);
 }
 
+// q (and k, v when with_kv) to the host, with every part's sparse decode
+// plan in one planner batch launched meanwhile: it gathers the queries
+// from the q rows on the device once queries_ready fires (the host rows
+// are where their copy lands: SetQueryRows), so its work runs while q/k/v
+// come back; then one wait for each.
+bool DeviceBackend::FetchQueries(int layer,
+                                 absl::Span<const AttentionPart> parts,
+                                 Activation q, Activation k, Activation v,
+                                 bool with_kv, const float** hq,
+                                 const float** hk, const float** hv) {
+  if (!EnqueueQkv(q, k, v, with_kv, hq, hk, hv) ||
+      !Ok(rt_->Record(queries_ready_, stream_))) {
+    return false;
+  }
+  const int64_t q_dim = Width(q);
+  planner_->SetQueryRows(*hq, Ptr(q).addr, Rows(q).bytes);
+  for (const AttentionPart& p : parts) {
+    p.cache->PrepareSelect(
+        layer, {*hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
+  }
+  planner_->LaunchQueued(queries_ready_);
+  planner_->ClearQueryRows();
+  const bool fetched = AwaitQkv();
+  planner_->FinishQueued();
+  // The wait in AwaitQkv finished every earlier copy out of the KV
+  // staging: it is reused from its start.
+  if (fetched) kv_stage_used_ = 0;
+  return fetched;
+}
+
 bool DeviceBackend::EnqueueQkv(Activation q, Activation k, Activation v,
-                               const float** hq, const float** hk,
+                               bool with_kv, const float** hq, const float** hk,
                                const float** hv) {
-  const int64_t qb = Rows(q).bytes, kb = Rows(k).bytes;
+  const int64_t qb = Rows(q).bytes, kb = with_kv ? Rows(k).bytes : 0;
   if (!GrowStaging(qkv_stage_, qb + 2 * kb)) return false;
   char* h = qkv_stage_.host;
   if (!Ok(rt_->CopyD2H(h, Ptr(q), qb, stream_)) ||
-      !Ok(rt_->CopyD2H(h + qb, Ptr(k), kb, stream_)) ||
-      !Ok(rt_->CopyD2H(h + qb + kb, Ptr(v), kb, stream_))) {
+      (with_kv && (!Ok(rt_->CopyD2H(h + qb, Ptr(k), kb, stream_)) ||
+                   !Ok(rt_->CopyD2H(h + qb + kb, Ptr(v), kb, stream_))))) {
     return false;
   }
   qkv_bytes_ = qb + 2 * kb;
+  copies_.qkv_bytes += qkv_bytes_;
   *hq = reinterpret_cast<const float*>(h);
-  *hk = reinterpret_cast<const float*>(h + qb);
-  *hv = reinterpret_cast<const float*>(h + qb + kb);
+  *hk = with_kv ? reinterpret_cast<const float*>(h + qb) : nullptr;
+  *hv = with_kv ? reinterpret_cast<const float*>(h + qb + kb) : nullptr;
   return true;
 }
 
@@ -208,7 +231,9 @@ bool DeviceBackend::AwaitQkv() {
 void DeviceBackend::AppendLost(int layer, absl::Span<const AttentionPart> parts,
                                int64_t kv_dim) {
   lost_.assign(static_cast<size_t>(rows_ * kv_dim), 0.0f);
-  for (const AttentionPart& p : parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const AttentionPart& p = parts[i];
+    if (i < placed_parts_.size() && placed_parts_[i]) continue;  // placed
     p.cache->Append(layer, p.n, lost_.data() + p.row * kv_dim,
                     lost_.data() + p.row * kv_dim);
   }
@@ -634,7 +659,9 @@ char* DeviceBackend::ReserveStaging(int64_t bytes) {
   if (kv_stage_used_ + bytes > kv_stage_.bytes) {
     // Earlier parts' copies must finish before the staging is rewritten
     // (streamed parts' copies too: the compute stream waited for each).
-    if (!Sync() || !GrowStaging(kv_stage_, bytes)) {
+    // Layers that do not wait for the device use it one after another:
+    // room for all of them next time.
+    if (!Sync() || !GrowStaging(kv_stage_, kv_stage_used_ + bytes)) {
       return nullptr;
     }
     kv_stage_used_ = 0;

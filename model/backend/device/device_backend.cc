@@ -270,7 +270,11 @@ void DeviceBackend::BeginStep(absl::Span<const int64_t> positions) {
 void DeviceBackend::EndStep() {
   FlushDeferred();  // no other runtime call inside a deferred run
   // The next step rewrites the staging buffers from the host.
-  if (ok() && Sync()) step_stage_used_ = 0;
+  if (ok() && Sync()) {
+    step_stage_used_ = 0;
+    kv_stage_used_ = 0;
+  }
+  FillPending();  // FinishAppends was not called (tests driving one op)
   streamed_bytes_.store(copies_.streamed_bytes, std::memory_order_relaxed);
 }
 

@@ -6,16 +6,20 @@
 // whose body is the CPU backend's kernels::cpu:: call (single-threaded).
 // Host/device traffic goes through mapped-pinned staging only.
 //
-// Attention is "host selection": the step's q, k, v rows come back to
-// pinned memory (one synchronisation per layer), the host KvCache appends
-// and selects exactly as on the CPU backend (the host store stays
-// authoritative), the attended K/V rows are gathered into pinned staging,
-// copied to a device scratch, and an attention op over them writes `out` on
-// the device. A part whose rows to copy exceed ResidencyOptions::
-// stream_chunk_bytes (a question after a long offloaded document) is
-// streamed: its rows cross in chunks through two device landing buffers on
-// a copy stream, each chunk attended into a running softmax state while the
-// next one copies, then finished (device_streamed_attention.cc).
+// Attention: a store that keeps device rows gets the layer's new K,V rows
+// written there by one append op (the host's copies come back with the
+// step and are filled in before Commit: device_appends.cc; other caches
+// get k and v back and append on the host); the host KvCache selects
+// exactly as on the CPU backend (the host store stays authoritative), with
+// q copied back and one synchronisation only for a layer whose selection
+// reads queries (a sparse decode layer: planned on the device, the plans
+// come back); the attended K/V rows not already on the device are gathered
+// into pinned staging or copied from pinned segments, and an attention op
+// over them writes `out` on the device. A part whose rows to copy exceed
+// ResidencyOptions:: stream_chunk_bytes (a question after a long offloaded
+// document) is streamed: its rows cross in chunks through two device landing
+// buffers on a copy stream, each chunk attended into a running softmax state
+// while the next one copies, then finished (device_streamed_attention.cc).
 //
 // Errors of the runtime never abort: the first one is kept (status()), every
 // later op is skipped, Logits writes NaN, and Transformer::Forward returns it.
@@ -87,6 +91,13 @@ struct DeviceBackendDebug {
   // waiting for the attention of the chunk that used it two chunks before
   // (the ordering checker reports the overwrite).
   bool stream_skip_drain_wait = false;
+  // K,V rows appended on the host as in stage 1 (q, k and v all come back
+  // each layer, the new rows go up to the mirrors), not on the device.
+  bool host_appends = false;
+  // FinishAppends reads the appended rows' host copies without waiting for
+  // the device when no wait came after their op (a step without logits:
+  // the ordering checker reports the race).
+  bool skip_append_wait = false;
   // One attention op per part (each its own batch), as before batching:
   // the comparison for the batched op's launch count.
   bool one_op_per_part = false;
@@ -123,6 +134,15 @@ struct AttendCopyStats {
   // sessions of a step are one batched attention per layer).
   int64_t attention_ops = 0;
   int64_t batched_parts = 0;
+  // K,V rows appended on the device (KvCache::AppendOnDevice): tokens,
+  // append_rows ops (one per layer and K/V type), and the bytes of their
+  // host copies (16-bit K and V, written through mapped memory).
+  // Bytes of q, k and v rows copied back to the host for the caches'
+  // appends and the host's selection (k and v only for host appends).
+  int64_t qkv_bytes = 0;
+  int64_t appended_tokens = 0;
+  int64_t append_ops = 0;
+  int64_t append_copy_bytes = 0;
 };
 
 class DeviceBackend final : public Backend {
@@ -161,8 +181,9 @@ class DeviceBackend final : public Backend {
   // The streamed attention's chunk in effect (ResidencyOptions', capped).
   int64_t stream_chunk_bytes() const { return stream_chunk_bytes_; }
   // Times the host waited for the compute stream: a decode step waits once
-  // per layer (q/k/v for the host's KV append and selection), for its
-  // logits and at EndStep.
+  // per layer whose selection reads queries (a sparse or recorded layer;
+  // every layer of a cache that appends on the host), for its logits and
+  // at EndStep; a step without logits once more for its appended rows.
   int64_t stream_syncs() const { return syncs_; }
 
   Activation NewActivation(int64_t width) override;
@@ -185,6 +206,9 @@ class DeviceBackend final : public Backend {
                  absl::Span<const AttentionPart> parts, Activation q,
                  Activation k, Activation v, Activation out,
                  ForwardProfile* profile) override;
+  // Hands the caches the host copies of the rows this step appended on
+  // the device (device_appends.cc).
+  void FinishAppends() override;
   void ReadRows(Activation a, std::vector<float>* out) override;
   void Logits(Activation x, absl::Span<const int64_t> rows,
               absl::Span<const float> norm, float eps, const Matrix& output,
@@ -339,9 +363,31 @@ class DeviceBackend final : public Backend {
   // op per run of consecutive unstreamed parts (a batch).
   // q/k/v rows to pinned host memory: the copies enqueued (EnqueueQkv;
   // *hq.. where they land), then waited for (AwaitQkv).
-  bool EnqueueQkv(Activation q, Activation k, Activation v, const float** hq,
-                  const float** hk, const float** hv);
+  // q (k and v too when with_kv) to the host, every part's sparse decode
+  // plan queued and launched meanwhile, both waited for; false after an
+  // error.
+  bool FetchQueries(int layer, absl::Span<const AttentionPart> parts,
+                    Activation q, Activation k, Activation v, bool with_kv,
+                    const float** hq, const float** hk, const float** hv);
+  // with_kv false: q only (*hk, *hv null).
+  bool EnqueueQkv(Activation q, Activation k, Activation v, bool with_kv,
+                  const float** hq, const float** hk, const float** hv);
   bool AwaitQkv();
+  // KV append on the device (device_appends.cc): each part whose cache
+  // keeps device rows (KvCache::AppendOnDevice) gets its k, v rows written
+  // there and into pinned host copies by one append_rows op;
+  // placed_parts_[i] says which. True when every part was placed (q is
+  // then all the host needs back).
+  bool AppendOnDevice(int layer, int head_dim,
+                      absl::Span<const AttentionPart> parts, Activation k,
+                      Activation v);
+  // Enqueues the append_rows op of append_items_ of one K/V type.
+  void LaunchAppends(Activation k, Activation v, kernels::DType dtype,
+                     DevPtr items, int64_t first, int64_t n, int n_kv,
+                     int head_dim);
+  // Fills the caches of fills_ (zeros after an error); waits first unless a
+  // wait came after their ops.
+  void FillPending();
   void AppendLost(int layer, absl::Span<const AttentionPart> parts,
                   int64_t kv_dim);
   void PlanSpans(const AttendSet& attend, int n_heads, int head_dim,
@@ -500,6 +546,25 @@ class DeviceBackend final : public Backend {
   std::vector<int64_t> batch_shifts_;  // members' staged sections
   std::vector<kernels::device::ScatterItem> run_items_;
   std::vector<float> lost_;             // zero K/V rows appended after an error
+  // The step's appends on the device: each placed part's host copy in
+  // append_stage_ (K rows [n][kv_dim], then V) until FinishAppends; the
+  // items of a layer's ops; syncs_ when the last op was enqueued.
+  struct PendingFill {
+    KvCache* cache = nullptr;
+    int layer = 0;
+    int64_t n = 0;
+    int64_t k_off = 0, v_off = 0;  // in append_stage_
+    int64_t kv_dim = 0;
+  };
+  std::vector<PendingFill> fills_;
+  Staging append_stage_;
+  int64_t append_stage_used_ = 0;
+  int64_t append_sync_mark_ = -1;
+  std::vector<char> placed_parts_;
+  std::vector<AppendTarget> targets_;
+  std::vector<kernels::device::AppendItem> append_items_;
+  std::vector<kernels::DType> item_types_;  // of append_items_
+  std::vector<uint16_t> lost_zeros_;
   std::shared_ptr<PinnedArena> arena_;  // segment rows (store_env())
   std::shared_ptr<DevicePlanner> planner_;
   std::shared_ptr<DeviceIndexBuilder> index_builder_;
