@@ -1,5 +1,6 @@
 #include "kernels/device/fake_runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -40,16 +41,18 @@ class FakeOpContext final : public OpContext {
   const absl::Status& error() const { return error_; }
 
  protected:
+  // The first declared range (reads, then writes; writes only for a
+  // write) that holds [p, p + bytes), through its view. Ops with many
+  // ranges (a batch's items) look through an index of them.
   void* Map(DevPtr p, int64_t bytes, bool write) override {
     const size_t n_reads = op_.reads.size();
-    for (size_t i = 0; i < n_reads + op_.writes.size(); ++i) {
-      const bool is_write = i >= n_reads;
-      if (write && !is_write) continue;  // a read range is not writable
-      const Range& r = is_write ? op_.writes[i - n_reads] : op_.reads[i];
-      if (p.addr >= r.ptr.addr && bytes >= 0 &&
-          p.addr + bytes <= r.ptr.addr + r.bytes) {
-        return static_cast<char*>(views_[i]) + (p.addr - r.ptr.addr);
-      }
+    const size_t n = n_reads + op_.writes.size();
+    const size_t found = bytes < 0        ? n
+                         : n > kIndexFrom ? FindIndexed(p.addr, bytes, write)
+                                          : FindLinear(p.addr, bytes, write);
+    if (found < n) {
+      return static_cast<char*>(views_[found]) +
+             (p.addr - RangeAt(found).ptr.addr);
     }
     if (error_.ok()) {
       error_ = absl::FailedPreconditionError(
@@ -62,11 +65,81 @@ class FakeOpContext final : public OpContext {
   }
 
  private:
+  static constexpr size_t kIndexFrom = 32;  // ranges: index above this
+  static constexpr uint64_t kShortBytes = uint64_t{1} << 16;
+
+  const Range& RangeAt(size_t i) const {
+    return i < op_.reads.size() ? op_.reads[i]
+                                : op_.writes[i - op_.reads.size()];
+  }
+  bool Holds(size_t i, uint64_t addr, int64_t bytes, bool write) const {
+    if (write && i < op_.reads.size()) return false;  // not writable
+    const Range& r = RangeAt(i);
+    return addr >= r.ptr.addr &&
+           addr + static_cast<uint64_t>(bytes) <=
+               r.ptr.addr + static_cast<uint64_t>(r.bytes);
+  }
+  size_t FindLinear(uint64_t addr, int64_t bytes, bool write) const {
+    const size_t n = op_.reads.size() + op_.writes.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (Holds(i, addr, bytes, write)) return i;
+    }
+    return n;
+  }
+  // Short ranges sorted by start: one holding [addr, addr + bytes) starts
+  // in (addr + bytes - kShortBytes, addr]; long ones are scanned.
+  size_t FindIndexed(uint64_t addr, int64_t bytes, bool write) {
+    const size_t n = op_.reads.size() + op_.writes.size();
+    if (short_.empty() && long_.empty()) {
+      for (size_t i = 0; i < n; ++i) {
+        const Range& r = RangeAt(i);
+        if (static_cast<uint64_t>(r.bytes) <= kShortBytes) {
+          short_.push_back({r.ptr.addr, r.bytes, i >= op_.reads.size(), i});
+        } else {
+          long_.push_back(i);
+        }
+      }
+      // A range declared again (items sharing an input) never wins over
+      // its first declaration: only that one is kept.
+      std::sort(short_.begin(), short_.end());
+      short_.erase(std::unique(short_.begin(), short_.end(),
+                               [](const ShortRange& a, const ShortRange& b) {
+                                 return a.start == b.start &&
+                                        a.bytes == b.bytes &&
+                                        a.write == b.write;
+                               }),
+                   short_.end());
+    }
+    size_t best = n;
+    for (size_t i : long_) {
+      if (i < best && Holds(i, addr, bytes, write)) best = i;
+    }
+    const uint64_t end = addr + static_cast<uint64_t>(bytes);
+    const uint64_t from = end > kShortBytes ? end - kShortBytes : 0;
+    for (auto it = std::lower_bound(short_.begin(), short_.end(),
+                                    ShortRange{from, 0, false, 0});
+         it != short_.end() && it->start <= addr; ++it) {
+      if (it->index < best && Holds(it->index, addr, bytes, write)) {
+        best = it->index;
+      }
+    }
+    return best;
+  }
+
   const Op& op_;
   const std::vector<void*>& views_;
   std::mt19937_64 rng_;
   absl::Status error_;
   std::deque<std::vector<char>> scratch_;
+  struct ShortRange {
+    uint64_t start;
+    int64_t bytes;
+    bool write;
+    size_t index;  // in declaration order (reads, then writes)
+    auto operator<=>(const ShortRange&) const = default;
+  };
+  std::vector<ShortRange> short_;  // by start, then size, kind and index
+  std::vector<size_t> long_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kernels/device/ordering_checker.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -55,33 +56,69 @@ void OrderingChecker::Access(int agent, uint64_t begin, int64_t bytes,
   if (agent == kHost) ++At(agents_[kHost], kHost);
   const Clock& now = agents_[agent];
   const uint32_t tick = Get(now, agent);
-  size_t kept = 0;
-  for (size_t i = 0; i < history_.size(); ++i) {
-    AccessRecord& p = history_[i];
-    // Most records lie elsewhere: only overlapping ones are compared.
-    if (p.begin < end && begin < p.end) {
-      const bool ordered = p.tick <= Get(now, p.agent);
-      if ((p.write || write) && !ordered) {
-        ++race_count_;
-        if (races_.size() < kMaxReports) {
-          races_.push_back(absl::StrFormat(
-              "unordered %s of [0x%x, +%d) by %s (%s at %s) and earlier %s by "
-              "%s (%s at %s): add an event record/wait or a synchronisation",
-              write ? "write" : "read", begin, bytes, AgentName(agent), what,
-              SiteString(site), p.write ? "write" : "read", AgentName(p.agent),
-              p.what, SiteString(p.site)));
-        }
-      }
-      // A record ordered before this access and covered by it says nothing
-      // more (a later conflict with it would conflict with this one too).
-      const bool covered = p.begin >= begin && p.end <= end;
-      if (covered && ordered && (write || !p.write)) continue;
+  // Only overlapping records are compared: short ones start within
+  // kShortBytes before `begin`.
+  matches_.clear();
+  const uint64_t from = begin >= kShortBytes ? begin - kShortBytes + 1 : 0;
+  for (auto it = short_.lower_bound(from);
+       it != short_.end() && it->first < end; ++it) {
+    if (it->second.end > begin) {
+      matches_.push_back({it->second.seq, true, it->first});
     }
-    if (kept != i) history_[kept] = std::move(p);
-    ++kept;
   }
-  history_.resize(kept);
-  history_.push_back({begin, end, write, agent, tick, what, site});
+  for (size_t i = 0; i < long_.size(); ++i) {
+    if (long_[i].begin < end && begin < long_[i].end) {
+      matches_.push_back({long_[i].seq, false, i});
+    }
+  }
+  std::sort(matches_.begin(), matches_.end(),
+            [](const Match& a, const Match& b) { return a.seq < b.seq; });
+  bool drop_long = false;
+  for (const Match& m : matches_) {
+    AccessRecord* p = nullptr;
+    auto found = short_.end();
+    if (m.in_short) {
+      for (found = short_.lower_bound(m.key); found->second.seq != m.seq;) {
+        ++found;
+      }
+      p = &found->second;
+    } else {
+      p = &long_[m.key];
+    }
+    const bool ordered = p->tick <= Get(now, p->agent);
+    if ((p->write || write) && !ordered) {
+      ++race_count_;
+      if (races_.size() < kMaxReports) {
+        races_.push_back(absl::StrFormat(
+            "unordered %s of [0x%x, +%d) by %s (%s at %s) and earlier %s by "
+            "%s (%s at %s): add an event record/wait or a synchronisation",
+            write ? "write" : "read", begin, bytes, AgentName(agent), what,
+            SiteString(site), p->write ? "write" : "read", AgentName(p->agent),
+            p->what, SiteString(p->site)));
+      }
+    }
+    // A record ordered before this access and covered by it says nothing
+    // more (a later conflict with it would conflict with this one too).
+    const bool covered = p->begin >= begin && p->end <= end;
+    if (covered && ordered && (write || !p->write)) {
+      if (m.in_short) {
+        short_.erase(found);
+      } else {
+        p->end = p->begin;  // dropped below
+        drop_long = true;
+      }
+    }
+  }
+  if (drop_long) {
+    std::erase_if(long_,
+                  [](const AccessRecord& r) { return r.end == r.begin; });
+  }
+  AccessRecord r{begin, end, write, agent, tick, what, site, next_seq_++};
+  if (end - begin <= kShortBytes) {
+    short_.emplace(begin, std::move(r));
+  } else {
+    long_.push_back(std::move(r));
+  }
 }
 
 void OrderingChecker::Record(int event, int agent) {
@@ -108,7 +145,11 @@ void OrderingChecker::HostJoinAll() {
 
 void OrderingChecker::Forget(uint64_t begin, int64_t bytes) {
   const uint64_t end = begin + static_cast<uint64_t>(bytes);
-  std::erase_if(history_, [&](const AccessRecord& p) {
+  for (auto it = short_.lower_bound(begin);
+       it != short_.end() && it->first < end;) {
+    it = it->second.end <= end ? short_.erase(it) : std::next(it);
+  }
+  std::erase_if(long_, [&](const AccessRecord& p) {
     return p.begin >= begin && p.end <= end;
   });
 }

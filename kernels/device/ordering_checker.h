@@ -5,13 +5,16 @@
 // bytes: two accesses of which one writes must be ordered by the clocks
 // (same agent, event record -> wait, host synchronisation), else a race is
 // reported with both call sites. Issue-time checking makes the report the
-// same under every schedule. Not thread-safe (FakeRuntime's lock).
+// same under every schedule. The history is indexed by address (ranges up
+// to kShortBytes in an ordered map, longer ones in a list), so an access
+// looks only at records near it. Not thread-safe (FakeRuntime's lock).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "kernels/device/runtime.h"
 
 namespace ckv::kernels::device {
@@ -50,6 +53,15 @@ class OrderingChecker {
     uint32_t tick;  // the agent's own clock entry at the access
     std::string what;
     Site site;
+    uint64_t seq;  // issue order: overlapping records are checked in it
+  };
+  // Ranges of at most this many bytes are indexed by their start.
+  static constexpr uint64_t kShortBytes = uint64_t{1} << 16;
+  // Where an overlapping record is: in short_ (its start) or long_.
+  struct Match {
+    uint64_t seq;
+    bool in_short;
+    uint64_t key;  // short_: the start; long_: the index
   };
   static void Join(Clock& into, const Clock& from);
   uint32_t& At(Clock& c, int agent);
@@ -58,7 +70,10 @@ class OrderingChecker {
   static constexpr size_t kMaxReports = 16;
   std::vector<Clock> agents_;
   std::vector<Clock> events_;
-  std::vector<AccessRecord> history_;
+  absl::btree_multimap<uint64_t, AccessRecord> short_;  // by begin
+  std::vector<AccessRecord> long_;                      // in seq order
+  uint64_t next_seq_ = 0;
+  std::vector<Match> matches_;  // Access scratch
   std::vector<std::string> races_;
   int64_t race_count_ = 0;
 };

@@ -353,6 +353,41 @@ TEST(FakeRuntimeTest, UndeclaredAccessFailsTheNextSync) {
   EXPECT_THAT(std::string(sync.message()), HasSubstr("did not declare"));
 }
 
+// An op with many declared ranges (a batch's items; the fake indexes
+// them): each access maps through the first range that holds it — a read
+// range is not writable, a range declared again is the same range, an
+// access across two items is held by the long range over all of them.
+TEST(FakeRuntimeTest, ManyDeclaredRangesMapAsFew) {
+  for (const bool write_read_only : {false, true}) {
+    FakeRuntime rt(Config(Schedule::kInline));
+    const Stream st = ValueOrDie(rt.CreateStream());
+    const DevPtr in = ValueOrDie(rt.Malloc(64 * 100));
+    const DevPtr out = ValueOrDie(rt.Malloc(64));
+    Op op;
+    op.name = "many";
+    for (int i = 0; i < 100; ++i) op.reads.push_back({in + 64 * i, 64});
+    for (int i = 0; i < 100; ++i) op.reads.push_back({in + 64 * i, 64});
+    op.reads.push_back({in, 64 * 100});  // long: holds every item too
+    op.writes = {{out, 64}, {in + 64 * 7, 64}};
+    op.body = [=](OpContext& ctx) {
+      char* o = ctx.Out<char>(out, 64);
+      for (int i = 0; i < 100; ++i)
+        o[i % 64] ^= ctx.In<char>(in + 64 * i, 64)[1];
+      ctx.Out<char>(in + 64 * 7 + 8, 8)[0] = 1;       // declared as written too
+      o[0] ^= ctx.In<char>(in + 64 * 3 + 32, 64)[0];  // items 3 and 4
+      if (write_read_only) ctx.Out<char>(in + 64 * 8, 8)[0] = 1;
+    };
+    CKV_ASSERT_OK(rt.Launch(std::move(op), st));
+    const absl::Status sync = rt.Synchronize(st);
+    if (!write_read_only) {
+      EXPECT_TRUE(sync.ok()) << sync;
+    } else {
+      EXPECT_TRUE(absl::IsFailedPrecondition(sync));
+      EXPECT_THAT(std::string(sync.message()), HasSubstr("did not declare"));
+    }
+  }
+}
+
 TEST(FakeRuntimeTest, HostReadOfPinnedBeforeSyncIsARace) {
   FakeRuntime rt(Config(Schedule::kInline));
   const Stream st = ValueOrDie(rt.CreateStream());
