@@ -60,9 +60,21 @@ bool DeviceBackend::AppendOnDevice(int layer, int head_dim,
   const int64_t items_bytes = AlignUp(tokens * kItemBytes);
   const int64_t copy_bytes = AlignUp(tokens * kv_dim * 2);  // K; V the same
   const int64_t need = items_bytes + 2 * copy_bytes;
-  if (append_stage_used_ + need > append_stage_.bytes) {
-    FillPending();  // earlier layers' rows leave the staging first
-    if (!GrowStaging(append_stage_, need)) return false;
+  // Earlier layers' copies go to their caches as soon as the device is
+  // known to have written them (a wait came after their ops: no wait
+  // here), or, waiting, when the staging would pass its cap (a long
+  // prefill step waits for nothing else) or must grow.
+  const int64_t cap = debug_.append_stage_cap_bytes > 0
+                          ? debug_.append_stage_cap_bytes
+                          : kAppendStageCap;
+  if (!fills_.empty() &&
+      (syncs_ != append_sync_mark_ || append_stage_used_ + need > cap ||
+       append_stage_used_ + need > append_stage_.bytes)) {
+    if (syncs_ == append_sync_mark_) ++copies_.append_waits;
+    FillPending();
+  }
+  if (need > append_stage_.bytes && !GrowStaging(append_stage_, need)) {
+    return false;
   }
   auto base = rt_->MappedPointer(append_stage_.host);
   if (!Ok(base.status())) return false;

@@ -94,6 +94,10 @@ struct DeviceBackendDebug {
   // K,V rows appended on the host as in stage 1 (q, k and v all come back
   // each layer, the new rows go up to the mirrors), not on the device.
   bool host_appends = false;
+  // > 0: the pinned staging of appended rows' host copies holds at most
+  // this many bytes before the caches are filled (a wait) mid-step
+  // (default kAppendStageCap).
+  int64_t append_stage_cap_bytes = 0;
   // FinishAppends reads the appended rows' host copies without waiting for
   // the device when no wait came after their op (a step without logits:
   // the ordering checker reports the race).
@@ -143,6 +147,9 @@ struct AttendCopyStats {
   int64_t appended_tokens = 0;
   int64_t append_ops = 0;
   int64_t append_copy_bytes = 0;
+  // Waits to fill the caches mid-step, the staging at its cap or full
+  // with no other wait since the ops that wrote it.
+  int64_t append_waits = 0;
 };
 
 class DeviceBackend final : public Backend {
@@ -223,6 +230,8 @@ class DeviceBackend final : public Backend {
   using Site = kernels::device::Site;
 
   static constexpr int64_t kAlign = 64;  // sections of a scratch
+  // The appended rows' host copies held before the caches get them.
+  static constexpr int64_t kAppendStageCap = int64_t{16} << 20;
   // Direct spans up to this size (K or V) are copied by one op per part.
   static constexpr int64_t kRunCopyMaxBytes = int64_t{64} << 10;
   static int64_t AlignUp(int64_t n) {
