@@ -192,11 +192,12 @@ kernels::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
 }
 
 // Select's conditions for RecordDecode and for its sparse branch (which
-// PrepareSelect's mirrors).
+// PrepareSelect's mirrors), whose plan reads the queries unless the
+// policy plans from positions alone.
 bool ClusteredKvStore::SelectReadsQueries(int layer, int64_t n_q) const {
   if (n_q != 1) return false;
   if (Records(layer) && layer >= config_.dense_layers) return true;
-  return IsSparseLayer(layer) && !segments_.empty();
+  return IsSparseLayer(layer) && !segments_.empty() && policy_->reads_queries();
 }
 
 // Same condition as Select's sparse branch; the segments and the query
@@ -295,10 +296,10 @@ void ClusteredKvStore::PlanHeads(int layer, const float* q) {
   const bool shared = config_.gqa_selection == GqaSelection::kPerKvHead;
   for (int g = 0; g < shape_.n_kv_heads; ++g) {
     const PlanContext ctx{&seg_view_, layer, g, hd};
-    const float* group_q = q + size_t{1} * g * group * hd;
     plan_qs_.clear();
-    for (int i = 0; i < group; ++i) {
-      plan_qs_.push_back(group_q + size_t{1} * i * hd);
+    for (int i = 0; i < group; ++i) {  // null for a policy that reads none
+      plan_qs_.push_back(q == nullptr ? nullptr
+                                      : q + size_t{1} * (g * group + i) * hd);
     }
     if (!shared) {
       policy_->PlanEach(ctx, plan_qs_.data(), group, &plans_[g * group]);

@@ -103,6 +103,66 @@ TEST(DeviceBackendTest, AppendsOnTheDeviceEqualHostAppends) {
   }
 }
 
+// A 40-token prompt and 12 greedy decode steps of a clustered store with
+// `policy` and no recording: every step's logits and (on a device
+// backend) how often it waited for the device.
+struct Unrecorded {
+  std::vector<std::vector<float>> logits;
+  std::vector<int64_t> waits;
+  absl::Status status;
+};
+Unrecorded DecodeUnrecorded(const Model& m, std::unique_ptr<Backend> backend,
+                            KvPolicy policy) {
+  const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
+  StoreEnv env = backend->store_env();
+  Transformer tf(m.config, m.weights, {1, 64}, std::move(backend));
+  KvStoreConfig c = SparseConfig();
+  c.policy = policy;
+  ClusteredKvStore store(KvShapeOf(m.config), c, nullptr, std::move(env));
+  Unrecorded r;
+  std::vector<float> logits;
+  const std::vector<int32_t> p = Tokens(40, m.config.vocab_size);
+  SequenceInput in = MakeInput(p, &store, LogitsMode::kLast, &logits);
+  r.status = tf.Forward(absl::MakeSpan(&in, 1));
+  for (int i = 0; i < 12 && r.status.ok(); ++i) {
+    const int32_t tok[1] = {Argmax(logits)};
+    SequenceInput s = MakeInput(tok, &store, LogitsMode::kLast, &logits,
+                                AppendKind::kGenerated);
+    const int64_t before = device ? device->stream_syncs() : 0;
+    r.status = tf.Forward(absl::MakeSpan(&s, 1));
+    if (device) r.waits.push_back(device->stream_syncs() - before);
+    r.logits.push_back(logits);
+  }
+  return r;
+}
+
+// A layer waits for the device only when its plan reads the queries:
+// streaming plans from positions alone (no layer waits: a decode step
+// waits for its logits and at its end), clusterkv's sparse layers wait
+// (every layer but the dense one). Logits bit-equal to the CPU backend's.
+TEST(DeviceBackendTest, StreamingDecodeWaitsForNoLayer) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  for (const KvPolicy policy : {KvPolicy::kStreaming, KvPolicy::kClusterKv}) {
+    const bool streaming = policy == KvPolicy::kStreaming;
+    const Unrecorded cpu = DecodeUnrecorded(*m, Cpu(), policy);
+    FakeRuntime rt(Fake(Schedule::kThreaded, 3));
+    const Unrecorded dev = DecodeUnrecorded(*m, Device(rt), policy);
+    ASSERT_TRUE(cpu.status.ok()) << cpu.status;
+    ASSERT_TRUE(dev.status.ok()) << dev.status;
+    EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+    EXPECT_EQ(dev.logits, cpu.logits)
+        << (streaming ? "streaming" : "clusterkv");
+    const int64_t layers =
+        streaming ? 0 : m->config.n_layers - SparseConfig().dense_layers;
+    ASSERT_EQ(dev.waits.size(), 12u);
+    for (size_t i = 1; i < dev.waits.size(); ++i) {  // the first may grow
+      EXPECT_EQ(dev.waits[i], layers + 2)
+          << (streaming ? "streaming" : "clusterkv") << " step " << i;
+    }
+  }
+}
+
 // A dense store (policy full: no selection reads queries, so no layer
 // waits for the device) prefills 40 tokens and decodes 6 steps with
 // logits, then 4 steps without: their only wait is FinishAppends' own.

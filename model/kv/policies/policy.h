@@ -19,6 +19,10 @@ class SelectionPolicy {
   virtual const char* name() const = 0;
   // False: every decode step attends every token (no index, no plan).
   virtual bool selects() const { return true; }
+  // False: Plan and PlanEach never read the queries (a plan from positions
+  // alone): a backend with its queries in device memory need not copy
+  // them to the host for it (KvCache::SelectReadsQueries).
+  virtual bool reads_queries() const { return true; }
   // True for a reference made to measure others against (e.g. it reads
   // every key each step): benchmarks report its quality, not its speed.
   virtual bool evaluation_only() const { return false; }

@@ -15,6 +15,7 @@ class StreamingPolicy final : public SelectionPolicy {
 
   const char* name() const override { return "streaming"; }
   IndexSet indexes() const override { return 0; }
+  bool reads_queries() const override { return false; }
   void Plan(const PlanContext& ctx, const float* const*, int,
             HeadPlan* out) override {
     out->blocks.clear();
