@@ -187,6 +187,12 @@ class ClusteredKvStore : public KvCache {
   void CloseOpenRows(int64_t rows);
   // WaitForIndex (wait) and IndexReady (not) on indexed_upto_.
   bool AdvanceIndexed(int layer, bool wait) const;
+  // The store's buffer (sinks or tail) of token i of `layer`'s current
+  // append, *rows its row count (the token's row), *sink which.
+  RowBuffer& NextRow(int layer, int64_t i, bool* sink, int64_t** rows);
+  // Counts n appended tokens of `layer`; true when they end a prompt's
+  // rows of the layer (FinishPromptLayer is due).
+  bool EndAppend(int layer, int64_t n);
   void FinishPromptLayer(int layer);
   void ScheduleIndex(const std::shared_ptr<Segment>& seg,
                      std::vector<int> layers);

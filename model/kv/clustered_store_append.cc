@@ -57,60 +57,63 @@ void ClusteredKvStore::StoreRow(const float* src, uint16_t* dst) const {
   }
 }
 
+RowBuffer& ClusteredKvStore::NextRow(int layer, int64_t i, bool* sink,
+                                     int64_t** rows) {
+  const int64_t pos = n_tokens_ + uncommitted_[layer] + i;
+  *sink = pos < config_.sink_tokens;
+  *rows = *sink ? &sink_rows_[layer] : &open_rows_[layer];
+  return *sink ? sinks_[layer] : open_[layer];
+}
+
+bool ClusteredKvStore::EndAppend(int layer, int64_t n) {
+  uncommitted_[layer] += n;
+  const bool call_done = committed_in_call_ + uncommitted_[layer] == reserved_;
+  return kind_ == AppendKind::kPrompt && call_done;
+}
+
 void ClusteredKvStore::Append(int layer, int64_t n, const float* k,
                               const float* v) {
   const int hd = shape_.head_dim, n_kv = shape_.n_kv_heads;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t pos = n_tokens_ + uncommitted_[layer] + i;
-    const bool sink = pos < config_.sink_tokens;
-    RowBuffer& b = sink ? sinks_[layer] : open_[layer];
-    int64_t& rows = sink ? sink_rows_[layer] : open_rows_[layer];
-    b.Touch(rows);
+    bool sink;
+    int64_t* rows;
+    RowBuffer& b = NextRow(layer, i, &sink, &rows);
+    b.Touch(*rows);
     for (int h = 0; h < n_kv; ++h) {
-      const size_t dst = (size_t{1} * h * b.capacity + rows) * hd;
+      const size_t dst = (size_t{1} * h * b.capacity + *rows) * hd;
       const size_t src = (size_t{1} * i * n_kv + h) * hd;
       StoreRow(k + src, &b.k[dst]);
       StoreRow(v + src, &b.v[dst]);
     }
-    ++rows;
+    ++*rows;
   }
-  uncommitted_[layer] += n;
-  const bool call_done = committed_in_call_ + uncommitted_[layer] == reserved_;
-  if (kind_ == AppendKind::kPrompt && call_done) FinishPromptLayer(layer);
+  if (EndAppend(layer, n)) FinishPromptLayer(layer);
 }
 
 bool ClusteredKvStore::AppendOnDevice(int layer, int64_t n,
                                       std::vector<AppendTarget>* targets) {
   if (!open_[layer].mirrored() || !sinks_[layer].mirrored()) return false;
-  if (placed_.size() < static_cast<size_t>(shape_.n_layers)) {
-    placed_.resize(shape_.n_layers);
-    placed_filled_.resize(shape_.n_layers, 0);
-    prompt_layer_due_.resize(shape_.n_layers, 0);
-  }
   const int hd = shape_.head_dim, n_kv = shape_.n_kv_heads;
   targets->clear();
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t pos = n_tokens_ + uncommitted_[layer] + i;
-    const bool sink = pos < config_.sink_tokens;
-    RowBuffer& b = sink ? sinks_[layer] : open_[layer];
-    int64_t& rows = sink ? sink_rows_[layer] : open_rows_[layer];
+    bool sink;
+    int64_t* rows;
+    RowBuffer& b = NextRow(layer, i, &sink, &rows);
     AppendTarget t;
-    t.k = b.PlaceOnMirror(n_kv, hd, rows, 1, &t.v);
+    t.k = b.PlaceOnMirror(n_kv, hd, *rows, 1, &t.v);
     t.head_stride = b.capacity * hd;
     t.dtype = config_.kv_dtype;
     targets->push_back(t);
-    placed_[layer].push_back({sink, rows});
-    ++rows;
+    placed_[layer].push_back({sink, *rows});
+    ++*rows;
   }
-  uncommitted_[layer] += n;
-  const bool call_done = committed_in_call_ + uncommitted_[layer] == reserved_;
-  if (kind_ == AppendKind::kPrompt && call_done) prompt_layer_due_[layer] = 1;
+  // FillAppended finishes the prompt's layer once its rows are in.
+  if (EndAppend(layer, n)) prompt_layer_due_[layer] = 1;
   return true;
 }
 
 void ClusteredKvStore::FillAppended(int layer, int64_t n, const uint16_t* k,
                                     const uint16_t* v) {
-  if (placed_.size() <= static_cast<size_t>(layer)) return;
   const int hd = shape_.head_dim, n_kv = shape_.n_kv_heads;
   std::vector<PlacedRow>& placed = placed_[layer];
   size_t& next = placed_filled_[layer];

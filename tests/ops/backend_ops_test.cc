@@ -84,6 +84,15 @@ std::vector<BackendCase> AllBackends() {
   return out;
 }
 
+// Attention of n_heads query heads of head_dim, scaled by 1/sqrt(head_dim).
+AttentionSpec SpecOf(int n_heads, int head_dim) {
+  AttentionSpec spec;
+  spec.n_heads = n_heads;
+  spec.head_dim = head_dim;
+  spec.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return spec;
+}
+
 bool StoredAsIs(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
 }
@@ -522,10 +531,7 @@ TEST_P(BackendOpsTest, AttentionGqaSoftcapWindowTwoSequences) {
           const std::vector<int64_t> pos = {history, 0, 1, 2, 3};
           ASSERT_TRUE(a.Reserve(1, AppendKind::kGenerated).ok());
           ASSERT_TRUE(c.Reserve(4, AppendKind::kPrompt).ok());
-          AttentionSpec spec;
-          spec.n_heads = n_heads;
-          spec.head_dim = head_dim;
-          spec.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          AttentionSpec spec = SpecOf(n_heads, head_dim);
           spec.softcap = softcap;
           spec.window = window;
           const AttentionPart parts[] = {{&a, 0, 1}, {&c, 1, 4}};
@@ -615,10 +621,7 @@ TEST_P(BackendOpsTest, AttentionThreeDecodeSequencesF16Bf16) {
       const std::vector<float> q = RandomFloats(rng_, 3 * q_dim, -2, 2);
       const std::vector<int64_t> pos(std::begin(histories),
                                      std::end(histories));
-      AttentionSpec spec;
-      spec.n_heads = n_heads;
-      spec.head_dim = head_dim;
-      spec.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const AttentionSpec spec = SpecOf(n_heads, head_dim);
       const AttentionPart parts[] = {{caches[0].get(), 0, 1},
                                      {caches[1].get(), 1, 1},
                                      {caches[2].get(), 2, 1}};
@@ -680,10 +683,7 @@ TEST_P(BackendOpsTest, KvAppendRoundsAsTheHost) {
       }
       ASSERT_TRUE(a.Reserve(5, AppendKind::kPrompt).ok());
       ASSERT_TRUE(d.Reserve(1, AppendKind::kGenerated).ok());
-      AttentionSpec spec;
-      spec.n_heads = n_heads;
-      spec.head_dim = head_dim;
-      spec.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const AttentionSpec spec = SpecOf(n_heads, head_dim);
       const AttentionPart parts[] = {{&a, 0, 5}, {&d, 5, 1}};
       AttendStep(BackendOptions{}.kv_stream_chunk_bytes, spec, kv_dim, parts,
                  {0, 1, 2, 3, 4, 3}, RandomFloats(rng_, 6 * q_dim), k, v, &b);

@@ -6,10 +6,9 @@
 // copies (KvCache::FillAppended) at FinishAppends, after the step's one
 // wait for its logits: the rows no longer come back as F32 each layer and
 // go up again before the attention.
+#include <algorithm>
 #include <cstring>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/strings/str_cat.h"
 #include "model/backend/device/device_backend.h"
 
 namespace ckv {
@@ -50,11 +49,16 @@ bool DeviceBackend::AppendOnDevice(int layer, int head_dim,
   }
   // One part per cache: a cache's later part must not be placed before
   // the earlier one's Select (the host path keeps that order).
-  absl::flat_hash_set<const KvCache*> caches;
+  part_caches_.clear();
   int64_t tokens = 0;
   for (const AttentionPart& p : parts) {
-    if (!caches.insert(p.cache).second) return false;
+    part_caches_.push_back(p.cache);
     tokens += p.n;
+  }
+  std::sort(part_caches_.begin(), part_caches_.end());
+  if (std::adjacent_find(part_caches_.begin(), part_caches_.end()) !=
+      part_caches_.end()) {
+    return false;
   }
   const int64_t kv_dim = Width(k);
   const int64_t items_bytes = AlignUp(tokens * kItemBytes);

@@ -570,6 +570,7 @@ class DeviceBackend final : public Backend {
   int64_t append_stage_used_ = 0;
   int64_t append_sync_mark_ = -1;
   std::vector<char> placed_parts_;
+  std::vector<const KvCache*> part_caches_;  // AppendOnDevice scratch
   std::vector<AppendTarget> targets_;
   std::vector<kernels::device::AppendItem> append_items_;
   std::vector<kernels::DType> item_types_;  // of append_items_
