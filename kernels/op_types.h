@@ -43,6 +43,12 @@ struct KvSpan {
   const int32_t* rows = nullptr;       // optional [count] stored-row indices
   // Optional, per stored row (not per r): position - first_pos.
   const int32_t* row_positions = nullptr;
+  // Only in spans a device backend attends, never read on the host: a
+  // device address of int64 {first, n}, written on the device; the span is
+  // then rows / positions [first, first + n) of the lists at `rows` and
+  // `positions` (device addresses of `count` entries each; n is clamped to
+  // count - first). A device planner's row lists (model/kv/store_env.h).
+  const int64_t* device_range = nullptr;
 };
 
 // Sequence position of row r of span `s` (the contract above).

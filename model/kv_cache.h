@@ -122,6 +122,14 @@ class KvCache {
   // in one batch (LayerPlanner::RunQueued) before their Selects.
   virtual void PrepareSelect(int /*layer*/, const LayerQuery& /*query*/) {}
 
+  // After the step's last Select, before Commit, once the backend has read
+  // back every plan its planner made on the device: a cache whose Selects
+  // named rows a device planner lists (StoreEnv::planner, DeviceRowLists)
+  // does their bookkeeping from the plans here (statistics, recorded
+  // selections). A backend that plans so calls it for every cache of the
+  // step.
+  virtual void FinishSelect() {}
+
   // Marks the n appended tokens as stored (after every layer appended them).
   virtual void Commit(int64_t n) = 0;
 };

@@ -86,12 +86,18 @@ __global__ void __launch_bounds__(kSpanAttentionThreads)
     const AttnSpanDesc sp = p.spans[s];
     const void* kb = reinterpret_cast<const void*>(sp.k);
     const void* vb = reinterpret_cast<const void*>(sp.v);
+    int64_t r_first = 0, r_last = 0;
+    device::SpanRange(sp, reinterpret_cast<const int64_t*>(sp.range_at),
+                      &r_first, &r_last);
+    const int64_t n = r_last - r_first;
     const int32_t* rows = reinterpret_cast<const int32_t*>(sp.rows);
     const int64_t* pos = reinterpret_cast<const int64_t*>(sp.positions);
+    if (rows != nullptr) rows += r_first;
+    if (pos != nullptr) pos += r_first;
     // Split `split` of p.splits takes its share of every span's rows.
-    const int64_t chunk = (sp.count + p.splits - 1) / p.splits;
+    const int64_t chunk = (n + p.splits - 1) / p.splits;
     const int64_t lo = split * chunk;
-    const int64_t hi = lo + chunk < sp.count ? lo + chunk : sp.count;
+    const int64_t hi = lo + chunk < n ? lo + chunk : n;
     for (int64_t r = lo + warp; r < hi; r += kWarps) {
       const int64_t row = rows != nullptr ? rows[r] : r;
       const int64_t kp = pos != nullptr ? pos[r] : sp.first_pos + row;

@@ -221,6 +221,13 @@ absl::Status CudaLaunchers::GatherQueries(const dev::GatherQueriesArgs& a,
                "gather_queries");
 }
 
+absl::Status CudaLaunchers::RowListsBatch(const dev::RowListsBatchArgs& a,
+                                          void* stream) const {
+  return Check(cuda::RowListsBatch(P<const dev::threads::RowListItem>(a.items),
+                                   a.n_items, a.max_slots, S(stream)),
+               "row_lists_batch");
+}
+
 absl::Status CudaLaunchers::SelectBlocksBatch(const dev::SelectBatchArgs& a,
                                               void* stream) const {
   return Check(

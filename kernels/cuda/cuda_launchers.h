@@ -52,6 +52,8 @@ class CudaLaunchers final : public device::OpLaunchers {
                                  void* stream) const override;
   absl::Status GatherQueries(const device::GatherQueriesArgs& a,
                              void* stream) const override;
+  absl::Status RowListsBatch(const device::RowListsBatchArgs& a,
+                             void* stream) const override;
   int64_t KMeansScratchBytes(int64_t n, int k, int dim) const override;
   absl::Status KMeans(const device::KMeansArgs& a, void* stream) const override;
 

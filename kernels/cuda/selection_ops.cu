@@ -107,6 +107,23 @@ __global__ void BlockBatchKernel(const th::SelectItem* items) {
   }
 }
 
+__device__ th::RowListView ListView(const th::RowListItem* items, int64_t i) {
+  return th::ViewOf(items[i], DeviceMap{});
+}
+
+__global__ void RowRangesKernel(const th::RowListItem* items) {
+  if (threadIdx.x == 0) th::RowListRanges(ListView(items, blockIdx.x));
+}
+
+// Item blockIdx.y, its plan slots over the x threads.
+__global__ void RowFillKernel(const th::RowListItem* items) {
+  const th::RowListView v = ListView(items, blockIdx.y);
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+       b < v.max_out; b += int64_t{gridDim.x} * blockDim.x) {
+    th::RowListFill(v, b);
+  }
+}
+
 __global__ void GatherKernel(const th::QueryItem* items, float* pool,
                              int64_t pool_elems) {
   const th::QueryItem it = items[blockIdx.x];
@@ -160,6 +177,22 @@ cudaError_t SelectBlocksBatch(const th::SelectItem* items, int32_t n_items,
     BlockBatchKernel<1><<<grid, kThreads, 0, stream>>>(chunk);
     CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     TotalsBatchKernel<<<n, 32, 0, stream>>>(chunk);
+    CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return cudaSuccess;
+}
+
+cudaError_t RowListsBatch(const th::RowListItem* items, int32_t n_items,
+                          int64_t max_slots, cudaStream_t stream) {
+  if (n_items < 0 || max_slots < 0) return cudaErrorInvalidValue;
+  constexpr int32_t kMaxItemsPerLaunch = 65535;  // gridDim.y
+  for (int32_t base = 0; base < n_items; base += kMaxItemsPerLaunch) {
+    const th::RowListItem* chunk = items + base;
+    const int32_t n = std::min(kMaxItemsPerLaunch, n_items - base);
+    RowRangesKernel<<<n, 32, 0, stream>>>(chunk);
+    CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    const dim3 grid(GridFor(max_slots), static_cast<unsigned>(n));
+    RowFillKernel<<<grid, kThreads, 0, stream>>>(chunk);
     CKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return cudaSuccess;

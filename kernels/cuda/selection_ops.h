@@ -46,6 +46,12 @@ cudaError_t SelectBlocksBatch(const device::threads::SelectItem* items,
                               int32_t n_items, int64_t max_n,
                               cudaStream_t stream);
 
+// row_lists over n_items planned queries (max_slots: the most plan slots
+// of one): their ranges, then their rows and positions.
+cudaError_t RowListsBatch(const device::threads::RowListItem* items,
+                          int32_t n_items, int64_t max_slots,
+                          cudaStream_t stream);
+
 // gather_queries: item blockIdx.x, its (KV head, element) pairs on the
 // block's threads (threads::GatherQuery).
 cudaError_t GatherQueries(const device::threads::QueryItem* items,

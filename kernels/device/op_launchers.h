@@ -216,6 +216,9 @@ class OpLaunchers {
                                          void* stream) const = 0;
   virtual absl::Status GatherQueries(const GatherQueriesArgs& a,
                                      void* stream) const = 0;
+  // RowListsBatchOp's kernels.
+  virtual absl::Status RowListsBatch(const RowListsBatchArgs& a,
+                                     void* stream) const = 0;
   // The index builder's k-means (deterministic for given arguments; need
   // not equal the CPU's bits), and the scratch it needs.
   virtual int64_t KMeansScratchBytes(int64_t n, int k, int dim) const = 0;

@@ -10,7 +10,10 @@ namespace ckv::kernels::device {
 // addresses): rows r < count of K and V at k/v + row * head_dim elements of
 // `dtype`, row = rows ? rows[r] (int32) : r; position positions ?
 // positions[r] (int64) : first_pos + row. `bytes`: the size of the K (and
-// of the V) region the span may read. Addresses 0: none.
+// of the V) region the span may read. Addresses 0: none. range_at: the
+// device address of int64 {first, n} written on the device (a planner's
+// row lists); the span's rows are then r in [first, first + n) of the
+// lists (rows and positions hold `count` entries; SpanRange clamps).
 struct AttnSpanDesc {
   uint64_t k = 0, v = 0, rows = 0, positions = 0;
   int64_t bytes = 0;
@@ -18,8 +21,30 @@ struct AttnSpanDesc {
   int64_t count = 0;
   int32_t dtype = 0;  // kernels::DType
   int32_t pad = 0;
+  uint64_t range_at = 0;
 };
-static_assert(sizeof(AttnSpanDesc) == 64);
+static_assert(sizeof(AttnSpanDesc) == 72);
+
+// The list entries [*first, *last) a span attends: [0, count) without
+// range_at, else its {first, n} clamped into [0, count] (`range` is the
+// mapped range_at; null without one).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+    inline void
+    SpanRange(const AttnSpanDesc& d, const int64_t* range, int64_t* first,
+              int64_t* last) {
+  if (range == nullptr) {
+    *first = 0;
+    *last = d.count;
+    return;
+  }
+  const int64_t f =
+      range[0] < 0 ? 0 : (range[0] > d.count ? d.count : range[0]);
+  const int64_t n = range[1] < 0 ? 0 : range[1];
+  *first = f;
+  *last = n > d.count - f ? d.count : f + n;
+}
 
 // One staged row of a scatter: `bytes` bytes at src + from go to `dst`.
 struct ScatterItem {

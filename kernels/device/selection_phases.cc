@@ -38,6 +38,29 @@ threads::SelectItem ItemOf(const SelectArgs& a) {
   return it;
 }
 
+threads::RowListItem RowListItemOf(const SelectArgs& a,
+                                   const RowListTargets& t) {
+  threads::RowListItem it;
+  it.out = a.out.addr;
+  it.totals = a.totals.addr;
+  it.seg_first = a.seg_first.addr;
+  it.member_first = a.member_first.addr;
+  it.members = a.members.addr;
+  it.seg_pos = t.seg_pos.addr;
+  it.seg_sorted = t.seg_sorted.addr;
+  it.rows = t.rows.addr;
+  it.positions = t.positions.addr;
+  it.ranges = t.ranges.addr;
+  it.dest = t.dest.addr;
+  it.n = a.n;
+  it.n_members = a.n_members;
+  it.cap = t.cap;
+  it.max_out = a.max_out;
+  it.n_segs = a.n_segs;
+  it.page_size = a.page_size;
+  return it;
+}
+
 namespace {
 
 // The ranges select_blocks reads and writes for one problem.
@@ -99,6 +122,43 @@ Op SelectBlocksBatchOp(const SelectBatchArgs& a,
       threads::SelectTake(v, b);
     });
     ctx.Phase(a.n_items, [&](int64_t i) { threads::SelectTotals(views[i]); });
+  };
+  return op;
+}
+
+Op RowListsBatchOp(const RowListsBatchArgs& a,
+                   const std::vector<threads::RowListItem>& host_items) {
+  Op op;
+  op.name = "row_lists_batch";
+  op.reads = {Of<threads::RowListItem>(a.items, a.n_items)};
+  auto at = [](uint64_t addr) { return DevPtr{addr}; };
+  for (const threads::RowListItem& it : host_items) {
+    op.reads.push_back(Of<PlannedBlock>(at(it.out), it.max_out));
+    op.reads.push_back(Of<PlanTotals>(at(it.totals), 1));
+    op.reads.push_back(Of<int64_t>(at(it.seg_first), it.n_segs + 1));
+    op.reads.push_back(Of<int64_t>(at(it.member_first), it.n + 1));
+    op.reads.push_back(Of<int32_t>(at(it.members), it.n_members));
+    op.reads.push_back(Of<int64_t>(at(it.seg_pos), it.n_segs));
+    op.reads.push_back(Of<int32_t>(at(it.seg_sorted), it.n_segs));
+    op.writes.push_back(Of<int32_t>(at(it.rows), it.cap));
+    op.writes.push_back(Of<int64_t>(at(it.positions), it.cap));
+    op.writes.push_back(Of<int64_t>(at(it.ranges), 2 * int64_t{it.n_segs}));
+    op.writes.push_back(Of<int64_t>(at(it.dest), it.max_out));
+  }
+  op.body = [a](OpContext& ctx) {
+    const auto* items = ctx.In<threads::RowListItem>(a.items, a.n_items);
+    std::vector<threads::RowListView> views;
+    std::vector<int64_t> first = {0};  // a thread per plan slot: prefix
+    for (int32_t i = 0; i < a.n_items; ++i) {
+      views.push_back(threads::ViewOf(items[i], ContextMap(ctx)));
+      first.push_back(first.back() + items[i].max_out);
+    }
+    ctx.Phase(a.n_items, [&](int64_t i) { threads::RowListRanges(views[i]); });
+    ctx.Phase(first.back(), [&](int64_t t) {
+      const int64_t i =
+          std::upper_bound(first.begin(), first.end(), t) - first.begin() - 1;
+      threads::RowListFill(views[i], t - first[i]);
+    });
   };
   return op;
 }

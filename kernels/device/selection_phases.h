@@ -93,4 +93,29 @@ struct SelectBatchArgs {
 Op SelectBlocksBatchOp(const SelectBatchArgs& a,
                        const std::vector<threads::SelectItem>& host_items);
 
+// The row lists of planned queries (threads::RowListItem, after their
+// select_blocks items; items in device memory, their host copy declares
+// the ranges): a thread per item lays out its ranges, then a thread per
+// (item, plan slot) writes a block's rows and positions. max_slots: the
+// largest max_out of an item (a device's grid).
+// The row-list problem of the plan select problem `a` writes: its plan and
+// block table, and where the lists go (threads::RowListItem's fields).
+struct RowListTargets {
+  DevPtr seg_pos, seg_sorted;  // int64 / int32 [a.n_segs]
+  DevPtr rows, positions;      // int32 / int64 [cap]
+  DevPtr ranges;               // int64 [a.n_segs][2]
+  DevPtr dest;                 // int64 [a.max_out]
+  int64_t cap = 0;
+};
+threads::RowListItem RowListItemOf(const SelectArgs& a,
+                                   const RowListTargets& t);
+
+struct RowListsBatchArgs {
+  DevPtr items;
+  int32_t n_items = 0;
+  int64_t max_slots = 0;
+};
+Op RowListsBatchOp(const RowListsBatchArgs& a,
+                   const std::vector<threads::RowListItem>& host_items);
+
 }  // namespace ckv::kernels::device

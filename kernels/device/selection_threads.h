@@ -345,4 +345,142 @@ CKV_HD SelectView ViewOf(const SelectItem& it, Map&& map) {
   return v;
 }
 
+// ---- Row lists: a plan's rows and positions, built on the device --------
+
+// One planned query's row lists (the planner's row_lists op), after its
+// select_blocks item: the stored rows and the positions of its plan's
+// blocks, grouped by segment in segment order, each segment's blocks in
+// plan order (the host store's GatherRows order); ranges[s] = {first, n},
+// the entries of segment s. A cluster block's members are segment rows;
+// in a segment stored by cluster (seg_sorted 1) the stored row of member
+// m of the pool is m - member_first[seg_first[s]] (cluster 0's first
+// member), else the member itself. Page blocks are read only in segments
+// stored in position order (stored row = segment row); in others, and
+// past `cap` entries, they are left out. Malformed blocks attend nothing.
+struct RowListItem {
+  uint64_t out = 0, totals = 0;  // the plan (PlannedBlock, PlanTotals)
+  uint64_t seg_first = 0, member_first = 0, members = 0;  // block table
+  uint64_t seg_pos = 0;     // int64 [n_segs]: position of segment row 0
+  uint64_t seg_sorted = 0;  // int32 [n_segs]
+  uint64_t rows = 0;        // int32 [cap]
+  uint64_t positions = 0;   // int64 [cap]
+  uint64_t ranges = 0;      // int64 [n_segs][2]
+  uint64_t dest = 0;        // int64 [max_out] scratch: a block's first entry
+  int64_t n = 0;            // blocks of the table
+  int64_t n_members = 0, cap = 0, max_out = 0;
+  int32_t n_segs = 0, page_size = 16;
+};
+static_assert(sizeof(RowListItem) == 128);
+
+struct RowListView {
+  const PlannedBlock* out = nullptr;
+  const PlanTotals* totals = nullptr;
+  const int64_t* seg_first = nullptr;
+  const int64_t* member_first = nullptr;
+  const int32_t* members = nullptr;
+  const int64_t* seg_pos = nullptr;
+  const int32_t* seg_sorted = nullptr;
+  int32_t* rows = nullptr;
+  int64_t* positions = nullptr;
+  int64_t* ranges = nullptr;
+  int64_t* dest = nullptr;
+  int64_t n = 0, n_members = 0, cap = 0, max_out = 0;
+  int32_t n_segs = 0, page_size = 16;
+};
+
+template <class Map>
+CKV_HD RowListView ViewOf(const RowListItem& it, Map&& map) {
+  RowListView v;
+  v.out = static_cast<const PlannedBlock*>(map(
+      it.out, it.max_out * static_cast<int64_t>(sizeof(PlannedBlock)), false));
+  v.totals = static_cast<const PlanTotals*>(
+      map(it.totals, static_cast<int64_t>(sizeof(PlanTotals)), false));
+  v.seg_first = static_cast<const int64_t*>(
+      map(it.seg_first, 8 * (int64_t{it.n_segs} + 1), false));
+  v.member_first =
+      static_cast<const int64_t*>(map(it.member_first, 8 * (it.n + 1), false));
+  v.members =
+      static_cast<const int32_t*>(map(it.members, 4 * it.n_members, false));
+  v.seg_pos = static_cast<const int64_t*>(
+      map(it.seg_pos, 8 * int64_t{it.n_segs}, false));
+  v.seg_sorted = static_cast<const int32_t*>(
+      map(it.seg_sorted, 4 * int64_t{it.n_segs}, false));
+  v.rows = static_cast<int32_t*>(map(it.rows, 4 * it.cap, true));
+  v.positions = static_cast<int64_t*>(map(it.positions, 8 * it.cap, true));
+  v.ranges =
+      static_cast<int64_t*>(map(it.ranges, 16 * int64_t{it.n_segs}, true));
+  v.dest = static_cast<int64_t*>(map(it.dest, 8 * it.max_out, true));
+  v.n = it.n;
+  v.n_members = it.n_members;
+  v.cap = it.cap;
+  v.max_out = it.max_out;
+  v.n_segs = it.n_segs;
+  v.page_size = it.page_size;
+  return v;
+}
+
+// Whether plan block b is one row_lists reads (else it is left out).
+CKV_HD bool ListedBlock(const RowListView& v, const PlannedBlock& o) {
+  if (o.segment < 0 || o.segment >= v.n_segs || o.count <= 0 || o.begin < 0) {
+    return false;
+  }
+  if (o.kind == kPlannedPage) return v.seg_sorted[o.segment] == 0;
+  return o.kind == kPlannedCluster && o.id >= 0 &&
+         o.id < v.seg_first[o.segment + 1] - v.seg_first[o.segment];
+}
+
+// Phase 1 (a thread per item): each segment's range and each block's first
+// entry (segments in order, blocks of a segment in plan order).
+CKV_HD void RowListRanges(const RowListView& v) {
+  const int64_t blocks = v.totals->blocks < 0 ? 0 : v.totals->blocks;
+  for (int32_t s = 0; s < v.n_segs; ++s) v.ranges[2 * s + 1] = 0;
+  for (int64_t b = 0; b < blocks && b < v.max_out; ++b) {
+    if (ListedBlock(v, v.out[b])) {
+      v.ranges[2 * v.out[b].segment + 1] += v.out[b].count;
+    }
+  }
+  int64_t at = 0;
+  for (int32_t s = 0; s < v.n_segs; ++s) {
+    const int64_t n = v.ranges[2 * s + 1];
+    v.ranges[2 * s] = at < v.cap ? at : v.cap;
+    v.ranges[2 * s + 1] = 0;  // the running count of the pass below
+    at += n;
+  }
+  for (int64_t b = 0; b < blocks && b < v.max_out; ++b) {
+    const PlannedBlock& o = v.out[b];
+    if (!ListedBlock(v, o)) {
+      v.dest[b] = -1;
+      continue;
+    }
+    v.dest[b] = v.ranges[2 * o.segment] + v.ranges[2 * o.segment + 1];
+    v.ranges[2 * o.segment + 1] += o.count;
+  }
+  for (int32_t s = 0; s < v.n_segs; ++s) {  // within cap
+    const int64_t room = v.cap - v.ranges[2 * s];
+    if (v.ranges[2 * s + 1] > room) v.ranges[2 * s + 1] = room;
+  }
+}
+
+// Phase 2 (a thread per plan slot b < max_out): block b's entries.
+CKV_HD void RowListFill(const RowListView& v, int64_t b) {
+  const int64_t blocks = v.totals->blocks < 0 ? 0 : v.totals->blocks;
+  if (b >= blocks || v.dest[b] < 0) return;
+  const PlannedBlock& o = v.out[b];
+  const int64_t s = o.segment;
+  const int64_t base = v.member_first[v.seg_first[s]];
+  for (int64_t i = 0; i < o.count && v.dest[b] + i < v.cap; ++i) {
+    int64_t seg_row = 0, stored = 0;
+    if (o.kind == kPlannedCluster) {
+      const int64_t m = v.member_first[v.seg_first[s] + o.id] + o.begin + i;
+      seg_row = m >= 0 && m < v.n_members ? v.members[m] : 0;
+      stored = v.seg_sorted[s] != 0 ? m - base : seg_row;
+    } else {
+      seg_row = int64_t{o.id} * v.page_size + o.begin + i;
+      stored = seg_row;
+    }
+    v.rows[v.dest[b] + i] = static_cast<int32_t>(stored);
+    v.positions[v.dest[b] + i] = v.seg_pos[s] + seg_row;
+  }
+}
+
 }  // namespace ckv::kernels::device::threads

@@ -37,6 +37,7 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
       env_(std::move(env)),
       planner_(env_.planner && env_.planner->Plans(config) ? env_.planner.get()
                                                            : nullptr),
+      listed_(shape.n_layers),
       sinks_(shape.n_layers),
       open_(shape.n_layers),
       sink_rows_(shape.n_layers, 0),
@@ -197,9 +198,12 @@ kernels::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
 // Select's conditions for RecordDecode and for its sparse branch (which
 // PrepareSelect's mirrors), whose plan reads the queries unless the
 // policy plans from positions alone.
+// A layer whose plan and row lists were launched on the device (asked
+// after PrepareSelect) reads no query on the host.
 bool ClusteredKvStore::SelectReadsQueries(int layer, int64_t n_q) const {
   if (n_q != 1) return false;
   if (Records(layer) && layer >= config_.dense_layers) return true;
+  if (listed_layer_ == layer && listed_[layer].lists.valid) return false;
   return IsSparseLayer(layer) && !segments_.empty() && policy_->reads_queries();
 }
 
@@ -208,6 +212,7 @@ bool ClusteredKvStore::SelectReadsQueries(int layer, int64_t n_q) const {
 void ClusteredKvStore::PrepareSelect(int layer, const LayerQuery& query) {
   preplanned_ = false;
   preplanned_layer_ = -1;
+  listed_layer_ = -1;
   if (planner_ == nullptr || query.n_q != 1 || !IsSparseLayer(layer) ||
       segments_.empty()) {
     return;
@@ -215,9 +220,19 @@ void ClusteredKvStore::PrepareSelect(int layer, const LayerQuery& query) {
   WaitForIndex(layer);
   seg_view_.clear();
   for (const auto& s : segments_) seg_view_.push_back(s.get());
+  if (ListsEligible(layer)) {
+    FinishListed(layer);  // a previous step's, if its end never came
+    ListedSelect& ls = listed_[layer];
+    ls.plans.resize(shape_.n_heads);
+    ls.segments = seg_view_;
+    listed_layer_ = layer;
+    planner_->Queue(config_, shape_, ls.segments, layer, query.q,
+                    ls.plans.data(), &ls.planned, &ls.lists);
+    return;
+  }
   preplanned_layer_ = layer;
   planner_->Queue(config_, shape_, seg_view_, layer, query.q, plans_.data(),
-                  &preplanned_);
+                  &preplanned_, nullptr);
 }
 
 void ClusteredKvStore::Select(int layer, const LayerQuery& query,
@@ -229,7 +244,9 @@ void ClusteredKvStore::Select(int layer, const LayerQuery& query,
   if (Records(layer) && query.n_q == 1 && layer >= config_.dense_layers) {
     RecordDecode(layer, query, !sparse);
   }
-  if (sparse) {
+  if (sparse && listed_layer_ == layer && listed_[layer].lists.valid) {
+    SelectListed(layer, out);
+  } else if (sparse) {
     SelectSparse(layer, query, out);
   } else {
     SelectDense(layer, out);

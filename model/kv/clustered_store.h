@@ -94,8 +94,11 @@ class ClusteredKvStore : public KvCache {
   // Sparse decode Selects and recorded decode Selects read the queries.
   bool SelectReadsQueries(int layer, int64_t n_q) const override;
   void Select(int layer, const LayerQuery& query, AttendSet* out) override;
-  // Queues the sparse decode layer's plan with the backend's planner.
+  // Queues the sparse decode layer's plan with the backend's planner (with
+  // its row lists when the planner builds them: ListsEligible).
   void PrepareSelect(int layer, const LayerQuery& query) override;
+  // The listed Selects' statistics and records (clustered_store_listed.cc).
+  void FinishSelect() override;
   void Commit(int64_t n) override;
 
   // A new store sharing this one's segments read-only, with copies of its
@@ -203,6 +206,13 @@ class ClusteredKvStore : public KvCache {
   void AddSelectedSpans(int layer, int g, int src, const BlockCache& cache,
                         std::vector<kernels::KvSpan>* spans);
   void RecordSelected(int layer, int src, int h);
+  // Row lists on the device (clustered_store_listed.cc): whether a sparse
+  // decode Select of `layer` can name them (the planner builds them, the
+  // segments' rows are resident, zero-copy, no recent pages), the Select
+  // over them, and its bookkeeping once the plans are read.
+  bool ListsEligible(int layer) const;
+  void SelectListed(int layer, AttendSet* out);
+  void FinishListed(int layer);
   void RecordDecode(int layer, const LayerQuery& query, bool dense);
   // Over the rows' mirrors (device memory on a device backend) when
   // `mirror`, as a Select hands them to the backend; else host rows.
@@ -227,6 +237,18 @@ class ClusteredKvStore : public KvCache {
   // PrepareSelect queued this layer's plan and RunQueued wrote plans_.
   bool preplanned_ = false;
   int preplanned_layer_ = -1;
+  // A sparse layer's Select over row lists; its plans are read back at the
+  // step's end and its bookkeeping is done by FinishSelect. Per layer.
+  struct ListedSelect {
+    DeviceRowLists lists;
+    std::vector<HeadPlan> plans;
+    bool planned = false;  // plans written
+    bool pending = false;  // Selected, bookkeeping due
+    int64_t step = 0;
+    std::vector<const Segment*> segments;
+  };
+  std::vector<ListedSelect> listed_;
+  int listed_layer_ = -1;  // PrepareSelect queued this layer with lists
   int64_t n_tokens_ = 0;
   // Current call.
   int64_t reserved_ = 0;

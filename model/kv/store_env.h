@@ -18,6 +18,23 @@
 
 namespace ckv {
 
+// Where a device planner writes one queued layer's row lists (the rows
+// each planned query attends, built on the device from its plan, so that
+// the attention needs no host round trip; kernels/device/
+// selection_threads.h RowListItem): per KV head g and planned query j
+// (nq of them: 1 with gqa_selection = per_kv_head, else the group), at
+// index g * nq + j, device addresses of rows (int32 [cap]: stored rows),
+// positions (int64 [cap]) and ranges (int64 [n_segments][2]: segment s's
+// entries {first, n}, segments in the order queued). Filled when the call
+// is launched (valid), before its plans are read; the lists hold until
+// the backend's step ends.
+struct DeviceRowLists {
+  bool valid = false;
+  int nq = 0;
+  int64_t cap = 0;
+  std::vector<uint64_t> rows, positions, ranges;
+};
+
 // Plans every query head of one sparse layer of a decode query in place of
 // the store's SelectionPolicy: a device backend's planner runs the policy's
 // scoring and selection on its device (model/backend/device/
@@ -43,14 +60,20 @@ class LayerPlanner {
   // RunQueued, which writes `plans` and sets *planned (left false when it
   // could not plan: the store plans itself then). Every argument must stay
   // valid and unchanged until RunQueued returns. A planner without batches
-  // queues nothing.
+  // queues nothing. `lists` (optional): the planner may also build the
+  // layer's row lists on its device (*lists, valid once launched); its
+  // backend may then read the plans only at the step's end (every
+  // argument stays valid until then).
   virtual void Queue(const KvStoreConfig& /*config*/, const KvShape& /*shape*/,
                      const std::vector<const Segment*>& /*segments*/,
                      int /*layer*/, const float* /*q*/, HeadPlan* /*plans*/,
-                     bool* /*planned*/) {}
+                     bool* /*planned*/, DeviceRowLists* /*lists*/) {}
   // Plans everything queued since the last call (one batch: one upload and
   // one synchronisation on a device).
   virtual void RunQueued() {}
+  // Whether Queue builds the row lists it is given (a store asks for them
+  // only then).
+  virtual bool BuildsRowLists() const { return false; }
 };
 
 struct StoreEnv {

@@ -68,9 +68,10 @@ TEST(DeviceBackendTest, AppendsOnTheDeviceEqualHostAppends) {
           << what;
       EXPECT_LT(dev.cache_rows.staged_bytes, host.cache_rows.staged_bytes)
           << what;
-      // And a decode step does not wait for the dense layer.
+      // And a decode step does not wait for the dense layer (from the
+      // third on: the first two may grow the staging).
       ASSERT_EQ(dev.step_syncs.size(), host.step_syncs.size()) << what;
-      for (size_t i = 1; i < dev.step_syncs.size(); ++i) {
+      for (size_t i = 2; i < dev.step_syncs.size(); ++i) {
         EXPECT_EQ(dev.step_syncs[i], host.step_syncs[i] - 1) << what << i;
       }
       // Under the cap: only the staging's first growths wait.
@@ -110,6 +111,8 @@ struct Unrecorded {
   std::vector<std::vector<float>> logits;
   std::vector<int64_t> waits;
   absl::Status status;
+  int64_t deferred_calls = 0, list_ops = 0;  // the device planner's
+  AttendCopyStats copies;
 };
 Unrecorded DecodeUnrecorded(const Model& m, std::unique_ptr<Backend> backend,
                             KvPolicy policy) {
@@ -133,33 +136,82 @@ Unrecorded DecodeUnrecorded(const Model& m, std::unique_ptr<Backend> backend,
     if (device) r.waits.push_back(device->stream_syncs() - before);
     r.logits.push_back(logits);
   }
+  if (device != nullptr) {
+    r.deferred_calls = device->planner().deferred_calls();
+    r.list_ops = device->planner().list_ops();
+    r.copies = device->attend_copies();
+  }
   return r;
 }
 
-// A layer waits for the device only when its plan reads the queries:
-// streaming plans from positions alone (no layer waits: a decode step
-// waits for its logits and at its end), clusterkv's sparse layers wait
-// (every layer but the dense one). Logits bit-equal to the CPU backend's.
-TEST(DeviceBackendTest, StreamingDecodeWaitsForNoLayer) {
+// A layer waits for the device only when its selection needs the host:
+// streaming plans from positions alone, and clusterkv's sparse layers
+// attend row lists its planner builds on the device from the plans it
+// makes there (read back only at the step's end): no layer waits, a
+// decode step waits for its logits and at its end. Without the lists
+// (host_row_lists) every sparse layer waits for its plans. Logits
+// bit-equal to the CPU backend's.
+TEST(DeviceBackendTest, DecodeLayersWaitOnlyWithoutRowLists) {
   auto m = LoadArch("llama");
   ASSERT_NE(m, nullptr);
-  for (const KvPolicy policy : {KvPolicy::kStreaming, KvPolicy::kClusterKv}) {
-    const bool streaming = policy == KvPolicy::kStreaming;
-    const Unrecorded cpu = DecodeUnrecorded(*m, Cpu(), policy);
+  struct Case {
+    const char* name;
+    KvPolicy policy;
+    bool host_row_lists;
+  };
+  for (const Case& k :
+       {Case{"streaming", KvPolicy::kStreaming, false},
+        Case{"clusterkv", KvPolicy::kClusterKv, false},
+        Case{"clusterkv, host row lists", KvPolicy::kClusterKv, true}}) {
+    const Unrecorded cpu = DecodeUnrecorded(*m, Cpu(), k.policy);
     FakeRuntime rt(Fake(Schedule::kThreaded, 3));
-    const Unrecorded dev = DecodeUnrecorded(*m, Device(rt), policy);
+    DeviceBackendDebug debug;
+    debug.host_row_lists = k.host_row_lists;
+    const Unrecorded dev = DecodeUnrecorded(*m, Device(rt, debug), k.policy);
     ASSERT_TRUE(cpu.status.ok()) << cpu.status;
     ASSERT_TRUE(dev.status.ok()) << dev.status;
     EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
-    EXPECT_EQ(dev.logits, cpu.logits)
-        << (streaming ? "streaming" : "clusterkv");
+    EXPECT_EQ(dev.logits, cpu.logits) << k.name;
+    const bool layer_waits = k.host_row_lists;
     const int64_t layers =
-        streaming ? 0 : m->config.n_layers - SparseConfig().dense_layers;
+        layer_waits ? m->config.n_layers - SparseConfig().dense_layers : 0;
     ASSERT_EQ(dev.waits.size(), 12u);
     for (size_t i = 1; i < dev.waits.size(); ++i) {  // the first may grow
-      EXPECT_EQ(dev.waits[i], layers + 2)
-          << (streaming ? "streaming" : "clusterkv") << " step " << i;
+      EXPECT_EQ(dev.waits[i], layers + 2) << k.name << " step " << i;
     }
+    const bool listed = k.policy == KvPolicy::kClusterKv && !k.host_row_lists;
+    // Every sparse layer of every decode step after the first segment
+    // closed: its plan deferred, one row_lists op, its spans listed.
+    EXPECT_EQ(dev.deferred_calls > 0, listed) << k.name;
+    EXPECT_EQ(dev.list_ops, dev.deferred_calls) << k.name;
+    EXPECT_EQ(dev.copies.listed_spans > 0, listed) << k.name;
+    std::printf(
+        "%s: decode step waits %lld, deferred plans %lld, row_lists "
+        "ops %lld, listed spans %lld\n",
+        k.name, static_cast<long long>(dev.waits.back()),
+        static_cast<long long>(dev.deferred_calls),
+        static_cast<long long>(dev.list_ops),
+        static_cast<long long>(dev.copies.listed_spans));
+  }
+}
+
+// The attention over row lists launched without waiting for the planner's
+// lists_ready event: the ordering checker reports the race with the
+// row_lists op that writes them (inline and threaded schedules).
+TEST(DeviceBackendTest, PlantedMissingListsWaitIsCaught) {
+  auto m = LoadArch("llama");
+  ASSERT_NE(m, nullptr);
+  DeviceBackendDebug planted;
+  planted.skip_lists_wait = true;
+  for (Schedule s : {Schedule::kInline, Schedule::kThreaded}) {
+    FakeRuntime rt(Fake(s, 6));
+    const Unrecorded bad =
+        DecodeUnrecorded(*m, Device(rt, planted), KvPolicy::kClusterKv);
+    EXPECT_GT(bad.list_ops, 0) << ScheduleName(s);
+    const absl::Status order = rt.OrderingStatus();
+    EXPECT_FALSE(order.ok()) << ScheduleName(s);
+    EXPECT_NE(order.message().find("row_lists_batch"), absl::string_view::npos)
+        << order;
   }
 }
 

@@ -22,6 +22,7 @@
 #include "model/kv/kv_config.h"
 #include "model/kv/policies/registry.h"
 #include "model/kv/segment.h"
+#include "model/kv/selection.h"
 #include "tests/device/test_util.h"
 
 #ifdef CLUSTERKV_HAVE_CUDA
@@ -157,7 +158,8 @@ void ScoreBatched(Runtime& rt, Stream st, const Problem& p, DevPtr dq, int n_q,
 // On a runtime with launchers (CUDA) the ops run their device kernels.
 std::vector<DevicePlan> PlanOn(Runtime& rt, const Problem& p,
                                const std::vector<std::vector<float>>& queries,
-                               const KvStoreConfig& c, bool batched) {
+                               const KvStoreConfig& c, bool batched,
+                               std::vector<SelectArgs>* args_out = nullptr) {
   const OpLaunchers* k = rt.launchers();
   const Stream st = ValueOrDie(rt.CreateStream());
   const int n_q = static_cast<int>(queries.size());
@@ -235,6 +237,7 @@ std::vector<DevicePlan> PlanOn(Runtime& rt, const Problem& p,
     plans[j].blocks = Download<PlannedBlock>(
         rt, st, args[j].out, std::max<int64_t>(0, plans[j].totals.blocks));
   }
+  if (args_out != nullptr) *args_out = args;
   return plans;
 }
 
@@ -530,6 +533,156 @@ TEST(SelectBlocksTest, PlannerWithHostQueriesEqualsClusterKvPlans) {
   }
 }
 
+// What row_lists writes for one planned query: the entries, and per
+// segment {first, n}.
+struct Lists {
+  std::vector<int32_t> rows;
+  std::vector<int64_t> positions, ranges;
+};
+
+// The row lists of the plans `args` (PlanOn's, already run) with `cap`
+// entries each: one RowListsBatchOp over every query, read back.
+std::vector<Lists> ListsOn(Runtime& rt, const Problem& p,
+                           const std::vector<SelectArgs>& args, int64_t cap) {
+  const OpLaunchers* k = rt.launchers();
+  const Stream st = ValueOrDie(rt.CreateStream());
+  std::vector<int64_t> seg_pos;
+  std::vector<int32_t> sorted;
+  for (const Segment* s : p.segs) {
+    seg_pos.push_back(s->first_pos());
+    sorted.push_back(s->layer(0).heads[0].rows_by_cluster() ? 1 : 0);
+  }
+  const DevPtr pos = Upload(rt, st, seg_pos), srt = Upload(rt, st, sorted);
+  std::vector<threads::RowListItem> items;
+  for (const SelectArgs& a : args) {
+    RowListTargets t;
+    t.seg_pos = pos;
+    t.seg_sorted = srt;
+    t.rows = ValueOrDie(rt.Malloc(4 * cap));
+    t.positions = ValueOrDie(rt.Malloc(8 * cap));
+    t.ranges = ValueOrDie(rt.Malloc(16 * int64_t{a.n_segs}));
+    t.dest = ValueOrDie(rt.Malloc(8 * a.max_out));
+    t.cap = cap;
+    items.push_back(RowListItemOf(a, t));
+  }
+  RowListsBatchArgs b;
+  b.items = Upload(rt, st, items);
+  b.n_items = static_cast<int32_t>(items.size());
+  for (const auto& it : items) b.max_slots = std::max(b.max_slots, it.max_out);
+  Op op = RowListsBatchOp(b, items);
+  if (k != nullptr) {
+    op.device_launch = [k, b](void* x) { return k->RowListsBatch(b, x); };
+  }
+  EXPECT_TRUE(rt.Launch(std::move(op), st).ok());
+  std::vector<Lists> out;
+  for (const auto& it : items) {
+    Lists l;
+    l.ranges = Download<int64_t>(rt, st, DevPtr{it.ranges}, 2 * it.n_segs);
+    int64_t used = 0;
+    for (int s = 0; s < it.n_segs; ++s) {
+      used = std::max(used, l.ranges[2 * s] + l.ranges[2 * s + 1]);
+    }
+    l.rows = Download<int32_t>(rt, st, DevPtr{it.rows}, used);
+    l.positions = Download<int64_t>(rt, st, DevPtr{it.positions}, used);
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+// The host store's rows of `plan` (GatherRows: per segment in segment
+// order, its blocks in plan order, AppendBlockRows) and their positions,
+// truncated to `cap` entries.
+Lists ExpectedLists(const Problem& p, const DevicePlan& plan, int page_size,
+                    int64_t cap) {
+  std::vector<std::vector<int32_t>> per(p.segs.size());
+  for (const PlannedBlock& b : plan.blocks) {
+    AppendBlockRows(
+        *p.segs[b.segment], 0, 0,
+        b.kind == kPlannedCluster ? BlockKind::kCluster : BlockKind::kPage,
+        b.id, b.begin, b.count, page_size, &per[b.segment]);
+  }
+  Lists l;
+  for (size_t s = 0; s < per.size(); ++s) {
+    const int64_t first = std::min<int64_t>(l.rows.size(), cap);
+    const int64_t n =
+        std::min<int64_t>(static_cast<int64_t>(per[s].size()), cap - first);
+    l.ranges.push_back(first);
+    l.ranges.push_back(n);
+    for (int64_t i = 0; i < n; ++i) {
+      l.rows.push_back(per[s][i]);
+      l.positions.push_back(p.segs[s]->first_pos() +
+                            p.segs[s]->SegmentRow(0, 0, per[s][i]));
+    }
+  }
+  return l;
+}
+
+// Row lists built on the device from device plans equal the host store's
+// rows of the same plans: segments in position order (stored rows =
+// members; recent pages too) and sorted by cluster (stored rows contiguous
+// per cluster, positions through the members), clusterkv's plans with
+// ties, NaN and inf, capacity the planner's (min(budget, rows)) and a cut
+// one (3 entries); two schedules.
+void ExpectListsOfPlans(Runtime* on, bool check_ordering) {
+  std::mt19937 rng(91);
+  int cases = 0, sorted_cases = 0;
+  for (int n_segs : {1, 3}) {
+    for (int budget : {1, 7, 64, 1000}) {
+      for (int recent : {0, 5}) {
+        for (bool sort : {false, true}) {
+          if (sort && recent > 0) continue;  // pages: position order only
+          SCOPED_TRACE(testing::Message()
+                       << "segs " << n_segs << " budget " << budget
+                       << " recent " << recent << " sorted " << sort);
+          Problem p = MakeProblem(rng, n_segs, 4, 16);
+          if (sort) {
+            for (auto& s : p.owned) SortRowsByCluster(*s, 0);
+            ++sorted_cases;
+          }
+          KvStoreConfig c;
+          c.policy = KvPolicy::kClusterKv;
+          c.budget = budget;
+          c.recent_tokens = recent;
+          c.quest_page_size = 5;
+          int64_t rows = 0;
+          for (const Segment* s : p.segs) rows += s->size();
+          for (int64_t cap : {std::min<int64_t>(budget, rows), int64_t{3}}) {
+            ++cases;
+            std::unique_ptr<FakeRuntime> fake;
+            Runtime* rt = on;
+            if (rt == nullptr) {
+              fake = std::make_unique<FakeRuntime>(
+                  TestConfig(cases % 2 ? Schedule::kThreaded : Schedule::kLazy,
+                             cases, 32, 20));
+              rt = fake.get();
+            }
+            std::vector<SelectArgs> args;
+            const auto plans = PlanOn(*rt, p, p.queries, c, true, &args);
+            const auto lists = ListsOn(*rt, p, args, cap);
+            for (size_t j = 0; j < plans.size(); ++j) {
+              const Lists want =
+                  ExpectedLists(p, plans[j], c.quest_page_size, cap);
+              EXPECT_EQ(lists[j].ranges, want.ranges) << "query " << j;
+              EXPECT_EQ(lists[j].rows, want.rows) << "query " << j;
+              EXPECT_EQ(lists[j].positions, want.positions) << "query " << j;
+            }
+            if (check_ordering) {
+              EXPECT_TRUE(fake->OrderingStatus().ok())
+                  << fake->OrderingStatus();
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(sorted_cases, 4);
+  EXPECT_GT(cases, 40);
+}
+
+TEST(RowListsTest, EqualTheHostRowsOfThePlans) {
+  ExpectListsOfPlans(nullptr, true);
+}
+
 // The same on CUDA: score_clusters and select_blocks run their kernels
 // (kernels/cuda/selection_ops.cu, the same thread bodies), every other case
 // as the batch kernels.
@@ -542,6 +695,7 @@ TEST(SelectBlocksTest, CudaEqualsClusterKvPlans) {
             const KvStoreConfig& c,
             int cases) { return PlanOn(**rt, p, queries, c, cases % 2 == 1); });
   ExpectEveryItemPlanned(**rt, 70000);
+  ExpectListsOfPlans(rt->get(), false);
 #else
   GTEST_SKIP() << "this build has no CUDA backend";
 #endif

@@ -229,6 +229,17 @@ void DeviceBackend::FillPending() {
   append_stage_used_ = 0;
 }
 
-void DeviceBackend::FinishAppends() { FillPending(); }
+// The appended rows' host copies, then the plans made on the device and
+// read only now (deferred calls) for the caches' bookkeeping.
+void DeviceBackend::FinishAppends() {
+  FillPending();
+  planner_->ReadDeferred();
+  Ok(planner_->status());
+  std::sort(step_caches_.begin(), step_caches_.end());
+  step_caches_.erase(std::unique(step_caches_.begin(), step_caches_.end()),
+                     step_caches_.end());
+  for (KvCache* c : step_caches_) c->FinishSelect();
+  step_caches_.clear();
+}
 
 }  // namespace ckv

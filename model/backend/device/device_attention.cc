@@ -27,13 +27,15 @@ using Clock = std::chrono::steady_clock;
 
 // A span's identity for deduplication: every field the attention kernel
 // compares (two heads attend together when their lists are field-equal).
-using SpanKey = std::tuple<const void*, const void*, int, int64_t, int64_t,
-                           int64_t, const void*, const void*, const void*>;
+using SpanKey =
+    std::tuple<const void*, const void*, int, int64_t, int64_t, int64_t,
+               const void*, const void*, const void*, const void*>;
 
 SpanKey KeyOf(const kernels::KvSpan& s) {
-  return {s.k,         s.v,     static_cast<int>(s.dtype),
-          s.stride,    s.count, s.first_pos,
-          s.positions, s.rows,  s.row_positions};
+  return {s.k,           s.v,     static_cast<int>(s.dtype),
+          s.stride,      s.count, s.first_pos,
+          s.positions,   s.rows,  s.row_positions,
+          s.device_range};
 }
 
 bool PlainRun(const kernels::KvSpan& s) {
@@ -58,11 +60,19 @@ void AttendFromTables(const dev::AttentionArgs& a, dev::OpContext& c) {
     s.v = c.In<char>(dev::DevPtr{d.v}, d.bytes);
     s.dtype = static_cast<kernels::DType>(d.dtype);
     s.stride = a.head_dim;
-    s.count = d.count;
     s.first_pos = d.first_pos;
-    if (d.rows != 0) s.rows = c.In<int32_t>(dev::DevPtr{d.rows}, d.count);
+    // A span over row lists written on the device reads its entries there.
+    int64_t first = 0, last = 0;
+    dev::SpanRange(
+        d,
+        d.range_at != 0 ? c.In<int64_t>(dev::DevPtr{d.range_at}, 2) : nullptr,
+        &first, &last);
+    s.count = last - first;
+    if (d.rows != 0) {
+      s.rows = c.In<int32_t>(dev::DevPtr{d.rows}, d.count) + first;
+    }
     if (d.positions != 0) {
-      s.positions = c.In<int64_t>(dev::DevPtr{d.positions}, d.count);
+      s.positions = c.In<int64_t>(dev::DevPtr{d.positions}, d.count) + first;
     }
   }
   const int64_t row_elems = int64_t{a.n_heads} * a.head_dim;
@@ -122,13 +132,22 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
   // only when a part's selection reads it (a sparse decode layer, or one
   // being recorded): else the layer does not wait for the device.
   const bool all_placed = AppendOnDevice(layer, spec.head_dim, parts, k, v);
+  for (const AttentionPart& p : parts) step_caches_.push_back(p.cache);
+  // The plans are launched first: a part whose plan got row lists on the
+  // device reads no queries on the host (asked after the launch).
+  if (!LaunchSelects(layer, parts, q, k, !all_placed)) {
+    planner_->FinishQueued();
+    AppendLost(layer, parts, kv_dim);
+    return;
+  }
   bool host_q = !all_placed;
   for (const AttentionPart& p : parts) {
     host_q = host_q || p.cache->SelectReadsQueries(layer, p.n);
   }
   const float *hq = nullptr, *hk = nullptr, *hv = nullptr;
-  if (host_q &&
-      !FetchQueries(layer, parts, q, k, v, !all_placed, &hq, &hk, &hv)) {
+  if (!host_q) {
+    planner_->DeferQueued();  // the plans are read at the step's end
+  } else if (!FetchQueries(q, k, v, !all_placed, &hq, &hk, &hv)) {
     AppendLost(layer, parts, kv_dim);
     return;
   }
@@ -171,28 +190,42 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
   if (profile) profile->attention_ns += NanosSince(t0);
 }
 
-// q (and k, v when with_kv) to the host, with every part's sparse decode
-// plan in one planner batch launched meanwhile: it gathers the queries
-// from the q rows on the device once queries_ready fires (the host rows
-// are where their copy lands: SetQueryRows), so its work runs while q/k/v
-// come back; then one wait for each.
-bool DeviceBackend::FetchQueries(int layer,
-                                 absl::Span<const AttentionPart> parts,
-                                 Activation q, Activation k, Activation v,
-                                 bool with_kv, const float** hq,
-                                 const float** hk, const float** hv) {
-  if (!EnqueueQkv(q, k, v, with_kv, hq, hk, hv) ||
+// Every part's sparse decode plan in one planner batch: it gathers the
+// queries from the q rows on the device once queries_ready fires (the
+// host rows named are where a copy of q would land: SetQueryRows), and
+// with row lists the attention waits for them on the device.
+bool DeviceBackend::LaunchSelects(int layer,
+                                  absl::Span<const AttentionPart> parts,
+                                  Activation q, Activation k, bool with_kv) {
+  const int64_t qb = Rows(q).bytes, kb = with_kv ? Rows(k).bytes : 0;
+  if (!GrowStaging(qkv_stage_, qb + 2 * kb) ||
       !Ok(rt_->Record(queries_ready_, stream_))) {
     return false;
   }
+  const auto* hq = reinterpret_cast<const float*>(qkv_stage_.host);
   const int64_t q_dim = Width(q);
-  planner_->SetQueryRows(*hq, Ptr(q).addr, Rows(q).bytes);
+  planner_->SetQueryRows(hq, Ptr(q).addr, qb);
   for (const AttentionPart& p : parts) {
     p.cache->PrepareSelect(
-        layer, {*hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
+        layer, {hq + p.row * q_dim, &pos_[p.row], static_cast<int>(p.n)});
   }
   planner_->LaunchQueued(queries_ready_);
   planner_->ClearQueryRows();
+  if (planner_->lists_launched() && !debug_.skip_lists_wait) {
+    return Ok(rt_->Wait(stream_, planner_->lists_ready()));
+  }
+  return ok();
+}
+
+// q (and k, v when with_kv) to the host while the launched plans run; then
+// one wait for each.
+bool DeviceBackend::FetchQueries(Activation q, Activation k, Activation v,
+                                 bool with_kv, const float** hq,
+                                 const float** hk, const float** hv) {
+  if (!EnqueueQkv(q, k, v, with_kv, hq, hk, hv)) {
+    planner_->FinishQueued();
+    return false;
+  }
   const bool fetched = AwaitQkv();
   planner_->FinishQueued();
   // The wait in AwaitQkv finished every earlier copy out of the KV
@@ -268,6 +301,11 @@ void DeviceBackend::PlanSpans(const AttendSet& attend, int n_heads,
     SpanMeta& m = plan.spans[i];
     const kernels::KvSpan& s = *plan.sources[i];
     m.cached = IsCached(s, head_dim, &m);
+    if (m.cached && s.device_range != nullptr) {  // a planner's row lists
+      m.list_rows = reinterpret_cast<uintptr_t>(s.rows);
+      m.list_positions = reinterpret_cast<uintptr_t>(s.positions);
+      m.list_range = reinterpret_cast<uintptr_t>(s.device_range);
+    }
     m.direct = !m.cached && IsDirect(s, head_dim, &m);
     const int64_t run_max = debug_.run_copy_max_bytes < 0
                                 ? kRunCopyMaxBytes
@@ -335,13 +373,15 @@ int64_t DeviceBackend::PlaceLists(KvPlan& plan, int64_t off) {
     SpanMeta& m = plan.spans[i];
     const kernels::KvSpan& s = *plan.sources[i];
     m.pos_off = m.rows_off = -1;
-    if (PlainRun(s)) continue;
+    if (PlainRun(s) || m.list_range != 0) continue;
     m.pos_off = off;
     off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int64_t)));
   }
   for (size_t i = 0; i < plan.spans.size(); ++i) {
     SpanMeta& m = plan.spans[i];
-    if (!m.cached || plan.sources[i]->rows == nullptr) continue;
+    if (!m.cached || plan.sources[i]->rows == nullptr || m.list_range != 0) {
+      continue;
+    }
     m.rows_off = off;
     off = AlignUp(off + m.count * static_cast<int64_t>(sizeof(int32_t)));
   }
@@ -367,6 +407,13 @@ void DeviceBackend::AddCachedReads(const KvPlan& plan,
     if (!m.cached) continue;
     reads->push_back(m.cache_k);
     reads->push_back(m.cache_v);
+    if (m.list_range != 0) {  // the lists, written on the device
+      reads->push_back({DevPtr{m.list_rows}, m.count * 4});
+      reads->push_back({DevPtr{m.list_positions}, m.count * 8});
+      reads->push_back({DevPtr{m.list_range}, 16});
+      ++copies_.listed_spans;
+      continue;
+    }
     copies_.cached_rows += m.count;
   }
 }
@@ -660,8 +707,9 @@ char* DeviceBackend::ReserveStaging(int64_t bytes) {
     // Earlier parts' copies must finish before the staging is rewritten
     // (streamed parts' copies too: the compute stream waited for each).
     // Layers that do not wait for the device use it one after another:
-    // room for all of them next time.
-    if (!Sync() || !GrowStaging(kv_stage_, kv_stage_used_ + bytes)) {
+    // room for all of them next time, twice over (a step's use grows as
+    // its segments do, and each growth is a wait).
+    if (!Sync() || !GrowStaging(kv_stage_, 2 * (kv_stage_used_ + bytes))) {
       return nullptr;
     }
     kv_stage_used_ = 0;
@@ -699,6 +747,11 @@ dev::AttnSpanDesc DeviceBackend::SpanDesc(const SpanMeta& m, DevPtr kv,
   }
   if (m.rows_off >= 0) d.rows = (kv + m.rows_off).addr;
   if (m.pos_off >= 0) d.positions = (kv + m.pos_off).addr;
+  if (m.list_range != 0) {
+    d.rows = m.list_rows;
+    d.positions = m.list_positions;
+    d.range_at = m.list_range;
+  }
   d.first_pos = m.first_pos;
   d.count = m.count;
   d.dtype = static_cast<int32_t>(m.dtype);

@@ -61,6 +61,7 @@ void DeviceBackend::Init(ResidencyOptions residency) {
       debug_.table_bytes > 0 ? debug_.table_bytes
                              : info_.device_memory_bytes / 4,
       debug_.planner);
+  planner_->EnableRowLists(!debug_.host_row_lists);
   index_builder_ = std::make_shared<DeviceIndexBuilder>(*rt_, owned_, arena_,
                                                         debug_.index_builder);
   auto st = rt_->CreateStream(dev::kHighestPriority);
@@ -274,7 +275,9 @@ void DeviceBackend::EndStep() {
     step_stage_used_ = 0;
     kv_stage_used_ = 0;
   }
-  FillPending();  // FinishAppends was not called (tests driving one op)
+  FinishAppends();  // not called (tests driving one op)
+  // Nothing reads the step's row lists any more.
+  planner_->EndStep();
   streamed_bytes_.store(copies_.streamed_bytes, std::memory_order_relaxed);
 }
 

@@ -105,6 +105,12 @@ struct DeviceBackendDebug {
   // One attention op per part (each its own batch), as before batching:
   // the comparison for the batched op's launch count.
   bool one_op_per_part = false;
+  // The planner builds no row lists: sparse decode layers wait for their
+  // plans and the host builds the rows they attend (as before the lists).
+  bool host_row_lists = false;
+  // The attention over row lists does not wait for the planner's
+  // lists_ready event (the ordering checker reports the race).
+  bool skip_lists_wait = false;
 };
 
 // The Transformer's regions (Backend::BeginRegion) on the device, counted
@@ -124,8 +130,10 @@ struct AttendCopyStats {
   int64_t run_bytes = 0;
   int64_t run_ops = 0;
   // Rows read from store rows in device memory (block caches, sink and
-  // tail mirrors): no copy at attention time.
+  // tail mirrors): no copy at attention time. Not counted there: spans
+  // over a planner's row lists (their rows are known on the device only).
   int64_t cached_rows = 0;
+  int64_t listed_spans = 0;
   // Streamed parts: their K/V rows copied through the landing buffers
   // (not in staged_bytes or direct_bytes), chunks attended, and the
   // largest chunk (bytes of one landing buffer in use).
@@ -287,6 +295,9 @@ class DeviceBackend final : public Backend {
     bool cached = false;
     Range cache_k = {}, cache_v = {};
     int64_t rows_off = -1;
+    // A span over a planner's row lists (KvSpan::device_range): the
+    // lists' device addresses (count entries) and their {first, n}.
+    uint64_t list_rows = 0, list_positions = 0, list_range = 0;
   };
   // The rebased layout of one part's AttendSet. Offsets are the part's own
   // (staged section [0, staged_bytes), then the direct spans' K and V up to
@@ -372,11 +383,16 @@ class DeviceBackend final : public Backend {
   // op per run of consecutive unstreamed parts (a batch).
   // q/k/v rows to pinned host memory: the copies enqueued (EnqueueQkv;
   // *hq.. where they land), then waited for (AwaitQkv).
-  // q (k and v too when with_kv) to the host, every part's sparse decode
-  // plan queued and launched meanwhile, both waited for; false after an
-  // error.
-  bool FetchQueries(int layer, absl::Span<const AttentionPart> parts,
-                    Activation q, Activation k, Activation v, bool with_kv,
+  // Every part's sparse decode plan (and row lists) queued and launched on
+  // the planner's stream, reading the queries on the device; the
+  // attention's stream waits for the lists. The host q rows, if fetched,
+  // land at qkv_stage_ (q, then k and v when with_kv: room for them made
+  // here). False after an error.
+  bool LaunchSelects(int layer, absl::Span<const AttentionPart> parts,
+                     Activation q, Activation k, bool with_kv);
+  // q (k and v too when with_kv) to the host and the launched plans read
+  // back, both waited for; false after an error.
+  bool FetchQueries(Activation q, Activation k, Activation v, bool with_kv,
                     const float** hq, const float** hk, const float** hv);
   // with_kv false: q only (*hk, *hv null).
   bool EnqueueQkv(Activation q, Activation k, Activation v, bool with_kv,
@@ -571,6 +587,8 @@ class DeviceBackend final : public Backend {
   int64_t append_sync_mark_ = -1;
   std::vector<char> placed_parts_;
   std::vector<const KvCache*> part_caches_;  // AppendOnDevice scratch
+  // The step's caches (KvCache::FinishSelect at FinishAppends).
+  std::vector<KvCache*> step_caches_;
   std::vector<AppendTarget> targets_;
   std::vector<kernels::device::AppendItem> append_items_;
   std::vector<kernels::DType> item_types_;  // of append_items_

@@ -7,78 +7,11 @@
 #include "kernels/device/op_launchers.h"
 #include "kernels/device/phases.h"
 #include "kernels/device/selection_phases.h"
+#include "model/backend/device/device_planner_layout.h"
 
 namespace ckv {
 
 namespace dev = kernels::device;
-
-namespace {
-
-constexpr int64_t kAlign = 64;
-
-int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// Bytes of `n` elements of T, aligned.
-template <class T>
-int64_t Section(int64_t n) {
-  return AlignUp(n * static_cast<int64_t>(sizeof(T)));
-}
-
-}  // namespace
-
-// Where everything of one request lies: the upload (queries, then per KV
-// head the block table: segment starts and sizes, each block's first and
-// last member in the table pool), the device work buffer (scores and a
-// select_blocks scratch per planned query) and the results the host reads
-// back (per planned query its PlanTotals followed by its blocks, in the
-// call's results region).
-struct DevicePlanner::Layout {
-  struct Head {
-    int64_t total = 0;  // clusters over all segments
-    int64_t seg_first = 0, seg_size = 0, member_first = 0,
-            member_last = 0;  // in_dev offsets
-    int64_t scores = 0;       // work offset: float [nq][total]
-    int64_t scratch = 0;      // work offset of query 0's scratch
-    int64_t scratch_stride = 0;
-    int64_t max_out = 0;
-    int64_t results = 0;  // results offset of query 0's result
-    int64_t stride = 0;   // bytes per query's result
-  };
-  int n_kv = 0, group = 0, nq = 0, hd = 0, n_segs = 0;
-  bool shared = false;
-  int64_t q = 0;  // in_dev offset: float [n_kv][nq][hd]
-  std::vector<Head> heads;
-  int64_t in_bytes = 0, work_bytes = 0, out_bytes = 0;
-  // Where this request's sections start in the call's buffers (the
-  // offsets above are from these; out_off into the results region).
-  int64_t in_off = 0, work_off = 0, out_off = 0;
-  std::vector<const SegmentTables::Entry*> entries;  // per segment
-};
-
-// The call's batch tables (after every request's upload): the score items
-// with their thread prefix and the select items; and the results region
-// in the work buffer (every request's results, one D2H).
-struct DevicePlanner::Batch {
-  std::vector<dev::ScoreItem> score_items;
-  std::vector<int64_t> thread_base = {0};
-  std::vector<dev::threads::SelectItem> select_items;
-  std::vector<dev::QueryItem> query_items;  // queries read on the device
-  int dim = 0;  // every request's head_dim
-  int64_t max_n = 0;
-  int64_t score_items_off = 0, thread_base_off = 0, select_items_off = 0,
-          query_items_off = 0;
-  int64_t results = 0;  // work offset
-};
-
-// A launched call: its requests and layouts until FinishCall reads the
-// plans (out: the results' bytes).
-struct DevicePlanner::Call {
-  std::vector<Request> requests;
-  std::vector<Layout> layouts;
-  std::vector<bool> planned;
-  int64_t out = 0;
-  bool launched = false;
-};
 
 DevicePlanner::DevicePlanner(dev::Runtime& runtime,
                              std::shared_ptr<void> keep_alive,
@@ -89,15 +22,40 @@ DevicePlanner::DevicePlanner(dev::Runtime& runtime,
       call_(std::make_unique<Call>()) {
   auto st = rt_.CreateStream(dev::kHighestPriority);
   if (Ok(st.status())) stream_ = *st;
+  auto ev = rt_.CreateEvent();
+  if (Ok(ev.status())) lists_ready_ = *ev;
   tables_ = std::make_unique<SegmentTables>(rt_, stream_, table_bytes);
 }
 
 DevicePlanner::~DevicePlanner() {
   tables_.reset();
-  Release(rt_, &in_host_);
-  Release(rt_, &out_host_);
-  Release(rt_, &in_dev_);
-  Release(rt_, &work_dev_);
+  host_chunks_.ReleaseAll(rt_);
+  device_chunks_.ReleaseAll(rt_);
+}
+
+void DevicePlanner::EnableRowLists(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  row_lists_ = on;
+}
+
+bool DevicePlanner::BuildsRowLists() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return row_lists_;
+}
+
+bool DevicePlanner::lists_launched() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return call_->launched && call_->lists;
+}
+
+int64_t DevicePlanner::deferred_calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return deferred_calls_;
+}
+
+int64_t DevicePlanner::list_ops() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return list_ops_;
 }
 
 bool DevicePlanner::Plans(const KvStoreConfig& config) const {
@@ -149,9 +107,9 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
                               int layer, const float* q, HeadPlan* plans) {
   std::lock_guard<std::mutex> lock(mu_);
   bool planned = false;
-  LaunchCall(
-      {Request{&config, &shape, &segments, layer, q, 0, plans, &planned}},
-      nullptr);
+  LaunchCall({Request{&config, &shape, &segments, layer, q, 0, plans, &planned,
+                      nullptr}},
+             nullptr);
   FinishCall();
   return planned;
 }
@@ -159,9 +117,11 @@ bool DevicePlanner::PlanLayer(const KvStoreConfig& config, const KvShape& shape,
 void DevicePlanner::Queue(const KvStoreConfig& config, const KvShape& shape,
                           const std::vector<const Segment*>& segments,
                           int layer, const float* q, HeadPlan* plans,
-                          bool* planned) {
+                          bool* planned, DeviceRowLists* lists) {
   std::lock_guard<std::mutex> lock(mu_);
   *planned = false;
+  if (lists != nullptr) lists->valid = false;
+  if (!row_lists_) lists = nullptr;
   // A query in the backend's q rows: read where they are on the device.
   const char* at = reinterpret_cast<const char*>(q);
   uint64_t device_q = 0;
@@ -170,7 +130,7 @@ void DevicePlanner::Queue(const KvStoreConfig& config, const KvShape& shape,
     device_q = query_device_ + static_cast<uint64_t>(at - query_host_);
   }
   queued_.push_back(
-      {&config, &shape, &segments, layer, q, device_q, plans, planned});
+      {&config, &shape, &segments, layer, q, device_q, plans, planned, lists});
 }
 
 void DevicePlanner::SetQueryRows(const float* host, uint64_t device,
@@ -222,34 +182,36 @@ void DevicePlanner::LaunchCall(std::vector<Request> requests,
   if (!Ok(tables_->status()) || in == 0) return;
   Batch batch;
   LayOutBatch(c.requests, c.layouts, &c.planned, &in, &work, out, &batch);
-  if (!Reserve(in, work, out) || !Ok(rt_.HostWrite(in_host_.host, in))) {
+  if (!Reserve(in, work, out) || !Ok(rt_.HostWrite(c.in_host, in))) {
     return;
   }
   for (size_t i = 0; i < n; ++i) {
     if (c.planned[i]) Fill(c.layouts[i], c.requests[i]);
   }
   FillBatch(c.requests, c.layouts, c.planned, &batch);
-  if (!Ok(rt_.CopyH2D(in_dev_.ptr, in_host_.host, in, stream_)) ||
+  if (!Ok(rt_.CopyH2D(c.in_dev, c.in_host, in, stream_)) ||
       !LaunchBatch(batch, in, work, out, queries_ready)) {
     return;
   }
   c.out = out;
   c.launched = true;
+  for (size_t i = 0; i < n; ++i) {
+    if (c.planned[i] && c.layouts[i].lists) {
+      FillLists(c.layouts[i], c, c.requests[i].lists);
+    }
+  }
 }
 
 void DevicePlanner::FinishCall() {
   Call& c = *call_;
-  if (c.launched && Ok(rt_.Synchronize(stream_)) &&
-      Ok(rt_.HostRead(out_host_.host, c.out))) {
-    for (size_t i = 0; i < c.requests.size(); ++i) {
-      if (!c.planned[i]) continue;
-      ReadPlans(c.layouts[i], c.requests[i].plans);
-      *c.requests[i].planned = true;
-      ++layers_planned_;
-    }
-    ++batches_;
-  }
+  if (c.launched && Ok(rt_.Synchronize(stream_))) ReadCall(c);
   c = Call{};
+  // Without row lists or deferred calls nothing reads the step's buffers
+  // after the synchronisation: reused from the next call.
+  if (deferred_.empty() && !step_has_lists_) {
+    host_chunks_.Reset(rt_);
+    device_chunks_.Reset(rt_);
+  }
 }
 
 bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
@@ -272,6 +234,10 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
   l.n_segs = static_cast<int>(segments.size());
   l.shared = r.config->gqa_selection == GqaSelection::kPerKvHead;
   l.nq = l.shared ? 1 : l.group;
+  l.lists = r.lists != nullptr;
+  int64_t rows = 0;
+  for (const Segment* s : segments) rows += s->size();
+  l.cap = std::max<int64_t>(1, std::min<int64_t>(r.config->budget, rows));
   int64_t in = 0, work = 0, results = 0;
   l.q = in;
   in += Section<float>(int64_t{l.n_kv} * l.nq * l.hd);
@@ -299,6 +265,15 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
         Section<dev::PlanTotals>(1) + Section<dev::PlannedBlock>(h.max_out);
     h.results = results;
     results += h.stride * l.nq;
+    if (l.lists) {
+      h.seg_pos = in;
+      in += Section<int64_t>(l.n_segs);
+      h.seg_sorted = in;
+      in += Section<int32_t>(l.n_segs);
+      h.list_stride = AlignUp(ListLayout(l.cap, l.n_segs, h.max_out).bytes);
+      h.lists = work;
+      work += h.list_stride * l.nq;
+    }
     l.heads.push_back(h);
   }
   l.out_bytes = results;
@@ -383,6 +358,15 @@ void DevicePlanner::LayOutBatch(const std::vector<Request>& requests,
   }
   b->query_items_off = *in;
   *in += Section<dev::QueryItem>(std::max<int64_t>(n_query, 1));
+  int64_t n_lists = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if ((*planned)[i] && layouts[i].lists) {
+      n_lists += int64_t{layouts[i].n_kv} * layouts[i].nq;
+    }
+  }
+  b->row_items_off = *in;
+  *in += Section<dev::threads::RowListItem>(std::max<int64_t>(n_lists, 1));
+  b->row_items.reserve(static_cast<size_t>(n_lists));
   b->select_items.reserve(static_cast<size_t>(n_select));
   b->results = *work;
   *work += AlignUp(std::max<int64_t>(out, 1));
@@ -394,12 +378,13 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
                               const std::vector<Layout>& layouts,
                               const std::vector<bool>& planned, Batch* b) {
   const DevPtr pool = tables_->pool();
+  const Call& c = *call_;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (!planned[i]) continue;
     const Layout& l = layouts[i];
     const KvStoreConfig& config = *requests[i].config;
-    const DevPtr in = in_dev_.ptr + l.in_off, work = work_dev_.ptr + l.work_off;
-    const DevPtr results = work_dev_.ptr + b->results + l.out_off;
+    const DevPtr in = c.in_dev + l.in_off, work = c.work_dev + l.work_off;
+    const DevPtr results = c.work_dev + b->results + l.out_off;
     if (requests[i].device_q != 0) {
       b->query_items.push_back(QueryItemOf(l, requests[i].device_q));
     }
@@ -424,13 +409,18 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
         a.out = a.totals + Section<dev::PlanTotals>(1);
         a.max_out = h.max_out;
         b->select_items.push_back(dev::ItemOf(a));
+        if (l.lists) b->row_items.push_back(RowItemOf(l, g, j, a, in, work));
       }
     }
+  }
+  for (const dev::threads::RowListItem& it : b->row_items) {
+    b->max_slots = std::max(b->max_slots, it.max_out);
   }
   PutTable(b->score_items, b->score_items_off);
   PutTable(b->thread_base, b->thread_base_off);
   PutTable(b->select_items, b->select_items_off);
   PutTable(b->query_items, b->query_items_off);
+  PutTable(b->row_items, b->row_items_off);
 }
 
 // Copies a batch table into the upload at `off` (an empty one: nothing;
@@ -438,14 +428,26 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
 template <class T>
 void DevicePlanner::PutTable(const std::vector<T>& table, int64_t off) {
   if (table.empty()) return;
-  std::memcpy(in_host_.host + off, table.data(), table.size() * sizeof(T));
+  std::memcpy(call_->in_host + off, table.data(), table.size() * sizeof(T));
 }
 
-// Grows the pinned and device buffers to the call's bytes (the previous
-// call synchronised, so nothing still uses them).
+// The call's buffers, taken for the step (nothing of an earlier call of
+// the step is overwritten: its row lists may still be read).
 bool DevicePlanner::Reserve(int64_t in, int64_t work, int64_t out) {
-  return Ok(Grow(rt_, in, &in_host_)) && Ok(Grow(rt_, out, &out_host_)) &&
-         Ok(Grow(rt_, in, &in_dev_)) && Ok(Grow(rt_, work, &work_dev_));
+  Call& c = *call_;
+  auto in_host = host_chunks_.Take(rt_, in);
+  if (!Ok(in_host.status())) return false;
+  auto out_host = host_chunks_.Take(rt_, out);
+  if (!Ok(out_host.status())) return false;
+  auto in_dev = device_chunks_.Take(rt_, in);
+  if (!Ok(in_dev.status())) return false;
+  auto work_dev = device_chunks_.Take(rt_, work);
+  if (!Ok(work_dev.status())) return false;
+  c.in_host = in_host->host;
+  c.out_host = out_host->host;
+  c.in_dev = in_dev->ptr;
+  c.work_dev = work_dev->ptr;
+  return true;
 }
 
 // The upload: every planned query (per_kv_head: the group's queries summed
@@ -457,7 +459,7 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
   const std::vector<const Segment*>& segments = *r.segments;
   const int layer = r.layer;
   const float* q = r.q;
-  char* base = in_host_.host + l.in_off;
+  char* base = call_->in_host + l.in_off;
   // The host's queries, gathered by the device's own thread body (with
   // device_q the gather op writes them on the device instead).
   if (r.device_q == 0) {
@@ -490,6 +492,7 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
     }
     first[block] = 0;  // declared, unread with member_last
   }
+  if (l.lists) FillListTables(l, r);
 }
 
 // At most three ops for the whole call (every request, KV head, segment
@@ -515,9 +518,9 @@ bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
       return false;
     }
     dev::GatherQueriesArgs a;
-    a.items = in_dev_.ptr + b.query_items_off;
+    a.items = call_->in_dev + b.query_items_off;
     a.n_items = static_cast<int32_t>(b.query_items.size());
-    a.pool = in_dev_.ptr;
+    a.pool = call_->in_dev;
     a.pool_elems = in / 4;
     if (!launch(
             dev::GatherQueriesOp(a, b.query_items),
@@ -528,15 +531,15 @@ bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
   }
   if (!b.score_items.empty()) {
     dev::ScoreBatchArgs a;
-    a.items = in_dev_.ptr + b.score_items_off;
-    a.thread_base = in_dev_.ptr + b.thread_base_off;
+    a.items = call_->in_dev + b.score_items_off;
+    a.thread_base = call_->in_dev + b.thread_base_off;
     a.n_items = static_cast<int32_t>(b.score_items.size());
     a.dim = b.dim;
-    a.q_pool = in_dev_.ptr;
+    a.q_pool = call_->in_dev;
     a.q_elems = in / 4;
     a.panel_pool = tables_->pool();
     a.panel_elems = tables_->pool_bytes() / 2;
-    a.score_pool = work_dev_.ptr;
+    a.score_pool = call_->work_dev;
     a.score_elems = work / 4;
     a.total_threads = b.thread_base.back();
     if (!launch(
@@ -547,7 +550,7 @@ bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
     }
   }
   dev::SelectBatchArgs a;
-  a.items = in_dev_.ptr + b.select_items_off;
+  a.items = call_->in_dev + b.select_items_off;
   a.n_items = static_cast<int32_t>(b.select_items.size());
   a.max_n = b.max_n;
   if (!launch(
@@ -556,36 +559,26 @@ bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
           &ops_.select_ops, &ops_.select_items)) {
     return false;
   }
-  return Ok(
-      rt_.CopyD2H(out_host_.host, work_dev_.ptr + b.results, out, stream_));
-}
-
-void DevicePlanner::ReadPlans(const Layout& l, HeadPlan* plans) const {
-  for (int g = 0; g < l.n_kv; ++g) {
-    const Layout::Head& h = l.heads[g];
-    for (int j = 0; j < l.nq; ++j) {
-      const char* r = out_host_.host + l.out_off + h.results + j * h.stride;
-      dev::PlanTotals totals;
-      std::memcpy(&totals, r, sizeof(totals));
-      const auto* blocks = reinterpret_cast<const dev::PlannedBlock*>(
-          r + Section<dev::PlanTotals>(1));
-      HeadPlan& p = plans[g * l.group + j];
-      p.blocks.clear();
-      // max_out covers every plan (MaxPlannedBlocks): never -1.
-      for (int64_t b = 0; b < totals.blocks; ++b) {
-        const dev::PlannedBlock& x = blocks[b];
-        p.blocks.push_back({x.segment,
-                            x.kind == dev::kPlannedCluster ? BlockKind::kCluster
-                                                           : BlockKind::kPage,
-                            x.id, x.begin, x.count});
-      }
-      p.tokens = totals.tokens;
+  if (!b.row_items.empty()) {
+    dev::RowListsBatchArgs r;
+    r.items = call_->in_dev + b.row_items_off;
+    r.n_items = static_cast<int32_t>(b.row_items.size());
+    r.max_slots = b.max_slots;
+    int64_t items = 0;
+    if (!launch(
+            dev::RowListsBatchOp(r, b.row_items),
+            [k, r](void* st) { return k->RowListsBatch(r, st); }, r.n_items,
+            &list_ops_, &items)) {
+      return false;
     }
-    if (!l.shared) continue;
-    for (int i = 1; i < l.group; ++i) {
-      plans[g * l.group + i] = plans[g * l.group];
-    }
+    call_->lists = true;
+    step_has_lists_ = true;
   }
+  // The attention over the row lists waits for this event (after the
+  // plans' copy too: ReadDeferred's synchronisation then finds it done).
+  return Ok(rt_.CopyD2H(call_->out_host, call_->work_dev + b.results, out,
+                        stream_)) &&
+         Ok(rt_.Record(lists_ready_, stream_));
 }
 
 }  // namespace ckv

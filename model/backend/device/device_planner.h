@@ -13,8 +13,12 @@
 // or the group's summed query with gqa_selection = per_kv_head) — and
 // reads the plans back with one copy and one synchronisation. A batch
 // (Queue, then RunQueued: every store of a decode step, for one layer) is
-// one call. Plans consumed on the device (residency, row lists) are the
-// next stage.
+// one call. A request queued with DeviceRowLists also gets its row lists
+// built on the device (a row_lists op after the selections); its backend
+// may then defer the call (DeferQueued: no wait, the plans are read by
+// FinishStep at the step's end), attending the lists once lists_ready.
+// Each call's buffers are taken for the step (StepChunks) and reused
+// after FinishStep.
 // One call at a time (a mutex); the runtime must outlive the planner, which
 // keeps `keep_alive` (the runtime's owner, or null).
 #pragma once
@@ -26,9 +30,11 @@
 
 #include "absl/status/status.h"
 #include "kernels/device/runtime.h"
+#include "kernels/device/selection_phases.h"
 #include "kernels/device/selection_threads.h"
 #include "model/backend/device/grow_buffer.h"
 #include "model/backend/device/segment_tables.h"
+#include "model/backend/device/step_chunks.h"
 #include "model/kv/store_env.h"
 
 namespace ckv {
@@ -57,7 +63,8 @@ class DevicePlanner final : public LayerPlanner {
                  const float* q, HeadPlan* plans) override;
   void Queue(const KvStoreConfig& config, const KvShape& shape,
              const std::vector<const Segment*>& segments, int layer,
-             const float* q, HeadPlan* plans, bool* planned) override;
+             const float* q, HeadPlan* plans, bool* planned,
+             DeviceRowLists* lists) override;
   // Plans the queue reading every query from the host.
   void RunQueued() override;
   // For the backend that computes the queries: a query queued from host
@@ -73,6 +80,28 @@ class DevicePlanner final : public LayerPlanner {
   // and writes the plans.
   void LaunchQueued(const kernels::device::Event& queries_ready);
   void FinishQueued();
+  // In place of FinishQueued: the launched call's plans are read by
+  // FinishStep. lists_ready is recorded after the call's last work.
+  void DeferQueued();
+  // Whether the last launched call built row lists; the event the
+  // attention over them waits for (recorded on the planner's stream).
+  bool lists_launched() const;
+  const kernels::device::Event& lists_ready() const { return lists_ready_; }
+  // Reads the deferred calls' plans (one synchronisation of the planner's
+  // stream, when there are any): at the step's end, before the stores'
+  // KvCache::FinishSelect.
+  void ReadDeferred();
+  // After the backend's last wait of a step (nothing reads the step's row
+  // lists any more): the step's buffers are reused from the next call.
+  void EndStep();
+  // Whether requests get row lists (off: their stores select on the host
+  // from the plans). The backend that calls DeferQueued, ReadDeferred and
+  // EndStep turns it on.
+  void EnableRowLists(bool on);
+  bool BuildsRowLists() const override;
+  // Deferred calls so far, and row-list ops launched.
+  int64_t deferred_calls() const;
+  int64_t list_ops() const;
 
   // The first runtime error (every later call returns false), or OK.
   absl::Status status() const;
@@ -112,6 +141,7 @@ class DevicePlanner final : public LayerPlanner {
     uint64_t device_q = 0;  // the query's rows on the device, or 0
     HeadPlan* plans = nullptr;
     bool* planned = nullptr;
+    DeviceRowLists* lists = nullptr;
   };
 
   bool Ok(const absl::Status& s);
@@ -121,12 +151,21 @@ class DevicePlanner final : public LayerPlanner {
   void LaunchCall(std::vector<Request> requests,
                   const kernels::device::Event* queries_ready);
   void FinishCall();
+  // The results of call c (synchronised and host-readable) into its
+  // requests' plans.
+  void ReadCall(Call& c);
+  // The row lists' addresses of a launched request.
+  void FillLists(const Layout& l, const Call& c, DeviceRowLists* lists) const;
   // The request's layout at the call's running offsets (advanced), or
   // false when its segment tables do not fit (fall back).
   bool MakeLayout(const Request& r, int64_t tick, int64_t* in, int64_t* work,
                   int64_t* out, Layout* l);
   bool Reserve(int64_t in, int64_t work, int64_t out);
   void Fill(const Layout& l, const Request& r);
+  void FillListTables(const Layout& l, const Request& r);
+  static kernels::device::threads::RowListItem RowItemOf(
+      const Layout& l, int g, int j, const kernels::device::SelectArgs& a,
+      DevPtr in, DevPtr work);
   static kernels::device::threads::QueryItem QueryItemOf(const Layout& l,
                                                          uint64_t src);
   // The call's item tables (a request whose head_dim differs from the
@@ -145,26 +184,32 @@ class DevicePlanner final : public LayerPlanner {
   // bytes of each buffer).
   bool LaunchBatch(const Batch& b, int64_t in, int64_t work, int64_t out,
                    const kernels::device::Event* queries_ready);
-  void ReadPlans(const Layout& l, HeadPlan* plans) const;
+  void ReadPlans(const Layout& l, const char* out_host, HeadPlan* plans) const;
 
   kernels::device::Runtime& rt_;
   std::shared_ptr<void> keep_alive_;
   DevicePlannerDebug debug_;
   mutable std::mutex mu_;
   kernels::device::Stream stream_;
-  PinnedBuffer in_host_;   // what one call uploads
-  PinnedBuffer out_host_;  // the plans it reads back
-  DeviceBuffer in_dev_;    // the upload on the device
-  DeviceBuffer work_dev_;  // scores, scratch, plans
+  kernels::device::Event lists_ready_;
+  // The step's buffers: each call's upload and plans read back (pinned),
+  // its upload on the device and its work (scores, scratch, plans, row
+  // lists); reused after FinishStep.
+  StepChunks<PinnedBuffer> host_chunks_;
+  StepChunks<DeviceBuffer> device_chunks_;
   absl::Status status_;
   std::unique_ptr<SegmentTables> tables_;
   std::vector<Request> queued_;
   std::unique_ptr<Call> call_;
+  std::vector<std::unique_ptr<Call>> deferred_;  // until FinishStep
   // SetQueryRows' mapping (host rows, their device address, bytes).
   const char* query_host_ = nullptr;
   uint64_t query_device_ = 0;
   int64_t query_bytes_ = 0;
   int64_t calls_ = 0, batches_ = 0, layers_planned_ = 0, table_fallbacks_ = 0;
+  int64_t deferred_calls_ = 0, list_ops_ = 0;
+  bool row_lists_ = false;
+  bool step_has_lists_ = false;  // a call of this step built row lists
   OpCounts ops_;
 };
 
