@@ -197,6 +197,11 @@ void DeviceBackend::Attention(int layer, const AttentionSpec& spec,
 bool DeviceBackend::LaunchSelects(int layer,
                                   absl::Span<const AttentionPart> parts,
                                   Activation q, Activation k, bool with_kv) {
+  // Only one-token (decode) parts select sparsely: a prefill step queues
+  // nothing (and its q/k/v staging is not grown for it).
+  bool decodes = false;
+  for (const AttentionPart& p : parts) decodes = decodes || p.n == 1;
+  if (!decodes) return ok();
   const int64_t qb = Rows(q).bytes, kb = with_kv ? Rows(k).bytes : 0;
   if (!GrowStaging(qkv_stage_, qb + 2 * kb) ||
       !Ok(rt_->Record(queries_ready_, stream_))) {
