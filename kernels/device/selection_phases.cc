@@ -52,6 +52,9 @@ threads::RowListItem RowListItemOf(const SelectArgs& a,
   it.positions = t.positions.addr;
   it.ranges = t.ranges.addr;
   it.dest = t.dest.addr;
+  it.seg_row_of = t.seg_row_of.addr;
+  it.row_of = t.row_of.addr;
+  it.n_row_of = t.n_row_of;
   it.n = a.n;
   it.n_members = a.n_members;
   it.cap = t.cap;
@@ -140,6 +143,10 @@ Op RowListsBatchOp(const RowListsBatchArgs& a,
     op.reads.push_back(Of<int32_t>(at(it.members), it.n_members));
     op.reads.push_back(Of<int64_t>(at(it.seg_pos), it.n_segs));
     op.reads.push_back(Of<int32_t>(at(it.seg_sorted), it.n_segs));
+    op.reads.push_back(Of<int64_t>(at(it.seg_row_of), it.n_segs));
+    if (it.n_row_of > 0) {
+      op.reads.push_back(Of<int32_t>(at(it.row_of), it.n_row_of));
+    }
     op.writes.push_back(Of<int32_t>(at(it.rows), it.cap));
     op.writes.push_back(Of<int64_t>(at(it.positions), it.cap));
     op.writes.push_back(Of<int64_t>(at(it.ranges), 2 * int64_t{it.n_segs}));

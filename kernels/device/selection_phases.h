@@ -102,6 +102,9 @@ Op SelectBlocksBatchOp(const SelectBatchArgs& a,
 // block table, and where the lists go (threads::RowListItem's fields).
 struct RowListTargets {
   DevPtr seg_pos, seg_sorted;  // int64 / int32 [a.n_segs]
+  DevPtr seg_row_of;           // int64 [a.n_segs]: offsets into row_of
+  DevPtr row_of;               // int32 [n_row_of]
+  int64_t n_row_of = 0;
   DevPtr rows, positions;      // int32 / int64 [cap]
   DevPtr ranges;               // int64 [a.n_segs][2]
   DevPtr dest;                 // int64 [a.max_out]

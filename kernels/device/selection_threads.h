@@ -354,9 +354,11 @@ CKV_HD SelectView ViewOf(const SelectItem& it, Map&& map) {
 // the entries of segment s. A cluster block's members are segment rows;
 // in a segment stored by cluster (seg_sorted 1) the stored row of member
 // m of the pool is m - member_first[seg_first[s]] (cluster 0's first
-// member), else the member itself. Page blocks are read only in segments
-// stored in position order (stored row = segment row); in others, and
-// past `cap` entries, they are left out. Malformed blocks attend nothing.
+// member), else the member itself. A page block's rows are segment rows;
+// stored in position order they are the stored rows, by cluster the
+// stored row of segment row r is row_of[seg_row_of[s] + r] (a segment
+// without row_of, seg_row_of[s] < 0, leaves its page blocks out). Entries
+// past `cap` are left out; malformed blocks attend nothing.
 struct RowListItem {
   uint64_t out = 0, totals = 0;  // the plan (PlannedBlock, PlanTotals)
   uint64_t seg_first = 0, member_first = 0, members = 0;  // block table
@@ -366,11 +368,13 @@ struct RowListItem {
   uint64_t positions = 0;   // int64 [cap]
   uint64_t ranges = 0;      // int64 [n_segs][2]
   uint64_t dest = 0;        // int64 [max_out] scratch: a block's first entry
+  uint64_t seg_row_of = 0;  // int64 [n_segs]: each segment's row_of, or -1
+  uint64_t row_of = 0;      // int32 [n_row_of]
   int64_t n = 0;            // blocks of the table
-  int64_t n_members = 0, cap = 0, max_out = 0;
+  int64_t n_members = 0, cap = 0, max_out = 0, n_row_of = 0;
   int32_t n_segs = 0, page_size = 16;
 };
-static_assert(sizeof(RowListItem) == 128);
+static_assert(sizeof(RowListItem) == 152);
 
 struct RowListView {
   const PlannedBlock* out = nullptr;
@@ -384,7 +388,9 @@ struct RowListView {
   int64_t* positions = nullptr;
   int64_t* ranges = nullptr;
   int64_t* dest = nullptr;
-  int64_t n = 0, n_members = 0, cap = 0, max_out = 0;
+  const int64_t* seg_row_of = nullptr;
+  const int32_t* row_of = nullptr;
+  int64_t n = 0, n_members = 0, cap = 0, max_out = 0, n_row_of = 0;
   int32_t n_segs = 0, page_size = 16;
 };
 
@@ -410,6 +416,13 @@ CKV_HD RowListView ViewOf(const RowListItem& it, Map&& map) {
   v.ranges =
       static_cast<int64_t*>(map(it.ranges, 16 * int64_t{it.n_segs}, true));
   v.dest = static_cast<int64_t*>(map(it.dest, 8 * it.max_out, true));
+  v.seg_row_of = static_cast<const int64_t*>(
+      map(it.seg_row_of, 8 * int64_t{it.n_segs}, false));
+  v.row_of =
+      it.n_row_of <= 0
+          ? nullptr
+          : static_cast<const int32_t*>(map(it.row_of, 4 * it.n_row_of, false));
+  v.n_row_of = it.n_row_of;
   v.n = it.n;
   v.n_members = it.n_members;
   v.cap = it.cap;
@@ -424,7 +437,9 @@ CKV_HD bool ListedBlock(const RowListView& v, const PlannedBlock& o) {
   if (o.segment < 0 || o.segment >= v.n_segs || o.count <= 0 || o.begin < 0) {
     return false;
   }
-  if (o.kind == kPlannedPage) return v.seg_sorted[o.segment] == 0;
+  if (o.kind == kPlannedPage) {
+    return v.seg_sorted[o.segment] == 0 || v.seg_row_of[o.segment] >= 0;
+  }
   return o.kind == kPlannedCluster && o.id >= 0 &&
          o.id < v.seg_first[o.segment + 1] - v.seg_first[o.segment];
 }
@@ -476,7 +491,10 @@ CKV_HD void RowListFill(const RowListView& v, int64_t b) {
       stored = v.seg_sorted[s] != 0 ? m - base : seg_row;
     } else {
       seg_row = int64_t{o.id} * v.page_size + o.begin + i;
-      stored = seg_row;
+      const int64_t at = v.seg_row_of[s] + seg_row;
+      stored = v.seg_sorted[s] == 0         ? seg_row
+               : at >= 0 && at < v.n_row_of ? v.row_of[at]
+                                            : 0;
     }
     v.rows[v.dest[b] + i] = static_cast<int32_t>(stored);
     v.positions[v.dest[b] + i] = v.seg_pos[s] + seg_row;

@@ -208,7 +208,7 @@ class ClusteredKvStore : public KvCache {
   void RecordSelected(int layer, int src, int h);
   // Row lists on the device (clustered_store_listed.cc): whether a sparse
   // decode Select of `layer` can name them (the planner builds them, the
-  // segments' rows are resident, zero-copy, no recent pages), the Select
+  // segments' rows are resident, zero-copy), the Select
   // over them, and its bookkeeping once the plans are read.
   bool ListsEligible(int layer) const;
   void SelectListed(int layer, AttendSet* out);

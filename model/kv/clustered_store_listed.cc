@@ -12,8 +12,7 @@ namespace ckv {
 bool ClusteredKvStore::ListsEligible(int layer) const {
   if (planner_ == nullptr || !planner_->BuildsRowLists() ||
       env_.cache_rows == nullptr ||
-      config_.cache_mode != CacheMode::kZeroCopy ||
-      config_.recent_tokens != 0) {
+      config_.cache_mode != CacheMode::kZeroCopy) {
     return false;
   }
   // Residency holds for the step once asked (CacheRows::Use).

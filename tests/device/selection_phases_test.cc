@@ -546,18 +546,25 @@ std::vector<Lists> ListsOn(Runtime& rt, const Problem& p,
                            const std::vector<SelectArgs>& args, int64_t cap) {
   const OpLaunchers* k = rt.launchers();
   const Stream st = ValueOrDie(rt.CreateStream());
-  std::vector<int64_t> seg_pos;
-  std::vector<int32_t> sorted;
+  std::vector<int64_t> seg_pos, seg_row_of;
+  std::vector<int32_t> sorted, row_of = {0};  // a pool of one or more
   for (const Segment* s : p.segs) {
+    const HeadIndex& h = s->layer(0).heads[0];
     seg_pos.push_back(s->first_pos());
-    sorted.push_back(s->layer(0).heads[0].rows_by_cluster() ? 1 : 0);
+    sorted.push_back(h.rows_by_cluster() ? 1 : 0);
+    seg_row_of.push_back(h.rows_by_cluster() ? int64_t(row_of.size()) : -1);
+    row_of.insert(row_of.end(), h.row_of.begin(), h.row_of.end());
   }
   const DevPtr pos = Upload(rt, st, seg_pos), srt = Upload(rt, st, sorted);
+  const DevPtr ro_at = Upload(rt, st, seg_row_of), ro = Upload(rt, st, row_of);
   std::vector<threads::RowListItem> items;
   for (const SelectArgs& a : args) {
     RowListTargets t;
     t.seg_pos = pos;
     t.seg_sorted = srt;
+    t.seg_row_of = ro_at;
+    t.row_of = ro;
+    t.n_row_of = static_cast<int64_t>(row_of.size());
     t.rows = ValueOrDie(rt.Malloc(4 * cap));
     t.positions = ValueOrDie(rt.Malloc(8 * cap));
     t.ranges = ValueOrDie(rt.Malloc(16 * int64_t{a.n_segs}));
@@ -619,8 +626,9 @@ Lists ExpectedLists(const Problem& p, const DevicePlan& plan, int page_size,
 
 // Row lists built on the device from device plans equal the host store's
 // rows of the same plans: segments in position order (stored rows =
-// members; recent pages too) and sorted by cluster (stored rows contiguous
-// per cluster, positions through the members), clusterkv's plans with
+// members) and sorted by cluster (stored rows contiguous per cluster,
+// positions through the members; recent pages' stored rows through
+// row_of), with and without recent pages, clusterkv's plans with
 // ties, NaN and inf, capacity the planner's (min(budget, rows)) and a cut
 // one (3 entries); two schedules.
 void ExpectListsOfPlans(Runtime* on, bool check_ordering) {
@@ -630,7 +638,6 @@ void ExpectListsOfPlans(Runtime* on, bool check_ordering) {
     for (int budget : {1, 7, 64, 1000}) {
       for (int recent : {0, 5}) {
         for (bool sort : {false, true}) {
-          if (sort && recent > 0) continue;  // pages: position order only
           SCOPED_TRACE(testing::Message()
                        << "segs " << n_segs << " budget " << budget
                        << " recent " << recent << " sorted " << sort);

@@ -270,6 +270,8 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
       in += Section<int64_t>(l.n_segs);
       h.seg_sorted = in;
       in += Section<int32_t>(l.n_segs);
+      h.seg_row_of = in;
+      in += Section<int64_t>(l.n_segs);
       h.list_stride = AlignUp(ListLayout(l.cap, l.n_segs, h.max_out).bytes);
       h.lists = work;
       work += h.list_stride * l.nq;

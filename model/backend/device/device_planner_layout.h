@@ -64,7 +64,7 @@ struct DevicePlanner::Layout {
     int64_t stride = 0;   // bytes per query's result
     // Row lists (Layout::lists): the segments' first positions and
     // storage order (in_dev), query 0's lists (work) and their stride.
-    int64_t seg_pos = 0, seg_sorted = 0;
+    int64_t seg_pos = 0, seg_sorted = 0, seg_row_of = 0;
     int64_t lists = 0, list_stride = 0;
   };
   int n_kv = 0, group = 0, nq = 0, hd = 0, n_segs = 0;

@@ -84,21 +84,28 @@ dev::threads::RowListItem DevicePlanner::RowItemOf(const Layout& l, int g,
   t.positions = lists + o.positions;
   t.ranges = lists + o.ranges;
   t.dest = lists + o.dest;
+  t.seg_row_of = in + h.seg_row_of;
+  t.row_of = a.members;  // the segment tables' pool
+  t.n_row_of = a.n_members;
   t.cap = l.cap;
   return dev::RowListItemOf(a, t);
 }
 
-// Per KV head: each segment's first position and storage order (1: by
-// cluster), for the row lists.
+// Per KV head: each segment's first position, storage order (1: by
+// cluster) and row_of in the table pool (elements; -1: none), for the
+// row lists.
 void DevicePlanner::FillListTables(const Layout& l, const Request& r) {
   char* base = call_->in_host + l.in_off;
   for (int g = 0; g < l.n_kv; ++g) {
     auto* pos = reinterpret_cast<int64_t*>(base + l.heads[g].seg_pos);
     auto* sorted = reinterpret_cast<int32_t*>(base + l.heads[g].seg_sorted);
+    auto* row_of = reinterpret_cast<int64_t*>(base + l.heads[g].seg_row_of);
     for (int s = 0; s < l.n_segs; ++s) {
       const Segment& seg = *(*r.segments)[s];
       pos[s] = seg.first_pos();
       sorted[s] = seg.layer(r.layer).heads[g].rows_by_cluster() ? 1 : 0;
+      const int64_t at = l.entries[s]->heads[g].row_of;
+      row_of[s] = at < 0 ? -1 : at / 4;  // pool elements
     }
   }
 }

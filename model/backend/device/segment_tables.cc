@@ -46,6 +46,10 @@ const SegmentTables::Entry* SegmentTables::Ensure(const Segment& seg, int layer,
     bytes += AlignUp(static_cast<int64_t>(h.centroid_panels.size()) * 2);
     x.members = bytes;
     bytes += AlignUp(static_cast<int64_t>(h.members.size()) * 4);
+    if (h.rows_by_cluster()) {
+      x.row_of = bytes;
+      bytes += AlignUp(static_cast<int64_t>(h.row_of.size()) * 4);
+    }
     e.heads.push_back(x);
   }
   e.bytes = std::max<int64_t>(bytes, kAlign);
@@ -54,6 +58,7 @@ const SegmentTables::Entry* SegmentTables::Ensure(const Segment& seg, int layer,
   for (Head& x : e.heads) {
     x.panels += e.offset;
     x.members += e.offset;
+    if (x.row_of >= 0) x.row_of += e.offset;
   }
   if (!Upload(seg, layer, e)) {
     ranges_.Free(e.offset, e.bytes);
@@ -111,7 +116,8 @@ bool SegmentTables::GrowPool(int64_t need) {
   return true;
 }
 
-// Copies the entry's panels and members through the pinned staging.
+// Copies the entry's panels, members and row_of through the pinned
+// staging.
 bool SegmentTables::Upload(const Segment& seg, int layer, Entry& e) {
   if (staging_.bytes < e.bytes) {
     if (!Ok(Grow(rt_, e.bytes, &staging_))) return false;
@@ -126,6 +132,10 @@ bool SegmentTables::Upload(const Segment& seg, int layer, Entry& e) {
                 h.centroid_panels.data(), h.centroid_panels.size() * 2);
     std::memcpy(staging_.host + (e.heads[g].members - e.offset),
                 h.members.data(), h.members.size() * 4);
+    if (e.heads[g].row_of >= 0) {
+      std::memcpy(staging_.host + (e.heads[g].row_of - e.offset),
+                  h.row_of.data(), h.row_of.size() * 4);
+    }
   }
   ++uploads_;
   return Ok(rt_.CopyH2D(pool_ + e.offset, staging_.host, e.bytes, stream_));

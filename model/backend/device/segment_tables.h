@@ -1,14 +1,14 @@
 // The device copies of segments' clusterkv indexes, resident across steps:
 // per (segment, sparse layer) every KV head's F16 centroid panels (the
-// CPU's exact bits) and cluster members (ascending segment rows per
-// cluster), in one device pool. An entry is uploaded the first time a plan
-// needs it and shared by every store holding the segment (forks share
-// segments; a segment's uid is unique in the process, so an entry never
-// names another segment). When the pool is full, entries not used by the
-// current call are evicted least recently used first; then the pool grows
-// (doubling, contents copied on the device) up to its limit. Cluster
-// offsets stay on the host, which builds each call's small block table.
-// Not thread-safe (the DevicePlanner's lock); every call must end with a
+// CPU's exact bits), cluster members (ascending segment rows per
+// cluster) and, for rows stored by cluster, row_of, in one device pool. An
+// entry is uploaded the first time a plan needs it and shared by every store
+// holding the segment (forks share segments; a segment's uid is unique in the
+// process, so an entry never names another segment). When the pool is full,
+// entries not used by the current call are evicted least recently used first;
+// then the pool grows (doubling, contents copied on the device) up to its
+// limit. Cluster offsets stay on the host, which builds each call's small block
+// table. Not thread-safe (the DevicePlanner's lock); every call must end with a
 // synchronisation of `stream` before the next (the staging is reused).
 #pragma once
 
@@ -30,6 +30,9 @@ class SegmentTables {
   struct Head {
     int64_t panels = 0;   // uint16 [centroid_panels.size()]
     int64_t members = 0;  // int32 [segment rows]; a multiple of 4
+    // int32 [segment rows]: HeadIndex::row_of (rows stored by cluster),
+    // or -1 (stored in position order).
+    int64_t row_of = -1;
   };
   struct Entry {
     int64_t offset = 0, bytes = 0;
