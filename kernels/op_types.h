@@ -49,6 +49,8 @@ struct KvSpan {
   // `positions` (device addresses of `count` entries each; n is clamped to
   // count - first). A device planner's row lists (model/kv/store_env.h).
   const int64_t* device_range = nullptr;
+  // With device_range: the rows at k and v the lists may name.
+  int64_t rows_extent = 0;
 };
 
 // Sequence position of row r of span `s` (the contract above).

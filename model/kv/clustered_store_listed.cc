@@ -1,10 +1,11 @@
 // ClusteredKvStore's sparse decode Selects over row lists a device planner
 // builds on its device (model/kv/store_env.h DeviceRowLists): the Select
-// names, per query head and segment, a span over the segment's resident
-// rows whose entries the device writes, so the attention needs no plan on
-// the host; the bookkeeping a host Select does from the plan (block cache
-// statistics, recorded selections) waits for the plans, read back at the
-// step's end (FinishSelect).
+// names, per query head and segment, a span over the segment's rows —
+// resident on the device, or pinned host rows it reads in place — whose
+// entries the device writes, so the attention needs no plan on the host; the
+// bookkeeping a host Select does from the plan (block cache statistics,
+// recorded selections) waits for the plans, read back at the step's end
+// (FinishSelect).
 #include "model/kv/clustered_store.h"
 
 namespace ckv {
@@ -15,9 +16,17 @@ bool ClusteredKvStore::ListsEligible(int layer) const {
       config_.cache_mode != CacheMode::kZeroCopy) {
     return false;
   }
-  // Residency holds for the step once asked (CacheRows::Use).
+  // Residency holds for the step once asked (CacheRows::Use); rows not
+  // resident must be in the arena's own (mapped pinned) memory, which the
+  // device reads in place.
+  const int64_t hd = shape_.head_dim;
   for (const Segment* s : seg_view_) {
-    if (Resident(*s, layer) == nullptr) return false;
+    if (Resident(*s, layer) != nullptr) continue;
+    const int64_t bytes = int64_t{2} * shape_.n_kv_heads * s->size() * hd;
+    if (!env_.arena->Contains(s->keys(layer, 0), bytes) ||
+        !env_.arena->Contains(s->values(layer, 0), bytes)) {
+      return false;
+    }
   }
   return true;
 }
@@ -44,8 +53,9 @@ void ClusteredKvStore::SelectListed(int layer, AttendSet* out) {
       const CacheRows* resident = Resident(seg, layer);
       const int64_t head = int64_t{g} * seg.size() * hd;
       kernels::KvSpan sel;
-      sel.k = resident->keys() + head;
-      sel.v = resident->values() + head;
+      sel.k = resident ? resident->keys() + head : seg.keys(layer, g);
+      sel.v = resident ? resident->values() + head : seg.values(layer, g);
+      sel.rows_extent = seg.size();
       sel.dtype = config_.kv_dtype;
       sel.stride = hd;
       sel.count = ls.lists.cap;

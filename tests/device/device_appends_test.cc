@@ -147,8 +147,9 @@ Unrecorded DecodeUnrecorded(const Model& m, std::unique_ptr<Backend> backend,
 // A layer waits for the device only when its selection needs the host:
 // streaming plans from positions alone, and clusterkv's sparse layers
 // attend row lists its planner builds on the device from the plans it
-// makes there (read back only at the step's end): no layer waits, a
-// decode step waits for its logits and at its end. Without the lists
+// makes there (read back only at the step's end), over segments resident
+// on the device or offloaded (pinned rows read in place): no layer waits,
+// a decode step waits for its logits and at its end. Without the lists
 // (host_row_lists) every sparse layer waits for its plans. Logits
 // bit-equal to the CPU backend's.
 TEST(DeviceBackendTest, DecodeLayersWaitOnlyWithoutRowLists) {
@@ -158,16 +159,19 @@ TEST(DeviceBackendTest, DecodeLayersWaitOnlyWithoutRowLists) {
     const char* name;
     KvPolicy policy;
     bool host_row_lists;
+    ResidencyOptions residency;
   };
   for (const Case& k :
-       {Case{"streaming", KvPolicy::kStreaming, false},
-        Case{"clusterkv", KvPolicy::kClusterKv, false},
-        Case{"clusterkv, host row lists", KvPolicy::kClusterKv, true}}) {
+       {Case{"streaming", KvPolicy::kStreaming, false, {}},
+        Case{"clusterkv", KvPolicy::kClusterKv, false, {}},
+        Case{"clusterkv, offloaded", KvPolicy::kClusterKv, false, kOffload},
+        Case{"clusterkv, host row lists", KvPolicy::kClusterKv, true, {}}}) {
     const Unrecorded cpu = DecodeUnrecorded(*m, Cpu(), k.policy);
     FakeRuntime rt(Fake(Schedule::kThreaded, 3));
     DeviceBackendDebug debug;
     debug.host_row_lists = k.host_row_lists;
-    const Unrecorded dev = DecodeUnrecorded(*m, Device(rt, debug), k.policy);
+    const Unrecorded dev =
+        DecodeUnrecorded(*m, Device(rt, debug, k.residency), k.policy);
     ASSERT_TRUE(cpu.status.ok()) << cpu.status;
     ASSERT_TRUE(dev.status.ok()) << dev.status;
     EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();

@@ -305,12 +305,11 @@ void DeviceBackend::PlanSpans(const AttendSet& attend, int n_heads,
   for (size_t i = 0; i < plan.spans.size(); ++i) {
     SpanMeta& m = plan.spans[i];
     const kernels::KvSpan& s = *plan.sources[i];
-    m.cached = IsCached(s, head_dim, &m);
-    if (m.cached && s.device_range != nullptr) {  // a planner's row lists
-      m.list_rows = reinterpret_cast<uintptr_t>(s.rows);
-      m.list_positions = reinterpret_cast<uintptr_t>(s.positions);
-      m.list_range = reinterpret_cast<uintptr_t>(s.device_range);
+    if (s.device_range != nullptr) {  // over a planner's row lists
+      ListedSpan(s, head_dim, &m);
+      continue;
     }
+    m.cached = IsCached(s, head_dim, &m);
     m.direct = !m.cached && IsDirect(s, head_dim, &m);
     const int64_t run_max = debug_.run_copy_max_bytes < 0
                                 ? kRunCopyMaxBytes
@@ -340,6 +339,27 @@ void DeviceBackend::PlanSpans(const AttendSet& attend, int n_heads,
   place_rows(true, false);
   place_rows(true, true);
   plan.bytes = off;
+}
+
+// A span over a planner's row lists: its rows read in place, from store
+// rows in device memory or from mapped pinned segment rows (the store
+// names only those), with the lists and their range.
+void DeviceBackend::ListedSpan(const kernels::KvSpan& s, int head_dim,
+                               SpanMeta* m) {
+  const int64_t bytes = s.rows_extent * kernels::RowBytes(s.dtype, head_dim);
+  m->cached = IsCached(s, head_dim, m);
+  if (!m->cached && arena_->Mapped(s.k, bytes, &m->cache_k.ptr) &&
+      arena_->Mapped(s.v, bytes, &m->cache_v.ptr)) {
+    m->cache_k.bytes = m->cache_v.bytes = bytes;
+    m->cached = true;
+  }
+  if (!m->cached) {  // never named by a store: a bug, not a wrong answer
+    Ok(absl::InternalError("listed span over rows the device cannot read"));
+    return;
+  }
+  m->list_rows = reinterpret_cast<uintptr_t>(s.rows);
+  m->list_positions = reinterpret_cast<uintptr_t>(s.positions);
+  m->list_range = reinterpret_cast<uintptr_t>(s.device_range);
 }
 
 // A span whose K and V rows are each one contiguous run of pinned arena

@@ -417,6 +417,9 @@ class DeviceBackend final : public Backend {
                   int64_t kv_dim);
   void PlanSpans(const AttendSet& attend, int n_heads, int head_dim,
                  KvPlan* plan);
+  // A span over a planner's row lists (KvSpan::device_range): read in
+  // place (store rows or mapped pinned rows), m's list fields set.
+  void ListedSpan(const kernels::KvSpan& s, int head_dim, SpanMeta* m);
   // Each sets m's source addresses (PinnedArena::Mapped) when true.
   bool IsDirect(const kernels::KvSpan& s, int head_dim, SpanMeta* m) const;
   bool IsListedPinned(const kernels::KvSpan& s, int head_dim,
