@@ -93,11 +93,6 @@ struct SelectBatchArgs {
 Op SelectBlocksBatchOp(const SelectBatchArgs& a,
                        const std::vector<threads::SelectItem>& host_items);
 
-// The row lists of planned queries (threads::RowListItem, after their
-// select_blocks items; items in device memory, their host copy declares
-// the ranges): a thread per item lays out its ranges, then a thread per
-// (item, plan slot) writes a block's rows and positions. max_slots: the
-// largest max_out of an item (a device's grid).
 // The row-list problem of the plan select problem `a` writes: its plan and
 // block table, and where the lists go (threads::RowListItem's fields).
 struct RowListTargets {
@@ -113,6 +108,11 @@ struct RowListTargets {
 threads::RowListItem RowListItemOf(const SelectArgs& a,
                                    const RowListTargets& t);
 
+// The row lists of planned queries (threads::RowListItem, after their
+// select_blocks items; items in device memory, their host copy declares
+// the ranges): a thread per item lays out its ranges, then a thread per
+// (item, plan slot) writes a block's rows and positions. max_slots: the
+// largest max_out of an item (a device's grid).
 struct RowListsBatchArgs {
   DevPtr items;
   int32_t n_items = 0;

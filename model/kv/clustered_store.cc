@@ -197,9 +197,8 @@ kernels::KvSpan ClusteredKvStore::SegmentSpan(const Segment& seg, int layer,
 
 // Select's conditions for RecordDecode and for its sparse branch (which
 // PrepareSelect's mirrors), whose plan reads the queries unless the
-// policy plans from positions alone.
-// A layer whose plan and row lists were launched on the device (asked
-// after PrepareSelect) reads no query on the host.
+// policy plans from positions alone or the plan and its row lists were
+// launched on the device (asked after PrepareSelect).
 bool ClusteredKvStore::SelectReadsQueries(int layer, int64_t n_q) const {
   if (n_q != 1) return false;
   if (Records(layer) && layer >= config_.dense_layers) return true;

@@ -207,9 +207,9 @@ class ClusteredKvStore : public KvCache {
                         std::vector<kernels::KvSpan>* spans);
   void RecordSelected(int layer, int src, int h);
   // Row lists on the device (clustered_store_listed.cc): whether a sparse
-  // decode Select of `layer` can name them (the planner builds them, the
-  // segments' rows are resident, zero-copy), the Select
-  // over them, and its bookkeeping once the plans are read.
+  // decode Select of `layer` can name them (the planner builds them,
+  // zero-copy, every segment's rows resident or in the pinned arena), the
+  // Select over them, and its bookkeeping once the plans are read.
   bool ListsEligible(int layer) const;
   void SelectListed(int layer, AttendSet* out);
   void FinishListed(int layer);

@@ -41,6 +41,10 @@ void ClusteredKvStore::SelectListed(int layer, AttendSet* out) {
   const bool shared = config_.gqa_selection == GqaSelection::kPerKvHead;
   const size_t n_segs = ls.segments.size();
   const int per_head = 2 + static_cast<int>(n_segs);
+  resident_view_.resize(n_segs);  // asked once per segment, not per head
+  for (size_t s = 0; s < n_segs; ++s) {
+    resident_view_[s] = Resident(*ls.segments[s], layer);
+  }
   out->spans.clear();
   out->spans.reserve(size_t{1} * shape_.n_heads * per_head);
   for (int h = 0; h < shape_.n_heads; ++h) {
@@ -50,7 +54,7 @@ void ClusteredKvStore::SelectListed(int layer, AttendSet* out) {
     out->spans.push_back(SinkSpan(layer, g, true));
     for (size_t s = 0; s < n_segs; ++s) {
       const Segment& seg = *ls.segments[s];
-      const CacheRows* resident = Resident(seg, layer);
+      const CacheRows* resident = resident_view_[s];
       const int64_t head = int64_t{g} * seg.size() * hd;
       kernels::KvSpan sel;
       sel.k = resident ? resident->keys() + head : seg.keys(layer, g);

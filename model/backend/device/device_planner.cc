@@ -195,10 +195,12 @@ void DevicePlanner::LaunchCall(std::vector<Request> requests,
   }
   c.out = out;
   c.launched = true;
+  // The row-list items are in request, KV head, query order (FillBatch).
+  const dev::threads::RowListItem* item = batch.row_items.data();
   for (size_t i = 0; i < n; ++i) {
-    if (c.planned[i] && c.layouts[i].lists) {
-      FillLists(c.layouts[i], c, c.requests[i].lists);
-    }
+    if (!c.planned[i] || !c.layouts[i].lists) continue;
+    FillLists(c.layouts[i], item, c.requests[i].lists);
+    item += int64_t{c.layouts[i].n_kv} * c.layouts[i].nq;
   }
 }
 

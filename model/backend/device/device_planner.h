@@ -154,8 +154,11 @@ class DevicePlanner final : public LayerPlanner {
   // The results of call c (synchronised and host-readable) into its
   // requests' plans.
   void ReadCall(Call& c);
-  // The row lists' addresses of a launched request.
-  void FillLists(const Layout& l, const Call& c, DeviceRowLists* lists) const;
+  // The row lists' addresses of a launched request, from its row-list
+  // items (n_kv * nq of them, as FillBatch made them).
+  static void FillLists(const Layout& l,
+                        const kernels::device::threads::RowListItem* items,
+                        DeviceRowLists* lists);
   // The request's layout at the call's running offsets (advanced), or
   // false when its segment tables do not fit (fall back).
   bool MakeLayout(const Request& r, int64_t tick, int64_t* in, int64_t* work,

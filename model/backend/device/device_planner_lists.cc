@@ -48,22 +48,18 @@ void DevicePlanner::ReadCall(Call& c) {
   ++batches_;
 }
 
-void DevicePlanner::FillLists(const Layout& l, const Call& c,
-                              DeviceRowLists* lists) const {
-  const ListOffsets o = ListLayout(l.cap, l.n_segs, 0);
+void DevicePlanner::FillLists(const Layout& l,
+                              const dev::threads::RowListItem* items,
+                              DeviceRowLists* lists) {
   lists->nq = l.nq;
   lists->cap = l.cap;
   lists->rows.clear();
   lists->positions.clear();
   lists->ranges.clear();
-  for (int g = 0; g < l.n_kv; ++g) {
-    for (int j = 0; j < l.nq; ++j) {
-      const DevPtr q = c.work_dev + l.work_off + l.heads[g].lists +
-                       int64_t{j} * l.heads[g].list_stride;
-      lists->rows.push_back((q + o.rows).addr);
-      lists->positions.push_back((q + o.positions).addr);
-      lists->ranges.push_back((q + o.ranges).addr);
-    }
+  for (int64_t i = 0; i < int64_t{l.n_kv} * l.nq; ++i) {
+    lists->rows.push_back(items[i].rows);
+    lists->positions.push_back(items[i].positions);
+    lists->ranges.push_back(items[i].ranges);
   }
   lists->valid = true;
 }
