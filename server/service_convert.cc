@@ -264,7 +264,8 @@ v1::FinishReason ToProto(FinishReason r) {
 }
 
 void FillSessionInfo(const Session& s, v1::SessionInfo* out) {
-  const SessionStats st = s.stats();
+  const SessionView view = s.View();  // stats and busy of one instant
+  const SessionStats& st = view.stats;
   out->set_session_id(s.id());
   out->set_tokens(st.tokens);
   out->set_clustered_tokens(st.clustered_tokens);
@@ -283,11 +284,11 @@ void FillSessionInfo(const Session& s, v1::SessionInfo* out) {
                       : 0.0);
   ToProto(s.kv(), out->mutable_kv());
   ToProto(s.sampling(), out->mutable_sampling());
-  out->set_busy(s.busy());
+  out->set_busy(view.busy);
   out->set_parent_session_id(s.parent_id());
   out->set_idle_ttl_seconds(s.idle_ttl_seconds());
   out->set_created_unix_ms(s.created_unix_ms());
-  out->set_last_used_unix_ms(s.last_used_unix_ms());
+  out->set_last_used_unix_ms(view.last_used_unix_ms);
 }
 
 namespace {

@@ -49,6 +49,11 @@ void Session::PublishStats() {
   stats_ = s;
 }
 
+SessionView Session::View() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SessionView{stats_, busy_ || forks_in_flight_ > 0, last_used_unix_ms_};
+}
+
 SessionStats Session::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -45,6 +45,16 @@ struct Conversation {
                             // Decode without input extends
 };
 
+// One consistent reading of a session for other threads: the stats and
+// the busy flag come from the same instant, so a reader that sees
+// `busy == false` also sees the stats the last call published before it
+// released the session (they are published before the release).
+struct SessionView {
+  SessionStats stats;
+  bool busy = false;
+  int64_t last_used_unix_ms = 0;
+};
+
 class Session {
  public:
   Session(std::string id, std::string parent_id, const KvStoreConfig& kv,
@@ -86,6 +96,7 @@ class Session {
   bool CancelRunning();
 
   // Any thread.
+  SessionView View() const;
   SessionStats stats() const;
   bool busy() const;
   int64_t last_used_unix_ms() const;

@@ -29,7 +29,8 @@ absl::StatusOr<ServiceBackend> LoadedBackend(const ServiceState& state) {
 }
 
 SessionStatus StatusOf(const Session& s, int64_t now_ms) {
-  const SessionStats st = s.stats();
+  const SessionView view = s.View();
+  const SessionStats& st = view.stats;
   SessionStatus r;
   r.id = s.id();
   r.policy = KvPolicyName(s.kv().policy);
@@ -40,9 +41,9 @@ SessionStatus StatusOf(const Session& s, int64_t now_ms) {
   r.device_bytes = st.memory.working_set_bytes;
   r.cache_lookups = st.cache.lookups;
   r.cache_hits = st.cache.hits;
-  r.busy = s.busy();
+  r.busy = view.busy;
   r.idle_seconds =
-      std::max<int64_t>(0, now_ms - s.last_used_unix_ms()) / 1000.0;
+      std::max<int64_t>(0, now_ms - view.last_used_unix_ms) / 1000.0;
   return r;
 }
 
