@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_spans.h"
+#include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/forward_ops.h"
 #include "kernels/cuda/gather.h"
@@ -226,6 +227,14 @@ absl::Status CudaLaunchers::RowListsBatch(const dev::RowListsBatchArgs& a,
   return Check(cuda::RowListsBatch(P<const dev::threads::RowListItem>(a.items),
                                    a.n_items, a.max_slots, S(stream)),
                "row_lists_batch");
+}
+
+absl::Status CudaLaunchers::CacheListsBatch(const dev::CacheListsArgs& a,
+                                            void* stream) const {
+  return Check(
+      cuda::CacheListsBatch(P<const dev::CacheItem>(a.items), a.n_items,
+                            a.max_requests, a.max_slots, S(stream)),
+      "cache_lists_batch");
 }
 
 absl::Status CudaLaunchers::SelectBlocksBatch(const dev::SelectBatchArgs& a,

@@ -54,6 +54,8 @@ class CudaLaunchers final : public device::OpLaunchers {
                              void* stream) const override;
   absl::Status RowListsBatch(const device::RowListsBatchArgs& a,
                              void* stream) const override;
+  absl::Status CacheListsBatch(const device::CacheListsArgs& a,
+                               void* stream) const override;
   int64_t KMeansScratchBytes(int64_t n, int k, int dim) const override;
   absl::Status KMeans(const device::KMeansArgs& a, void* stream) const override;
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/device/cache_phases.h"
 #include "kernels/device/op_tables.h"
 #include "kernels/device/phases.h"
 #include "kernels/device/runtime.h"
@@ -219,6 +220,9 @@ class OpLaunchers {
   // RowListsBatchOp's kernels.
   virtual absl::Status RowListsBatch(const RowListsBatchArgs& a,
                                      void* stream) const = 0;
+  // CacheListsBatchOp's kernels.
+  virtual absl::Status CacheListsBatch(const CacheListsArgs& a,
+                                       void* stream) const = 0;
   // The index builder's k-means (deterministic for given arguments; need
   // not equal the CPU's bits), and the scratch it needs.
   virtual int64_t KMeansScratchBytes(int64_t n, int k, int dim) const = 0;

@@ -444,6 +444,24 @@ CKV_HD bool ListedBlock(const RowListView& v, const PlannedBlock& o) {
          o.id < v.seg_first[o.segment + 1] - v.seg_first[o.segment];
 }
 
+// Row r of block (kind, id) of segment s (a listed block: ListedBlock):
+// its segment row and its stored row (AppendBlockRows' order).
+CKV_HD void BlockRow(const RowListView& v, int64_t s, int32_t kind, int32_t id,
+                     int64_t r, int64_t* seg_row, int64_t* stored) {
+  if (kind == kPlannedCluster) {
+    const int64_t m = v.member_first[v.seg_first[s] + id] + r;
+    *seg_row = m >= 0 && m < v.n_members ? v.members[m] : 0;
+    *stored =
+        v.seg_sorted[s] != 0 ? m - v.member_first[v.seg_first[s]] : *seg_row;
+    return;
+  }
+  *seg_row = int64_t{id} * v.page_size + r;
+  const int64_t at = v.seg_row_of[s] + *seg_row;
+  *stored = v.seg_sorted[s] == 0         ? *seg_row
+            : at >= 0 && at < v.n_row_of ? v.row_of[at]
+                                         : 0;
+}
+
 // Phase 1 (a thread per item): each segment's range and each block's first
 // entry (segments in order, blocks of a segment in plan order).
 CKV_HD void RowListRanges(const RowListView& v) {
@@ -481,23 +499,11 @@ CKV_HD void RowListFill(const RowListView& v, int64_t b) {
   const int64_t blocks = v.totals->blocks < 0 ? 0 : v.totals->blocks;
   if (b >= blocks || v.dest[b] < 0) return;
   const PlannedBlock& o = v.out[b];
-  const int64_t s = o.segment;
-  const int64_t base = v.member_first[v.seg_first[s]];
   for (int64_t i = 0; i < o.count && v.dest[b] + i < v.cap; ++i) {
     int64_t seg_row = 0, stored = 0;
-    if (o.kind == kPlannedCluster) {
-      const int64_t m = v.member_first[v.seg_first[s] + o.id] + o.begin + i;
-      seg_row = m >= 0 && m < v.n_members ? v.members[m] : 0;
-      stored = v.seg_sorted[s] != 0 ? m - base : seg_row;
-    } else {
-      seg_row = int64_t{o.id} * v.page_size + o.begin + i;
-      const int64_t at = v.seg_row_of[s] + seg_row;
-      stored = v.seg_sorted[s] == 0         ? seg_row
-               : at >= 0 && at < v.n_row_of ? v.row_of[at]
-                                            : 0;
-    }
+    BlockRow(v, o.segment, o.kind, o.id, o.begin + i, &seg_row, &stored);
     v.rows[v.dest[b] + i] = static_cast<int32_t>(stored);
-    v.positions[v.dest[b] + i] = v.seg_pos[s] + seg_row;
+    v.positions[v.dest[b] + i] = v.seg_pos[o.segment] + seg_row;
   }
 }
 

@@ -1,0 +1,368 @@
+// CacheListsBatchOp (kernels/device/cache_phases.h) against the host's
+// copy-mode block cache: over consecutive steps of device plans (clusterkv,
+// random queries each step), the op's counters equal BlockCache's
+// statistics and resident tokens, and every list entry of every planned
+// query names an arena row holding exactly the K and V bytes and the
+// position that the host's GatherRows (copy mode: the block's arena rows,
+// plan order) attends at that place. Segments in position order and
+// sorted by cluster, recent pages, R = 0, 1, 3, per query head (four
+// plans per item) and per KV head (one), two items per op, a cut list
+// capacity; a pool too small reports overflow.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/device/cache_phases.h"
+#include "kernels/device/fake_runtime.h"
+#include "kernels/device/op_launchers.h"
+#include "model/kv/block_cache.h"
+#include "model/kv/selection.h"
+#include "tests/device/plan_fixture.h"
+#include "tests/device/test_util.h"
+
+#ifdef CLUSTERKV_HAVE_CUDA
+#include "kernels/cuda/cuda_runtime.h"
+#endif
+
+namespace ckv::kernels::device {
+namespace {
+
+constexpr int kHeadDim = 16;
+
+struct CacheCase {
+  int n_segs = 1;
+  int n_plans = 1;
+  int budget = 64;
+  int recent = 0;
+  int cache_steps = 1;
+  bool sorted = false;
+  bool cut = false;  // list capacity 3
+  int n_pages = 0;   // 0: room for every block
+  int page_size = 5;
+};
+
+// One (session, layer, KV head): its segments with random K/V rows, the
+// host reference cache and the device table and arena.
+struct Side {
+  Problem p;
+  std::unique_ptr<BlockCache> host;
+  std::vector<int32_t> seg_block = {0};
+  CacheItem item;
+  std::vector<Range> seg_keys, seg_values;
+  DevPtr seg_pos, seg_sorted, seg_row_of, row_of;
+  int64_t n_row_of = 0;
+};
+
+void FillRows(std::mt19937& rng, Segment& s) {
+  for (uint16_t* x : {s.mutable_keys(0, 0), s.mutable_values(0, 0)}) {
+    for (int64_t i = 0; i < s.size() * kHeadDim; ++i) {
+      x[i] = static_cast<uint16_t>(rng());
+    }
+  }
+}
+
+int32_t Pages(int64_t rows) {
+  return static_cast<int32_t>((rows + kCachePageRows - 1) / kCachePageRows);
+}
+
+Side MakeSide(Runtime& rt, Stream st, std::mt19937& rng, const CacheCase& k) {
+  Side d;
+  d.p = MakeProblem(rng, k.n_segs, k.n_plans, kHeadDim);
+  int32_t all_pages = 0;
+  std::vector<int64_t> size, pos, row_of_at;
+  std::vector<int32_t> sorted, row_of = {0};
+  std::vector<uint64_t> kaddr, vaddr;
+  for (auto& s : d.p.owned) {
+    FillRows(rng, *s);
+    if (k.sorted) SortRowsByCluster(*s, 0);
+    const HeadIndex& h = s->layer(0).heads[0];
+    const int32_t pages =
+        static_cast<int32_t>((s->size() + k.page_size - 1) / k.page_size);
+    d.seg_block.push_back(d.seg_block.back() + h.k + pages);
+    for (int c = 0; c < h.k; ++c)
+      all_pages += Pages(h.offsets[c + 1] - h.offsets[c]);
+    all_pages += pages;
+    size.push_back(s->size());
+    pos.push_back(s->first_pos());
+    sorted.push_back(h.rows_by_cluster() ? 1 : 0);
+    row_of_at.push_back(h.rows_by_cluster() ? int64_t(row_of.size()) : -1);
+    row_of.insert(row_of.end(), h.row_of.begin(), h.row_of.end());
+    const int64_t n = s->size() * kHeadDim;
+    const std::vector<uint16_t> kr(s->keys(0, 0), s->keys(0, 0) + n);
+    const std::vector<uint16_t> vr(s->values(0, 0), s->values(0, 0) + n);
+    const DevPtr dk = Upload(rt, st, kr), dv = Upload(rt, st, vr);
+    kaddr.push_back(dk.addr);
+    vaddr.push_back(dv.addr);
+    d.seg_keys.push_back({dk, 2 * n});
+    d.seg_values.push_back({dv, 2 * n});
+  }
+  d.seg_pos = Upload(rt, st, pos);
+  d.seg_sorted = Upload(rt, st, sorted);
+  d.seg_row_of = Upload(rt, st, row_of_at);
+  d.row_of = Upload(rt, st, row_of);
+  d.n_row_of = static_cast<int64_t>(row_of.size());
+  d.host = std::make_unique<BlockCache>(kHeadDim, k.cache_steps, k.page_size,
+                                        /*copy_rows=*/true);
+  CacheItem& c = d.item;
+  c.n_segs = k.n_segs;
+  c.n_blocks = d.seg_block.back();
+  c.n_pages = k.n_pages > 0 ? k.n_pages : all_pages;
+  c.head_dim = kHeadDim;
+  c.cache_steps = k.cache_steps;
+  c.bytes_per_token = 4 * kHeadDim;
+  c.n_plans = k.n_plans;
+  c.seg_size = Upload(rt, st, size).addr;
+  c.seg_block = Upload(rt, st, d.seg_block).addr;
+  c.seg_keys = Upload(rt, st, kaddr).addr;
+  c.seg_values = Upload(rt, st, vaddr).addr;
+  const CacheTableImage t = EmptyCacheTable(c.n_blocks, c.n_pages);
+  c.slot = Upload(rt, st, t.slot).addr;
+  c.last_used = Upload(rt, st, t.last_used).addr;
+  c.size = Upload(rt, st, t.size).addr;
+  c.next_page = Upload(rt, st, t.next_page).addr;
+  c.free_stack = Upload(rt, st, t.free_stack).addr;
+  c.counters = Upload(rt, st, std::vector<CacheCounters>{t.counters}).addr;
+  const int64_t rows = int64_t{c.n_pages} * kCachePageRows;
+  c.keys = ValueOrDie(rt.Malloc(2 * rows * kHeadDim)).addr;
+  c.values = ValueOrDie(rt.Malloc(2 * rows * kHeadDim)).addr;
+  c.page_pos = ValueOrDie(rt.Malloc(8 * rows)).addr;
+  return d;
+}
+
+// This step's RowListItems of `args` (the plans PlanOn made) into d.item.
+CacheHostItem StepItem(Runtime& rt, Stream st, Side& d,
+                       const std::vector<SelectArgs>& args, int64_t cap,
+                       int64_t step) {
+  CacheHostItem h;
+  for (const SelectArgs& a : args) {
+    RowListTargets t;
+    t.seg_pos = d.seg_pos;
+    t.seg_sorted = d.seg_sorted;
+    t.seg_row_of = d.seg_row_of;
+    t.row_of = d.row_of;
+    t.n_row_of = d.n_row_of;
+    t.rows = ValueOrDie(rt.Malloc(4 * cap));
+    t.positions = ValueOrDie(rt.Malloc(8 * cap));
+    t.ranges = ValueOrDie(rt.Malloc(16 * int64_t{a.n_segs}));
+    t.dest = ValueOrDie(rt.Malloc(8 * a.max_out));
+    t.cap = cap;
+    h.lists.push_back(RowListItemOf(a, t));
+  }
+  d.item.lists = Upload(rt, st, h.lists).addr;
+  d.item.max_requests = int64_t{d.item.n_plans} * args[0].max_out;
+  d.item.requests =
+      ValueOrDie(rt.Malloc(d.item.max_requests * sizeof(CacheRequest))).addr;
+  d.item.step = step;
+  h.item = d.item;
+  h.seg_keys = d.seg_keys;
+  h.seg_values = d.seg_values;
+  return h;
+}
+
+// The host's copy-mode rows of the plans (GatherRows: Ensure each block in
+// plan order, plan after plan; the block's arena rows begin..begin+count),
+// then EndStep; each entry as (position, K row, V row), cut at cap.
+struct Entry {
+  int64_t pos;
+  std::vector<uint16_t> k, v;
+  bool operator==(const Entry&) const = default;
+};
+std::vector<std::vector<Entry>> HostEntries(
+    Side& d, const std::vector<DevicePlan>& plans, int64_t cap, int64_t step) {
+  std::vector<std::vector<Entry>> out;
+  for (const DevicePlan& plan : plans) {
+    std::vector<std::pair<int64_t, int64_t>> rows;  // (arena row, position)
+    for (const PlannedBlock& b : plan.blocks) {
+      const BlockRef ref{
+          b.segment,
+          b.kind == kPlannedCluster ? BlockKind::kCluster : BlockKind::kPage,
+          b.id, b.begin, b.count};
+      const int64_t off = d.host->Ensure(step, *d.p.segs[b.segment], 0, 0, ref);
+      for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
+        rows.emplace_back(off + r, d.host->positions()[off + r]);
+      }
+    }
+    std::vector<Entry> e;
+    for (size_t i = 0; i < rows.size() && int64_t(i) < cap; ++i) {
+      const uint16_t* k = d.host->keys() + rows[i].first * kHeadDim;
+      const uint16_t* v = d.host->values() + rows[i].first * kHeadDim;
+      e.push_back({rows[i].second, {k, k + kHeadDim}, {v, v + kHeadDim}});
+    }
+    out.push_back(std::move(e));
+  }
+  d.host->EndStep(step);
+  return out;
+}
+
+// The device's entries of plan j of item `h` (rows into the arena read
+// back).
+std::vector<Entry> DeviceEntries(Runtime& rt, Stream st, const CacheHostItem& h,
+                                 size_t j) {
+  const threads::RowListItem& it = h.lists[j];
+  const auto range = Download<int64_t>(rt, st, DevPtr{it.ranges}, 2);
+  EXPECT_EQ(range[0], 0);
+  const auto rows = Download<int32_t>(rt, st, DevPtr{it.rows}, range[1]);
+  const auto pos = Download<int64_t>(rt, st, DevPtr{it.positions}, range[1]);
+  const int64_t arena = int64_t{h.item.n_pages} * kCachePageRows;
+  const auto keys =
+      Download<uint16_t>(rt, st, DevPtr{h.item.keys}, arena * kHeadDim);
+  const auto values =
+      Download<uint16_t>(rt, st, DevPtr{h.item.values}, arena * kHeadDim);
+  std::vector<Entry> e;
+  for (int64_t i = 0; i < range[1]; ++i) {
+    const uint16_t* k = keys.data() + int64_t{rows[i]} * kHeadDim;
+    const uint16_t* v = values.data() + int64_t{rows[i]} * kHeadDim;
+    e.push_back({pos[i], {k, k + kHeadDim}, {v, v + kHeadDim}});
+  }
+  return e;
+}
+
+void ExpectCountersEqual(const CacheCounters& got, const BlockCache& want) {
+  const CacheStats& s = want.stats();
+  EXPECT_EQ(got.lookups, s.lookups);
+  EXPECT_EQ(got.hits, s.hits);
+  EXPECT_EQ(got.misses, s.misses);
+  EXPECT_EQ(got.hit_tokens, s.hit_tokens);
+  EXPECT_EQ(got.miss_tokens, s.miss_tokens);
+  EXPECT_EQ(got.h2d_bytes, s.h2d_bytes);
+  EXPECT_EQ(got.resident_tokens, want.resident_tokens());
+}
+
+// Runs `steps` steps of case k on `rt` (a fake when null) and compares
+// with the host cache step by step; returns the hits seen (so a run shows
+// it reached the cache's reuse).
+int64_t RunCase(Runtime* on, const CacheCase& k, uint64_t seed, int steps) {
+  std::unique_ptr<FakeRuntime> fake;
+  Runtime* rt = on;
+  if (rt == nullptr) {
+    fake = std::make_unique<FakeRuntime>(TestConfig(
+        seed % 2 ? Schedule::kThreaded : Schedule::kLazy, seed, 256, 20));
+    rt = fake.get();
+  }
+  const OpLaunchers* launch = rt->launchers();
+  const Stream st = ValueOrDie(rt->CreateStream());
+  std::mt19937 rng(seed);
+  std::vector<Side> sides;
+  for (int i = 0; i < 2; ++i) sides.push_back(MakeSide(*rt, st, rng, k));
+  KvStoreConfig c;
+  c.policy = KvPolicy::kClusterKv;
+  c.budget = k.budget;
+  c.recent_tokens = k.recent;
+  c.quest_page_size = k.page_size;
+  std::normal_distribution<float> g;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<CacheHostItem> items;
+    std::vector<std::vector<std::vector<Entry>>> want;
+    for (Side& d : sides) {
+      for (auto& q : d.p.queries) {
+        for (float& x : q) x = g(rng);
+      }
+      std::vector<SelectArgs> args;
+      const auto plans = PlanOn(*rt, d.p, d.p.queries, c, true, &args);
+      int64_t rows = 0;
+      for (const Segment* s : d.p.segs) rows += s->size();
+      const int64_t cap = k.cut ? 3 : std::min<int64_t>(k.budget, rows);
+      items.push_back(StepItem(*rt, st, d, args, cap, step));
+      want.push_back(HostEntries(d, plans, cap, step));
+    }
+    std::vector<CacheItem> raw;
+    CacheListsArgs a;
+    for (const CacheHostItem& h : items) {
+      raw.push_back(h.item);
+      a.max_requests = std::max(a.max_requests, h.item.max_requests);
+      a.max_slots = std::max(a.max_slots, h.item.n_plans * h.lists[0].max_out);
+    }
+    a.items = Upload(*rt, st, raw);
+    a.n_items = static_cast<int32_t>(raw.size());
+    Op op = CacheListsBatchOp(a, items);
+    if (launch != nullptr) {
+      op.device_launch = [launch, a](void* x) {
+        return launch->CacheListsBatch(a, x);
+      };
+    }
+    EXPECT_TRUE(rt->Launch(std::move(op), st).ok());
+    for (size_t i = 0; i < sides.size(); ++i) {
+      SCOPED_TRACE(testing::Message() << "step " << step << " item " << i);
+      const CacheCounters got = Download<CacheCounters>(
+          *rt, st, DevPtr{sides[i].item.counters}, 1)[0];
+      if (k.n_pages > 0) {
+        if (got.overflow) return -1;
+        continue;
+      }
+      EXPECT_EQ(got.overflow, 0);
+      ExpectCountersEqual(got, *sides[i].host);
+      for (size_t j = 0; j < items[i].lists.size(); ++j) {
+        EXPECT_TRUE(DeviceEntries(*rt, st, items[i], j) == want[i][j])
+            << "plan " << j;
+      }
+    }
+  }
+  if (fake != nullptr) {
+    EXPECT_TRUE(fake->OrderingStatus().ok()) << fake->OrderingStatus();
+  }
+  int64_t hits = 0;
+  for (const Side& d : sides) hits += d.host->stats().hits;
+  return hits;
+}
+
+void ExpectCacheListsEqualTheHostCache(Runtime* on) {
+  int cases = 0;
+  int64_t hits = 0;
+  for (int n_segs : {1, 3}) {
+    for (int n_plans : {1, 4}) {
+      for (int budget : {7, 64}) {
+        for (int cache_steps : {0, 1, 3}) {
+          for (bool sorted : {false, true}) {
+            CacheCase k;
+            k.n_segs = n_segs;
+            k.n_plans = n_plans;
+            k.budget = budget;
+            k.recent = cases % 3 == 0 ? 5 : 0;
+            k.cache_steps = cache_steps;
+            k.sorted = sorted;
+            k.cut = cases % 5 == 4;
+            SCOPED_TRACE(testing::Message()
+                         << "segs " << n_segs << " plans " << n_plans
+                         << " budget " << budget << " R " << cache_steps
+                         << " sorted " << sorted << " recent " << k.recent
+                         << " cut " << k.cut);
+            hits += RunCase(on, k, 100 + cases, 4);
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(hits, 100) << "the steps never reused a cached block";
+}
+
+TEST(CacheListsTest, EqualTheHostBlockCache) {
+  ExpectCacheListsEqualTheHostCache(nullptr);
+}
+
+// A pool of 2 pages cannot hold a 64-token budget's blocks: the op says so
+// (the host fails the step) rather than list rows it did not write.
+TEST(CacheListsTest, TooFewPagesReportOverflow) {
+  CacheCase k;
+  k.n_segs = 3;
+  k.budget = 64;
+  k.n_pages = 2;
+  EXPECT_EQ(RunCase(nullptr, k, 7, 1), -1);
+}
+
+TEST(CacheListsTest, CudaEqualsTheHostBlockCache) {
+#ifdef CLUSTERKV_HAVE_CUDA
+  auto rt = cuda::CudaRuntime::Create(0);
+  if (!rt.ok()) GTEST_SKIP() << rt.status().message();
+  ExpectCacheListsEqualTheHostCache(rt->get());
+#else
+  GTEST_SKIP() << "this build has no CUDA backend";
+#endif
+}
+
+}  // namespace
+}  // namespace ckv::kernels::device
