@@ -1,6 +1,7 @@
 // The phase ops on device layouts, run by the fake, against the product's
-// CPU paths: centroid scores bit-equal to CentroidScoresMulti, residency
-// statistics equal to BlockCache's over 40-step runs.
+// CPU paths: centroid scores bit-equal to CentroidScoresMulti, the queries'
+// gather equal to its host form. (Residency against BlockCache:
+// cache_phases_test.cc.)
 #include "kernels/device/phases.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +14,6 @@
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/cpu/kernel_set.h"
 #include "kernels/device/fake_runtime.h"
-#include "model/kv/block_cache.h"
 #include "model/kv/segment.h"
 #include "tests/device/test_util.h"
 
@@ -179,158 +179,6 @@ TEST(GatherQueriesTest, EqualsTheHostForm) {
         << ScheduleName(sched);
     EXPECT_TRUE(rt.OrderingStatus().ok());
   }
-}
-// ---- Residency vs BlockCache -------------------------------------------
-
-constexpr int kHeadDim = 8;
-
-const KvShape& Shape() {
-  static const KvShape s{
-      .n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = kHeadDim};
-  return s;
-}
-
-// A segment of `sizes.size()` clusters of the given sizes (layer 0, head 0).
-std::unique_ptr<Segment> MakeSegment(int64_t uid,
-                                     const std::vector<int32_t>& sizes) {
-  int32_t n = 0;
-  for (int32_t s : sizes) n += s;
-  auto seg = std::make_unique<Segment>(uid, 16 + uid * 1000, n, Shape());
-  seg->layer(0).heads.resize(1);
-  HeadIndex& h = seg->layer(0).heads[0];
-  h.k = static_cast<int>(sizes.size());
-  h.offsets.push_back(0);
-  for (int32_t s : sizes) h.offsets.push_back(h.offsets.back() + s);
-  for (int32_t r = 0; r < n; ++r) h.members.push_back(r);
-  return seg;
-}
-
-struct Counters {
-  ResidencyCounters k;
-  bool operator==(const CacheStats& c) const {
-    return k.lookups == c.lookups && k.hits == c.hits && k.misses == c.misses &&
-           k.hit_tokens == c.hit_tokens && k.miss_tokens == c.miss_tokens &&
-           k.h2d_bytes == c.h2d_bytes;
-  }
-};
-
-// 40 steps of selections over 3 segments (a drifting hot set, repeats
-// within a step as a GQA group's union gives): the device residency ops and
-// BlockCache see the same requests; their counters agree after every step.
-void RunResidency(Schedule sched, uint64_t seed, int cache_steps) {
-  std::mt19937 rng(100 + cache_steps);
-  std::vector<std::unique_ptr<Segment>> segs;
-  std::vector<int32_t> base;
-  int32_t n_blocks = 0;
-  for (int s = 0; s < 3; ++s) {
-    std::vector<int32_t> sizes(5 + rng() % 8);
-    for (int32_t& x : sizes) x = 1 + rng() % 60;
-    segs.push_back(MakeSegment(s + 1, sizes));
-    base.push_back(n_blocks);
-    n_blocks += static_cast<int32_t>(sizes.size());
-  }
-  constexpr int kMaxReq = 64;
-  const int32_t n_pages = n_blocks * 4;  // every block resident at once fits
-  BlockCache cache(kHeadDim, cache_steps, 16, /*copy_rows=*/false);
-
-  FakeRuntime rt(Config(sched, seed));
-  const Stream st = ValueOrDie(rt.CreateStream(kHighestPriority));
-  const DevPtr table_mem =
-      ValueOrDie(rt.Malloc(ResidencyTableBytes(n_blocks, n_pages)));
-  const ResidencyTable t = MakeResidencyTable(table_mem, n_blocks, n_pages);
-  const DevPtr req = ValueOrDie(rt.Malloc(kMaxReq * sizeof(BlockRequest)));
-  const DevPtr scratch = ValueOrDie(rt.Malloc(kMaxReq * 4));
-  const DevPtr resolved = ValueOrDie(rt.Malloc(kMaxReq * 4));
-  const DevPtr misses = ValueOrDie(rt.Malloc(kMaxReq * sizeof(MissCopy)));
-  // The plan ring: two pinned slots, one H2D copy per step.
-  auto* ring = static_cast<BlockRequest*>(
-      ValueOrDie(rt.HostAllocPinned(2 * kMaxReq * sizeof(BlockRequest))));
-  auto* out = static_cast<ResidencyCounters*>(
-      ValueOrDie(rt.HostAllocPinned(sizeof(ResidencyCounters))));
-  CKV_ASSERT_OK(rt.Launch(InitResidencyOp(t), st));
-
-  int hot = 0;
-  int64_t misses_before = 0;
-  for (int64_t step = 0; step < 40; ++step) {
-    if (rng() % 3 == 0) hot = (hot + 1) % n_blocks;
-    BlockRequest* plan = ring + (step % 2) * kMaxReq;
-    const int n_req = 1 + rng() % 24;
-    CKV_ASSERT_OK(rt.HostWrite(plan, n_req * sizeof(BlockRequest)));
-    for (int r = 0; r < n_req; ++r) {
-      const int32_t b =
-          rng() % 4 == 0 ? rng() % n_blocks : (hot + rng() % 6) % n_blocks;
-      int s = 0;
-      while (s + 1 < 3 && base[s + 1] <= b) ++s;
-      const int32_t c = b - base[s];
-      const HeadIndex& h = segs[s]->layer(0).heads[0];
-      const int32_t size = h.offsets[c + 1] - h.offsets[c];
-      plan[r] = BlockRequest{b, size};
-      cache.Ensure(step, *segs[s], 0, 0,
-                   BlockRef{s, BlockKind::kCluster, c, 0, size});
-    }
-    cache.EndStep(step);
-    CKV_ASSERT_OK(rt.CopyH2D(req, plan, n_req * sizeof(BlockRequest), st));
-    CKV_ASSERT_OK(rt.Launch(
-        ResolveResidencyOp(
-            t, {req, n_req, step, 4 * kHeadDim, scratch, resolved, misses}),
-        st));
-    CKV_ASSERT_OK(rt.Launch(EndResidencyStepOp(t, step, cache_steps), st));
-    CKV_ASSERT_OK(rt.CopyD2H(out, t.counters, sizeof(*out), st));
-    const std::vector<int32_t> pages =
-        Download<int32_t>(rt, st, resolved, n_req);  // synchronises st
-    CKV_ASSERT_OK(rt.HostRead(out, sizeof(*out)));
-    const Counters got{*out};
-    ASSERT_EQ(got.k.n_miss, cache.stats().misses - misses_before) << step;
-    misses_before = cache.stats().misses;
-    ASSERT_TRUE(got == cache.stats()) << "step " << step;
-    ASSERT_EQ(got.k.resident_tokens, cache.resident_tokens()) << step;
-    ASSERT_EQ(got.k.overflow, 0);
-    for (int32_t p : pages) ASSERT_GE(p, 0);  // resident when resolved
-  }
-  EXPECT_GT(cache.stats().misses, 0);
-  if (cache_steps > 0) {
-    EXPECT_GT(cache.stats().hits, 0);
-  } else {
-    EXPECT_EQ(cache.stats().hits, 0);
-  }
-  EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
-}
-
-TEST(ResidencyTest, StatisticsEqualBlockCache) {
-  for (int r : {0, 1, 3}) {
-    for (Schedule s :
-         {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
-      SCOPED_TRACE(testing::Message() << "R " << r << " " << ScheduleName(s));
-      RunResidency(s, 5 + r, r);
-    }
-  }
-}
-
-// A page range too small for the step's misses: the overflow flag is set
-// (the host turns it into RESOURCE_EXHAUSTED), never a write out of range.
-TEST(ResidencyTest, TooFewPagesSetsOverflow) {
-  FakeRuntime rt(Config(Schedule::kInline, 1));
-  const Stream st = ValueOrDie(rt.CreateStream());
-  const ResidencyTable t = MakeResidencyTable(
-      ValueOrDie(rt.Malloc(ResidencyTableBytes(4, 3))), 4, 3);
-  const std::vector<BlockRequest> plan = {{0, 20}, {1, 30}, {2, 5}};
-  const DevPtr req = Upload(rt, st, plan);
-  const DevPtr scratch = ValueOrDie(rt.Malloc(3 * 4));
-  const DevPtr resolved = ValueOrDie(rt.Malloc(3 * 4));
-  const DevPtr misses = ValueOrDie(rt.Malloc(3 * sizeof(MissCopy)));
-  CKV_ASSERT_OK(rt.Launch(InitResidencyOp(t), st));
-  CKV_ASSERT_OK(rt.Launch(
-      ResolveResidencyOp(t, {req, 3, 0, 32, scratch, resolved, misses}), st));
-  const auto k = Download<ResidencyCounters>(rt, st, t.counters, 1)[0];
-  EXPECT_EQ(k.overflow, 1);
-  // Block 0 takes 2 pages; block 1 needs 2 of the 1 left and is skipped;
-  // block 2 takes the last one.
-  EXPECT_EQ(k.n_miss, 2);
-  EXPECT_EQ(k.free_top, 0);
-  const std::vector<int32_t> pages = Download<int32_t>(rt, st, resolved, 3);
-  EXPECT_GE(pages[0], 0);
-  EXPECT_EQ(pages[1], -1);
-  EXPECT_GE(pages[2], 0);
 }
 
 }  // namespace
