@@ -8,6 +8,7 @@
 #     the .a (GTest is static already);
 #   - PCRE2 static (libpcre2-8.a);
 #   - --as-needed, so a binary that uses no cuBLAS call does not need it;
+#   - sections per function and --gc-sections (smaller binaries);
 #   - RUNPATH $ORIGIN/../lib only (bin/ and lib/ of the bundle; no path of
 #     this machine), for any shared library the bundle script must copy.
 # cuBLAS stays shared: the device has it (the CUDA toolkit or PyTorch's
@@ -16,6 +17,13 @@
 # ckv_bundle_relocate_tests() runs after the tests are defined.
 
 add_link_options(-static-libstdc++ -static-libgcc LINKER:--as-needed)
+# Every function and object in its own section, unreferenced ones dropped
+# at link: the bundle's test binaries link whole libraries of which each
+# uses a part (the bundle must stay within 20 MiB).
+add_compile_options(
+  "$<$<COMPILE_LANGUAGE:CXX>:-ffunction-sections;-fdata-sections>"
+  "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffunction-sections,-fdata-sections>")
+add_link_options(LINKER:--gc-sections)
 set(CMAKE_BUILD_WITH_INSTALL_RPATH ON)
 set(CMAKE_INSTALL_RPATH "$ORIGIN/../lib")
 set(CMAKE_INSTALL_RPATH_USE_LINK_PATH OFF)

@@ -283,11 +283,14 @@ stage_link() {
   fi
 }
 
-# The kernels against the references, and the CUDA selection kernels
-# against clusterkv's own plans (device_runtime_test's SelectBlocksTest:
-# its fake case runs in the dry run, its CUDA case on the device).
+# The kernels against the references, the CUDA selection kernels against
+# clusterkv's own plans and the cache_lists kernels against the host's
+# BlockCache (device_runtime_test's SelectBlocksTest, RowListsTest and
+# CacheListsTest: their fake cases run in the dry run, the CUDA cases on
+# the device).
 stage_ops_cuda() {
-  gtest_stage "device_runtime_test SelectBlocksTest.* cases" \
+  gtest_stage \
+    "device_runtime_test SelectBlocksTest.*:RowListsTest.*:CacheListsTest.* cases" \
     "cuda_ops_test - cases"
 }
 
