@@ -14,11 +14,13 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "kernels/device/cache_phases.h"
 #include "kernels/device/fake_runtime.h"
 #include "kernels/device/op_launchers.h"
+#include "model/backend/device/device_block_cache.h"
 #include "model/kv/block_cache.h"
 #include "model/kv/selection.h"
 #include "tests/device/plan_fixture.h"
@@ -43,6 +45,9 @@ struct CacheCase {
   bool cut = false;  // list capacity 3
   int n_pages = 0;   // 0: room for every block
   int page_size = 5;
+  // The table from a DevicePagedCache sized by StepPagesBound, and the
+  // segments growing by one per step (the first step sees one).
+  bool paged = false;
 };
 
 // One (session, layer, KV head): its segments with random K/V rows, the
@@ -55,6 +60,8 @@ struct Side {
   std::vector<Range> seg_keys, seg_values;
   DevPtr seg_pos, seg_sorted, seg_row_of, row_of;
   int64_t n_row_of = 0;
+  std::vector<const Segment*> all;  // every segment (segs: the step's)
+  std::unique_ptr<DevicePagedCache> paged;
 };
 
 void FillRows(std::mt19937& rng, Segment& s) {
@@ -130,7 +137,27 @@ Side MakeSide(Runtime& rt, Stream st, std::mt19937& rng, const CacheCase& k) {
   c.keys = ValueOrDie(rt.Malloc(2 * rows * kHeadDim)).addr;
   c.values = ValueOrDie(rt.Malloc(2 * rows * kHeadDim)).addr;
   c.page_pos = ValueOrDie(rt.Malloc(8 * rows)).addr;
+  d.all = d.p.segs;
+  if (k.paged) {
+    d.paged =
+        std::make_unique<DevicePagedCache>(rt, st, kHeadDim, k.cache_steps);
+  }
   return d;
+}
+
+// A paged side's table for this step: its segments so far (one more each
+// step), numbered and sized by the cache itself.
+void PreparePaged(Runtime& rt, Stream st, Side& d, const KvStoreConfig& c,
+                  int step) {
+  const size_t n = std::min(d.all.size(), size_t{1} + step);
+  d.p.segs.assign(d.all.begin(), d.all.begin() + n);
+  const int nq = static_cast<int>(d.p.queries.size());
+  ASSERT_TRUE(d.paged->Prepare(d.p.segs, 0, 0, c.quest_page_size,
+                               StepPagesBound(d.p.segs, 0, 0, c, nq)))
+      << d.paged->status();
+  d.paged->FillItem(&d.item);
+  d.item.n_segs = static_cast<int32_t>(n);
+  d.item.seg_block = Upload(rt, st, d.paged->seg_block()).addr;
 }
 
 // This step's RowListItems of `args` (the plans PlanOn made) into d.item.
@@ -261,6 +288,7 @@ int64_t RunCase(Runtime* on, const CacheCase& k, uint64_t seed, int steps) {
       for (auto& q : d.p.queries) {
         for (float& x : q) x = g(rng);
       }
+      if (d.paged != nullptr) PreparePaged(*rt, st, d, c, step);
       std::vector<SelectArgs> args;
       const auto plans = PlanOn(*rt, d.p, d.p.queries, c, true, &args);
       int64_t rows = 0;
@@ -294,7 +322,12 @@ int64_t RunCase(Runtime* on, const CacheCase& k, uint64_t seed, int steps) {
         continue;
       }
       EXPECT_EQ(got.overflow, 0);
-      ExpectCountersEqual(got, *sides[i].host);
+      // A table made anew starts empty and counts from zero: the host's
+      // statistics are then not its own (its rows still are).
+      const DevicePagedCache* paged = sides[i].paged.get();
+      if (paged == nullptr || paged->tables_made() == 1) {
+        ExpectCountersEqual(got, *sides[i].host);
+      }
       for (size_t j = 0; j < items[i].lists.size(); ++j) {
         EXPECT_TRUE(DeviceEntries(*rt, st, items[i], j) == want[i][j])
             << "plan " << j;
@@ -352,6 +385,82 @@ TEST(CacheListsTest, TooFewPagesReportOverflow) {
   k.budget = 64;
   k.n_pages = 2;
   EXPECT_EQ(RunCase(nullptr, k, 7, 1), -1);
+}
+
+// DevicePagedCache's tables, sized by StepPagesBound for R + 1 steps and
+// made anew as segments arrive, never overflow and keep the host cache's
+// statistics and rows over 8 steps (the segments growing from one).
+TEST(CacheListsTest, PagedCacheSizedByTheBoundNeverOverflows) {
+  int cases = 0;
+  for (int n_plans : {1, 4}) {
+    for (int budget : {7, 64, 500}) {
+      for (int cache_steps : {0, 1, 3}) {
+        for (int recent : {0, 9}) {
+          CacheCase k;
+          k.n_segs = 4;
+          k.n_plans = n_plans;
+          k.budget = budget;
+          k.recent = recent;
+          k.cache_steps = cache_steps;
+          k.sorted = cases % 2 == 1;
+          k.paged = true;
+          SCOPED_TRACE(testing::Message()
+                       << "plans " << n_plans << " budget " << budget << " R "
+                       << cache_steps << " recent " << recent);
+          EXPECT_GE(RunCase(nullptr, k, 300 + cases, 8), 0);
+          ++cases;
+        }
+      }
+    }
+  }
+}
+
+// The bound against the pages the device's own plans request: over random
+// segments (tiny clusters included) and queries, one step's distinct
+// blocks of nq plans never take more pages than StepPagesBound.
+TEST(CacheListsTest, StepPagesBoundCoversEveryStep) {
+  std::mt19937 rng(404);
+  FakeRuntime rt(TestConfig(Schedule::kInline, 1, 256, 0));
+  int64_t most = 0, bound_at_most = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int nq = trial % 2 ? 4 : 1;
+    Problem p = MakeProblem(rng, 1 + trial % 4, nq, kHeadDim);
+    if (trial % 3 == 0) {
+      for (auto& s : p.owned) SortRowsByCluster(*s, 0);
+    }
+    KvStoreConfig c;
+    c.policy = KvPolicy::kClusterKv;
+    c.budget = 1 + static_cast<int>(rng() % 300);
+    c.recent_tokens = static_cast<int>(rng() % 3) * 7;
+    c.quest_page_size = 1 + static_cast<int>(rng() % 20);
+    const int64_t bound = StepPagesBound(p.segs, 0, 0, c, nq);
+    for (int q = 0; q < 5; ++q) {
+      std::normal_distribution<float> g;
+      for (auto& v : p.queries) {
+        for (float& x : v) x = g(rng);
+      }
+      std::set<std::pair<int, int64_t>> seen;  // (segment, block key)
+      int64_t pages = 0;
+      for (const DevicePlan& plan : PlanOn(rt, p, p.queries, c, true)) {
+        for (const PlannedBlock& b : plan.blocks) {
+          const BlockKind kind = b.kind == kPlannedCluster ? BlockKind::kCluster
+                                                           : BlockKind::kPage;
+          const int64_t key = 2 * int64_t{b.id} + (b.kind == kPlannedPage);
+          if (!seen.insert({b.segment, key}).second) continue;
+          const int32_t size = BlockSize(*p.segs[b.segment], 0, 0, kind, b.id,
+                                         c.quest_page_size);
+          pages += Pages(size);
+        }
+      }
+      EXPECT_LE(pages, bound) << "trial " << trial;
+      if (pages > most) {
+        most = pages;
+        bound_at_most = bound;
+      }
+    }
+  }
+  EXPECT_GT(most, 10) << "the plans never needed many pages";
+  EXPECT_GT(bound_at_most, 0);
 }
 
 TEST(CacheListsTest, CudaEqualsTheHostBlockCache) {
