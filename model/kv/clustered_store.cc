@@ -68,7 +68,8 @@ ClusteredKvStore::ClusteredKvStore(const KvShape& shape,
       open_[l].SetMirror(env_.cache_rows->NewRows(shape.head_dim));
     }
   }
-  const bool copy = config.cache_mode == CacheMode::kCopy;
+  MakeDeviceCaches();
+  const bool copy = cache_copies_rows_;
   caches_.resize(shape.n_layers);
   for (auto& per_layer : caches_) {
     for (int h = 0; h < shape.n_kv_heads; ++h) {
@@ -225,6 +226,7 @@ void ClusteredKvStore::PrepareSelect(int layer, const LayerQuery& query) {
     ls.plans.resize(shape_.n_heads);
     ls.segments = seg_view_;
     listed_layer_ = layer;
+    if (copy_on_device_) FillCacheRequest(layer, &ls.lists);
     planner_->Queue(config_, shape_, ls.segments, layer, query.q,
                     ls.plans.data(), &ls.planned, &ls.lists);
     return;
@@ -341,7 +343,7 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
   // this step selects: residency follows sessions, not single steps.
   // Asked once per step; the selected spans read resident_view_.
   resident_view_.assign(seg_view_.size(), nullptr);
-  if (env_.cache_rows != nullptr && config_.cache_mode != CacheMode::kCopy) {
+  if (env_.cache_rows != nullptr && !cache_copies_rows_) {
     for (size_t i = 0; i < seg_view_.size(); ++i) {
       resident_view_[i] = Resident(*seg_view_[i], layer);
     }
@@ -384,17 +386,32 @@ void ClusteredKvStore::SelectSparse(int layer, const LayerQuery& query,
 // rows (zero-copy), in sel_rows_[h] with runs in sel_runs_[h].
 void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
                                   BlockCache& cache) {
-  const bool copy = config_.cache_mode == CacheMode::kCopy;
+  const bool copy = cache_copies_rows_;
   const size_t n_segs = seg_view_.size();
   by_segment_.resize(n_segs);
   for (auto& b : by_segment_) b.clear();
   sel_rows_[h].clear();
   sel_pos_[h].clear();
+  // Copy mode whose caches the device keeps (copy_on_device_): the rows
+  // in place, in the copy-mode order (plan order, one run per stretch of
+  // blocks of one segment).
+  const bool plan_order = copy_on_device_;
+  sel_runs_[h].clear();
   for (const BlockRef& b : plans_[h].blocks) {
     // Counted once per step however many of the group's heads take it.
     const int64_t offset =
         cache.Ensure(step, *seg_view_[b.segment], layer, g, b);
-    if (copy) {
+    if (plan_order) {
+      const int64_t at = static_cast<int64_t>(sel_rows_[h].size());
+      AppendBlockRows(*seg_view_[b.segment], layer, g, b.kind, b.id, b.begin,
+                      b.count, config_.quest_page_size, &sel_rows_[h]);
+      const int64_t n = static_cast<int64_t>(sel_rows_[h].size()) - at;
+      if (!sel_runs_[h].empty() && sel_runs_[h].back().segment == b.segment) {
+        sel_runs_[h].back().count += n;
+      } else {
+        sel_runs_[h].push_back({b.segment, at, n});
+      }
+    } else if (copy) {
       for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
         sel_rows_[h].push_back(static_cast<int32_t>(offset + r));
         sel_pos_[h].push_back(cache.positions()[offset + r]);
@@ -405,7 +422,7 @@ void ClusteredKvStore::GatherRows(int layer, int g, int h, int64_t step,
                       &by_segment_[b.segment]);
     }
   }
-  sel_runs_[h].clear();
+  if (plan_order) return;
   if (copy) {
     sel_runs_[h].push_back({-1, 0, static_cast<int64_t>(sel_rows_[h].size())});
     return;

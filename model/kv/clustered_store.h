@@ -213,6 +213,13 @@ class ClusteredKvStore : public KvCache {
   bool ListsEligible(int layer) const;
   void SelectListed(int layer, AttendSet* out);
   void FinishListed(int layer);
+  // Copy mode kept on the device (clustered_store_listed.cc): the
+  // planner's block caches, one per sparse (layer, KV head), when it makes
+  // them (then the host BlockCaches only count, copy_on_device_); a
+  // queued layer's caches and segment rows; the spans over the arenas.
+  void MakeDeviceCaches();
+  void FillCacheRequest(int layer, DeviceRowLists* lists);
+  void SelectCacheListed(int layer, AttendSet* out);
   void RecordDecode(int layer, const LayerQuery& query, bool dense);
   // Over the rows' mirrors (device memory on a device backend) when
   // `mirror`, as a Select hands them to the backend; else host rows.
@@ -248,6 +255,9 @@ class ClusteredKvStore : public KvCache {
     std::vector<const Segment*> segments;
   };
   std::vector<ListedSelect> listed_;
+  bool copy_on_device_ = false;
+  bool cache_copies_rows_ = false;  // copy mode with host-decided caches
+  std::vector<std::vector<std::unique_ptr<DeviceBlockCache>>> device_caches_;
   int listed_layer_ = -1;  // PrepareSelect queued this layer with lists
   int64_t n_tokens_ = 0;
   // Current call.

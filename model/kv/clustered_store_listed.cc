@@ -13,15 +13,16 @@ namespace ckv {
 bool ClusteredKvStore::ListsEligible(int layer) const {
   if (planner_ == nullptr || !planner_->BuildsRowLists() ||
       env_.cache_rows == nullptr ||
-      config_.cache_mode != CacheMode::kZeroCopy) {
+      (config_.cache_mode != CacheMode::kZeroCopy && !copy_on_device_)) {
     return false;
   }
   // Residency holds for the step once asked (CacheRows::Use); rows not
   // resident must be in the arena's own (mapped pinned) memory, which the
-  // device reads in place.
+  // device reads in place. A device cache fetches its misses from there
+  // (on the planner's stream, which resident uploads do not order).
   const int64_t hd = shape_.head_dim;
   for (const Segment* s : seg_view_) {
-    if (Resident(*s, layer) != nullptr) continue;
+    if (!copy_on_device_ && Resident(*s, layer) != nullptr) continue;
     const int64_t bytes = int64_t{2} * shape_.n_kv_heads * s->size() * hd;
     if (!env_.arena->Contains(s->keys(layer, 0), bytes) ||
         !env_.arena->Contains(s->values(layer, 0), bytes)) {
@@ -31,11 +32,83 @@ bool ClusteredKvStore::ListsEligible(int layer) const {
   return true;
 }
 
+void ClusteredKvStore::MakeDeviceCaches() {
+  cache_copies_rows_ = config_.cache_mode == CacheMode::kCopy;
+  if (!cache_copies_rows_ || planner_ == nullptr ||
+      !planner_->BuildsRowLists() || env_.cache_rows == nullptr) {
+    return;
+  }
+  device_caches_.resize(shape_.n_layers);
+  for (int l = 0; l < shape_.n_layers; ++l) {
+    if (!IsSparseLayer(l)) continue;
+    for (int g = 0; g < shape_.n_kv_heads; ++g) {
+      auto cache =
+          planner_->NewBlockCache(shape_.head_dim, config_.cache_steps);
+      if (cache == nullptr) {
+        device_caches_.clear();
+        return;
+      }
+      device_caches_[l].push_back(std::move(cache));
+    }
+  }
+  copy_on_device_ = true;
+  cache_copies_rows_ = false;
+}
+
+void ClusteredKvStore::FillCacheRequest(int layer, DeviceRowLists* lists) {
+  lists->caches.clear();
+  for (const auto& c : device_caches_[layer]) lists->caches.push_back(c.get());
+  lists->cache_step = steps_[layer];  // SelectListed's step
+  lists->seg_keys.clear();
+  lists->seg_values.clear();
+  for (const Segment* s : seg_view_) {
+    for (int g = 0; g < shape_.n_kv_heads; ++g) {
+      lists->seg_keys.push_back(s->keys(layer, g));
+      lists->seg_values.push_back(s->values(layer, g));
+    }
+  }
+}
+
+// Per query head: the sinks, its list over its KV head's cache arena
+// (plan order, the entries {0, n} of its range), the tail.
+void ClusteredKvStore::SelectCacheListed(int layer, AttendSet* out) {
+  const ListedSelect& ls = listed_[layer];
+  const int group = shape_.group();
+  const bool shared = config_.gqa_selection == GqaSelection::kPerKvHead;
+  out->spans.clear();
+  out->spans.reserve(size_t{3} * shape_.n_heads);
+  for (int h = 0; h < shape_.n_heads; ++h) {
+    const int g = h / group;
+    const size_t list = size_t{1} * g * ls.lists.nq + (shared ? 0 : h % group);
+    out->spans.push_back(SinkSpan(layer, g, true));
+    kernels::KvSpan sel;
+    sel.k = reinterpret_cast<const uint16_t*>(ls.lists.arena_keys[g]);
+    sel.v = reinterpret_cast<const uint16_t*>(ls.lists.arena_values[g]);
+    sel.rows_extent = ls.lists.arena_rows[g];
+    sel.dtype = config_.kv_dtype;
+    sel.stride = shape_.head_dim;
+    sel.count = ls.lists.cap;
+    sel.rows = reinterpret_cast<const int32_t*>(ls.lists.rows[list]);
+    sel.positions = reinterpret_cast<const int64_t*>(ls.lists.positions[list]);
+    sel.device_range = reinterpret_cast<const int64_t*>(ls.lists.ranges[list]);
+    out->spans.push_back(sel);
+    out->spans.push_back(OpenSpan(layer, g, true));
+  }
+  out->per_head.resize(shape_.n_heads);
+  for (int h = 0; h < shape_.n_heads; ++h) {
+    out->per_head[h] = {&out->spans[size_t{3} * h], 3};
+  }
+}
+
 void ClusteredKvStore::SelectListed(int layer, AttendSet* out) {
   ListedSelect& ls = listed_[layer];
   ls.step = steps_[layer]++;
   ls.pending = true;
   ++timings_.calls;
+  if (copy_on_device_) {
+    SelectCacheListed(layer, out);
+    return;
+  }
   const int group = shape_.group();
   const int64_t hd = shape_.head_dim;
   const bool shared = config_.gqa_selection == GqaSelection::kPerKvHead;

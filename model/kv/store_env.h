@@ -18,6 +18,13 @@
 
 namespace ckv {
 
+// A store's block cache of one (layer, KV head) kept on the device by its
+// planner (copy mode; DeviceRowLists). Opaque to the store.
+class DeviceBlockCache {
+ public:
+  virtual ~DeviceBlockCache() = default;
+};
+
 // Where a device planner writes one queued layer's row lists (the rows
 // each planned query attends, built on the device from its plan, so that
 // the attention needs no host round trip; kernels/device/
@@ -28,11 +35,27 @@ namespace ckv {
 // entries {first, n}, segments in the order queued). Filled when the call
 // is launched (valid), before its plans are read; the lists hold until
 // the backend's step ends.
+//
+// Copy mode kept on the device (cache_mode copy, when the planner makes
+// block caches: LayerPlanner::NewBlockCache): the store sets, before
+// Queue, `caches` (per KV head g its cache of the layer), `cache_step`
+// (the step number its residency ages by: the host BlockCache's) and
+// where each segment's stored rows of each KV head are (seg_keys /
+// seg_values[s * n_kv + g]: device rows, or host rows of the pinned arena
+// the device reads in place). The lists then name rows of caches[g]'s
+// arena, in plan order (the host's copy-mode order), one range per query
+// at ranges[...] + 0; arena_keys / arena_values[g] (device addresses,
+// arena_rows[g] rows) are set when the call is launched.
 struct DeviceRowLists {
   bool valid = false;
   int nq = 0;
   int64_t cap = 0;
   std::vector<uint64_t> rows, positions, ranges;
+  std::vector<DeviceBlockCache*> caches;
+  int64_t cache_step = 0;
+  std::vector<const uint16_t*> seg_keys, seg_values;
+  std::vector<uint64_t> arena_keys, arena_values;
+  std::vector<int64_t> arena_rows;
 };
 
 // Plans every query head of one sparse layer of a decode query in place of
@@ -74,6 +97,13 @@ class LayerPlanner {
   // Whether Queue builds the row lists it is given (a store asks for them
   // only then).
   virtual bool BuildsRowLists() const { return false; }
+  // A block cache on its device for one (layer, KV head) of a copy-mode
+  // store (rows of head_dim, R = cache_steps), or null: the store's host
+  // BlockCache keeps the rows then.
+  virtual std::unique_ptr<DeviceBlockCache> NewBlockCache(int /*head_dim*/,
+                                                          int /*cache_steps*/) {
+    return nullptr;
+  }
 };
 
 struct StoreEnv {

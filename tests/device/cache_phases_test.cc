@@ -21,6 +21,7 @@
 #include "kernels/device/fake_runtime.h"
 #include "kernels/device/op_launchers.h"
 #include "model/backend/device/device_block_cache.h"
+#include "model/backend/device/device_planner.h"
 #include "model/kv/block_cache.h"
 #include "model/kv/selection.h"
 #include "tests/device/plan_fixture.h"
@@ -199,7 +200,8 @@ struct Entry {
   bool operator==(const Entry&) const = default;
 };
 std::vector<std::vector<Entry>> HostEntries(
-    Side& d, const std::vector<DevicePlan>& plans, int64_t cap, int64_t step) {
+    BlockCache& host, const std::vector<const Segment*>& segs,
+    const std::vector<DevicePlan>& plans, int64_t cap, int64_t step) {
   std::vector<std::vector<Entry>> out;
   for (const DevicePlan& plan : plans) {
     std::vector<std::pair<int64_t, int64_t>> rows;  // (arena row, position)
@@ -208,37 +210,37 @@ std::vector<std::vector<Entry>> HostEntries(
           b.segment,
           b.kind == kPlannedCluster ? BlockKind::kCluster : BlockKind::kPage,
           b.id, b.begin, b.count};
-      const int64_t off = d.host->Ensure(step, *d.p.segs[b.segment], 0, 0, ref);
+      const int64_t off = host.Ensure(step, *segs[b.segment], 0, 0, ref);
       for (int32_t r = b.begin; r < b.begin + b.count; ++r) {
-        rows.emplace_back(off + r, d.host->positions()[off + r]);
+        rows.emplace_back(off + r, host.positions()[off + r]);
       }
     }
     std::vector<Entry> e;
     for (size_t i = 0; i < rows.size() && int64_t(i) < cap; ++i) {
-      const uint16_t* k = d.host->keys() + rows[i].first * kHeadDim;
-      const uint16_t* v = d.host->values() + rows[i].first * kHeadDim;
+      const uint16_t* k = host.keys() + rows[i].first * kHeadDim;
+      const uint16_t* v = host.values() + rows[i].first * kHeadDim;
       e.push_back({rows[i].second, {k, k + kHeadDim}, {v, v + kHeadDim}});
     }
     out.push_back(std::move(e));
   }
-  d.host->EndStep(step);
+  host.EndStep(step);
   return out;
 }
 
-// The device's entries of plan j of item `h` (rows into the arena read
-// back).
-std::vector<Entry> DeviceEntries(Runtime& rt, Stream st, const CacheHostItem& h,
-                                 size_t j) {
-  const threads::RowListItem& it = h.lists[j];
-  const auto range = Download<int64_t>(rt, st, DevPtr{it.ranges}, 2);
+// The device's entries of one list (ranges, rows, positions) over an
+// arena of `arena` rows at keys / values, read back.
+std::vector<Entry> DeviceEntries(Runtime& rt, Stream st, uint64_t ranges,
+                                 uint64_t list_rows, uint64_t positions,
+                                 uint64_t arena_keys, uint64_t arena_values,
+                                 int64_t arena) {
+  const auto range = Download<int64_t>(rt, st, DevPtr{ranges}, 2);
   EXPECT_EQ(range[0], 0);
-  const auto rows = Download<int32_t>(rt, st, DevPtr{it.rows}, range[1]);
-  const auto pos = Download<int64_t>(rt, st, DevPtr{it.positions}, range[1]);
-  const int64_t arena = int64_t{h.item.n_pages} * kCachePageRows;
+  const auto rows = Download<int32_t>(rt, st, DevPtr{list_rows}, range[1]);
+  const auto pos = Download<int64_t>(rt, st, DevPtr{positions}, range[1]);
   const auto keys =
-      Download<uint16_t>(rt, st, DevPtr{h.item.keys}, arena * kHeadDim);
+      Download<uint16_t>(rt, st, DevPtr{arena_keys}, arena * kHeadDim);
   const auto values =
-      Download<uint16_t>(rt, st, DevPtr{h.item.values}, arena * kHeadDim);
+      Download<uint16_t>(rt, st, DevPtr{arena_values}, arena * kHeadDim);
   std::vector<Entry> e;
   for (int64_t i = 0; i < range[1]; ++i) {
     const uint16_t* k = keys.data() + int64_t{rows[i]} * kHeadDim;
@@ -246,6 +248,14 @@ std::vector<Entry> DeviceEntries(Runtime& rt, Stream st, const CacheHostItem& h,
     e.push_back({pos[i], {k, k + kHeadDim}, {v, v + kHeadDim}});
   }
   return e;
+}
+
+// Plan j of item `h`.
+std::vector<Entry> DeviceEntries(Runtime& rt, Stream st, const CacheHostItem& h,
+                                 size_t j) {
+  const threads::RowListItem& it = h.lists[j];
+  return DeviceEntries(rt, st, it.ranges, it.rows, it.positions, h.item.keys,
+                       h.item.values, int64_t{h.item.n_pages} * kCachePageRows);
 }
 
 void ExpectCountersEqual(const CacheCounters& got, const BlockCache& want) {
@@ -295,7 +305,7 @@ int64_t RunCase(Runtime* on, const CacheCase& k, uint64_t seed, int steps) {
       for (const Segment* s : d.p.segs) rows += s->size();
       const int64_t cap = k.cut ? 3 : std::min<int64_t>(k.budget, rows);
       items.push_back(StepItem(*rt, st, d, args, cap, step));
-      want.push_back(HostEntries(d, plans, cap, step));
+      want.push_back(HostEntries(*d.host, d.p.segs, plans, cap, step));
     }
     std::vector<CacheItem> raw;
     CacheListsArgs a;
@@ -461,6 +471,99 @@ TEST(CacheListsTest, StepPagesBoundCoversEveryStep) {
   }
   EXPECT_GT(most, 10) << "the plans never needed many pages";
   EXPECT_GT(bound_at_most, 0);
+}
+
+// The DevicePlanner with copy-mode requests (lists naming its caches): its
+// call runs cache_lists after the row lists, and over 6 steps the lists
+// over the caches' arenas hold the host copy-mode rows of the plans it
+// returns; both GQA modes, R = 0 and 2, segments in both storage orders.
+TEST(CacheListsTest, PlannerListsCopyModeOverItsCaches) {
+  int cases = 0;
+  for (GqaSelection gqa :
+       {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
+    for (int cache_steps : {0, 2}) {
+      SCOPED_TRACE(testing::Message()
+                   << "per_kv " << (gqa == GqaSelection::kPerKvHead) << " R "
+                   << cache_steps);
+      std::mt19937 rng(500 + cases);
+      FakeRuntime rt(TestConfig(Schedule::kThreaded, 9 + cases, 256, 20));
+      const Stream st = ValueOrDie(rt.CreateStream());
+      const int n_q = 4;
+      Problem p = MakeProblem(rng, 3, n_q, kHeadDim);
+      std::vector<const uint16_t*> keys, values;
+      for (size_t i = 0; i < p.owned.size(); ++i) {
+        Segment& seg = *p.owned[i];
+        FillRows(rng, seg);
+        if (i % 2 == 1) SortRowsByCluster(seg, 0);
+        const int64_t n = seg.size() * kHeadDim;
+        const DevPtr k = Upload(
+            rt, st, std::vector<uint16_t>(seg.keys(0, 0), seg.keys(0, 0) + n));
+        const DevPtr v = Upload(
+            rt, st,
+            std::vector<uint16_t>(seg.values(0, 0), seg.values(0, 0) + n));
+        keys.push_back(reinterpret_cast<const uint16_t*>(k.addr));
+        values.push_back(reinterpret_cast<const uint16_t*>(v.addr));
+      }
+      KvShape shape;
+      shape.n_layers = 1;
+      shape.n_heads = n_q;
+      shape.n_kv_heads = 1;
+      shape.head_dim = kHeadDim;
+      KvStoreConfig c;
+      c.policy = KvPolicy::kClusterKv;
+      c.budget = 40;
+      c.recent_tokens = 5;
+      c.quest_page_size = 5;
+      c.gqa_selection = gqa;
+      c.cache_steps = cache_steps;
+      DevicePlanner planner(rt, nullptr, int64_t{1} << 20);
+      planner.EnableRowLists(true);
+      auto cache = planner.NewBlockCache(kHeadDim, cache_steps);
+      ASSERT_NE(cache, nullptr);
+      BlockCache host(kHeadDim, cache_steps, c.quest_page_size, true);
+      const int nq = gqa == GqaSelection::kPerKvHead ? 1 : n_q;
+      std::normal_distribution<float> g;
+      for (int step = 0; step < 6; ++step) {
+        SCOPED_TRACE(testing::Message() << "step " << step);
+        std::vector<float> q(size_t{1} * n_q * kHeadDim);
+        for (float& x : q) x = g(rng);
+        DeviceRowLists lists;
+        lists.caches = {cache.get()};
+        lists.cache_step = step;
+        lists.seg_keys = keys;
+        lists.seg_values = values;
+        std::vector<HeadPlan> plans(n_q);
+        bool planned = false;
+        planner.Queue(c, shape, p.segs, 0, q.data(), plans.data(), &planned,
+                      &lists);
+        planner.RunQueued();
+        ASSERT_TRUE(planned && lists.valid) << planner.status();
+        ASSERT_EQ(lists.arena_keys.size(), 1u);
+        std::vector<DevicePlan> dev_plans(nq);
+        for (int j = 0; j < nq; ++j) {
+          for (const BlockRef& b : plans[j].blocks) {
+            dev_plans[j].blocks.push_back(
+                {b.segment,
+                 b.kind == BlockKind::kCluster ? kPlannedCluster : kPlannedPage,
+                 b.id, b.begin, b.count});
+          }
+        }
+        const auto want = HostEntries(host, p.segs, dev_plans, lists.cap, step);
+        for (int j = 0; j < nq; ++j) {
+          EXPECT_TRUE(DeviceEntries(rt, st, lists.ranges[j], lists.rows[j],
+                                    lists.positions[j], lists.arena_keys[0],
+                                    lists.arena_values[0],
+                                    lists.arena_rows[0]) == want[j])
+              << "query " << j;
+        }
+      }
+      EXPECT_EQ(planner.cache_ops(), 6);
+      EXPECT_GT(host.stats().hits, cache_steps > 0 ? 0 : -1);
+      EXPECT_TRUE(planner.status().ok()) << planner.status();
+      EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
+      ++cases;
+    }
+  }
 }
 
 TEST(CacheListsTest, CudaEqualsTheHostBlockCache) {

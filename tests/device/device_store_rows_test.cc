@@ -41,6 +41,9 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
     const Trace cpu = Greedy(*m, Cpu(), prompt, steps, false, c);
     DeviceBackendDebug host_rows;
     host_rows.host_cache_rows = true;
+    host_rows.host_copy_mode = true;
+    DeviceBackendDebug host_caches;  // the host decides (this test's subject)
+    host_caches.host_copy_mode = true;
     FakeRuntime host_rt(Fake(Schedule::kInline));
     const Trace host =
         Greedy(*m, Device(host_rt, host_rows), prompt, steps, false, c);
@@ -52,8 +55,8 @@ TEST(DeviceBackendTest, StoreRowsStayOnTheDevice) {
     for (Schedule s :
          {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
       FakeRuntime rt(Fake(s, 7));
-      const Trace dev =
-          Greedy(*m, Device(rt, {}, kOffload), prompt, steps, false, c);
+      const Trace dev = Greedy(*m, Device(rt, host_caches, kOffload), prompt,
+                               steps, false, c);
       ExpectSameTrace(dev, cpu, what + " " + ScheduleName(s));
       EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
       EXPECT_GT(dev.copies.cached_rows, 0) << what;
@@ -108,16 +111,19 @@ TEST(DeviceBackendTest, CopyModeMissesReadResidentSegments) {
   c.cache_mode = CacheMode::kCopy;
   c.cache_steps = 1;
   const Trace cpu = Greedy(*m, Cpu(), prompt, steps, false, c, 64);
+  DeviceBackendDebug host_caches;  // the host decides (this test's subject)
+  host_caches.host_copy_mode = true;
   FakeRuntime off_rt(Fake(Schedule::kInline));
-  const Trace off =
-      Greedy(*m, Device(off_rt, {}, kOffload), prompt, steps, false, c, 64);
+  const Trace off = Greedy(*m, Device(off_rt, host_caches, kOffload), prompt,
+                           steps, false, c, 64);
   ExpectSameTrace(off, cpu, "offload");
   EXPECT_EQ(off.cache_rows.mirror_bytes, 0);
   for (Schedule s : {Schedule::kInline, Schedule::kLazy, Schedule::kThreaded}) {
     const std::string what = std::string("device ") + ScheduleName(s);
     FakeRuntime rt(Fake(s, 9));
-    const Trace dev = Greedy(*m, Device(rt, {}, {KvResidency::kDevice, 0}),
-                             prompt, steps, false, c, 64);
+    const Trace dev =
+        Greedy(*m, Device(rt, host_caches, {KvResidency::kDevice, 0}), prompt,
+               steps, false, c, 64);
     ExpectSameTrace(dev, cpu, what);
     EXPECT_TRUE(rt.OrderingStatus().ok()) << what << rt.OrderingStatus();
     const CacheRowsStats& r = dev.cache_rows;

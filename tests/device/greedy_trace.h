@@ -99,6 +99,7 @@ struct Trace {
   AttendCopyStats copies;    // a DeviceBackend's
   int64_t device_plans = 0;  // layers its planner planned
   int64_t list_ops = 0;      // its planner's row_lists ops
+  int64_t cache_ops = 0;     // ... and cache_lists ops
   int64_t table_uploads = 0, table_evictions = 0, table_fallbacks = 0;
   int64_t kmeans_jobs = 0, kmeans_mapped_bytes = 0;  // on the device
   CacheRowsStats cache_rows;  // the block caches' device copies
@@ -189,6 +190,7 @@ inline Trace Greedy(const Model& m, std::unique_ptr<Backend> backend,
     t.copies = device->attend_copies();
     t.device_plans = device->planner().layers_planned();
     t.list_ops = device->planner().list_ops();
+    t.cache_ops = device->planner().cache_ops();
     t.table_uploads = device->planner().table_uploads();
     t.table_evictions = device->planner().table_evictions();
     t.table_fallbacks = device->planner().table_fallbacks();

@@ -348,6 +348,10 @@ void DeviceBackend::ListedSpan(const kernels::KvSpan& s, int head_dim,
                                SpanMeta* m) {
   const int64_t bytes = s.rows_extent * kernels::RowBytes(s.dtype, head_dim);
   m->cached = IsCached(s, head_dim, m);
+  if (!m->cached && planner_->FindCacheRows(s.k, &m->cache_k) &&
+      planner_->FindCacheRows(s.v, &m->cache_v)) {
+    m->cached = true;  // a copy-mode cache's arena (the planner's)
+  }
   if (!m->cached && arena_->Mapped(s.k, bytes, &m->cache_k.ptr) &&
       arena_->Mapped(s.v, bytes, &m->cache_v.ptr)) {
     m->cache_k.bytes = m->cache_v.bytes = bytes;

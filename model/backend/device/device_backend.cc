@@ -56,12 +56,22 @@ void DeviceBackend::Init(ResidencyOptions residency) {
   launchers_ = rt_->launchers();
   arena_ = std::make_shared<PinnedArena>(*rt_, owned_);
   // The resident segment tables may take a quarter of the device.
+  DevicePlannerDebug planner_debug = debug_.planner;
+  planner_debug.no_block_caches |= debug_.host_copy_mode;
   planner_ = std::make_shared<DevicePlanner>(
       *rt_, owned_,
       debug_.table_bytes > 0 ? debug_.table_bytes
                              : info_.device_memory_bytes / 4,
-      debug_.planner);
+      planner_debug);
   planner_->EnableRowLists(!debug_.host_row_lists);
+  // Copy-mode caches fetch their misses from the pinned segment rows.
+  planner_->SetHostRowsMap(
+      [arena = arena_](const void* p, int64_t bytes, uint64_t* addr) {
+        dev::DevPtr d;
+        if (!arena->Mapped(p, bytes, &d)) return false;
+        *addr = d.addr;
+        return true;
+      });
   index_builder_ = std::make_shared<DeviceIndexBuilder>(*rt_, owned_, arena_,
                                                         debug_.index_builder);
   auto st = rt_->CreateStream(dev::kHighestPriority);

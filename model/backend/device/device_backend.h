@@ -108,6 +108,9 @@ struct DeviceBackendDebug {
   // The planner builds no row lists: sparse decode layers wait for their
   // plans and the host builds the rows they attend (as before the lists).
   bool host_row_lists = false;
+  // Copy mode keeps its host-decided block caches (each sparse layer
+  // waits for its plans) instead of the planner's on the device.
+  bool host_copy_mode = false;
   // The attention over row lists does not wait for the planner's
   // lists_ready event (the ordering checker reports the race).
   bool skip_lists_wait = false;

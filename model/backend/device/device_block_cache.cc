@@ -92,14 +92,17 @@ int64_t StepPagesBound(const std::vector<const Segment*>& segments, int layer,
 }
 
 DevicePagedCache::DevicePagedCache(dev::Runtime& runtime, dev::Stream stream,
-                                   int head_dim, int cache_steps)
+                                   int head_dim, int cache_steps,
+                                   OnMove on_move)
     : rt_(runtime),
       stream_(stream),
       head_dim_(head_dim),
-      cache_steps_(cache_steps) {}
+      cache_steps_(cache_steps),
+      on_move_(std::move(on_move)) {}
 
 DevicePagedCache::~DevicePagedCache() {
   (void)rt_.Synchronize(stream_);  // its ops may still read the table
+  if (on_move_ && !table_.ptr.null()) on_move_(table_.ptr.addr, 0, 0);
   Release(rt_, &table_);
   Release(rt_, &staging_);
 }
@@ -143,6 +146,7 @@ bool DevicePagedCache::Make(int32_t n_blocks, int32_t n_pages) {
     if (!s.ok() && status_.ok()) status_ = s;
     return s.ok();
   };
+  const uint64_t old_base = table_.ptr.addr;
   if (!ok(rt_.Synchronize(stream_)) || !ok(Grow(rt_, t.bytes, &table_)) ||
       !ok(Grow(rt_, t.keys, &staging_)) ||
       !ok(rt_.HostWrite(staging_.host, t.keys))) {
@@ -164,6 +168,7 @@ bool DevicePagedCache::Make(int32_t n_blocks, int32_t n_pages) {
   n_blocks_ = n_blocks;
   n_pages_ = n_pages;
   ++made_;
+  if (on_move_) on_move_(old_base, table_.ptr.addr, table_.bytes);
   return true;
 }
 

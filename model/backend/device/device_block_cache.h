@@ -4,11 +4,12 @@
 // (clusters, then the segment's pages), sized so that the op never
 // overflows — R + 1 steps of StepPagesBound pages (docs/device-backend.md,
 // "Not yet here": after a step's evictions the cache holds the blocks of
-// its last R steps). The planner's part of copy mode on the device; the
-// planner, the store and the backend do not drive it yet.
+// its last R steps). Made by the DevicePlanner (NewBlockCache) for a
+// copy-mode store, which hands it back with each queued layer.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -17,6 +18,7 @@
 #include "model/backend/device/grow_buffer.h"
 #include "model/kv/kv_config.h"
 #include "model/kv/segment.h"
+#include "model/kv/store_env.h"
 
 namespace ckv {
 
@@ -32,13 +34,16 @@ namespace ckv {
 int64_t StepPagesBound(const std::vector<const Segment*>& segments, int layer,
                        int kv_head, const KvStoreConfig& config, int nq);
 
-class DevicePagedCache {
+class DevicePagedCache final : public DeviceBlockCache {
  public:
-  // Its work goes on `stream` of `runtime` (which outlives it).
+  // Its work goes on `stream` of `runtime` (which outlives it). on_move
+  // (optional) hears of every table allocation it makes or frees:
+  // (old base or 0, new base or 0, new bytes).
+  using OnMove = std::function<void(uint64_t, uint64_t, int64_t)>;
   DevicePagedCache(kernels::device::Runtime& runtime,
                    kernels::device::Stream stream, int head_dim,
-                   int cache_steps);
-  ~DevicePagedCache();
+                   int cache_steps, OnMove on_move = nullptr);
+  ~DevicePagedCache() override;
   DevicePagedCache(const DevicePagedCache&) = delete;
   DevicePagedCache& operator=(const DevicePagedCache&) = delete;
 
@@ -73,6 +78,7 @@ class DevicePagedCache {
   kernels::device::Stream stream_;
   int head_dim_;
   int cache_steps_;
+  OnMove on_move_;
   DeviceBuffer table_;  // the arrays, then the arena, from one allocation
   PinnedBuffer staging_;
   int32_t n_blocks_ = 0, n_pages_ = 0;

@@ -200,6 +200,9 @@ void DevicePlanner::LaunchCall(std::vector<Request> requests,
   for (size_t i = 0; i < n; ++i) {
     if (!c.planned[i] || !c.layouts[i].lists) continue;
     FillLists(c.layouts[i], item, c.requests[i].lists);
+    if (c.layouts[i].cache) {
+      FillCacheLists(c.layouts[i], c.requests[i].lists);
+    }
     item += int64_t{c.layouts[i].n_kv} * c.layouts[i].nq;
   }
 }
@@ -237,6 +240,7 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
   l.shared = r.config->gqa_selection == GqaSelection::kPerKvHead;
   l.nq = l.shared ? 1 : l.group;
   l.lists = r.lists != nullptr;
+  l.cache = l.lists && !r.lists->caches.empty();
   int64_t rows = 0;
   for (const Segment* s : segments) rows += s->size();
   l.cap = std::max<int64_t>(1, std::min<int64_t>(r.config->budget, rows));
@@ -280,6 +284,7 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
     }
     l.heads.push_back(h);
   }
+  if (l.cache && !MakeCacheLayout(r, &l, &in, &work, &results)) return false;
   l.out_bytes = results;
   l.in_bytes = in;
   l.work_bytes = work;
@@ -371,6 +376,12 @@ void DevicePlanner::LayOutBatch(const std::vector<Request>& requests,
   b->row_items_off = *in;
   *in += Section<dev::threads::RowListItem>(std::max<int64_t>(n_lists, 1));
   b->row_items.reserve(static_cast<size_t>(n_lists));
+  int64_t n_cache = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if ((*planned)[i] && layouts[i].cache) n_cache += layouts[i].n_kv;
+  }
+  b->cache_items_off = *in;
+  *in += Section<dev::CacheItem>(std::max<int64_t>(n_cache, 1));
   b->select_items.reserve(static_cast<size_t>(n_select));
   b->results = *work;
   *work += AlignUp(std::max<int64_t>(out, 1));
@@ -415,6 +426,7 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
         b->select_items.push_back(dev::ItemOf(a));
         if (l.lists) b->row_items.push_back(RowItemOf(l, g, j, a, in, work));
       }
+      if (l.cache) AddCacheItem(l, requests[i], g, b);
     }
   }
   for (const dev::threads::RowListItem& it : b->row_items) {
@@ -425,6 +437,7 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
   PutTable(b->select_items, b->select_items_off);
   PutTable(b->query_items, b->query_items_off);
   PutTable(b->row_items, b->row_items_off);
+  PutTable(b->cache_items, b->cache_items_off);
 }
 
 // Copies a batch table into the upload at `off` (an empty one: nothing;
@@ -497,6 +510,7 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
     first[block] = 0;  // declared, unread with member_last
   }
   if (l.lists) FillListTables(l, r);
+  if (l.cache) FillCacheTables(l, r);
 }
 
 // At most three ops for the whole call (every request, KV head, segment
@@ -578,6 +592,7 @@ bool DevicePlanner::LaunchBatch(const Batch& b, int64_t in, int64_t work,
     call_->lists = true;
     step_has_lists_ = true;
   }
+  if (!b.cache_items.empty() && !LaunchCacheLists(b)) return false;
   // The attention over the row lists waits for this event (after the
   // plans' copy too: ReadDeferred's synchronisation then finds it done).
   return Ok(rt_.CopyD2H(call_->out_host, call_->work_dev + b.results, out,

@@ -24,6 +24,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -46,6 +48,9 @@ struct DevicePlannerDebug {
   // Gathers the queries without waiting for the backend's queries_ready
   // event (the ordering checker reports the race with their producer).
   bool skip_query_wait = false;
+  // Makes no block caches (NewBlockCache null): copy-mode stores keep the
+  // host-decided caches, each sparse layer waiting for its plans.
+  bool no_block_caches = false;
 };
 
 class DevicePlanner final : public LayerPlanner {
@@ -99,6 +104,23 @@ class DevicePlanner final : public LayerPlanner {
   // EndStep turns it on.
   void EnableRowLists(bool on);
   bool BuildsRowLists() const override;
+  // Copy mode on the device (device_planner_cache.cc): a DevicePagedCache
+  // on the planner's stream; a request whose lists name caches gets one
+  // cache_lists op after its row lists (the lists then over the caches'
+  // arenas, DeviceRowLists).
+  std::unique_ptr<DeviceBlockCache> NewBlockCache(int head_dim,
+                                                  int cache_steps) override;
+  // Where host rows of the pinned arena are on the device (a copy-mode
+  // request's segment rows): map(p, bytes, &device address) true for rows
+  // the device reads in place; any other address is taken as a device
+  // address (resident rows).
+  void SetHostRowsMap(std::function<bool(const void*, int64_t, uint64_t*)> map);
+  // cache_lists ops launched.
+  int64_t cache_ops() const;
+  // When p lies in the table allocation of a live block cache of this
+  // planner (its arena's K or V rows): the device range from p to that
+  // allocation's end (what an attention over the arena reads).
+  bool FindCacheRows(const void* p, kernels::device::Range* rows) const;
   // Deferred calls so far, and row-list ops launched.
   int64_t deferred_calls() const;
   int64_t list_ops() const;
@@ -188,6 +210,21 @@ class DevicePlanner final : public LayerPlanner {
   bool LaunchBatch(const Batch& b, int64_t in, int64_t work, int64_t out,
                    const kernels::device::Event* queries_ready);
   void ReadPlans(const Layout& l, const char* out_host, HeadPlan* plans) const;
+  // Copy mode (device_planner_cache.cc): a request's caches prepared and
+  // its sections (per KV head: segment blocks and rows in the upload,
+  // requests in the work buffer, counters read back) at the running
+  // offsets; false when a cache could not be made (fall back).
+  bool MakeCacheLayout(const Request& r, Layout* l, int64_t* in, int64_t* work,
+                       int64_t* out);
+  void FillCacheTables(const Layout& l, const Request& r);
+  // The cache items of KV head g (after its row items, the last nq of
+  // b->row_items).
+  void AddCacheItem(const Layout& l, const Request& r, int g, Batch* b);
+  bool LaunchCacheLists(const Batch& b);
+  static void FillCacheLists(const Layout& l, DeviceRowLists* lists);
+  // False (the planner's status an error) when a cache of the call could
+  // not serve its requests.
+  bool CacheCountersOk(const Call& c);
 
   kernels::device::Runtime& rt_;
   std::shared_ptr<void> keep_alive_;
@@ -210,7 +247,16 @@ class DevicePlanner final : public LayerPlanner {
   uint64_t query_device_ = 0;
   int64_t query_bytes_ = 0;
   int64_t calls_ = 0, batches_ = 0, layers_planned_ = 0, table_fallbacks_ = 0;
-  int64_t deferred_calls_ = 0, list_ops_ = 0;
+  int64_t deferred_calls_ = 0, list_ops_ = 0, cache_ops_ = 0;
+  std::function<bool(const void*, int64_t, uint64_t*)> host_rows_map_;
+  // The live caches' allocations (base -> bytes), kept by their on_move
+  // (their own lock: a cache moves inside a planner call).
+  struct CacheRegistry {
+    std::mutex mu;
+    std::map<uint64_t, int64_t> tables;
+  };
+  std::shared_ptr<CacheRegistry> cache_registry_ =
+      std::make_shared<CacheRegistry>();
   bool row_lists_ = false;
   bool step_has_lists_ = false;  // a call of this step built row lists
   OpCounts ops_;

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/device/cache_phases.h"
 #include "kernels/device/phases.h"
 #include "kernels/device/selection_threads.h"
+#include "model/backend/device/device_block_cache.h"
 #include "model/backend/device/device_planner.h"
 
 namespace ckv {
@@ -66,10 +68,17 @@ struct DevicePlanner::Layout {
     // storage order (in_dev), query 0's lists (work) and their stride.
     int64_t seg_pos = 0, seg_sorted = 0, seg_row_of = 0;
     int64_t lists = 0, list_stride = 0;
+    // Copy mode on the device: the cache's segment blocks (int32
+    // [n_segs + 1]) and segment rows (uint64 [n_segs] each) in in_dev, its
+    // requests (work) and its counters as read back (results).
+    int64_t cache_seg_block = 0, cache_seg_keys = 0, cache_seg_values = 0;
+    int64_t cache_requests = 0, cache_counters = 0;
   };
   int n_kv = 0, group = 0, nq = 0, hd = 0, n_segs = 0;
   bool shared = false;
   bool lists = false;  // the request's row lists are built
+  bool cache = false;  // ... over its block caches (copy mode)
+  std::vector<DevicePagedCache*> caches;  // per KV head
   int64_t cap = 0;     // entries of each query's lists
   int64_t q = 0;       // in_dev offset: float [n_kv][nq][hd]
   std::vector<Head> heads;
@@ -86,6 +95,11 @@ struct DevicePlanner::Layout {
 struct DevicePlanner::Batch {
   std::vector<kernels::device::threads::RowListItem> row_items;
   int64_t row_items_off = 0, max_slots = 0;
+  // cache_lists: one item per (copy-mode request, KV head).
+  std::vector<kernels::device::CacheItem> cache_items;
+  std::vector<kernels::device::CacheHostItem> cache_host;
+  int64_t cache_items_off = 0, max_requests = 0, max_cache_slots = 0;
+  std::vector<int64_t> cache_counters_at;  // work offsets, per item
   std::vector<kernels::device::ScoreItem> score_items;
   std::vector<int64_t> thread_base = {0};
   std::vector<kernels::device::threads::SelectItem> select_items;

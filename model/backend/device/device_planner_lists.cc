@@ -38,7 +38,7 @@ void DevicePlanner::EndStep() {
 }
 
 void DevicePlanner::ReadCall(Call& c) {
-  if (!Ok(rt_.HostRead(c.out_host, c.out))) return;
+  if (!Ok(rt_.HostRead(c.out_host, c.out)) || !CacheCountersOk(c)) return;
   for (size_t i = 0; i < c.requests.size(); ++i) {
     if (!c.planned[i]) continue;
     ReadPlans(c.layouts[i], c.out_host, c.requests[i].plans);
