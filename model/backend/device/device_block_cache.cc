@@ -101,8 +101,12 @@ DevicePagedCache::DevicePagedCache(dev::Runtime& runtime, dev::Stream stream,
       on_move_(std::move(on_move)) {}
 
 DevicePagedCache::~DevicePagedCache() {
+  if (table_.ptr.null()) {  // never prepared (a checkpoint's, say)
+    Release(rt_, &staging_);
+    return;
+  }
   (void)rt_.Synchronize(stream_);  // its ops may still read the table
-  if (on_move_ && !table_.ptr.null()) on_move_(table_.ptr.addr, 0, 0);
+  if (on_move_) on_move_(table_.ptr.addr, 0, 0);
   Release(rt_, &table_);
   Release(rt_, &staging_);
 }
