@@ -17,12 +17,6 @@ unsigned GridFor(int64_t n) {
       std::clamp<int64_t>(detail::DivUp(n, kThreads), 1, 1 << 16));
 }
 
-struct DeviceMap {
-  CKV_HD void* operator()(uint64_t addr, int64_t, bool) const {
-    return reinterpret_cast<void*>(addr);
-  }
-};
-
 __device__ th::CacheView CacheViewOf(const th::CacheItem& c) {
   th::CacheView v;
   v.seg_size = reinterpret_cast<const int64_t*>(c.seg_size);
@@ -48,7 +42,7 @@ __device__ th::CacheView CacheViewOf(const th::CacheItem& c) {
 struct Plans {
   const th::RowListItem* lists;
   __device__ th::RowListView operator()(int32_t p) const {
-    return th::ViewOf(lists[p], DeviceMap{});
+    return th::ViewOf(lists[p], th::DeviceAddressMap{});
   }
 };
 

@@ -44,13 +44,6 @@ __global__ void TakeKernel(th::SelectView v) {
 
 __global__ void TotalsKernel(th::SelectView v) { th::SelectTotals(v); }
 
-// Device addresses as they are (a batch's items hold them).
-struct DeviceMap {
-  CKV_HD void* operator()(uint64_t addr, int64_t, bool) const {
-    return reinterpret_cast<void*>(addr);
-  }
-};
-
 // Thread t of the batch: item i (thread_base's prefix), query j, cluster c;
 // offsets checked as the fake checks them (an out-of-range item is
 // skipped, never read past).
@@ -82,7 +75,7 @@ __global__ void ScoreBatchKernel(ScoreBatch b) {
 // select_blocks_batch: item blockIdx.y (per-block phases, blocks on x) or
 // blockIdx.x (the one-thread phases).
 __device__ th::SelectView ItemView(const th::SelectItem* items, int64_t i) {
-  return th::ViewOf(items[i], DeviceMap{});
+  return th::ViewOf(items[i], th::DeviceAddressMap{});
 }
 
 __global__ void RecentBatchKernel(const th::SelectItem* items) {
@@ -108,7 +101,7 @@ __global__ void BlockBatchKernel(const th::SelectItem* items) {
 }
 
 __device__ th::RowListView ListView(const th::RowListItem* items, int64_t i) {
-  return th::ViewOf(items[i], DeviceMap{});
+  return th::ViewOf(items[i], th::DeviceAddressMap{});
 }
 
 __global__ void RowRangesKernel(const th::RowListItem* items) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/device/selection_phases.h"
+
 namespace ckv::kernels::device {
 namespace {
 
@@ -11,29 +13,13 @@ Range Of(uint64_t addr, int64_t count) {
   return Range{DevPtr{addr}, count * static_cast<int64_t>(sizeof(T))};
 }
 
-// The ranges a RowListItem's plan and block table occupy (read) and its
-// outputs (written), as row_lists declares them.
-void DeclareLists(const threads::RowListItem& it, const CacheItem& c, Op* op) {
-  op->reads.push_back(Of<PlannedBlock>(it.out, it.max_out));
-  op->reads.push_back(Of<PlanTotals>(it.totals, 1));
-  op->reads.push_back(Of<int64_t>(it.seg_first, it.n_segs + 1));
-  op->reads.push_back(Of<int64_t>(it.member_first, it.n + 1));
-  op->reads.push_back(Of<int32_t>(it.members, it.n_members));
-  op->reads.push_back(Of<int64_t>(it.seg_pos, it.n_segs));
-  op->reads.push_back(Of<int32_t>(it.seg_sorted, it.n_segs));
-  op->reads.push_back(Of<int64_t>(it.seg_row_of, it.n_segs));
-  if (it.n_row_of > 0) op->reads.push_back(Of<int32_t>(it.row_of, it.n_row_of));
-  if (c.member_last != 0) op->reads.push_back(Of<int64_t>(c.member_last, it.n));
-  op->writes.push_back(Of<int32_t>(it.rows, it.cap));
-  op->writes.push_back(Of<int64_t>(it.positions, it.cap));
-  op->writes.push_back(Of<int64_t>(it.ranges, 2 * int64_t{it.n_segs}));
-  op->writes.push_back(Of<int64_t>(it.dest, it.max_out));
-}
-
 void Declare(const CacheHostItem& h, Op* op) {
   const CacheItem& c = h.item;
   op->reads.push_back(Of<threads::RowListItem>(c.lists, c.n_plans));
-  for (const auto& it : h.lists) DeclareLists(it, c, op);
+  for (const auto& it : h.lists) DeclareRowListItem(it, op);
+  if (c.member_last != 0 && !h.lists.empty()) {
+    op->reads.push_back(Of<int64_t>(c.member_last, h.lists[0].n));
+  }
   op->reads.push_back(Of<int64_t>(c.seg_size, c.n_segs));
   op->reads.push_back(Of<int32_t>(c.seg_block, c.n_segs + 1));
   op->reads.push_back(Of<uint64_t>(c.seg_keys, c.n_segs));

@@ -20,19 +20,20 @@ namespace ckv::kernels::device::threads {
 
 inline constexpr int kCachePageRows = 16;  // rows of one arena page
 
-// An item's counters (CacheStats' fields, and what the op leaves for the
-// host: requests made, pages free, whether anything could not be served).
+// An item's counters (CacheStats' fields, and what the op keeps for
+// itself and the host: requests made, pages free, whether anything could
+// not be served).
 struct CacheCounters {
   int64_t lookups = 0, hits = 0, misses = 0;
   int64_t hit_tokens = 0, miss_tokens = 0, h2d_bytes = 0;
   int64_t resident_tokens = 0;
   int32_t free_top = 0;    // pages on the free stack
   int32_t n_requests = 0;  // requests of the last step
-  int32_t n_fetched = 0;   // blocks the last step copied
   // 1 when a request could not be served (too few free pages, a block
   // outside the table, more requests than max_requests): the host fails
   // the step (its lists name rows that were not written).
   int32_t overflow = 0;
+  int32_t pad = 0;
 };
 static_assert(sizeof(CacheCounters) == 72);
 
@@ -191,7 +192,6 @@ CKV_HD void CacheRequests(const CacheView& c, Plans&& plan) {
 // takes pages off the free stack (linked in list order) and is fetched.
 CKV_HD void CacheResolve(const CacheView& c) {
   CacheCounters& k = *c.counters;
-  k.n_fetched = 0;
   for (int32_t r = 0; r < k.n_requests; ++r) {
     CacheRequest& q = c.requests[r];
     const int32_t b = q.block;
@@ -225,7 +225,6 @@ CKV_HD void CacheResolve(const CacheView& c) {
     c.size[b] = q.size;
     k.resident_tokens += q.size;
     q.fetch = 1;
-    ++k.n_fetched;
   }
 }
 

@@ -129,29 +129,31 @@ Op SelectBlocksBatchOp(const SelectBatchArgs& a,
   return op;
 }
 
+void DeclareRowListItem(const threads::RowListItem& it, Op* op) {
+  auto at = [](uint64_t addr) { return DevPtr{addr}; };
+  op->reads.push_back(Of<PlannedBlock>(at(it.out), it.max_out));
+  op->reads.push_back(Of<PlanTotals>(at(it.totals), 1));
+  op->reads.push_back(Of<int64_t>(at(it.seg_first), it.n_segs + 1));
+  op->reads.push_back(Of<int64_t>(at(it.member_first), it.n + 1));
+  op->reads.push_back(Of<int32_t>(at(it.members), it.n_members));
+  op->reads.push_back(Of<int64_t>(at(it.seg_pos), it.n_segs));
+  op->reads.push_back(Of<int32_t>(at(it.seg_sorted), it.n_segs));
+  op->reads.push_back(Of<int64_t>(at(it.seg_row_of), it.n_segs));
+  if (it.n_row_of > 0) {
+    op->reads.push_back(Of<int32_t>(at(it.row_of), it.n_row_of));
+  }
+  op->writes.push_back(Of<int32_t>(at(it.rows), it.cap));
+  op->writes.push_back(Of<int64_t>(at(it.positions), it.cap));
+  op->writes.push_back(Of<int64_t>(at(it.ranges), 2 * int64_t{it.n_segs}));
+  op->writes.push_back(Of<int64_t>(at(it.dest), it.max_out));
+}
+
 Op RowListsBatchOp(const RowListsBatchArgs& a,
                    const std::vector<threads::RowListItem>& host_items) {
   Op op;
   op.name = "row_lists_batch";
   op.reads = {Of<threads::RowListItem>(a.items, a.n_items)};
-  auto at = [](uint64_t addr) { return DevPtr{addr}; };
-  for (const threads::RowListItem& it : host_items) {
-    op.reads.push_back(Of<PlannedBlock>(at(it.out), it.max_out));
-    op.reads.push_back(Of<PlanTotals>(at(it.totals), 1));
-    op.reads.push_back(Of<int64_t>(at(it.seg_first), it.n_segs + 1));
-    op.reads.push_back(Of<int64_t>(at(it.member_first), it.n + 1));
-    op.reads.push_back(Of<int32_t>(at(it.members), it.n_members));
-    op.reads.push_back(Of<int64_t>(at(it.seg_pos), it.n_segs));
-    op.reads.push_back(Of<int32_t>(at(it.seg_sorted), it.n_segs));
-    op.reads.push_back(Of<int64_t>(at(it.seg_row_of), it.n_segs));
-    if (it.n_row_of > 0) {
-      op.reads.push_back(Of<int32_t>(at(it.row_of), it.n_row_of));
-    }
-    op.writes.push_back(Of<int32_t>(at(it.rows), it.cap));
-    op.writes.push_back(Of<int64_t>(at(it.positions), it.cap));
-    op.writes.push_back(Of<int64_t>(at(it.ranges), 2 * int64_t{it.n_segs}));
-    op.writes.push_back(Of<int64_t>(at(it.dest), it.max_out));
-  }
+  for (const threads::RowListItem& it : host_items) DeclareRowListItem(it, &op);
   op.body = [a](OpContext& ctx) {
     const auto* items = ctx.In<threads::RowListItem>(a.items, a.n_items);
     std::vector<threads::RowListView> views;

@@ -120,5 +120,9 @@ struct RowListsBatchArgs {
 };
 Op RowListsBatchOp(const RowListsBatchArgs& a,
                    const std::vector<threads::RowListItem>& host_items);
+// What one row-list item reads (its plan, block table, segment tables)
+// and writes (its lists, ranges, dest), added to op's declared ranges
+// (row_lists and cache_lists declare their items alike).
+void DeclareRowListItem(const threads::RowListItem& it, Op* op);
 
 }  // namespace ckv::kernels::device

@@ -345,6 +345,14 @@ CKV_HD SelectView ViewOf(const SelectItem& it, Map&& map) {
   return v;
 }
 
+// A view's map on a device: the item's addresses are the pointers (the
+// fake maps them through its OpContext instead).
+struct DeviceAddressMap {
+  CKV_HD void* operator()(uint64_t addr, int64_t, bool) const {
+    return reinterpret_cast<void*>(addr);
+  }
+};
+
 // ---- Row lists: a plan's rows and positions, built on the device --------
 
 // One planned query's row lists (the planner's row_lists op), after its

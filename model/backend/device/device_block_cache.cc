@@ -112,23 +112,28 @@ DevicePagedCache::~DevicePagedCache() {
 }
 
 bool DevicePagedCache::Prepare(const std::vector<const Segment*>& segments,
-                               int layer, int kv_head, int page_size,
-                               int64_t step_pages) {
+                               int layer, int kv_head,
+                               const KvStoreConfig& config, int nq) {
   if (!status_.ok()) return false;
+  bool same = uids_.size() == segments.size();
   bool extends = uids_.size() <= segments.size();
   for (size_t i = 0; extends && i < uids_.size(); ++i) {
     extends = uids_[i] == segments[i]->uid();
   }
+  same = same && extends;
+  // The same segments as the last step: the same numbering and bound.
+  if (same && !table_.ptr.null()) return true;
   seg_block_.assign(1, 0);
   uids_.clear();
-  const int64_t ps = std::max(1, page_size);
+  const int64_t ps = std::max(1, config.quest_page_size);
   for (const Segment* s : segments) {
     const int64_t blocks =
         s->layer(layer).heads[kv_head].k + CeilDiv(s->size(), ps);
     seg_block_.push_back(static_cast<int32_t>(seg_block_.back() + blocks));
     uids_.push_back(s->uid());
   }
-  const int64_t pages = (int64_t{cache_steps_} + 1) * step_pages;
+  const int64_t pages = (int64_t{cache_steps_} + 1) *
+                        StepPagesBound(segments, layer, kv_head, config, nq);
   if (extends && seg_block_.back() <= n_blocks_ && pages <= n_pages_) {
     return true;
   }

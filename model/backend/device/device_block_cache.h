@@ -47,15 +47,16 @@ class DevicePagedCache final : public DeviceBlockCache {
   DevicePagedCache(const DevicePagedCache&) = delete;
   DevicePagedCache& operator=(const DevicePagedCache&) = delete;
 
-  // Before a step's cache_lists over `segments` of (layer, kv_head):
-  // numbers their blocks and makes sure the table covers them with
-  // (R + 1) x step_pages pages. A table that cannot (the segments do not
-  // extend the ones it numbered, or it is too small) is made anew, empty,
-  // with room for twice the blocks and the pages it needs (its blocks are
-  // fetched again: link bytes, not answers). False after a runtime error
-  // (status()).
+  // Before a step's cache_lists over `segments` of (layer, kv_head) for
+  // nq plans of `config` (the same every call: one store's): numbers their
+  // blocks and makes sure the table covers them with (R + 1) x
+  // StepPagesBound pages, both computed again only when the segments
+  // changed. A table that cannot (the segments do not extend the ones it
+  // numbered, or it is too small) is made anew, empty, with room for twice
+  // the blocks and the pages it needs (its blocks are fetched again: link
+  // bytes, not answers). False after a runtime error (status()).
   bool Prepare(const std::vector<const Segment*>& segments, int layer,
-               int kv_head, int page_size, int64_t step_pages);
+               int kv_head, const KvStoreConfig& config, int nq);
   // seg_block()[s], s <= n_segs: segment s's first block (its blocks end
   // where segment s + 1's begin).
   const std::vector<int32_t>& seg_block() const { return seg_block_; }

@@ -69,12 +69,10 @@ bool DevicePlanner::MakeCacheLayout(const Request& r, Layout* l, int64_t* in,
   }
   for (int g = 0; g < l->n_kv; ++g) {
     auto* cache = static_cast<DevicePagedCache*>(lists.caches[g]);
-    const int64_t pages =
-        StepPagesBound(*r.segments, r.layer, g, *r.config, l->nq);
     // A cache that cannot be made (device memory) leaves the layer to the
     // host path this step.
-    if (cache == nullptr || !cache->Prepare(*r.segments, r.layer, g,
-                                            r.config->quest_page_size, pages)) {
+    if (cache == nullptr ||
+        !cache->Prepare(*r.segments, r.layer, g, *r.config, l->nq)) {
       return false;
     }
     l->caches.push_back(cache);
