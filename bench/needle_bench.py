@@ -1,11 +1,19 @@
 #!/usr/bin/python3
-"""Needle benchmark (issue 32, section 2, first part): single-needle
-exact-match accuracy of the retrieval model per KV policy and budget, per
-context length x needle depth, through `clusterkv-model generate` (greedy).
-Every configuration answers the same held-out prompts
+"""Needle benchmark (issue 32, section 2): exact-match accuracy of the
+retrieval model per task, KV policy and budget, per context length x
+needle depth, through `clusterkv-model generate` (greedy). Every
+configuration answers the same held-out prompts
 (scripts/train/eval_needle.py builds them; docs/clusterkv.md, "Needle
-prompts", has the format). Writes JSON and a PNG of heat maps (depth x
-context, one per policy and budget).
+prompts", has the format and the tasks). Writes JSON and a PNG of heat
+maps (depth x context, one per task, policy and budget).
+
+Tasks (--tasks, RULER's kinds): single (one needle), multikey (the asked
+needle among --distractors others), multiquery (2-4 keys asked in one
+answer, --distractors more needles), multivalue (one key with 2-4 values
+and --distractors other needles), vt (variable tracking: a chain of 2-4
+variables and up to 2 distractor chains). The depth is the asked
+needle's (the first value's, the chain's start); the others go to random
+depths.
 
   /usr/bin/python3 bench/needle_bench.py --quick          # < 30 s smoke
   /usr/bin/python3 bench/needle_bench.py --contexts 4096,8192,16384,32768 \\
@@ -62,14 +70,19 @@ def parse_args():
                         "(empty: the engine's default, unnamed)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--seed", type=int, default=99)
+    p.add_argument("--tasks", default="single",
+                   help="comma list of " + "|".join(needle.TASKS))
+    p.add_argument("--distractors", type=int, default=3,
+                   help="other needles in the tasks but single")
     p.add_argument("--quick", action="store_true",
                    help="4k only, 3 depths, 1 sample, budget 256")
     p.add_argument("--out", default="bench/results/needle")
     a = p.parse_args()
     if a.quick:
         a.contexts, a.depths, a.samples, a.budgets = "4096", 3, 1, "256"
-    # eval_needle.make_jobs reads these.
-    a.task, a.distractors = "single", 0
+    for t in a.tasks.split(","):
+        if t not in needle.TASKS:
+            p.error(f"unknown task {t!r}")
     return a
 
 
@@ -101,6 +114,7 @@ def configs(args):
 
 
 def plot(path, tables, contexts, depths):
+    """tables: {heat map title: accuracy table}."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -122,52 +136,67 @@ def plot(path, tables, contexts, depths):
                            fontsize=6)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    fig.suptitle("single-needle exact match (depth x context)", fontsize=10)
+    fig.suptitle("needle exact match (depth x context)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def main():
-    args = parse_args()
-    t0 = time.time()
-    contexts = [int(c) for c in args.contexts.split(",")]
-    depths = np.linspace(0.0, 1.0, args.depths)
+def run_task(args, task, contexts, depths, pool):
+    """{config name: [result per prompt]} for one task (every configuration
+    answers the same prompts)."""
+    args.task = task  # eval_needle.make_jobs reads these
+    args.distractors = 0 if task == "single" else args.distractors_asked
     jobs, tok = eval_needle.make_jobs(args, contexts, depths)
     prompts = [needle.decode(tok, j[3]) for j in jobs]
     results = {}
+    for name, policy, budget, extra in configs(args):
+        futures = [pool.submit(eval_needle.run_one, args, p, j[4], policy,
+                               budget, extra)
+                   for p, j in zip(prompts, jobs)]
+        rs = []
+        for j, f in zip(jobs, futures):
+            try:
+                r = f.result()
+            except RuntimeError as e:  # an engine failure is a miss
+                r = {"answer": None, "ok": False, "error": str(e)[-500:]}
+            r.update({"context": j[0], "depth": round(j[1], 2),
+                      "sample": j[2], "expected": j[4]})
+            rs.append(r)
+        results[name] = rs
+        acc = sum(r["ok"] for r in rs) / len(rs)
+        errors = sum("error" in r for r in rs)
+        print(f"{task:10s} {name:20s} accuracy {acc:.3f} ({len(rs)} prompts"
+              f"{f', {errors} engine errors' if errors else ''})",
+              flush=True)
+    return results
+
+
+def main():
+    args = parse_args()
+    args.distractors_asked = args.distractors
+    t0 = time.time()
+    contexts = [int(c) for c in args.contexts.split(",")]
+    depths = np.linspace(0.0, 1.0, args.depths)
+    tasks = args.tasks.split(",")
+    results, tables = {}, {}
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        for name, policy, budget, extra in configs(args):
-            futures = [pool.submit(eval_needle.run_one, args, p, j[4], policy,
-                                   budget, extra)
-                       for p, j in zip(prompts, jobs)]
-            rs = []
-            for j, f in zip(jobs, futures):
-                try:
-                    r = f.result()
-                except RuntimeError as e:  # an engine failure is a miss
-                    r = {"answer": None, "ok": False,
-                         "error": str(e)[-500:]}
-                r.update({"context": j[0], "depth": round(j[1], 2),
-                          "sample": j[2], "expected": j[4]})
-                rs.append(r)
-            results[name] = rs
-            acc = sum(r["ok"] for r in rs) / len(rs)
-            errors = sum("error" in r for r in rs)
-            print(f"{name:20s} accuracy {acc:.3f} ({len(rs)} prompts"
-                  f"{f', {errors} engine errors' if errors else ''})",
-                  flush=True)
-    tables = {k: eval_needle.accuracy_table(v, contexts, depths)
-              for k, v in results.items()}
+        for task in tasks:
+            results[task] = run_task(args, task, contexts, depths, pool)
+            tables[task] = {k: eval_needle.accuracy_table(v, contexts, depths)
+                            for k, v in results[task].items()}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
-        json.dump({"model": os.path.basename(args.model), "task": "single",
+        json.dump({"model": os.path.basename(args.model), "tasks": tasks,
+                   "distractors": {t: 0 if t == "single" else
+                                   args.distractors_asked for t in tasks},
                    "contexts": contexts, "depths": depths.tolist(),
-                   "samples_per_cell": args.samples,
+                   "samples_per_cell": args.samples, "seed": args.seed,
                    "flags": {c[0]: c[3] for c in configs(args)},
                    "accuracy": tables,
                    "results": results,
                    "seconds": round(time.time() - t0, 1)}, f, indent=1)
-    plot(args.out + ".png", tables, contexts, depths)
+    plot(args.out + ".png", {f"{t}: {k}": v for t in tasks
+                             for k, v in tables[t].items()}, contexts, depths)
     print(f"wrote {args.out}.json and .png in {time.time() - t0:.0f}s")
 
 

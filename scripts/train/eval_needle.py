@@ -7,7 +7,8 @@ the answer (the text up to the first "."), per context length and depth.
       --contexts 4096,8192,16384,32768 --samples 4 --out acc.json \\
       [--policy full] [--budget B] [--task single] [--jobs 2]
 
-Depth d places the needle at fraction d of the filler (0: right after BOS,
+The answer is cut after as many "." as the expected one holds (one but
+for multi-query). Depth d places the needle at fraction d of the filler (0: right after BOS,
 1: right before the question). Prints one JSON line per prompt and writes
 the table (accuracy per context x depth) to --out.
 """
@@ -54,6 +55,18 @@ def parse_args():
     return p.parse_args()
 
 
+def answer_of(text, expected):
+    """The generated text up to and including its n-th ".", n the number of
+    "." in the expected answer (1 for every task but multi-query, whose
+    answer is several sentences); the whole text when it has fewer."""
+    cut = -1
+    for _ in range(max(1, expected.count("."))):
+        cut = text.find(".", cut + 1)
+        if cut < 0:
+            return text
+    return text[:cut + 1]
+
+
 def run_one(args, prompt, expected, policy=None, budget=None, extra=()):
     """Greedy answer of the engine to one prompt (args: binary, model,
     threads, and the policy/budget unless given); `extra`: more
@@ -78,8 +91,7 @@ def run_one(args, prompt, expected, policy=None, budget=None, extra=()):
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
     text = r.stdout[:-1] if r.stdout.endswith("\n") else r.stdout
-    cut = text.find(".")
-    answer = text if cut < 0 else text[:cut + 1]
+    answer = answer_of(text, expected)
     m = _PREFILL.search(r.stderr)
     return {"answer": answer, "ok": answer == expected,
             "prefill_tokens": int(m.group(1)) if m else -1,
@@ -100,11 +112,9 @@ def make_jobs(args, contexts, depths):
     for ctx in contexts:
         for d in depths:
             for s in range(args.samples):
-                n_needles = 1 + args.distractors
-                ds = [d] + list(hay.rng.random(n_needles - 1))
+                # d: the asked needle's depth (needle.Haystack.anchored).
                 ids, _, _, a0, expected = hay.build(
-                    args.task, ctx, args.distractors,
-                    depths=sorted(ds) if n_needles > 1 else ds)
+                    args.task, ctx, args.distractors, depths=[float(d)])
                 jobs.append((ctx, float(d), s, ids[:a0], expected))
     return jobs, tok
 

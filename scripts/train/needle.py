@@ -175,7 +175,8 @@ class Haystack:
         weights[i] is 1 for answer ids (incl. EOS), 0 for the question, and
         -1 for filler; cuts are indices where a new chunk starts (needles,
         the question) for skip-wise positions. `depths` (fractions of the
-        filler, one per needle) fix where needles go. With n_ask > 1 the
+        filler, one per needle, or one for a task of several pieces: the
+        asked needle's, see anchored) fix where needles go. With n_ask > 1 the
         questions follow one another (each answer ends with EOS); the
         returned answer_start and answer are the first question's."""
         if task == "repeat":
@@ -194,7 +195,10 @@ class Haystack:
         spots = np.flatnonzero(self.boundary[start:start + n_fill])
         if len(spots) < len(pieces):
             spots = np.flatnonzero(self.word[start:start + n_fill])
-        if depths is None:
+        if depths is not None and len(depths) == 1 and len(pieces) > 1:
+            needles, pieces, where = self.anchored(task, needles, pieces, qa,
+                                                   spots, n_fill, depths[0])
+        elif depths is None:
             where = np.sort(self.rng.choice(spots, size=len(pieces),
                                             replace=False))
         else:
@@ -237,6 +241,37 @@ class Haystack:
             weights += [1] * len(a_ids)
         return ids[:length], weights[:length], cuts, answer_start, qa[0][1]
 
+
+    def anchored(self, task, needles, pieces, qa, spots, n_fill, depth):
+        """Places a multi-piece task by one depth: the asked needle (the
+        first asked one for multiquery) goes to the sentence end nearest
+        `depth` and the other needles to random ones, the pieces then in
+        position order (their order means nothing to these answers); for
+        multivalue and vt, whose answers follow document order, the first
+        statement goes there and the others, in order, after it (or the
+        last ones of the filler when too few are left)."""
+        n = len(pieces)
+        at = spots[np.argmin(np.abs(spots - depth * n_fill))]
+        if task in ("single", "multikey", "multiquery"):
+            value = qa[0][1].split(".")[0] + "."
+            a = next(i for i, s in enumerate(needles)
+                     if s.endswith(" is" + value))
+            rest = self.rng.choice(spots[spots != at], size=n - 1,
+                                   replace=False)
+            where = np.concatenate([[at], rest])
+            others = [i for i in range(n) if i != a]
+            order = np.argsort(where, kind="stable")
+            idx = np.array([a] + others)[order]
+            return ([needles[i] for i in idx], [pieces[i] for i in idx],
+                    where[order])
+        after = spots[spots > at]
+        if len(after) < n - 1:
+            where = spots[-n:]
+        else:
+            where = np.concatenate(
+                [[at], np.sort(self.rng.choice(after, size=n - 1,
+                                               replace=False))])
+        return needles, pieces, where
 
     def repeat(self, length):
         """Training only: a filler span seen once, then repeated at the end

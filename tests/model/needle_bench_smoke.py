@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """ctest needle_bench_smoke: bench/needle_bench.py --quick (4k, 3 depths,
 one sample, B = 256) through the built clusterkv-model on the committed
-retrieval model, then the facts that make it a benchmark a policy can
-fail: dense attention, the oracle and clusterkv_rerank (whose second
-stage reads the candidates' keys) find every needle; streaming (the
-most recent B tokens) misses the needle at depth 0, which lies outside
-its window; the JSON lists every policy. A missing model fails.
+retrieval model, single needles and multi-key, then the facts that make
+it a benchmark a policy can fail: dense attention, the oracle and
+clusterkv_rerank (whose second stage reads the candidates' keys) find
+every single needle; streaming (the most recent B tokens) misses the
+needle at depth 0, which lies outside its window (in both tasks); the
+JSON lists every policy and both tasks. A missing model fails.
 
 usage: needle_bench_smoke.py BINARY MODEL OUT_PREFIX
 """
@@ -17,16 +18,37 @@ import sys
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 
+def check_answer_cut():
+    """A multi-query answer is several sentences: the cut keeps as many "."
+    as the expected answer has, so a right answer is not cut short."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "train"))
+    import eval_needle
+    want = " 1234567. The magic number for harp is 7654321."
+    assert eval_needle.answer_of(want + " The", want) == want
+    assert eval_needle.answer_of(" 1234567. The magic", want) == \
+        " 1234567. The magic"
+    assert eval_needle.answer_of(" 12.34", " 1234567.") == " 12."
+
+
 def main():
+    check_answer_cut()
     binary, model, out = sys.argv[1:4]
     if not os.path.exists(model):
         sys.exit("needle model missing: %s" % model)
     subprocess.run([sys.executable, os.path.join(ROOT, "bench",
                                                  "needle_bench.py"),
-                    "--quick", "--binary", binary, "--model", model,
+                    "--quick", "--tasks", "single,multikey",
+                    "--binary", binary, "--model", model,
                     "--out", out], check=True, cwd=ROOT)
     with open(out + ".json") as f:
-        acc = json.load(f)["accuracy"]
+        report = json.load(f)
+    assert report["tasks"] == ["single", "multikey"], report["tasks"]
+    # The multi-key prompts hold the asked needle and 3 others, the asked
+    # one at each depth: outside streaming's window at depth 0 too.
+    multi = report["accuracy"]["multikey"]
+    assert multi["streaming B=256"]["4096"]["by_depth"]["0.0"] == 0.0, multi
+    assert report["distractors"]["multikey"] == 3, report["distractors"]
+    acc = report["accuracy"]["single"]
     want = {"full", "clusterkv B=256", "clusterkv_rerank B=256", "quest B=256",
             "streaming B=256", "oracle B=256"}
     missing = want - set(acc)
