@@ -104,8 +104,20 @@ FIRST_WEIGHT = 4.0
 # among other tokens) 10 -> 30 %.
 SKIP_ALPHA = 0.3
 SKIP_POWER = 0.5
+# Run 29: multi-key fails when the digit just written (and the one before
+# it) also occurs in a distractor's value: 2 local heads give the copy
+# head a bigram to match, 4 heads (1-4 tokens back) a 4-gram, which
+# reaches back to " is" and the key for the first digits. So with --heads
+# H, first-layer head h attends h + 1 tokens back and every last-layer
+# head is a copy head (set_heads).
 PREV_HEADS = {0: 1, 1: 2}  # first-layer head: how many tokens back
 COPY_HEADS = (0, 1)  # last-layer heads supervised to the copied token
+
+
+def set_heads(heads):
+    global PREV_HEADS, COPY_HEADS
+    PREV_HEADS = {h: h + 1 for h in range(heads)}
+    COPY_HEADS = tuple(range(heads))
 ATTN_WEIGHT = 1.0
 PREV_WEIGHT = 1.0
 PREV_SAMPLE = 32
@@ -402,6 +414,7 @@ def main():
     c = Config(vocab=len(tok.tokens), dim=args.dim, layers=args.layers,
                heads=args.heads, kv_heads=args.kv_heads, ffn=args.ffn,
                rope_base=args.rope_base)
+    set_heads(args.heads)
     model = Llama(c)
     if args.init:
         model.load_state_dict(torch.load(args.init))
