@@ -158,6 +158,12 @@ ABSL_FLAG(std::string, gqa_selection, ckv::GqaSelectionName(kKv.gqa_selection),
           absl::StrCat("default ",
                        ckv::settings::JoinNames(
                            ckv::settings::kGqaSelectionNames, "|")));
+ABSL_FLAG(std::string, cache_mode, ckv::CacheModeName(kKv.cache_mode),
+          "default cache mode of new sessions: zero_copy (each step reads "
+          "the selected rows in place: over the link when offloaded) | copy "
+          "(selected blocks copied into a block cache that keeps them "
+          "--cache-steps steps: on a device backend a device arena, so "
+          "recalled blocks cross the link once); the tokens are the same");
 #define CKV_KV_FLAG(name, type, range, fork, help) \
   ABSL_FLAG(type, name, kKv.name, "default: " help);
 CKV_KV_WIRE_NUMBERS(CKV_KV_FLAG)
@@ -179,6 +185,12 @@ absl::Status ReadKvFlags(KvStoreConfig& kv, int64_t max_session_tokens) {
   auto gqa = ParseGqaSelection(absl::GetFlag(FLAGS_gqa_selection));
   if (!gqa.ok()) return gqa.status();
   kv.gqa_selection = *gqa;
+  auto mode = ParseCacheMode(absl::GetFlag(FLAGS_cache_mode));
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cache-mode: ", mode.status().message()));
+  }
+  kv.cache_mode = *mode;
 #define CKV_READ(name, ...) kv.name = absl::GetFlag(FLAGS_##name);
   CKV_KV_WIRE_NUMBERS(CKV_READ)
 #undef CKV_READ

@@ -1,12 +1,20 @@
 // The server's start-up checks of its compute settings: --backend cuda
-// without a device and --kernels, refused before anything serves.
+// without a device and --kernels, refused before anything serves; the
+// flags that set new sessions' KV defaults.
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/ops.h"
 #include "model/backend/cuda/cuda_backend.h"
+#include "server/flags.h"
 #include "server/server_runner.h"
 #include "tests/server/service_test_util.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, cache_mode);
 
 namespace ckv::server {
 namespace {
@@ -76,6 +84,25 @@ TEST(ServerKernelsTest, KernelTableIsCheckedAndApplied) {
   (*s)->Drain(absl::ZeroDuration());
   s->reset();
   ASSERT_TRUE(kernels::cpu::SelectKernels("auto"));  // for the next tests
+}
+
+// --cache-mode sets new sessions' default cache mode (zero_copy unless
+// given); a name that is no cache mode is refused naming the flag.
+TEST(ServerFlagsTest, CacheModeSetsTheSessionsDefault) {
+  absl::FlagSaver saver;
+  absl::SetFlag(&FLAGS_model, testing::ModelPath());
+  auto c = ServerConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kv.cache_mode, CacheMode::kZeroCopy);
+  absl::SetFlag(&FLAGS_cache_mode, "copy");
+  c = ServerConfigFromFlags();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kv.cache_mode, CacheMode::kCopy);
+  absl::SetFlag(&FLAGS_cache_mode, "arena");
+  c = ServerConfigFromFlags();
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("--cache-mode"), absl::string_view::npos)
+      << c.status();
 }
 
 }  // namespace

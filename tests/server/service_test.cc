@@ -679,16 +679,22 @@ TEST_F(ServiceTest, SessionLifecycleAndServerInfo) {
 TEST_F(ServiceTest, ServesOnTheFakeDevice) {
   ServerConfig c = BaseConfig();
   c.backend = BackendKind::kFake;
-  server_.reset();
-  StartServer(c);
-  const ServedBothWays r = ServeBothWays(c, Prompt(6) + Prompt(7), 3);
-  ASSERT_FALSE(r.ref.tokens.empty());
-  ASSERT_TRUE(r.one_shot.status.ok()) << r.one_shot.status.error_message();
-  EXPECT_EQ(r.one_shot.ids, r.ref_one_shot.tokens);
-  ASSERT_TRUE(r.prefill.ok());
-  ASSERT_TRUE(r.streamed.status.ok()) << r.streamed.status.error_message();
-  EXPECT_EQ(r.streamed.ids, r.ref.tokens);
-  EXPECT_EQ(r.streamed.text, r.ref_text);
+  // Both cache modes (--cache-mode): copy keeps its block caches on the
+  // device; the tokens are the CPU reference's either way.
+  for (const CacheMode mode : {CacheMode::kCopy, CacheMode::kZeroCopy}) {
+    SCOPED_TRACE(CacheModeName(mode));
+    c.kv.cache_mode = mode;
+    server_.reset();
+    StartServer(c);
+    const ServedBothWays r = ServeBothWays(c, Prompt(6) + Prompt(7), 3);
+    ASSERT_FALSE(r.ref.tokens.empty());
+    ASSERT_TRUE(r.one_shot.status.ok()) << r.one_shot.status.error_message();
+    EXPECT_EQ(r.one_shot.ids, r.ref_one_shot.tokens);
+    ASSERT_TRUE(r.prefill.ok());
+    ASSERT_TRUE(r.streamed.status.ok()) << r.streamed.status.error_message();
+    EXPECT_EQ(r.streamed.ids, r.ref.tokens);
+    EXPECT_EQ(r.streamed.text, r.ref_text);
+  }
   ClientContext ctx;
   v1::ServerInfo server;
   ASSERT_TRUE(stub_->GetServerInfo(&ctx, {}, &server).ok());
