@@ -27,8 +27,13 @@ Cluster ablations (issue 32 section 2): --cluster-metrics cosine,l2,ip and
       --policies clusterkv --budgets 256 --cluster-metrics cosine,l2,ip \\
       --tokens-per-cluster 80 --jobs 1
 
-Each configuration prefills the prompt again (one process per answer); the
-recall measures on the answer step are not computed here yet.
+Each configuration prefills the prompt again (one process per answer).
+--recall (single needles) replays every prompt with its expected answer
+through `clusterkv-model recall --probe-span` per sparse configuration
+(teacher-forced, beside a dense shadow; bench/needle_probe.py) and reports
+the answer steps' top-k recall and mass recall against dense attention
+and how often the step attended the needle key a copy head retrieves
+("needle attended").
 """
 import argparse
 import concurrent.futures
@@ -43,6 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts",
                                 "train"))
 import eval_needle  # noqa: E402
 import needle  # noqa: E402
+import needle_probe  # noqa: E402
 
 POLICIES = ["full", "clusterkv", "clusterkv_rerank", "quest", "streaming",
             "oracle"]
@@ -74,6 +80,9 @@ def parse_args():
                    help="comma list of " + "|".join(needle.TASKS))
     p.add_argument("--distractors", type=int, default=3,
                    help="other needles in the tasks but single")
+    p.add_argument("--recall", action="store_true",
+                   help="single needles: the answer steps' recall measures "
+                        "per sparse configuration (one more run per prompt)")
     p.add_argument("--quick", action="store_true",
                    help="4k only, 3 depths, 1 sample, budget 256")
     p.add_argument("--out", default="bench/results/needle")
@@ -171,6 +180,32 @@ def run_task(args, task, contexts, depths, pool):
     return results
 
 
+def run_recall(args, pool):
+    """{config name: mean top-k recall, mass recall and needle attended over
+    the single-needle prompts' answer steps, and per prompt}."""
+    probes = needle_probe.prompts(args)
+    out = {}
+    for name, policy, budget, extra in configs(args):
+        if policy == "full":
+            continue
+        futures = [pool.submit(needle_probe.replay, args, p, policy, budget,
+                               extra) for p in probes]
+        rows = []
+        for p, f in zip(probes, futures):
+            rec = f.result()
+            rows.append({"context": p["context"], "depth": p["depth"],
+                         "sample": p["sample"],
+                         "topk_recall": rec["topk_recall"],
+                         "mass_recall": rec["mass_recall"],
+                         "needle_attended": needle_probe.needle_attended(
+                             needle_probe.summarize(p, rec))})
+        mean = {k: round(float(np.nanmean([r[k] for r in rows])), 4)
+                for k in ("topk_recall", "mass_recall", "needle_attended")}
+        out[name] = {"mean": mean, "prompts": rows}
+        print(f"recall     {name:20s} {mean}", flush=True)
+    return out
+
+
 def main():
     args = parse_args()
     args.distractors_asked = args.distractors
@@ -184,6 +219,7 @@ def main():
             results[task] = run_task(args, task, contexts, depths, pool)
             tables[task] = {k: eval_needle.accuracy_table(v, contexts, depths)
                             for k, v in results[task].items()}
+        recall = run_recall(args, pool) if args.recall else {}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump({"model": os.path.basename(args.model), "tasks": tasks,
@@ -193,6 +229,7 @@ def main():
                    "samples_per_cell": args.samples, "seed": args.seed,
                    "flags": {c[0]: c[3] for c in configs(args)},
                    "accuracy": tables,
+                   "recall_single": recall,
                    "results": results,
                    "seconds": round(time.time() - t0, 1)}, f, indent=1)
     plot(args.out + ".png", {f"{t}: {k}": v for t in tasks

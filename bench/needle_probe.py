@@ -158,6 +158,39 @@ def aggregate(results):
     }
 
 
+def replay(args, p, policy, budget, extra=()):
+    """Prompt p (prompts()) with its expected answer through `clusterkv-model
+    recall --probe-span` (args: binary, model, dense_layers, threads):
+    the recall JSON, or RuntimeError with the engine's error."""
+    # Through the answer's "." (its last copy): the steps predict answer
+    # tokens 2.. and the ".", as exact match scores them.
+    n = p["a0"] + len(p["copies"])
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(" ".join(map(str, p["ids"][:n])))
+        path = f.name
+    cmd = [args.binary, "recall", args.model, "--tokens-file", path,
+           "--prompt-tokens", str(p["a0"]), "--policy", policy,
+           "--budget", str(budget), "--dense-layers",
+           str(args.dense_layers), "--threads", str(args.threads),
+           "--probe-span", "%d:%d" % tuple(p["span"])]
+    cmd += list(extra)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    os.unlink(path)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.splitlines()[0])
+
+
+def needle_attended(steps):
+    """Over the copy steps (some head puts >= half its weight on the
+    needle): the share of (step, head) pairs whose retrieved needle key the
+    step attended (selected, or a sink or tail row)."""
+    hs = [h for st in steps
+          if max(h["span_weight"] for h in st["heads"]) >= 0.5
+          for h in st["heads"]]
+    return sum(h["selected"] for h in hs) / len(hs) if hs else float("nan")
+
+
 def main():
     args = parse_args()
     picks = {(float(a), int(b)) for a, b in
@@ -166,25 +199,12 @@ def main():
             if not picks or (p["depth"], p["sample"]) in picks]
     results = []
     for p in todo:
-        # Through the answer's "." (its last copy): the steps predict answer
-        # tokens 2.. and the ".", as exact match scores them.
-        n = p["a0"] + len(p["copies"])
-        with tempfile.NamedTemporaryFile("w", suffix=".txt",
-                                         delete=False) as f:
-            f.write(" ".join(map(str, p["ids"][:n])))
-            path = f.name
-        cmd = [args.binary, "recall", args.model, "--tokens-file", path,
-               "--prompt-tokens", str(p["a0"]), "--policy", args.policy,
-               "--budget", str(args.budget), "--dense-layers",
-               str(args.dense_layers), "--threads", str(args.threads),
-               "--probe-span", "%d:%d" % tuple(p["span"])]
-        cmd += args.kv_flags.split()
         t0 = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        os.unlink(path)
-        if r.returncode != 0:
-            sys.exit(r.stderr[-2000:])
-        rec = json.loads(r.stdout.splitlines()[0])
+        try:
+            rec = replay(args, p, args.policy, args.budget,
+                         args.kv_flags.split())
+        except RuntimeError as e:
+            sys.exit(str(e))
         steps = summarize(p, rec)
         row = {k: p[k] for k in ("context", "depth", "sample", "expected",
                                  "span")}

@@ -6,7 +6,9 @@ it a benchmark a policy can fail: dense attention, the oracle and
 clusterkv_rerank (whose second stage reads the candidates' keys) find
 every single needle; streaming (the most recent B tokens) misses the
 needle at depth 0, which lies outside its window (in both tasks); the
-JSON lists every policy and both tasks. A missing model fails.
+JSON lists every policy and both tasks; the answer steps' recall
+(--recall): the oracle's top-k recall is 1 and it attends every needle
+key a copy head retrieves, streaming does not. A missing model fails.
 
 usage: needle_bench_smoke.py BINARY MODEL OUT_PREFIX
 """
@@ -37,7 +39,7 @@ def main():
         sys.exit("needle model missing: %s" % model)
     subprocess.run([sys.executable, os.path.join(ROOT, "bench",
                                                  "needle_bench.py"),
-                    "--quick", "--tasks", "single,multikey",
+                    "--quick", "--tasks", "single,multikey", "--recall",
                     "--binary", binary, "--model", model,
                     "--out", out], check=True, cwd=ROOT)
     with open(out + ".json") as f:
@@ -49,6 +51,14 @@ def main():
     assert multi["streaming B=256"]["4096"]["by_depth"]["0.0"] == 0.0, multi
     assert report["distractors"]["multikey"] == 3, report["distractors"]
     acc = report["accuracy"]["single"]
+    # The answer steps' recall (teacher-forced): the oracle attends the
+    # exact top-B keys, so its top-k recall is 1 and it attends every
+    # needle key a copy head retrieves; streaming misses the depth-0 one.
+    recall = {k: v["mean"] for k, v in report["recall_single"].items()}
+    assert recall["oracle B=256"]["topk_recall"] == 1.0, recall
+    assert recall["oracle B=256"]["needle_attended"] == 1.0, recall
+    assert recall["streaming B=256"]["needle_attended"] < 1.0, recall
+    assert "full" not in recall, recall
     want = {"full", "clusterkv B=256", "clusterkv_rerank B=256", "quest B=256",
             "streaming B=256", "oracle B=256"}
     missing = want - set(acc)
