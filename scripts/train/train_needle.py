@@ -118,6 +118,11 @@ def set_heads(heads):
     global PREV_HEADS, COPY_HEADS
     PREV_HEADS = {h: h + 1 for h in range(heads)}
     COPY_HEADS = tuple(range(heads))
+
+
+def set_supervision(boost_context, first_weight):
+    global BOOST_CONTEXT, FIRST_WEIGHT
+    BOOST_CONTEXT, FIRST_WEIGHT = boost_context, first_weight
 ATTN_WEIGHT = 1.0
 PREV_WEIGHT = 1.0
 PREV_SAMPLE = 32
@@ -145,6 +150,13 @@ def parse_args():
     p.add_argument("--init", default="", help="a .pt state to start from")
     p.add_argument("--start-phase", default="",
                    help="skip the phases before this one (with --init)")
+    p.add_argument("--end-phase", default="",
+                   help="stop after this phase (the time box is shared by "
+                        "the phases up to it)")
+    p.add_argument("--boost-context", type=int, default=BOOST_CONTEXT,
+                   help="supervise as if the context held this many keys "
+                        "(0: off; run 29: off until the copy forms)")
+    p.add_argument("--first-weight", type=float, default=FIRST_WEIGHT)
     p.add_argument("--export-only", action="store_true",
                    help="write OUT/needle-llama.gguf from --init and stop")
     return p.parse_args()
@@ -273,22 +285,24 @@ def train(model, hay, held, args, log_path):
     # Mean log attention weight of the copy heads on the first answer
     # token's source (the value's first token in the needle).
     att_lp = collections.defaultdict(lambda: collections.deque(maxlen=100))
-    phase = [p[0] for p in PHASES].index(args.start_phase) \
+    phases = PHASES[:[p[0] for p in PHASES].index(args.end_phase) + 1] \
+        if args.end_phase else PHASES
+    phase = [p[0] for p in phases].index(args.start_phase) \
         if args.start_phase else 0
     phase_step0 = 0
-    edge = PHASES[phase][1] / sum(p[1] for p in PHASES[phase:]) * box
+    edge = phases[phase][1] / sum(p[1] for p in phases[phase:]) * box
     next_held = HELDOUT_EVERY
     step = 0
     for step in range(args.steps):
         elapsed = time.time() - t0
-        name, _, seq, batch, mix, p_skip, filler, advance = PHASES[phase]
+        name, _, seq, batch, mix, p_skip, filler, advance = phases[phase]
         ready = advance and all(
             len(losses[k[5:]]) >= 50 and
             sum(losses[k[5:]]) / len(losses[k[5:]]) <= v
             if k.startswith("loss:") else
             len(exact[k]) >= 50 and sum(exact[k]) / len(exact[k]) >= v
             for k, v in advance.items())
-        if phase + 1 < len(PHASES) and (elapsed > edge or ready):
+        if phase + 1 < len(phases) and (elapsed > edge or ready):
             phase_log.append({"phase": name, "end_step": step,
                               "end_seconds": round(elapsed, 1),
                               "advanced_by": "accuracy" if ready else "time"})
@@ -296,12 +310,12 @@ def train(model, hay, held, args, log_path):
             phase += 1
             phase_step0 = step
             # Time left over from an early advance goes to the later phases.
-            rest = sum(p[1] for p in PHASES[phase:])
-            edge = elapsed + (box - elapsed) * PHASES[phase][1] / rest
+            rest = sum(p[1] for p in phases[phase:])
+            edge = elapsed + (box - elapsed) * phases[phase][1] / rest
             exact.clear()
             losses.clear()
             att_lp.clear()
-            name, _, seq, batch, mix, p_skip, filler, advance = PHASES[phase]
+            name, _, seq, batch, mix, p_skip, filler, advance = phases[phase]
         x, y, w, pos, names, src = batch_of(hay, rng, seq, batch, mix,
                                             p_skip, filler)
         for g in opt.param_groups:
@@ -415,6 +429,7 @@ def main():
                heads=args.heads, kv_heads=args.kv_heads, ffn=args.ffn,
                rope_base=args.rope_base)
     set_heads(args.heads)
+    set_supervision(args.boost_context, args.first_weight)
     model = Llama(c)
     if args.init:
         model.load_state_dict(torch.load(args.init))
