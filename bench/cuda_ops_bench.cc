@@ -1,9 +1,12 @@
 // GPU microbenchmark of the ClusterKV kernels (kernels/cuda): decode
 // attention dense vs sparse at 32k context / B = 1024 (32 query heads, 8 KV
-// heads, head_dim 128, BF16 KV), batched k-means of a 32k segment, and
-// cluster selection. Times are medians of CUDA-event-timed repeats after a
-// warm-up; inputs are random (never zeros). Prints a short table last.
-// Exits 1 when no CUDA device is present (device-check.sh relies on it).
+// heads, head_dim 128, BF16 KV) with the kernel the device backend runs
+// (SpanAttention over span tables, split as AttentionSplits cuts it; the
+// sparse spans read row lists as the planner's listed spans do), batched
+// k-means of a 32k segment, and cluster selection. Times are medians of
+// CUDA-event-timed repeats after a warm-up; inputs are random (never zeros).
+// Prints a short table last. Exits 1 when no CUDA device is present
+// (device-check.sh relies on it).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,10 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/attention_decode.h"
+#include "kernels/cuda/attention_spans.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kmeans.h"
 #include "kernels/cuda/selection_ops.h"
+#include "kernels/device/op_launchers.h"
+#include "kernels/device/op_tables.h"
 #include "kernels/device/selection_phases.h"
 
 namespace ckv::kernels::cuda {
@@ -89,61 +94,110 @@ struct Row {
 constexpr int kHeads = 32, kKvHeads = 8, kHd = 128;
 constexpr int64_t kCtx = 32768, kBudget = 1024, kAttended = kBudget + 16 + 320;
 
+uint64_t Addr(const void* p) {
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+}
+
+// One SpanAttention launch of n_heads query heads (one query row after
+// every row) over `spans`, heads[h] = {first span, 1}, split as the
+// backend splits it; returns the median ms.
+double TimeSpanAttention(cudaStream_t s, const float* q, const int64_t* q_pos,
+                         const device::AttnSpanDesc* spans,
+                         const int32_t* heads, int64_t rows, float* out) {
+  SpanAttentionParams p;
+  p.q = q;
+  p.q_pos = q_pos;
+  p.spans = spans;
+  p.heads = heads;
+  p.out = out;
+  p.n_q = 1;
+  p.n_heads = kHeads;
+  p.head_dim = kHd;
+  p.scale = 0.088f;
+  p.splits = device::AttentionSplits(1, kHeads, rows);
+  float* ws = nullptr;
+  Check(cudaMalloc(
+            &ws, device::AttentionWorkspaceBytes(1, kHeads, kHd, p.splits) + 4),
+        "malloc");
+  p.workspace = p.splits > 1 ? ws : nullptr;
+  const double ms =
+      TimeMs(s, 50, [&] { Check(SpanAttention(p, s), "span attention"); });
+  cudaFree(ws);
+  return ms;
+}
+
 void BenchDecode(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   const size_t kv_elems = size_t{kKvHeads} * kCtx * kHd;
   auto* k = Upload(RandomBf16(rng, kv_elems));
   auto* v = Upload(RandomBf16(rng, kv_elems));
   auto* q = Upload(RandomF32(rng, kHeads * kHd));
+  auto* q_pos = Upload(std::vector<int64_t>{kCtx});  // after every row
   float* out = nullptr;
   Check(cudaMalloc(&out, kHeads * kHd * 4), "malloc");
+  const int64_t head_bytes = kCtx * kHd * 2;
+  const int group = kHeads / kKvHeads;
+  // Dense: query head h reads every row of its KV head (one span per KV
+  // head, shared by the group).
+  std::vector<device::AttnSpanDesc> dense(kKvHeads);
+  for (int g = 0; g < kKvHeads; ++g) {
+    device::AttnSpanDesc& d = dense[g];
+    d.k = Addr(k) + g * head_bytes;
+    d.v = Addr(v) + g * head_bytes;
+    d.bytes = head_bytes;
+    d.count = kCtx;
+    d.dtype = static_cast<int32_t>(DType::kBF16);
+  }
+  std::vector<int32_t> dense_heads(2 * kHeads);
+  for (int h = 0; h < kHeads; ++h) {
+    dense_heads[2 * h] = h / group;
+    dense_heads[2 * h + 1] = 1;
+  }
+  auto* d_dense = Upload(dense);
+  auto* d_dense_heads = Upload(dense_heads);
+  const double dense_ms =
+      TimeSpanAttention(s, q, q_pos, d_dense, d_dense_heads, kCtx, out);
+  const double dense_gb = 2.0 * kv_elems * 2 / (dense_ms * 1e6);
+  rows->push_back({"decode dense 32k", dense_ms,
+                   std::to_string(static_cast<int>(dense_gb)) +
+                       " GB/s (unique K+V bytes)"});
+  // Sparse: each query head its own list of kAttended distinct rows
+  // (ascending, positions = rows), as a listed span reads them.
   std::vector<int32_t> lists(kHeads * kAttended);
-  for (int h = 0; h < kHeads; ++h) {  // distinct random rows, ascending
+  std::vector<int64_t> positions(lists.size());
+  for (int h = 0; h < kHeads; ++h) {
     std::vector<int32_t> all(kCtx);
     std::iota(all.begin(), all.end(), 0);
     std::shuffle(all.begin(), all.end(), rng);
     std::sort(all.begin(), all.begin() + kAttended);
     std::copy_n(all.begin(), kAttended, lists.begin() + h * kAttended);
+    std::copy_n(all.begin(), kAttended, positions.begin() + h * kAttended);
   }
-  auto* dl = Upload(lists);
-  auto* dc = Upload(std::vector<int32_t>(kHeads, kAttended));
-  DecodeAttentionParams p;
-  p.q = q;
-  p.n_heads = kHeads;
-  p.n_kv_heads = kKvHeads;
-  p.head_dim = kHd;
-  p.scale = 0.088f;
-  p.k = k;
-  p.v = v;
-  p.dtype = DType::kBF16;
-  p.head_stride = kCtx * kHd;
-  p.row_stride = kHd;
-  p.n_rows = kCtx;
-  p.out = out;
-  void* ws = nullptr;
-  Check(cudaMalloc(&ws, DecodeAttentionWorkspaceBytes(p) + 1), "malloc");
-  const double dense = TimeMs(s, 50, [&] {
-    Check(DecodeAttention(p, ws, DecodeAttentionWorkspaceBytes(p), s), "dense");
-  });
-  const double dense_gb = 2.0 * kv_elems * 2 / (dense * 1e6);
-  rows->push_back({"decode dense 32k", dense,
-                   std::to_string(static_cast<int>(dense_gb)) +
-                       " GB/s (unique K+V bytes)"});
-  p.n_rows = kAttended;
-  p.rows = dl;
-  p.row_counts = dc;
-  p.rows_stride = kAttended;
-  const double sparse = TimeMs(s, 50, [&] {
-    Check(DecodeAttention(p, ws, DecodeAttentionWorkspaceBytes(p), s),
-          "sparse");
-  });
-  const double bytes =
-      double{kHeads} * kAttended * kHd * 2 * 2 + double{kHeads} * kAttended * 4;
-  rows->push_back({"decode sparse B=1024", sparse,
-                   std::to_string(static_cast<int>(bytes / (sparse * 1e6))) +
-                       " GB/s (gathered rows per q head)"});
-  for (void* ptr : {static_cast<void*>(k), static_cast<void*>(v),
-                    static_cast<void*>(q), static_cast<void*>(out),
-                    static_cast<void*>(dl), static_cast<void*>(dc), ws}) {
+  auto* d_lists = Upload(lists);
+  auto* d_positions = Upload(positions);
+  std::vector<device::AttnSpanDesc> sparse(kHeads);
+  std::vector<int32_t> sparse_heads(2 * kHeads);
+  for (int h = 0; h < kHeads; ++h) {
+    sparse[h] = dense[h / group];
+    sparse[h].rows = Addr(d_lists + h * kAttended);
+    sparse[h].positions = Addr(d_positions + h * kAttended);
+    sparse[h].count = kAttended;
+    sparse_heads[2 * h] = h;
+    sparse_heads[2 * h + 1] = 1;
+  }
+  auto* d_sparse = Upload(sparse);
+  auto* d_sparse_heads = Upload(sparse_heads);
+  const double sparse_ms =
+      TimeSpanAttention(s, q, q_pos, d_sparse, d_sparse_heads, kAttended, out);
+  const double bytes = double{kHeads} * kAttended * (kHd * 2 * 2 + 4 + 8);
+  rows->push_back({"decode sparse B=1024", sparse_ms,
+                   std::to_string(static_cast<int>(bytes / (sparse_ms * 1e6))) +
+                       " GB/s (listed rows per q head)"});
+  for (void* ptr :
+       {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(q),
+        static_cast<void*>(q_pos), static_cast<void*>(out),
+        static_cast<void*>(d_dense), static_cast<void*>(d_dense_heads),
+        static_cast<void*>(d_lists), static_cast<void*>(d_positions),
+        static_cast<void*>(d_sparse), static_cast<void*>(d_sparse_heads)}) {
     cudaFree(ptr);
   }
 }

@@ -1,4 +1,4 @@
-// CUDA cluster ops (k-means, Quest) against the CPU references of
+// CUDA cluster ops (k-means) against the CPU references of
 // kernels/cpu/cluster_ops.h (selection: tests/device/selection_phases_test,
 // whose CUDA case runs kernels/cuda/selection_ops.cu). Without a device
 // every test reports SKIPPED.
@@ -11,7 +11,6 @@
 #include "kernels/cpu/cluster_ops.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/kmeans.h"
-#include "kernels/cuda/quest.h"
 #include "kernels/ref/cluster.h"
 #include "kernels/ref/kmeans_contract.h"
 #include "kernels/ref/ops.h"
@@ -244,37 +243,6 @@ TEST_F(CudaClusterTest, KMeansJobIsDeterministicAndDropsEmptyClusters) {
     EXPECT_EQ(sizes[c], counted[c]) << c;
   }
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(asg[i], i % distinct) << i;
-}
-
-TEST_F(CudaClusterTest, QuestBoundsAndScoresMatchReference) {
-  const int heads = 3, q_heads = 6, dim = 96;
-  const int64_t n = 1000, page = 16;  // last page shorter (1000 % 16 = 8)
-  const int64_t pages = (n + page - 1) / page;
-  const auto keys = RandomFloats(rng_, heads * n * dim, -4.0f, 4.0f);
-  const auto enc = Encode(DType::kF16, keys, heads * n, dim);
-  std::vector<float> want_min(heads * pages * dim), want_max(want_min.size());
-  for (int h = 0; h < heads; ++h) {
-    ref::QuestPageBounds(enc.data() + h * n * dim * 2, DType::kF16, dim, n, dim,
-                         page, &want_min[h * pages * dim],
-                         &want_max[h * pages * dim]);
-  }
-  DeviceArray<uint8_t> dk(enc);
-  DeviceArray<float> dmin(want_min.size()), dmax(want_max.size());
-  CUDA_ASSERT_OK(QuestPageBounds(dk.get(), DType::kF16, n * dim, dim, heads, n,
-                                 dim, page, dmin.get(), dmax.get(), stream_));
-  EXPECT_EQ(dmin.Download(), want_min);  // min/max of the same values: exact
-  EXPECT_EQ(dmax.Download(), want_max);
-  const auto q = RandomFloats(rng_, q_heads * dim);
-  DeviceArray<float> dq(q), ds(q_heads * pages);
-  CUDA_ASSERT_OK(QuestScores(dq.get(), q_heads, heads, dmin.get(), dmax.get(),
-                             pages, dim, ds.get(), stream_));
-  std::vector<float> want(q_heads * pages);
-  for (int h = 0; h < q_heads; ++h) {
-    const int g = h / (q_heads / heads);
-    ref::QuestScores(&q[h * dim], &want_min[g * pages * dim],
-                     &want_max[g * pages * dim], pages, dim, &want[h * pages]);
-  }
-  EXPECT_LT(RelL2(ds.Download(), want), 1e-6);  // F32 sum of 96 terms
 }
 
 }  // namespace
