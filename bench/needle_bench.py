@@ -37,6 +37,7 @@ and how often the step attended the needle key a copy head retrieves
 """
 import argparse
 import concurrent.futures
+import copy
 import json
 import os
 import sys
@@ -150,12 +151,18 @@ def plot(path, tables, contexts, depths):
     fig.savefig(path, dpi=110)
 
 
+def distractors_of(args, task):
+    """Needles besides the asked one: none in the single-needle task."""
+    return 0 if task == "single" else args.distractors
+
+
 def run_task(args, task, contexts, depths, pool):
     """{config name: [result per prompt]} for one task (every configuration
     answers the same prompts)."""
-    args.task = task  # eval_needle.make_jobs reads these
-    args.distractors = 0 if task == "single" else args.distractors_asked
-    jobs, tok = eval_needle.make_jobs(args, contexts, depths)
+    job_args = copy.copy(args)  # eval_needle.make_jobs reads these two
+    job_args.task = task
+    job_args.distractors = distractors_of(args, task)
+    jobs, tok = eval_needle.make_jobs(job_args, contexts, depths)
     prompts = [needle.decode(tok, j[3]) for j in jobs]
     results = {}
     for name, policy, budget, extra in configs(args):
@@ -208,7 +215,6 @@ def run_recall(args, pool):
 
 def main():
     args = parse_args()
-    args.distractors_asked = args.distractors
     t0 = time.time()
     contexts = [int(c) for c in args.contexts.split(",")]
     depths = np.linspace(0.0, 1.0, args.depths)
@@ -223,8 +229,8 @@ def main():
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump({"model": os.path.basename(args.model), "tasks": tasks,
-                   "distractors": {t: 0 if t == "single" else
-                                   args.distractors_asked for t in tasks},
+                   "distractors": {t: distractors_of(args, t)
+                                   for t in tasks},
                    "contexts": contexts, "depths": depths.tolist(),
                    "samples_per_cell": args.samples, "seed": args.seed,
                    "flags": {c[0]: c[3] for c in configs(args)},

@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/settings_schema.h"
 #include "model/kv/policies/registry.h"
 #include "server/input_budget.h"
 #include "server/service_convert.h"
@@ -158,12 +159,11 @@ ABSL_FLAG(std::string, gqa_selection, ckv::GqaSelectionName(kKv.gqa_selection),
           absl::StrCat("default ",
                        ckv::settings::JoinNames(
                            ckv::settings::kGqaSelectionNames, "|")));
+// An engine-only setting of the schema (no wire field): the server's
+// default for every session.
 ABSL_FLAG(std::string, cache_mode, ckv::CacheModeName(kKv.cache_mode),
-          "default cache mode of new sessions: zero_copy (each step reads "
-          "the selected rows in place: over the link when offloaded) | copy "
-          "(selected blocks copied into a block cache that keeps them "
-          "--cache-steps steps: on a device backend a device arena, so "
-          "recalled blocks cross the link once); the tokens are the same");
+          absl::StrCat("default: ",
+                       ckv::settings::KvSettingHelp("cache_mode")));
 #define CKV_KV_FLAG(name, type, range, fork, help) \
   ABSL_FLAG(type, name, kKv.name, "default: " help);
 CKV_KV_WIRE_NUMBERS(CKV_KV_FLAG)

@@ -8,8 +8,8 @@ the answer (the text up to the first "."), per context length and depth.
       [--policy full] [--budget B] [--task single] [--jobs 2]
 
 The answer is cut after as many "." as the expected one holds (one but
-for multi-query). Depth d places the needle at fraction d of the filler (0: right after BOS,
-1: right before the question). Prints one JSON line per prompt and writes
+for multi-query). Depth d places the (asked) needle at fraction d of the
+filler (0: right after BOS, 1: right before the question). Prints one JSON line per prompt and writes
 the table (accuracy per context x depth) to --out.
 """
 import argparse

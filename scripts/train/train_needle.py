@@ -112,6 +112,12 @@ SKIP_POWER = 0.5
 # head is a copy head (set_heads).
 PREV_HEADS = {0: 1, 1: 2}  # first-layer head: how many tokens back
 COPY_HEADS = (0, 1)  # last-layer heads supervised to the copied token
+ATTN_WEIGHT = 1.0
+PREV_WEIGHT = 1.0
+PREV_SAMPLE = 32
+COPY_VOCAB = 256  # the copy task's tokens: the digit tokens and a fixed
+# random subset of the others, this many in all
+HELDOUT_EVERY = 300.0  # seconds between held-out checks during training
 
 
 def set_heads(heads):
@@ -123,12 +129,6 @@ def set_heads(heads):
 def set_supervision(boost_context, first_weight):
     global BOOST_CONTEXT, FIRST_WEIGHT
     BOOST_CONTEXT, FIRST_WEIGHT = boost_context, first_weight
-ATTN_WEIGHT = 1.0
-PREV_WEIGHT = 1.0
-PREV_SAMPLE = 32
-COPY_VOCAB = 256  # the copy task's tokens: the digit tokens and a fixed
-# random subset of the others, this many in all
-HELDOUT_EVERY = 300.0  # seconds between held-out checks during training
 
 
 def parse_args():
