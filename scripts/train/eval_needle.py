@@ -9,8 +9,9 @@ the answer (the text up to the first "."), per context length and depth.
 
 The answer is cut after as many "." as the expected one holds (one but
 for multi-query). Depth d places the (asked) needle at fraction d of the
-filler (0: right after BOS, 1: right before the question). Prints one JSON line per prompt and writes
-the table (accuracy per context x depth) to --out.
+filler (0: right after BOS, 1: right before the question). Prints one
+JSON line per prompt and writes the table (accuracy per context x depth)
+to --out.
 """
 import argparse
 import concurrent.futures
