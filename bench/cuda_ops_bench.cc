@@ -3,13 +3,17 @@
 // heads, head_dim 128, BF16 KV) with the kernel the device backend runs
 // (SpanAttention over span tables, split as AttentionSplits cuts it; the
 // sparse spans read row lists as the planner's listed spans do), batched
-// k-means of a 32k segment, and cluster selection. Times are medians of
+// k-means of a 32k segment, and cluster selection; prefill attention (a
+// 2048-row chunk after 2048 rows, BF16 KV) on the tensor-core tiles
+// (attention_tiles.h) against the span kernel, with their largest
+// difference. Times are medians of
 // CUDA-event-timed repeats after a warm-up; inputs are random (never zeros).
 // Prints a short table last. Exits 1 when no CUDA device is present
 // (device-check.sh relies on it).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_spans.h"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/kmeans.h"
 #include "kernels/cuda/selection_ops.h"
@@ -202,6 +207,85 @@ void BenchDecode(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   }
 }
 
+// A prefill chunk of kRows query rows at positions [kRows, 2 kRows) over
+// 2 kRows keys of each KV head (the chunk's own rows last, causal), as the
+// backend launches it (one span per KV head, no row lists): the tiles and
+// the span kernel (tiles off) on the same inputs.
+void BenchPrefill(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
+  constexpr int kRows = 2048;
+  constexpr int64_t kKeys = 2 * kRows;
+  const size_t kv_elems = size_t{kKvHeads} * kKeys * kHd;
+  auto* k = Upload(RandomBf16(rng, kv_elems));
+  auto* v = Upload(RandomBf16(rng, kv_elems));
+  auto* q = Upload(RandomF32(rng, size_t{kRows} * kHeads * kHd));
+  std::vector<int64_t> pos(kRows);
+  std::iota(pos.begin(), pos.end(), int64_t{kRows});
+  auto* q_pos = Upload(pos);
+  const int64_t head_bytes = kKeys * kHd * 2;
+  std::vector<device::AttnSpanDesc> spans(kKvHeads);
+  for (int g = 0; g < kKvHeads; ++g) {
+    spans[g].k = Addr(k) + g * head_bytes;
+    spans[g].v = Addr(v) + g * head_bytes;
+    spans[g].bytes = head_bytes;
+    spans[g].count = kKeys;
+    spans[g].dtype = static_cast<int32_t>(DType::kBF16);
+  }
+  std::vector<int32_t> heads(2 * kHeads);
+  for (int h = 0; h < kHeads; ++h) {
+    heads[2 * h] = h / (kHeads / kKvHeads);
+    heads[2 * h + 1] = 1;
+  }
+  auto* d_spans = Upload(spans);
+  auto* d_heads = Upload(heads);
+  const size_t out_elems = size_t{kRows} * kHeads * kHd;
+  float *out_tiles = nullptr, *out_span = nullptr;
+  Check(cudaMalloc(&out_tiles, out_elems * 4), "malloc");
+  Check(cudaMalloc(&out_span, out_elems * 4), "malloc");
+  SpanAttentionParams p;
+  p.q = q;
+  p.q_pos = q_pos;
+  p.spans = d_spans;
+  p.heads = d_heads;
+  p.n_q = kRows;
+  p.n_heads = kHeads;
+  p.head_dim = kHd;
+  p.scale = 0.088f;
+  p.kv_dtype = static_cast<int32_t>(DType::kBF16);
+  // Causal: row i sees kRows + i + 1 keys; 4 flops per (key, dim) (QK, PV).
+  const double flops =
+      4.0 * kHeads * kHd * (double{kRows} * kRows + kRows * (kRows + 1) / 2.0);
+  p.out = out_tiles;
+  const double tiles_ms =
+      TimeMs(s, 10, [&] { Check(SpanAttention(p, s), "tile attention"); });
+  p.tiles = false;
+  p.out = out_span;
+  const double span_ms =
+      TimeMs(s, 3, [&] { Check(SpanAttention(p, s), "span attention"); });
+  std::vector<float> a(out_elems), b(out_elems);
+  Check(cudaMemcpy(a.data(), out_tiles, out_elems * 4, cudaMemcpyDeviceToHost),
+        "download");
+  Check(cudaMemcpy(b.data(), out_span, out_elems * 4, cudaMemcpyDeviceToHost),
+        "download");
+  double diff = 0.0;
+  for (size_t i = 0; i < out_elems; ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+  }
+  char note[128];
+  std::snprintf(note, sizeof(note), "%.1f TFLOP/s, max |tiles - span| %.2e",
+                flops / (tiles_ms * 1e9), diff);
+  rows->push_back({"prefill 2k after 2k, tiles", tiles_ms, note});
+  std::snprintf(note, sizeof(note), "%.2f TFLOP/s, %.1fx the tiles' time",
+                flops / (span_ms * 1e9), span_ms / tiles_ms);
+  rows->push_back({"prefill 2k after 2k, span", span_ms, note});
+  for (void* ptr :
+       {static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(q),
+        static_cast<void*>(q_pos), static_cast<void*>(d_spans),
+        static_cast<void*>(d_heads), static_cast<void*>(out_tiles),
+        static_cast<void*>(out_span)}) {
+    cudaFree(ptr);
+  }
+}
+
 void BenchKMeans(cudaStream_t s, std::mt19937& rng, std::vector<Row>* rows) {
   const int k = static_cast<int>(kCtx / 80) + 1;  // 410
   auto* keys = Upload(RandomBf16(rng, size_t{kKvHeads} * kCtx * kHd));
@@ -368,6 +452,7 @@ int Main() {
   std::mt19937 rng(42);
   std::vector<Row> rows;
   BenchDecode(s, rng, &rows);
+  BenchPrefill(s, rng, &rows);
   BenchKMeans(s, rng, &rows);
   BenchSelect(s, rng, &rows);
   Check(cudaStreamDestroy(s), "stream");

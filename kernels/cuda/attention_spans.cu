@@ -1,5 +1,6 @@
 #include "kernels/cuda/attention_spans.h"
 
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/dtype.h"
 
@@ -202,6 +203,7 @@ cudaError_t SpanAttention(const SpanAttentionParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.n_q == 0 || p.n_heads == 0) return cudaSuccess;
+  if (UsesAttentionTiles(p)) return TileAttention(p, stream);
   CKV_CUDA_RETURN_IF_ERROR(detail::DispatchPerLane(p.head_dim, [&](auto per) {
     constexpr int kPer = decltype(per)::kValue;
     SpanAttentionKernel<kPer>

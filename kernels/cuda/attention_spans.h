@@ -7,7 +7,9 @@
 // One block of kSpanAttentionWarps warps per (query row, head, split):
 // each warp runs an online softmax over every kSpanAttentionWarps-th row of
 // the split's share of each span, the warps' partials merge in shared
-// memory, and with splits > 1 a second kernel merges the splits.
+// memory, and with splits > 1 a second kernel merges the splits. A
+// prefill launch over F16/BF16 rows runs on tensor cores instead
+// (attention_tiles.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,6 +46,12 @@ struct SpanAttentionParams {
   // read) instead of writing out (ref::AttentionAccumulate).
   float* state = nullptr;
   bool fresh = false;
+  // Every span's dtype (kernels::DType) when they all share one, else -1:
+  // F16 and BF16 let a prefill launch run on tensor cores
+  // (attention_tiles.h, UsesAttentionTiles); tiles false keeps it on the
+  // span kernel (tests compare the two).
+  int32_t kv_dtype = -1;
+  bool tiles = true;
 };
 
 inline constexpr int kMaxSpanAttentionSplits = 64;

@@ -132,6 +132,7 @@ absl::Status CudaLaunchers::Attention(const dev::AttentionArgs& a,
   p.workspace = a.splits > 1 ? P<float>(a.workspace) : nullptr;
   p.state = a.state.null() ? nullptr : P<float>(a.state);
   p.fresh = a.fresh;
+  p.kv_dtype = a.kv_dtype;
   return Check(SpanAttention(p, S(stream)), "attention");
 }
 

@@ -102,6 +102,9 @@ struct AttentionArgs {
   DevPtr state;
   bool fresh = false;
   bool row_heads = false;
+  // Every span's dtype (kernels::DType) when they all share one, else -1
+  // (a device may then attend a prefill on tensor cores).
+  int32_t kv_dtype = -1;
 };
 
 // out = acc / l of each of n (query row, head) states (zeros where l == 0):

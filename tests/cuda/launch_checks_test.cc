@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_spans.h"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cublas_loader.h"
 #include "kernels/cuda/forward_ops.h"
 #include "kernels/cuda/gather.h"
@@ -119,6 +120,92 @@ TEST(LaunchChecksTest, SpanAttentionGeometry) {
   EXPECT_EQ(g.y, 32u);
   EXPECT_EQ(kSpanAttentionThreads % 32, 0);
   EXPECT_LE(kSpanAttentionThreads, 1024);
+}
+
+// The tensor-core path: taken only for a prefill launch (>= 16 rows, one
+// head table, one split) over F16/BF16 rows whose head_dim WMMA tiles.
+TEST(LaunchChecksTest, AttentionTilesTakeOnlyWhatTheyCover) {
+  SpanAttentionParams p;
+  p.n_q = 300;
+  p.n_heads = 32;
+  p.head_dim = 128;
+  p.kv_dtype = static_cast<int32_t>(DType::kF16);
+  EXPECT_TRUE(UsesAttentionTiles(p));
+  p.kv_dtype = static_cast<int32_t>(DType::kBF16);
+  EXPECT_TRUE(UsesAttentionTiles(p));
+  const auto without = [&p](auto change) {
+    SpanAttentionParams q = p;
+    change(q);
+    return UsesAttentionTiles(q);
+  };
+  EXPECT_FALSE(without([](auto& q) { q.kv_dtype = -1; }));  // mixed spans
+  EXPECT_FALSE(
+      without([](auto& q) { q.kv_dtype = static_cast<int32_t>(DType::kF32); }));
+  EXPECT_FALSE(without([](auto& q) { q.tiles = false; }));
+  EXPECT_FALSE(without([](auto& q) { q.row_heads = true; }));  // a batch
+  EXPECT_FALSE(without([](auto& q) { q.splits = 2; }));
+  EXPECT_FALSE(without([](auto& q) { q.n_q = kMinTileQueries - 1; }));
+  EXPECT_TRUE(without([](auto& q) { q.n_q = kMinTileQueries; }));
+  for (int hd : {8, 67, 72, 264}) {
+    EXPECT_FALSE(without([hd](auto& q) { q.head_dim = hd; })) << hd;
+  }
+  for (int hd : {16, 64, 80, 96, 256}) {
+    EXPECT_TRUE(without([hd](auto& q) { q.head_dim = hd; })) << hd;
+  }
+  const dim3 g = AttentionTileGrid(p);
+  EXPECT_EQ(g.x, 5u);  // ceil(300 / 64)
+  EXPECT_EQ(g.y, 32u);
+  EXPECT_EQ(kTileThreads, 32 * kTileQueries / 16);  // 16 rows per warp
+  // Refused when asked directly for what it does not cover, before any
+  // CUDA call.
+  p.kv_dtype = -1;
+  EXPECT_EQ(TileAttention(p, nullptr), cudaErrorInvalidValue);
+}
+
+// The tile kernel's shared memory: regions 128-byte aligned, disjoint, in
+// bounds; WMMA's leading dimensions (multiples of 8 16-bit or 4 F32
+// elements) and 32-byte fragment pointers (every 16th row); head_dim 256
+// within an H100/H200 block's 227 KiB.
+TEST(LaunchChecksTest, AttentionTileLayoutFitsWmmaAndTheBlock) {
+  for (int hd = 16; hd <= 256; hd += 16) {
+    const TileLayout t = MakeTileLayout(hd);
+    EXPECT_EQ(t.ldh % 8, 0);
+    EXPECT_EQ(t.ldp % 8, 0);
+    EXPECT_EQ(t.ldo % 4, 0);
+    EXPECT_EQ(t.lds % 4, 0);
+    EXPECT_EQ(16 * t.ldh * 2 % 32, 0);
+    EXPECT_EQ(16 * t.ldp * 2 % 32, 0);
+    EXPECT_EQ(16 * t.ldo * 4 % 32, 0);
+    EXPECT_EQ(16 * t.lds * 4 % 32, 0);
+    EXPECT_GE(t.ldh, hd);
+    EXPECT_GE(t.ldo, hd);
+    const std::pair<size_t, size_t> regions[] = {
+        {t.o, 4 * kTileQueries * t.ldo},
+        {t.q_hi, 2 * kTileQueries * t.ldh},
+        {t.q_lo, 2 * kTileQueries * t.ldh},
+        {t.k, 2 * kTileKeys * t.ldh},
+        {t.v, 2 * kTileKeys * t.ldh},
+        {t.s, 4 * kTileQueries * t.lds},
+        {t.p_hi, 2 * kTileQueries * t.ldp},
+        {t.p_lo, 2 * kTileQueries * t.ldp},
+        {t.m, 4 * kTileQueries},
+        {t.l, 4 * kTileQueries},
+        {t.keep, 4 * kTileQueries},
+        {t.q_pos, 8 * kTileQueries},
+        {t.k_pos, 8 * kTileKeys},
+        {t.k_row, 8 * kTileKeys},
+        {t.flag, 4}};
+    std::vector<std::pair<size_t, size_t>> sorted(std::begin(regions),
+                                                  std::end(regions));
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      EXPECT_EQ(sorted[i].first % 128, 0u) << hd << " region " << i;
+      const size_t end = sorted[i].first + sorted[i].second;
+      EXPECT_LE(end, i + 1 < sorted.size() ? sorted[i + 1].first : t.bytes)
+          << hd << " region " << i;
+    }
+    EXPECT_LE(t.bytes, size_t{227} * 1024) << hd;
+  }
 }
 
 // Split-K: none for short rows; for one query of 32 heads over 32k rows

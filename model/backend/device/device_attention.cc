@@ -672,9 +672,11 @@ void DeviceBackend::RunBatch(const AttentionSpec& spec,
   kv_dev_used_ += l.bytes;
   run_items_.clear();
   int64_t most = 0;
+  int32_t dtype = -2;
   for (const int i : batch_) {
     if (!MakeRunItems(parts_[i].plan, kv, hd)) return;
     most = std::max(most, MaxHeadRows(parts_[i].plan));
+    dtype = SharedDType(parts_[i].plan, dtype);
   }
   WriteBatchTables(host, kv, spec.n_heads, hd, parts);
   if (!Ok(rt_->CopyH2D(kv, host, l.staged_bytes, stream_))) return;
@@ -692,6 +694,7 @@ void DeviceBackend::RunBatch(const AttentionSpec& spec,
   a.heads = kv + l.heads_off;
   a.n_spans = l.entries;
   a.row_heads = batch_.size() > 1;
+  a.kv_dtype = std::max(dtype, -1);
   int64_t ws_bytes = 0;
   if (!SetSplits(&a, most, &ws_bytes)) return;
   // The store rows written for these parts (sinks, tail, cache misses)
@@ -725,6 +728,7 @@ dev::AttentionArgs DeviceBackend::RowArgs(const AttentionSpec& spec,
 void DeviceBackend::RunAttention(std::string name, const dev::AttentionArgs& a,
                                  std::vector<Range> reads,
                                  std::vector<Range> writes) {
+  copies_.one_dtype_launches += a.kv_dtype >= 0;
   Run(
       std::move(name), std::move(reads), std::move(writes),
       [a](dev::OpContext& c) { AttendFromTables(a, c); },
@@ -760,6 +764,15 @@ int64_t DeviceBackend::MaxHeadRows(const KvPlan& plan) {
     most = std::max(most, rows);
   }
   return most;
+}
+
+int32_t DeviceBackend::SharedDType(const KvPlan& plan, int32_t so_far) {
+  for (const SpanMeta& m : plan.spans) {
+    const int32_t d = static_cast<int32_t>(m.dtype);
+    if (so_far == -2) so_far = d;
+    if (so_far != d) return -1;
+  }
+  return so_far;
 }
 
 dev::AttnSpanDesc DeviceBackend::SpanDesc(const SpanMeta& m, DevPtr kv,

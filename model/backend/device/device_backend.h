@@ -149,6 +149,10 @@ struct AttendCopyStats {
   // sessions of a step are one batched attention per layer).
   int64_t attention_ops = 0;
   int64_t batched_parts = 0;
+  // Attention launches (streamed chunks included) whose spans all share
+  // one dtype (AttentionArgs::kv_dtype set: a device may use its tensor
+  // cores for them).
+  int64_t one_dtype_launches = 0;
   // K,V rows appended on the device (KvCache::AppendOnDevice): tokens,
   // append_rows ops (one per layer and K/V type), and the bytes of their
   // host copies (16-bit K and V, written through mapped memory).
@@ -452,6 +456,10 @@ class DeviceBackend final : public Backend {
                                                 int head_dim);
   // The most rows any query head of the plan attends.
   static int64_t MaxHeadRows(const KvPlan& plan);
+  // The dtype every span of the plan shares with `so_far` (the dtype the
+  // plans before it share; -2 for none yet), else -1 (AttentionArgs's
+  // kv_dtype).
+  static int32_t SharedDType(const KvPlan& plan, int32_t so_far);
   // Lays out the batch of parts_[batch_[i]] (BatchLayout), rebasing their
   // plans.
   void LayOutBatch(int n_heads, absl::Span<const AttentionPart> parts);

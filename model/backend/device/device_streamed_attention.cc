@@ -232,6 +232,7 @@ void DeviceBackend::AttendStreamed(const AttentionSpec& spec,
   }
   dev::AttentionArgs a = RowArgs(spec, p.row, p.n, q);
   a.state = state_dev_.ptr;
+  a.kv_dtype = std::max(SharedDType(plan, -2), -1);
   const Range state = {state_dev_.ptr, state_bytes};
   for (int c = 0; c < static_cast<int>(sp.fill.size()); ++c) {
     const int slot = c % 2;
