@@ -124,7 +124,12 @@ struct KernelSet {
   void (*page_minmax)(DType t, const void* src, int64_t stride, int n, int dim,
                       float* mn, float* mx);
   // scores[p] = sum_d max(q[d] * mx[p * dim + d], q[d] * mn[p * dim + d])
-  // for p < n_pages, in F32.
+  // for p < n_pages, in F32 and in one order -- the same bits in every
+  // table, which the device planner's QuestPageScore
+  // (kernels/device/selection_threads.h) reproduces: lane l < 16 sums the
+  // terms of d = l, l + 16, ... in d order from +0 (each term the vector
+  // max: q*mx when q*mx > q*mn, else q*mn), then the lanes fold in halves,
+  // lane l + lane (l + 8), then + 4, + 2, + 1.
   void (*quest_scores)(const float* q, const float* mn, const float* mx,
                        int64_t n_pages, int dim, float* scores);
   // Cluster scores of n_q <= kCentroidQueries queries (qs: [n_q][dim])

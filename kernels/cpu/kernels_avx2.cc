@@ -295,24 +295,38 @@ void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
   }
 }
 
+// max(q * hi, q * lo) of 8 elements from d, the first `n` of them loaded
+// (the rest +0: they leave a lane's sum unchanged).
+inline __m256 QuestTerms(const float* q, const float* lo, const float* hi,
+                         int d, int n) {
+  if (n >= 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    return _mm256_max_ps(_mm256_mul_ps(qv, _mm256_loadu_ps(hi + d)),
+                         _mm256_mul_ps(qv, _mm256_loadu_ps(lo + d)));
+  }
+  if (n <= 0) return _mm256_setzero_ps();
+  alignas(32) float qs[8] = {}, los[8] = {}, his[8] = {};
+  std::memcpy(qs, q + d, sizeof(float) * n);
+  std::memcpy(los, lo + d, sizeof(float) * n);
+  std::memcpy(his, hi + d, sizeof(float) * n);
+  const __m256 qv = _mm256_load_ps(qs);
+  return _mm256_max_ps(_mm256_mul_ps(qv, _mm256_load_ps(his)),
+                       _mm256_mul_ps(qv, _mm256_load_ps(los)));
+}
+
+// The quest_scores order of kernel_set.h: lanes 0-7 in a, 8-15 in b; the
+// fold b + a, then Sum8's halves.
 void QuestScores(const float* q, const float* mn, const float* mx,
                  int64_t n_pages, int dim, float* scores) {
-  const int dim8 = dim / 8 * 8;
   for (int64_t p = 0; p < n_pages; ++p) {
     const float* lo = mn + p * dim;
     const float* hi = mx + p * dim;
-    __m256 acc = _mm256_setzero_ps();
-    for (int d = 0; d < dim8; d += 8) {
-      const __m256 qv = _mm256_loadu_ps(q + d);
-      acc = _mm256_add_ps(
-          acc, _mm256_max_ps(_mm256_mul_ps(qv, _mm256_loadu_ps(hi + d)),
-                             _mm256_mul_ps(qv, _mm256_loadu_ps(lo + d))));
+    __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
+    for (int d = 0; d < dim; d += 16) {
+      a = _mm256_add_ps(a, QuestTerms(q, lo, hi, d, dim - d));
+      b = _mm256_add_ps(b, QuestTerms(q, lo, hi, d + 8, dim - d - 8));
     }
-    float tail = 0.0f;
-    for (int d = dim8; d < dim; ++d) {
-      tail += std::max(q[d] * hi[d], q[d] * lo[d]);
-    }
-    scores[p] = Sum8(acc) + tail;
+    scores[p] = Sum8(_mm256_add_ps(b, a));
   }
 }
 

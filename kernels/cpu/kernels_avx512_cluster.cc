@@ -54,6 +54,18 @@ void PageMinMaxT(const void* src, int64_t stride, int n, int dim, float* mn,
   }
 }
 
+// The 16 lanes folded in halves (kernel_set.h quest_scores' order; not
+// _mm512_reduce_add_ps, whose order is the compiler's).
+inline float FoldLanes(__m512 v) {
+  const __m256 h8 = _mm256_add_ps(
+      _mm512_castps512_ps256(v),
+      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 h4 =
+      _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
 // P pages at once (independent accumulators hide the add latency).
 template <int P>
 void QuestPages(const float* q, const float* mn, const float* mx, int dim,
@@ -70,7 +82,7 @@ void QuestPages(const float* q, const float* mn, const float* mx, int dim,
           acc[p], _mm512_max_ps(_mm512_mul_ps(qv, hi), _mm512_mul_ps(qv, lo)));
     }
   }
-  for (int p = 0; p < P; ++p) scores[p] = _mm512_reduce_add_ps(acc[p]);
+  for (int p = 0; p < P; ++p) scores[p] = FoldLanes(acc[p]);
 }
 
 }  // namespace

@@ -242,14 +242,21 @@ void PageMinMax(DType t, const void* src, int64_t stride, int n, int dim,
   }
 }
 
+// The quest_scores order of kernel_set.h: 16 lanes, folded in halves.
 void QuestScores(const float* q, const float* mn, const float* mx,
                  int64_t n_pages, int dim, float* scores) {
+  constexpr int kLanes = 16;
   for (int64_t p = 0; p < n_pages; ++p) {
-    float acc = 0.0f;
+    float lane[kLanes] = {};
     for (int d = 0; d < dim; ++d) {
-      acc += std::max(q[d] * mx[p * dim + d], q[d] * mn[p * dim + d]);
+      const float hi = q[d] * mx[p * dim + d];
+      const float lo = q[d] * mn[p * dim + d];
+      lane[d % kLanes] += hi > lo ? hi : lo;
     }
-    scores[p] = acc;
+    for (int half = kLanes / 2; half >= 1; half /= 2) {
+      for (int l = 0; l < half; ++l) lane[l] += lane[l + half];
+    }
+    scores[p] = lane[0];
   }
 }
 

@@ -44,31 +44,23 @@ __global__ void TakeKernel(th::SelectView v) {
 
 __global__ void TotalsKernel(th::SelectView v) { th::SelectTotals(v); }
 
-// Thread t of the batch: item i (thread_base's prefix), query j, cluster c;
-// offsets checked as the fake checks them (an out-of-range item is
-// skipped, never read past).
+// Thread t of the batch: item i (thread_base's prefix), then the item's
+// own thread (threads::ScoreItemThread: a (query, cluster) score, or a
+// quest page's); offsets checked as the fake checks them (an out-of-range
+// item is skipped, never read past).
 __global__ void ScoreBatchKernel(ScoreBatch b) {
+  const th::ScorePools pools{b.q_pool,      b.q_elems,    b.panel_pool,
+                             b.panel_elems, b.score_pool, b.score_elems,
+                             b.dim};
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
        t < b.total_threads; t += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i =
         th::UpperBound(b.thread_base, 0, int64_t{b.n_items} + 1, t) - 1;
     if (i < 0 || i >= b.n_items) continue;
     const th::ScoreItem it = b.items[i];
-    if (it.n <= 0) continue;
     const int64_t local = t - b.thread_base[i];
-    const int64_t j = local / it.n, c = local % it.n;
-    const int64_t q_at = it.q_offset + j * b.dim;
-    const int64_t s_at = it.score_offset + j * it.ld + c;
-    const int64_t panel_elems = (int64_t{it.n} + th::kPanelWidth - 1) /
-                                th::kPanelWidth * th::kPanelWidth * b.dim;
-    if (it.q_offset < 0 || it.panel_offset < 0 || it.score_offset < 0 ||
-        q_at + b.dim > b.q_elems ||
-        it.panel_offset + panel_elems > b.panel_elems ||
-        s_at >= b.score_elems) {
-      continue;
-    }
-    b.score_pool[s_at] = th::ScoreCluster(
-        b.q_pool + q_at, b.panel_pool + it.panel_offset, c, b.dim);
+    if (local >= th::ScoreItemThreads(it)) continue;
+    th::ScoreItemThread(it, local, pools);
   }
 }
 

@@ -24,7 +24,8 @@ cudaError_t SelectBlocks(const device::threads::SelectView& v,
                          cudaStream_t stream);
 
 // A batch of score_clusters problems (kernels/device/phases.h
-// ScoreBatchArgs, device pointers): one thread per (item, query, cluster).
+// ScoreBatchArgs, device pointers): one thread per (item, query, cluster),
+// or per (item, page) for quest items (threads::ScoreItemThread).
 struct ScoreBatch {
   const device::threads::ScoreItem* items = nullptr;
   const int64_t* thread_base = nullptr;  // [n_items + 1]

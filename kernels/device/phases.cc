@@ -59,24 +59,16 @@ Op ScoreClustersBatchOp(const ScoreBatchArgs& a) {
     const float* q = ctx.In<float>(a.q_pool, a.q_elems);
     const uint16_t* panels = ctx.In<uint16_t>(a.panel_pool, a.panel_elems);
     float* scores = ctx.Out<float>(a.score_pool, a.score_elems);
+    const threads::ScorePools pools{
+        q, a.q_elems, panels, a.panel_elems, scores, a.score_elems, a.dim};
     ctx.Phase(a.total_threads, [&](int64_t t) {
       // The item of thread t: binary search of the prefix.
       const int64_t i =
           std::upper_bound(base, base + a.n_items + 1, t) - base - 1;
       if (i < 0 || i >= a.n_items) return;
-      const ScoreItem& it = items[i];
       const int64_t local = t - base[i];
-      const int64_t j = local / it.n, c = local % it.n;
-      const int64_t q_at = it.q_offset + j * a.dim;
-      const int64_t s_at = it.score_offset + j * it.ld + c;
-      // Offsets come from the plan: checked, as a device kernel would trap.
-      if (it.q_offset < 0 || it.panel_offset < 0 || it.score_offset < 0 ||
-          q_at + a.dim > a.q_elems ||
-          it.panel_offset + PanelElements(it.n, a.dim) > a.panel_elems ||
-          s_at >= a.score_elems) {
-        return;
-      }
-      scores[s_at] = ScoreCluster(q + q_at, panels + it.panel_offset, c, a.dim);
+      if (local >= threads::ScoreItemThreads(items[i])) return;
+      threads::ScoreItemThread(items[i], local, pools);
     });
   };
   return op;

@@ -38,9 +38,12 @@ Op ScoreClustersOp(const ScoreClustersArgs& a);
 
 // The same over a batch of problems (every decode session x KV head of one
 // layer, GQA group queries each): `items` describes problem i by element
-// offsets into shared pools; thread_base[i] = sum of n_q * n over items
-// before i (the host plan's prefix), so one phase of total threads covers
-// the batch, one thread per (item, query, cluster).
+// offsets into shared pools; thread_base[i] = sum of
+// threads::ScoreItemThreads over items before i (the host plan's prefix),
+// so one phase of total threads covers the batch, one thread per (item,
+// query, cluster), or per (item, page) for a quest item (kind
+// kScoreQuestPages: its F32 page bounds in the panel pool, the item's n_q
+// queries' scores summed; the CPU's QuestScores bits).
 using threads::ScoreItem;  // selection_threads.h (nvcc reads it too)
 struct ScoreBatchArgs {
   DevPtr items;        // ScoreItem [n_items]

@@ -35,6 +35,7 @@ threads::SelectItem ItemOf(const SelectArgs& a) {
   it.max_out = a.max_out;
   it.n_segs = a.n_segs;
   it.page_size = a.page_size;
+  it.mode = a.mode;
   return it;
 }
 
@@ -72,10 +73,12 @@ void AddRanges(const threads::SelectItem& it, Op* op) {
   op->reads.push_back(Of<float>(at(it.scores), it.n));
   op->reads.push_back(Of<int64_t>(at(it.seg_first), it.n_segs + 1));
   op->reads.push_back(Of<int64_t>(at(it.seg_size), it.n_segs));
-  op->reads.push_back(Of<int64_t>(at(it.member_first), it.n + 1));
-  op->reads.push_back(Of<int32_t>(at(it.members), it.n_members));
-  if (it.member_last != 0) {
-    op->reads.push_back(Of<int64_t>(at(it.member_last), it.n));
+  if (it.mode != threads::kSelectTopPages) {  // pages: no member tables
+    op->reads.push_back(Of<int64_t>(at(it.member_first), it.n + 1));
+    op->reads.push_back(Of<int32_t>(at(it.members), it.n_members));
+    if (it.member_last != 0) {
+      op->reads.push_back(Of<int64_t>(at(it.member_last), it.n));
+    }
   }
   op->writes.push_back(
       Range{at(it.scratch), SelectScratchBytes(it.n, it.n_segs)});
@@ -134,7 +137,9 @@ void DeclareRowListItem(const threads::RowListItem& it, Op* op) {
   op->reads.push_back(Of<PlannedBlock>(at(it.out), it.max_out));
   op->reads.push_back(Of<PlanTotals>(at(it.totals), 1));
   op->reads.push_back(Of<int64_t>(at(it.seg_first), it.n_segs + 1));
-  op->reads.push_back(Of<int64_t>(at(it.member_first), it.n + 1));
+  if (it.member_first != 0) {
+    op->reads.push_back(Of<int64_t>(at(it.member_first), it.n + 1));
+  }
   op->reads.push_back(Of<int32_t>(at(it.members), it.n_members));
   op->reads.push_back(Of<int64_t>(at(it.seg_pos), it.n_segs));
   op->reads.push_back(Of<int32_t>(at(it.seg_sorted), it.n_segs));

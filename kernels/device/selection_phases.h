@@ -11,7 +11,10 @@
 //     each contributing its members before the recent range, the last one
 //     trimmed, until min(budget, clustered rows) tokens are planned.
 // The blocks of every segment are concatenated segment-major (cluster c of
-// segment s is block seg_first[s] + c).
+// segment s is block seg_first[s] + c). With mode kSelectTopPages the same
+// op plans quest (model/kv/policies/quest.cc): the blocks are pages, and
+// the plan is the best min(pages, ceil(budget / page_size)) whole pages
+// in score order (same NaN and tie order), no recent pages.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +43,9 @@ struct SelectArgs {
   int64_t budget = 0;
   int64_t recent_tokens = 0;
   int32_t page_size = 16;
+  // threads::SelectMode: kSelectTopPages plans quest's best pages (the
+  // blocks are pages; member_first, member_last and members unread).
+  int32_t mode = threads::kSelectFillBudget;
   DevPtr scratch;       // SelectScratchBytes(n, n_segs)
   DevPtr out;           // PlannedBlock [max_out]
   int64_t max_out = 0;  // >= MaxPlannedBlocks(...)

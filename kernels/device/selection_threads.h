@@ -50,6 +50,73 @@ CKV_HD float ScoreCluster(const float* q, const uint16_t* panels, int64_t c,
   return acc;
 }
 
+// Quest's page bound score lanes (KernelSet::quest_scores' contract,
+// kernels/cpu/kernel_set.h): element d of the query adds to lane d % 16.
+inline constexpr int kQuestLanes = 16;
+
+// x * y and x + y, each correctly rounded on its own (no contraction into
+// an fma on the device).
+CKV_HD float MulRn(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(x, y);
+#else
+  return x * y;
+#endif
+}
+CKV_HD float AddRn(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(x, y);
+#else
+  return x + y;
+#endif
+}
+
+// Quest's score of one page for query q: the CPU's QuestScores bits
+// (every kernel set computes them, kernel_set.h quest_scores): lane l sums
+// max(q[d] * mx[d], q[d] * mn[d]) over d = l, l + 16, ... in d order from
+// +0 (max as the vector max: the first product only when it is greater),
+// then the lanes fold in halves: l + (l + 8), then + 4, + 2, + 1.
+CKV_HD float QuestPageScore(const float* q, const float* mn, const float* mx,
+                            int dim) {
+  float lane[kQuestLanes] = {};
+  for (int d0 = 0; d0 < dim; d0 += kQuestLanes) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int l = 0; l < kQuestLanes; ++l) {
+      const int d = d0 + l;
+      if (d < dim) {
+        const float hi = MulRn(q[d], mx[d]);
+        const float lo = MulRn(q[d], mn[d]);
+        lane[l] = AddRn(lane[l], hi > lo ? hi : lo);
+      }
+    }
+  }
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int half = kQuestLanes / 2; half >= 1; half /= 2) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int l = 0; l < kQuestLanes / 2; ++l) {
+      if (l < half) lane[l] = AddRn(lane[l], lane[l + half]);
+    }
+  }
+  return lane[0];
+}
+
+// Quest's page score for a group of n_q queries (rows of dim floats): the
+// queries' scores summed in order from +0, as QuestPolicy::Plan sums them.
+CKV_HD float QuestGroupScore(const float* qs, int n_q, const float* mn,
+                             const float* mx, int dim) {
+  float sum = 0.0f;
+  for (int j = 0; j < n_q; ++j) {
+    sum = AddRn(sum, QuestPageScore(qs + int64_t{j} * dim, mn, mx, dim));
+  }
+  return sum;
+}
+
 // First index in [lo, hi) of a[] whose value is > v (a ascending).
 CKV_HD int64_t UpperBound(const int64_t* a, int64_t lo, int64_t hi, int64_t v) {
   while (lo < hi) {
@@ -86,6 +153,15 @@ struct TakenSum {
 };
 static_assert(sizeof(TakenSum) == 16);
 
+// What select_blocks plans. kSelectFillBudget (clusterkv, PlanFromScores):
+// the recent pages, then whole clusters by score until the budget left is
+// planned, the last one trimmed. kSelectTopPages (quest, QuestPolicy::Plan):
+// the blocks are pages (block b of segment s is page b - seg_first[s], of
+// min(page_size, seg_size[s] - page * page_size) rows; no member tables),
+// and the plan is the best min(n, ceil(budget / page_size)) of them by
+// score, whole, in score order: no recent pages, no trimming.
+enum SelectMode : int32_t { kSelectFillBudget = 0, kSelectTopPages = 1 };
+
 // select_blocks over pointers (SelectArgs of selection_phases.h, mapped):
 // inputs, the scratch arrays and the outputs.
 struct SelectView {
@@ -100,6 +176,7 @@ struct SelectView {
   int64_t n_members = 0;
   int64_t budget = 0, recent_tokens = 0;
   int32_t page_size = 16;
+  int32_t mode = kSelectFillBudget;  // SelectMode
   int64_t max_out = 0;
   int32_t* avail = nullptr;         // [n]
   int64_t* recent_begin = nullptr;  // [n_segs]
@@ -136,7 +213,9 @@ CKV_HD void SelectRecent(const SelectView& v) {
   int64_t clustered = 0;
   for (int32_t s = 0; s < v.n_segs; ++s) clustered += v.seg_size[s];
   t->budget = Min64(v.budget, clustered);
-  int64_t left = Min64(v.recent_tokens, t->budget);
+  // Quest plans no recent pages.
+  int64_t left =
+      v.mode == kSelectTopPages ? 0 : Min64(v.recent_tokens, t->budget);
   for (int32_t s = 0; s < v.n_segs; ++s) v.recent_begin[s] = v.seg_size[s];
   for (int32_t s = v.n_segs - 1; s >= 0 && left > 0; --s) {
     const int64_t size = v.seg_size[s];
@@ -164,8 +243,22 @@ CKV_HD void SelectRecent(const SelectView& v) {
   t->recent_tokens = t->tokens;
 }
 
-// Phase 2 (a thread per block): its rows before the recent range.
+// The rows of page block b (kSelectTopPages), 0 when malformed.
+CKV_HD int32_t PageBlockRows(const SelectView& v, int64_t b) {
+  const int64_t s = SegmentOf(v, b);
+  if (s < 0 || s >= v.n_segs || v.page_size <= 0) return 0;
+  const int64_t left =
+      v.seg_size[s] - (b - v.seg_first[s]) * int64_t{v.page_size};
+  return left <= 0 ? 0 : static_cast<int32_t>(Min64(v.page_size, left));
+}
+
+// Phase 2 (a thread per block): its rows before the recent range (a page
+// block: its rows).
 CKV_HD void SelectAvail(const SelectView& v, int64_t b) {
+  if (v.mode == kSelectTopPages) {
+    v.avail[b] = PageBlockRows(v, b);
+    return;
+  }
   const int64_t s = SegmentOf(v, b);
   const int64_t lo = v.member_first[b];
   const int64_t hi =
@@ -189,7 +282,13 @@ CKV_HD void SelectAvail(const SelectView& v, int64_t b) {
 // n comparisons of a full rank, which only taken blocks make. Threads
 // only read the totals; the last taken block (the one that fills the
 // budget, or the last block with rows) leaves the taken sum for phase 4.
+CKV_HD void SelectTopPage(const SelectView& v, int64_t b);
+
 CKV_HD void SelectTake(const SelectView& v, int64_t b) {
+  if (v.mode == kSelectTopPages) {
+    SelectTopPage(v, b);
+    return;
+  }
   const PlanTotals* t = v.totals;
   const int64_t need = t->budget - t->recent_tokens;
   if (t->blocks < 0 || v.avail[b] <= 0 || need <= 0) return;
@@ -220,6 +319,46 @@ CKV_HD void SelectTake(const SelectView& v, int64_t b) {
   }
 }
 
+// The pages kSelectTopPages takes: min(blocks, ceil(budget / page_size)).
+CKV_HD int64_t TopPagesWanted(const SelectView& v) {
+  if (v.budget <= 0 || v.page_size <= 0) return 0;
+  return Min64(v.n, (v.budget + v.page_size - 1) / v.page_size);
+}
+
+// Phase 3 of kSelectTopPages (a thread per block): page b is taken iff
+// fewer than the wanted pages come before it in score order, at the place
+// their count gives, whole. The thread stops once the wanted pages are
+// before it; the last taken page (the wanted-th, or the last page of all)
+// leaves the taken sum.
+CKV_HD void SelectTopPage(const SelectView& v, int64_t b) {
+  const PlanTotals* t = v.totals;
+  const int64_t want = TopPagesWanted(v);
+  if (t->blocks < 0 || v.avail[b] <= 0 || want <= 0) return;
+  int64_t rows_before = 0, blocks_before = 0, blocks_after = 0;
+  for (int64_t o = 0; o < v.n; ++o) {
+    if (o == b || v.avail[o] <= 0) continue;
+    if (!Before(v.scores, o, b)) {
+      ++blocks_after;
+      continue;
+    }
+    if (++blocks_before >= want) return;  // the wanted pages come before b
+    rows_before += v.avail[o];
+  }
+  const int64_t slot = t->recent_blocks + blocks_before;
+  if (slot < v.max_out) {
+    const int64_t s = SegmentOf(v, b);
+    PlannedBlock& o = v.out[slot];
+    o.segment = static_cast<int32_t>(s);
+    o.kind = kPlannedPage;
+    o.id = static_cast<int32_t>(b - v.seg_first[s]);
+    o.begin = 0;
+    o.count = v.avail[b];
+  }
+  if (blocks_before + 1 == want || blocks_after == 0) {
+    *v.taken = TakenSum{blocks_before + 1, rows_before + v.avail[b]};
+  }
+}
+
 // Phase 4 (one thread): the totals with the taken blocks; a plan past
 // max_out is refused (blocks = -1).
 CKV_HD void SelectTotals(const SelectView& v) {
@@ -236,6 +375,18 @@ CKV_HD void SelectTotals(const SelectView& v) {
 
 // ---- Batches: every planned query of a planner call in one op ----------
 
+// What a batch's score item scores (ScoreItem::kind).
+enum ScoreKind : int32_t {
+  // clusterkv: the n clusters' F16 centroid panels for each of n_q
+  // queries (ScoreCluster), scores [n_q][ld].
+  kScoreClusters = 0,
+  // quest: the n pages' F32 bounds, page_min [n][dim] followed by page_max
+  // [n][dim] at panel_offset (uint16 elements, even) of the panel pool;
+  // one score per page, the n_q queries' scores summed (QuestGroupScore),
+  // scores [n].
+  kScoreQuestPages = 1,
+};
+
 // One score_clusters problem of a batch (phases.h ScoreClustersBatchOp):
 // element offsets into the batch's pools.
 struct ScoreItem {
@@ -245,11 +396,66 @@ struct ScoreItem {
   int32_t n_q = 0;
   int32_t n = 0;
   int32_t ld = 0;
-  int32_t pad = 0;
+  int32_t kind = kScoreClusters;  // ScoreKind
 };
 // The structs of this header cross between the host compiler and nvcc in
 // device memory: their layouts are pinned.
 static_assert(sizeof(ScoreItem) == 40);
+
+// The threads of a score item: one per (query, cluster), or per page.
+CKV_HD int64_t ScoreItemThreads(const ScoreItem& it) {
+  if (it.n <= 0) return 0;
+  return it.kind == kScoreQuestPages ? it.n : int64_t{it.n_q} * it.n;
+}
+
+// The pools of a score batch, as the thread bodies read them.
+struct ScorePools {
+  const float* q = nullptr;
+  int64_t q_elems = 0;
+  const uint16_t* panels = nullptr;
+  int64_t panel_elems = 0;
+  float* scores = nullptr;
+  int64_t score_elems = 0;
+  int dim = 0;
+};
+
+// Thread `local` of score item `it` (< ScoreItemThreads): one score. The
+// offsets come from the plan: checked, an out-of-range item writes
+// nothing (as a device kernel that would trap).
+CKV_HD void ScoreItemThread(const ScoreItem& it, int64_t local,
+                            const ScorePools& p) {
+  const int64_t dim = p.dim;
+  if (it.n <= 0 || it.q_offset < 0 || it.panel_offset < 0 ||
+      it.score_offset < 0 || dim <= 0) {
+    return;
+  }
+  if (it.kind == kScoreQuestPages) {
+    const int64_t bounds = int64_t{it.n} * dim;  // floats of each array
+    const int64_t s_at = it.score_offset + local;
+    if (it.panel_offset % 2 != 0 || it.n_q <= 0 ||
+        it.q_offset + it.n_q * dim > p.q_elems ||
+        it.panel_offset + 4 * bounds > p.panel_elems || s_at >= p.score_elems) {
+      return;
+    }
+    const float* mn =
+        reinterpret_cast<const float*>(p.panels + it.panel_offset);
+    p.scores[s_at] =
+        QuestGroupScore(p.q + it.q_offset, it.n_q, mn + local * dim,
+                        mn + bounds + local * dim, static_cast<int>(dim));
+    return;
+  }
+  const int64_t j = local / it.n, c = local % it.n;
+  const int64_t q_at = it.q_offset + j * dim;
+  const int64_t s_at = it.score_offset + j * it.ld + c;
+  const int64_t panel_elems =
+      (int64_t{it.n} + kPanelWidth - 1) / kPanelWidth * kPanelWidth * dim;
+  if (q_at + dim > p.q_elems || it.panel_offset + panel_elems > p.panel_elems ||
+      s_at >= p.score_elems) {
+    return;
+  }
+  p.scores[s_at] = ScoreCluster(p.q + q_at, p.panels + it.panel_offset, c,
+                                static_cast<int>(dim));
+}
 
 // One store's planned queries gathered from its query rows on the device
 // (the planner's gather_queries op): src is float [n_kv * group][hd] (the
@@ -304,8 +510,11 @@ struct SelectItem {
            member_last = 0, members = 0, scratch = 0, out = 0, totals = 0;
   int64_t n = 0, n_members = 0, budget = 0, recent_tokens = 0, max_out = 0;
   int32_t n_segs = 0, page_size = 16;
+  int32_t mode = kSelectFillBudget;  // SelectMode (kSelectTopPages: the
+                                     // member tables are not read, may be 0)
+  int32_t pad = 0;
 };
-static_assert(sizeof(SelectItem) == 120);
+static_assert(sizeof(SelectItem) == 128);
 
 // The view of `it`: every address through map(addr, bytes, write) ->
 // void* (the fake's OpContext, or the address itself on a GPU).
@@ -319,15 +528,18 @@ CKV_HD SelectView ViewOf(const SelectItem& it, Map&& map) {
   v.seg_size =
       static_cast<const int64_t*>(map(it.seg_size, 8 * it.n_segs, false));
   v.n_segs = it.n_segs;
-  v.member_first =
-      static_cast<const int64_t*>(map(it.member_first, 8 * (it.n + 1), false));
-  v.member_last =
-      it.member_last == 0
-          ? nullptr
-          : static_cast<const int64_t*>(map(it.member_last, 8 * it.n, false));
-  v.members =
-      static_cast<const int32_t*>(map(it.members, 4 * it.n_members, false));
-  v.n_members = it.n_members;
+  v.mode = it.mode;
+  if (it.mode != kSelectTopPages) {  // page blocks read no member tables
+    v.member_first = static_cast<const int64_t*>(
+        map(it.member_first, 8 * (it.n + 1), false));
+    v.member_last =
+        it.member_last == 0
+            ? nullptr
+            : static_cast<const int64_t*>(map(it.member_last, 8 * it.n, false));
+    v.members =
+        static_cast<const int32_t*>(map(it.members, 4 * it.n_members, false));
+    v.n_members = it.n_members;
+  }
   v.budget = it.budget;
   v.recent_tokens = it.recent_tokens;
   v.page_size = it.page_size;
@@ -366,7 +578,9 @@ struct DeviceAddressMap {
 // stored in position order they are the stored rows, by cluster the
 // stored row of segment row r is row_of[seg_row_of[s] + r] (a segment
 // without row_of, seg_row_of[s] < 0, leaves its page blocks out). Entries
-// past `cap` are left out; malformed blocks attend nothing.
+// past `cap` are left out; malformed blocks attend nothing. A plan of
+// pages only (quest) has no member tables: member_first 0 (its cluster
+// blocks would be left out), seg_first then counts no clusters (zeros).
 struct RowListItem {
   uint64_t out = 0, totals = 0;  // the plan (PlannedBlock, PlanTotals)
   uint64_t seg_first = 0, member_first = 0, members = 0;  // block table
@@ -411,8 +625,10 @@ CKV_HD RowListView ViewOf(const RowListItem& it, Map&& map) {
       map(it.totals, static_cast<int64_t>(sizeof(PlanTotals)), false));
   v.seg_first = static_cast<const int64_t*>(
       map(it.seg_first, 8 * (int64_t{it.n_segs} + 1), false));
-  v.member_first =
-      static_cast<const int64_t*>(map(it.member_first, 8 * (it.n + 1), false));
+  v.member_first = it.member_first == 0
+                       ? nullptr
+                       : static_cast<const int64_t*>(
+                             map(it.member_first, 8 * (it.n + 1), false));
   v.members =
       static_cast<const int32_t*>(map(it.members, 4 * it.n_members, false));
   v.seg_pos = static_cast<const int64_t*>(
@@ -448,7 +664,7 @@ CKV_HD bool ListedBlock(const RowListView& v, const PlannedBlock& o) {
   if (o.kind == kPlannedPage) {
     return v.seg_sorted[o.segment] == 0 || v.seg_row_of[o.segment] >= 0;
   }
-  return o.kind == kPlannedCluster && o.id >= 0 &&
+  return o.kind == kPlannedCluster && v.member_first != nullptr && o.id >= 0 &&
          o.id < v.seg_first[o.segment + 1] - v.seg_first[o.segment];
 }
 

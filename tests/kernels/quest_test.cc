@@ -2,6 +2,7 @@
 // brute force, every kernel set, odd dims, last page shorter.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -99,6 +100,56 @@ TEST(QuestTest, ScoresMatchBruteForce) {
           EXPECT_NEAR(got[p], want[p], 1e-5 * mag[p])
               << ks->name << " p=" << p << " dim=" << dim;
         }
+      }
+    }
+  }
+}
+
+// The order KernelSet::quest_scores defines: lane l < 16 sums the terms of
+// d = l, l + 16, ... from +0 (each the vector max: a when a > b, else b),
+// then the lanes fold in halves.
+float QuestContract(const float* q, const float* mn, const float* mx, int dim) {
+  float lane[16] = {};
+  for (int d = 0; d < dim; ++d) {
+    const float a = q[d] * mx[d], b = q[d] * mn[d];
+    lane[d % 16] += a > b ? a : b;
+  }
+  for (int half = 8; half >= 1; half /= 2) {
+    for (int l = 0; l < half; ++l) lane[l] += lane[l + half];
+  }
+  return lane[0];
+}
+
+// Every kernel set gives the contract's bits (the device planner's quest
+// scores reproduce them), ±inf, NaN and zero bounds included.
+TEST(QuestTest, ScoresAreTheContractBitsInEveryKernelSet) {
+  std::mt19937 rng(29);
+  for (int dim : {1, 3, 8, 15, 16, 17, 31, 64, 67, 128}) {
+    const int64_t pages = 9;
+    auto q = RandomFloats(rng, dim, -2, 2);
+    auto mn = RandomFloats(rng, pages * dim, -1, 1);
+    auto mx = RandomFloats(rng, pages * dim, -1, 1);
+    for (int64_t i = 0; i < pages * dim; ++i) {
+      if (mn[i] > mx[i]) std::swap(mn[i], mx[i]);
+    }
+    mx[1 * dim] = INFINITY;  // page 1: +inf or -inf by q's sign
+    mn[2 * dim + dim / 2] = NAN;
+    std::fill_n(mn.begin() + 3 * dim, dim, 0.0f);  // page 3: every term 0
+    std::fill_n(mx.begin() + 3 * dim, dim, -0.0f);
+    q[dim - 1] = 0.0f;  // 0 * inf: NaN on page 1's last element if dim 1
+    for (const KernelSet* ks : AvailableKernelSets()) {
+      ScopedKernels scoped(ks);
+      std::vector<float> got(pages, 1.0f);
+      QuestScores(q.data(), mn.data(), mx.data(), pages, dim, got.data());
+      for (int64_t p = 0; p < pages; ++p) {
+        const float want = QuestContract(q.data(), mn.data() + p * dim,
+                                         mx.data() + p * dim, dim);
+        uint32_t a, b;
+        std::memcpy(&a, &got[p], 4);
+        std::memcpy(&b, &want, 4);
+        EXPECT_TRUE(a == b || (std::isnan(got[p]) && std::isnan(want)))
+            << ks->name << " dim " << dim << " page " << p << ": " << got[p]
+            << " != " << want;
       }
     }
   }

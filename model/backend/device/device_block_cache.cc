@@ -50,6 +50,12 @@ int64_t StepPagesBound(const std::vector<const Segment*>& segments, int layer,
                        int kv_head, const KvStoreConfig& config, int nq) {
   const int64_t ps = std::max(1, config.quest_page_size);
   const int64_t page_pages = CeilDiv(ps, dev::kCachePageRows);
+  if (config.policy == KvPolicy::kQuest) {  // ceil(budget / ps) whole pages
+    int64_t pages = 0;
+    for (const Segment* s : segments) pages += CeilDiv(s->size(), ps);
+    const int64_t want = CeilDiv(std::max(0, config.budget), ps);
+    return int64_t{nq} * std::min(pages, want) * page_pages;
+  }
   int64_t clustered = 0;
   for (const Segment* s : segments) clustered += s->size();
   const int64_t budget = std::min<int64_t>(config.budget, clustered);

@@ -30,7 +30,8 @@ namespace ckv {
 // the most clusters whose rows before the recent range (smallest first)
 // stay under the budget left, whose whole sizes sum to at most that
 // budget + the largest cluster + the recent rows — each rounding up by a
-// page at most.
+// page at most. A quest store's plan: min(pages, ceil(budget / page_size))
+// whole pages, ceil(page_size / 16) pages each.
 int64_t StepPagesBound(const std::vector<const Segment*>& segments, int layer,
                        int kv_head, const KvStoreConfig& config, int nq);
 

@@ -59,7 +59,8 @@ int64_t DevicePlanner::list_ops() const {
 }
 
 bool DevicePlanner::Plans(const KvStoreConfig& config) const {
-  return config.policy == KvPolicy::kClusterKv;
+  return config.policy == KvPolicy::kClusterKv ||
+         config.policy == KvPolicy::kQuest;
 }
 
 absl::Status DevicePlanner::status() const {
@@ -219,45 +220,74 @@ void DevicePlanner::FinishCall() {
   }
 }
 
+// The blocks of KV head g over the request's segments (clusters, or
+// quest's pages: false when a segment has no page bounds resident).
+bool DevicePlanner::CountBlocks(const Request& r, const Layout& l, int g,
+                                int64_t* total) {
+  *total = 0;
+  for (int s = 0; s < l.n_segs; ++s) {
+    const HeadIndex& x = (*r.segments)[s]->layer(r.layer).heads[g];
+    if (!l.quest) {
+      *total += x.k;
+      continue;
+    }
+    const SegmentTables::Head& e = l.entries[s]->heads[g];
+    if (e.page_min < 0 ||
+        e.pages * l.hd != static_cast<int64_t>(x.page_min.size())) {
+      return false;
+    }
+    *total += e.pages;
+  }
+  return true;
+}
+
 bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
                                int64_t* work_off, int64_t* out_off,
                                Layout* out) {
   const std::vector<const Segment*>& segments = *r.segments;
-  const int layer = r.layer;
   Layout& l = *out;
   for (const Segment* s : segments) {
-    const SegmentTables::Entry* e = tables_->Ensure(*s, layer, tick);
+    const SegmentTables::Entry* e = tables_->Ensure(*s, r.layer, tick);
     if (e == nullptr) {
       if (tables_->status().ok()) ++table_fallbacks_;
       return false;
     }
     l.entries.push_back(e);
   }
+  const KvStoreConfig& config = *r.config;
   l.n_kv = r.shape->n_kv_heads;
   l.group = r.shape->group();
   l.hd = r.shape->head_dim;
   l.n_segs = static_cast<int>(segments.size());
-  l.shared = r.config->gqa_selection == GqaSelection::kPerKvHead;
+  l.shared = config.gqa_selection == GqaSelection::kPerKvHead;
+  l.quest = config.policy == KvPolicy::kQuest;
   l.nq = l.shared ? 1 : l.group;
+  l.qn = l.quest ? l.group : l.nq;
   l.lists = r.lists != nullptr;
   l.cache = l.lists && !r.lists->caches.empty();
   int64_t rows = 0;
   for (const Segment* s : segments) rows += s->size();
-  l.cap = std::max<int64_t>(1, std::min<int64_t>(r.config->budget, rows));
+  // The most tokens a plan takes: the budget, or quest's whole pages.
+  const int64_t ps = std::max(1, config.quest_page_size);
+  const int64_t most =
+      l.quest ? (int64_t{config.budget} + ps - 1) / ps * ps : config.budget;
+  l.cap = std::max<int64_t>(1, std::min<int64_t>(most, rows));
   int64_t in = 0, work = 0, results = 0;
   l.q = in;
-  in += Section<float>(int64_t{l.n_kv} * l.nq * l.hd);
+  in += Section<float>(int64_t{l.n_kv} * l.qn * l.hd);
   for (int g = 0; g < l.n_kv; ++g) {
     Layout::Head h;
-    for (const Segment* s : segments) h.total += s->layer(layer).heads[g].k;
+    if (!CountBlocks(r, l, g, &h.total)) return false;
     h.seg_first = in;
     in += Section<int64_t>(l.n_segs + 1);
     h.seg_size = in;
     in += Section<int64_t>(l.n_segs);
-    h.member_first = in;
-    in += Section<int64_t>(h.total + 1);
-    h.member_last = in;
-    in += Section<int64_t>(std::max<int64_t>(h.total, 1));
+    if (!l.quest) {  // quest's page blocks have no member tables
+      h.member_first = in;
+      in += Section<int64_t>(h.total + 1);
+      h.member_last = in;
+      in += Section<int64_t>(std::max<int64_t>(h.total, 1));
+    }
     h.scores = work;
     work += Section<float>(l.nq * h.total);
     // A scratch per planned query: the batch runs them all in one op.
@@ -265,8 +295,9 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
         std::max<int64_t>(dev::SelectScratchBytes(h.total, l.n_segs), 1));
     h.scratch = work;
     work += h.scratch_stride * l.nq;
-    h.max_out = dev::MaxPlannedBlocks(
-        h.total, l.n_segs, r.config->recent_tokens, r.config->quest_page_size);
+    h.max_out = dev::MaxPlannedBlocks(h.total, l.n_segs,
+                                      l.quest ? 0 : config.recent_tokens,
+                                      config.quest_page_size);
     h.stride =
         Section<dev::PlanTotals>(1) + Section<dev::PlannedBlock>(h.max_out);
     h.results = results;
@@ -278,6 +309,8 @@ bool DevicePlanner::MakeLayout(const Request& r, int64_t tick, int64_t* in_off,
       in += Section<int32_t>(l.n_segs);
       h.seg_row_of = in;
       in += Section<int64_t>(l.n_segs);
+      h.list_seg_first = in;
+      if (l.quest) in += Section<int64_t>(l.n_segs + 1);
       h.list_stride = AlignUp(ListLayout(l.cap, l.n_segs, h.max_out).bytes);
       h.lists = work;
       work += h.list_stride * l.nq;
@@ -306,7 +339,7 @@ dev::QueryItem DevicePlanner::QueryItemOf(const Layout& l, uint64_t src) {
   it.n_kv = l.n_kv;
   it.group = l.group;
   it.hd = l.hd;
-  it.shared = l.shared ? 1 : 0;
+  it.shared = l.qn == 1 && l.group > 1 ? 1 : 0;  // the group's sum
   return it;
 }
 
@@ -330,28 +363,10 @@ void DevicePlanner::LayOutBatch(const std::vector<Request>& requests,
       ++table_fallbacks_;
       continue;
     }
-    const int layer = requests[i].layer;
-    const std::vector<const Segment*>& segments = *requests[i].segments;
     for (int g = 0; g < l.n_kv; ++g) {
-      const Layout::Head& h = l.heads[g];
-      b->max_n = std::max(b->max_n, h.total);
+      b->max_n = std::max(b->max_n, l.heads[g].total);
       n_select += l.nq;
-      int64_t first = 0;
-      for (int s = 0; s < l.n_segs; ++s) {
-        const int k = segments[s]->layer(layer).heads[g].k;
-        if (k > 0) {
-          dev::ScoreItem it;
-          it.q_offset = (l.in_off + l.q + int64_t{g} * l.nq * l.hd * 4) / 4;
-          it.panel_offset = l.entries[s]->heads[g].panels / 2;
-          it.score_offset = (l.work_off + h.scores + first * 4) / 4;
-          it.n_q = l.nq;
-          it.n = k;
-          it.ld = static_cast<int32_t>(h.total);
-          b->score_items.push_back(it);
-          b->thread_base.push_back(b->thread_base.back() + int64_t{l.nq} * k);
-        }
-        first += k;
-      }
+      AddScoreItems(requests[i], l, g, b);
     }
   }
   const int64_t n_score = static_cast<int64_t>(b->score_items.size());
@@ -387,6 +402,41 @@ void DevicePlanner::LayOutBatch(const std::vector<Request>& requests,
   *work += AlignUp(std::max<int64_t>(out, 1));
 }
 
+// KV head g's score items: per segment with blocks, its clusters for
+// every planned query (one item), or quest's pages per plan (an item per
+// query head, or one summing the group's page scores with per_kv_head).
+void DevicePlanner::AddScoreItems(const Request& r, const Layout& l, int g,
+                                  Batch* b) {
+  const Layout::Head& h = l.heads[g];
+  const int64_t q0 = (l.in_off + l.q) / 4 + int64_t{g} * l.qn * l.hd;
+  int64_t first = 0;
+  for (int s = 0; s < l.n_segs; ++s) {
+    const SegmentTables::Head& e = l.entries[s]->heads[g];
+    const int64_t n =
+        l.quest ? e.pages : (*r.segments)[s]->layer(r.layer).heads[g].k;
+    for (int j = 0; j < (l.quest ? l.nq : 1) && n > 0; ++j) {
+      dev::ScoreItem it;
+      it.n = static_cast<int32_t>(n);
+      it.ld = static_cast<int32_t>(h.total);
+      it.score_offset = (l.work_off + h.scores) / 4 + j * h.total + first;
+      if (l.quest) {
+        it.kind = dev::threads::kScoreQuestPages;
+        it.q_offset = q0 + int64_t{j} * l.hd;
+        it.n_q = l.shared ? l.group : 1;
+        it.panel_offset = e.page_min / 2;
+      } else {
+        it.q_offset = q0;
+        it.n_q = l.nq;
+        it.panel_offset = e.panels / 2;
+      }
+      b->score_items.push_back(it);
+      b->thread_base.push_back(b->thread_base.back() +
+                               dev::threads::ScoreItemThreads(it));
+    }
+    first += n;
+  }
+}
+
 // The select items (device addresses of each planned query's scores,
 // block table, scratch and results) and both batch tables into the upload.
 void DevicePlanner::FillBatch(const std::vector<Request>& requests,
@@ -412,13 +462,17 @@ void DevicePlanner::FillBatch(const std::vector<Request>& requests,
         a.seg_first = in + h.seg_first;
         a.seg_size = in + h.seg_size;
         a.n_segs = l.n_segs;
-        a.member_first = in + h.member_first;
-        a.member_last = in + h.member_last;
-        a.members = pool;
+        if (!l.quest) {
+          a.member_first = in + h.member_first;
+          a.member_last = in + h.member_last;
+        }
+        a.members = pool;  // (quest: for the row lists' row_of)
         a.n_members = tables_->pool_bytes() / 4;
         a.budget = config.budget - (debug_.budget_one_short ? 1 : 0);
-        a.recent_tokens = config.recent_tokens;
+        a.recent_tokens = l.quest ? 0 : config.recent_tokens;
         a.page_size = config.quest_page_size;
+        a.mode = l.quest ? dev::threads::kSelectTopPages
+                         : dev::threads::kSelectFillBudget;
         a.scratch = work + h.scratch + j * h.scratch_stride;
         a.totals = results + h.results + j * h.stride;
         a.out = a.totals + Section<dev::PlanTotals>(1);
@@ -500,6 +554,11 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
       const HeadIndex& x = segments[s]->layer(layer).heads[g];
       const int64_t members = l.entries[s]->heads[g].members / 4;
       seg_size[s] = segments[s]->size();
+      if (l.quest) {  // pages: no member tables
+        block += l.entries[s]->heads[g].pages;
+        seg_first[s + 1] = block;
+        continue;
+      }
       for (int c = 0; c < x.k; ++c) {
         first[block + c] = members + x.offsets[c];
         last[block + c] = members + x.offsets[c + 1];
@@ -507,7 +566,7 @@ void DevicePlanner::Fill(const Layout& l, const Request& r) {
       block += x.k;
       seg_first[s + 1] = block;
     }
-    first[block] = 0;  // declared, unread with member_last
+    if (!l.quest) first[block] = 0;  // declared, unread with member_last
   }
   if (l.lists) FillListTables(l, r);
   if (l.cache) FillCacheTables(l, r);

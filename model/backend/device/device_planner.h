@@ -1,7 +1,8 @@
-// The device backend's LayerPlanner (model/kv/store_env.h): clusterkv's
-// selection of one sparse layer of a decode query on the device, with the
-// phase ops of kernels/device/ over the segments' F16 centroid panels (the
-// CPU's exact bits), so the device gives the policy's plans exactly. Stage
+// The device backend's LayerPlanner (model/kv/store_env.h): clusterkv's and
+// quest's selection of one sparse layer of a decode query on the device,
+// with the phase ops of kernels/device/ over the segments' F16 centroid
+// panels or F32 page bounds (the CPU's exact score bits), so the device
+// gives the policies' plans exactly (quest: threads::kSelectTopPages). Stage
 // 2 of docs/device-backend.md: the segments' panels and members are
 // resident in a device pool across steps and shared by forks
 // (SegmentTables); each call uploads only a block table of 16 bytes per
@@ -185,6 +186,9 @@ class DevicePlanner final : public LayerPlanner {
   // false when its segment tables do not fit (fall back).
   bool MakeLayout(const Request& r, int64_t tick, int64_t* in, int64_t* work,
                   int64_t* out, Layout* l);
+  static bool CountBlocks(const Request& r, const Layout& l, int g,
+                          int64_t* total);
+  static void AddScoreItems(const Request& r, const Layout& l, int g, Batch* b);
   bool Reserve(int64_t in, int64_t work, int64_t out);
   void Fill(const Layout& l, const Request& r);
   void FillListTables(const Layout& l, const Request& r);

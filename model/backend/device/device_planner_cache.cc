@@ -130,7 +130,7 @@ void DevicePlanner::AddCacheItem(const Layout& l, const Request& r, int g,
   it.seg_block = (in + h.cache_seg_block).addr;
   it.seg_keys = (in + h.cache_seg_keys).addr;
   it.seg_values = (in + h.cache_seg_values).addr;
-  it.member_last = (in + h.member_last).addr;
+  it.member_last = l.quest ? 0 : (in + h.member_last).addr;  // pages: none
   it.requests = (work + h.cache_requests).addr;
   it.max_requests = int64_t{l.nq} * h.max_out;
   it.step = r.lists->cache_step;

@@ -68,19 +68,28 @@ struct DevicePlanner::Layout {
     // storage order (in_dev), query 0's lists (work) and their stride.
     int64_t seg_pos = 0, seg_sorted = 0, seg_row_of = 0;
     int64_t lists = 0, list_stride = 0;
+    // Quest's row lists read no clusters: in_dev offset of a zero table
+    // (int64 [n_segs + 1]) their items take as seg_first.
+    int64_t list_seg_first = 0;
     // Copy mode on the device: the cache's segment blocks (int32
     // [n_segs + 1]) and segment rows (uint64 [n_segs] each) in in_dev, its
     // requests (work) and its counters as read back (results).
     int64_t cache_seg_block = 0, cache_seg_keys = 0, cache_seg_values = 0;
     int64_t cache_requests = 0, cache_counters = 0;
   };
-  int n_kv = 0, group = 0, nq = 0, hd = 0, n_segs = 0;
+  // nq: plans per KV head (1 with per_kv_head); qn: queries uploaded per
+  // KV head (nq, but quest's per_kv_head sums the group's page scores,
+  // not its queries: group).
+  int n_kv = 0, group = 0, nq = 0, qn = 0, hd = 0, n_segs = 0;
   bool shared = false;
+  // Quest (threads::kSelectTopPages over page blocks, the segments' page
+  // bounds scored), else clusterkv.
+  bool quest = false;
   bool lists = false;  // the request's row lists are built
   bool cache = false;  // ... over its block caches (copy mode)
   std::vector<DevicePagedCache*> caches;  // per KV head
   int64_t cap = 0;     // entries of each query's lists
-  int64_t q = 0;       // in_dev offset: float [n_kv][nq][hd]
+  int64_t q = 0;       // in_dev offset: float [n_kv][qn][hd]
   std::vector<Head> heads;
   int64_t in_bytes = 0, work_bytes = 0, out_bytes = 0;
   // Where this request's sections start in the call's buffers (the

@@ -84,12 +84,15 @@ dev::threads::RowListItem DevicePlanner::RowItemOf(const Layout& l, int g,
   t.row_of = a.members;  // the segment tables' pool
   t.n_row_of = a.n_members;
   t.cap = l.cap;
-  return dev::RowListItemOf(a, t);
+  dev::threads::RowListItem it = dev::RowListItemOf(a, t);
+  // Quest's plans hold pages only: a cluster table of no clusters.
+  if (l.quest) it.seg_first = (in + h.list_seg_first).addr;
+  return it;
 }
 
 // Per KV head: each segment's first position, storage order (1: by
 // cluster) and row_of in the table pool (elements; -1: none), for the
-// row lists.
+// row lists (quest: and their table of no clusters).
 void DevicePlanner::FillListTables(const Layout& l, const Request& r) {
   char* base = call_->in_host + l.in_off;
   for (int g = 0; g < l.n_kv; ++g) {
@@ -102,6 +105,10 @@ void DevicePlanner::FillListTables(const Layout& l, const Request& r) {
       sorted[s] = seg.layer(r.layer).heads[g].rows_by_cluster() ? 1 : 0;
       const int64_t at = l.entries[s]->heads[g].row_of;
       row_of[s] = at < 0 ? -1 : at / 4;  // pool elements
+    }
+    if (l.quest) {
+      std::memset(base + l.heads[g].list_seg_first, 0,
+                  sizeof(int64_t) * (l.n_segs + 1));
     }
   }
 }

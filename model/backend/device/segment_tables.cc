@@ -50,6 +50,13 @@ const SegmentTables::Entry* SegmentTables::Ensure(const Segment& seg, int layer,
       x.row_of = bytes;
       bytes += AlignUp(static_cast<int64_t>(h.row_of.size()) * 4);
     }
+    const int64_t hd = seg.shape().head_dim;
+    if (!h.page_min.empty() && h.page_max.size() == h.page_min.size() &&
+        hd > 0 && h.page_min.size() % hd == 0) {
+      x.page_min = bytes;
+      x.pages = static_cast<int64_t>(h.page_min.size()) / hd;
+      bytes += AlignUp(static_cast<int64_t>(h.page_min.size()) * 8);
+    }
     e.heads.push_back(x);
   }
   e.bytes = std::max<int64_t>(bytes, kAlign);
@@ -59,6 +66,7 @@ const SegmentTables::Entry* SegmentTables::Ensure(const Segment& seg, int layer,
     x.panels += e.offset;
     x.members += e.offset;
     if (x.row_of >= 0) x.row_of += e.offset;
+    if (x.page_min >= 0) x.page_min += e.offset;
   }
   if (!Upload(seg, layer, e)) {
     ranges_.Free(e.offset, e.bytes);
@@ -116,8 +124,8 @@ bool SegmentTables::GrowPool(int64_t need) {
   return true;
 }
 
-// Copies the entry's panels, members and row_of through the pinned
-// staging.
+// Copies the entry's panels, members, row_of and page bounds through the
+// pinned staging.
 bool SegmentTables::Upload(const Segment& seg, int layer, Entry& e) {
   if (staging_.bytes < e.bytes) {
     if (!Ok(Grow(rt_, e.bytes, &staging_))) return false;
@@ -135,6 +143,12 @@ bool SegmentTables::Upload(const Segment& seg, int layer, Entry& e) {
     if (e.heads[g].row_of >= 0) {
       std::memcpy(staging_.host + (e.heads[g].row_of - e.offset),
                   h.row_of.data(), h.row_of.size() * 4);
+    }
+    if (e.heads[g].page_min >= 0) {
+      char* at = staging_.host + (e.heads[g].page_min - e.offset);
+      const size_t bytes = h.page_min.size() * 4;
+      std::memcpy(at, h.page_min.data(), bytes);
+      std::memcpy(at + bytes, h.page_max.data(), bytes);
     }
   }
   ++uploads_;

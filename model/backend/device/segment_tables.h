@@ -1,7 +1,11 @@
-// The device copies of segments' clusterkv indexes, resident across steps:
+// The device copies of segments' selection indexes, resident across steps:
 // per (segment, sparse layer) every KV head's F16 centroid panels (the
 // CPU's exact bits), cluster members (ascending segment rows per
-// cluster) and, for rows stored by cluster, row_of, in one device pool. An
+// cluster), for rows stored by cluster row_of, and quest's F32 page bounds
+// (page_min then page_max), in one device pool: an entry holds whatever
+// index the segment's layer has (a segment's index is built once, before
+// any plan reads it, so clusterkv and quest stores sharing a segment read
+// one entry, each its own part of it). An
 // entry is uploaded the first time a plan needs it and shared by every store
 // holding the segment (forks share segments; a segment's uid is unique in the
 // process, so an entry never names another segment). When the pool is full,
@@ -33,6 +37,10 @@ class SegmentTables {
     // int32 [segment rows]: HeadIndex::row_of (rows stored by cluster),
     // or -1 (stored in position order).
     int64_t row_of = -1;
+    // float [pages][head_dim]: HeadIndex::page_min, page_max right after
+    // it (page_min + 4 * pages * head_dim); -1 without a page index.
+    int64_t page_min = -1;
+    int64_t pages = 0;
   };
   struct Entry {
     int64_t offset = 0, bytes = 0;
