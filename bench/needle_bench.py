@@ -27,7 +27,11 @@ Cluster ablations (issue 32 section 2): --cluster-metrics cosine,l2,ip and
       --policies clusterkv --budgets 256 --cluster-metrics cosine,l2,ip \\
       --tokens-per-cluster 80 --jobs 1
 
-Each configuration prefills the prompt again (one process per answer).
+The sparse configurations that differ only in policy and budget answer
+each prompt from one prefill (`clusterkv-model generate-forks`, forks of
+one clustered store: the same answers as one `generate` each, since
+multi-token appends attend densely under every policy); full and the
+cluster ablations prefill their own (--no-forks: every configuration).
 --recall (single needles) replays every prompt with its expected answer
 through `clusterkv-model recall --probe-span` per sparse configuration
 (teacher-forced, beside a dense shadow; bench/needle_probe.py) and reports
@@ -84,6 +88,11 @@ def parse_args():
     p.add_argument("--recall", action="store_true",
                    help="single needles: the answer steps' recall measures "
                         "per sparse configuration (one more run per prompt)")
+    p.add_argument("--no-forks", dest="forks", action="store_false",
+                   help="every configuration prefills each prompt itself "
+                        "(default: the sparse ones with the run's flags "
+                        "fork one prefill per prompt, generate-forks; the "
+                        "answers are the same)")
     p.add_argument("--quick", action="store_true",
                    help="4k only, 3 depths, 1 sample, budget 256")
     p.add_argument("--out", default="bench/results/needle")
@@ -164,15 +173,26 @@ def run_task(args, task, contexts, depths, pool):
     job_args.distractors = distractors_of(args, task)
     jobs, tok = eval_needle.make_jobs(job_args, contexts, depths)
     prompts = [needle.decode(tok, j[3]) for j in jobs]
+    cfgs = configs(args)
+    # Configurations that differ from the run's flags only in policy and
+    # budget share one prefill per prompt (generate-forks); full (a dense
+    # cache in generate) and the cluster ablations run alone.
+    forked = [c for c in cfgs if args.forks and c[1] != "full" and not c[3]]
+    shared = [pool.submit(eval_needle.run_forks, args, p, j[4],
+                          [(c[1], c[2]) for c in forked])
+              for p, j in zip(prompts, jobs)] if forked else []
     results = {}
-    for name, policy, budget, extra in configs(args):
-        futures = [pool.submit(eval_needle.run_one, args, p, j[4], policy,
-                               budget, extra)
-                   for p, j in zip(prompts, jobs)]
+    for name, policy, budget, extra in cfgs:
+        if (name, policy, budget, extra) in forked:
+            futures = [_Picked(f, (policy, budget)) for f in shared]
+        else:
+            futures = [pool.submit(eval_needle.run_one, args, p, j[4], policy,
+                                   budget, extra)
+                       for p, j in zip(prompts, jobs)]
         rs = []
         for j, f in zip(jobs, futures):
             try:
-                r = f.result()
+                r = dict(f.result())
             except RuntimeError as e:  # an engine failure is a miss
                 r = {"answer": None, "ok": False, "error": str(e)[-500:]}
             r.update({"context": j[0], "depth": round(j[1], 2),
@@ -185,6 +205,16 @@ def run_task(args, task, contexts, depths, pool):
               f"{f', {errors} engine errors' if errors else ''})",
               flush=True)
     return results
+
+
+class _Picked:
+    """One fork's result out of a run_forks future."""
+
+    def __init__(self, future, key):
+        self.future, self.key = future, key
+
+    def result(self):
+        return self.future.result()[self.key]
 
 
 def run_recall(args, pool):
@@ -234,6 +264,7 @@ def main():
                    "contexts": contexts, "depths": depths.tolist(),
                    "samples_per_cell": args.samples, "seed": args.seed,
                    "flags": {c[0]: c[3] for c in configs(args)},
+                   "forks": args.forks,
                    "accuracy": tables,
                    "recall_single": recall,
                    "results": results,

@@ -23,6 +23,7 @@
 #include "model/make_random.h"
 #include "model/model.h"
 #include "model/tools/cli_options.h"
+#include "model/tools/fork_command.h"
 #include "model/tools/recall_command.h"
 #include "model/tools/render_template_command.h"
 #include "nlohmann/json.hpp"
@@ -111,13 +112,16 @@ absl::Status Logits(const std::string& path, const CliOptions& o) {
   return absl::OkStatus();
 }
 
+// --prompt, or the text of --prompt-file.
+absl::StatusOr<std::string> PromptText(const CliOptions& o) {
+  if (o.prompt_file.empty()) return o.prompt;
+  return ReadFile(o.prompt_file);
+}
+
 absl::Status RunGenerate(const std::string& path, const CliOptions& o) {
-  std::string prompt = o.prompt;
-  if (!o.prompt_file.empty()) {
-    auto text = ReadFile(o.prompt_file);
-    if (!text.ok()) return text.status();
-    prompt = *text;
-  }
+  auto text = PromptText(o);
+  if (!text.ok()) return text.status();
+  const std::string& prompt = *text;
   auto model = LoadModel(path);
   if (!model.ok()) return model.status();
   const Model& m = **model;
@@ -171,6 +175,9 @@ constexpr char kUsageCommands[] =
     "  generate MODEL (--prompt TEXT | --prompt-file F) [--max-tokens N]\n"
     "      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
     "      [--backend auto|cpu|cuda|fake]\n"
+    "  generate-forks MODEL (--prompt TEXT | --prompt-file F)\n"
+    "      --forks POLICY:BUDGET,... [--max-tokens N]: one greedy answer per\n"
+    "      fork of one prefill, JSON lines\n"
     "  recall MODEL --tokens-file F --prompt-tokens P [--policy ...]\n"
     "      [--budget B] [--probe-span B:E] [KV store flags]: sparse vs\n"
     "      dense quality, JSON\n"
@@ -182,7 +189,8 @@ constexpr char kUsageCommands[] =
     "  render-template (--template F.jinja | --model M.gguf)\n"
     "      --messages F.json [--add-generation-prompt] [--bos-token S]\n"
     "      [--eos-token S] [--date YYYY-MM-DD]: the chat template's text\n"
-    "Every command: --kernels auto|scalar|avx2|avx512|avx512_bf16 (scalar: reference "
+    "Every command: --kernels auto|scalar|avx2|avx512|avx512_bf16 (scalar: "
+    "reference "
     "path)\n";
 // The engine-only KV flags (the request ones come from the schema).
 constexpr char kUsageEngineKvFlags[] =
@@ -215,6 +223,11 @@ absl::Status Dispatch(const std::vector<std::string>& args,
   if (cmd == "tokenize") return Tokenize(model, o);
   if (cmd == "logits") return Logits(model, o);
   if (cmd == "generate") return RunGenerate(model, o);
+  if (cmd == "generate-forks") {
+    auto text = PromptText(o);
+    if (!text.ok()) return text.status();
+    return RunGenerateForks(model, *text, o);
+  }
   if (cmd == "recall") return Recall(model, o);
   return absl::InvalidArgumentError(Usage());
 }

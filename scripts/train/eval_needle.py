@@ -68,21 +68,17 @@ def answer_of(text, expected):
     return text[:cut + 1]
 
 
-def run_one(args, prompt, expected, policy=None, budget=None, extra=()):
-    """Greedy answer of the engine to one prompt (args: binary, model,
-    threads, and the policy/budget unless given); `extra`: more
-    clusterkv-model flags (e.g. KV store flags)."""
-    policy = args.policy if policy is None else policy
-    budget = args.budget if budget is None else budget
+def _engine(args, command, prompt, expected, flags, extra):
+    """Runs `clusterkv-model COMMAND MODEL --prompt-file (prompt)` greedily
+    with room for the expected answer, the run's threads and dense layers,
+    `flags` and `extra`; returns (completed process, seconds). A failure
+    raises RuntimeError."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt)
         path = f.name
-    cmd = [args.binary, "generate", args.model, "--prompt-file", path,
-           "--temperature", "0", "--max-tokens",
-           str(len(expected) + 4), "--policy", policy,
-           "--threads", str(args.threads)]
-    if budget:
-        cmd += ["--budget", str(budget)]
+    cmd = [args.binary, command, args.model, "--prompt-file", path,
+           "--temperature", "0", "--max-tokens", str(len(expected) + 4),
+           "--threads", str(args.threads)] + list(flags)
     if getattr(args, "dense_layers", -1) >= 0:
         cmd += ["--dense-layers", str(args.dense_layers)]
     cmd += list(extra)
@@ -91,13 +87,44 @@ def run_one(args, prompt, expected, policy=None, budget=None, extra=()):
     os.unlink(path)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {r.stderr[-2000:]}")
+    return r, time.time() - t0
+
+
+def run_one(args, prompt, expected, policy=None, budget=None, extra=()):
+    """Greedy answer of the engine to one prompt (args: binary, model,
+    threads, and the policy/budget unless given); `extra`: more
+    clusterkv-model flags (e.g. KV store flags)."""
+    policy = args.policy if policy is None else policy
+    budget = args.budget if budget is None else budget
+    flags = ["--policy", policy] + (["--budget", str(budget)] if budget else [])
+    r, seconds = _engine(args, "generate", prompt, expected, flags, extra)
     text = r.stdout[:-1] if r.stdout.endswith("\n") else r.stdout
     answer = answer_of(text, expected)
     m = _PREFILL.search(r.stderr)
     return {"answer": answer, "ok": answer == expected,
             "prefill_tokens": int(m.group(1)) if m else -1,
             "prefill_tok_s": float(m.group(2)) if m else -1,
-            "seconds": round(time.time() - t0, 2)}
+            "seconds": round(seconds, 2)}
+
+
+def run_forks(args, prompt, expected, forks, extra=()):
+    """Greedy answers of several (policy, budget) forks of one prefill
+    (`clusterkv-model generate-forks`: each the answer run_one gives for
+    that policy and budget; the same flags otherwise): {(policy, budget):
+    result as run_one's}."""
+    spec = ",".join(f"{p}:{b or 0}" for p, b in forks)
+    r, seconds = _engine(args, "generate-forks", prompt, expected,
+                         ["--forks", spec], extra)
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line]
+    if [x["fork"] for x in lines] != spec.split(","):
+        raise RuntimeError(f"generate-forks {spec}: out of order: {lines}")
+    out = {}
+    for (p, b), x in zip(forks, lines):
+        answer = answer_of(x["text"], expected)
+        out[(p, b)] = {"answer": answer, "ok": answer == expected,
+                       "shared_prefill": x["shared_prefill"],
+                       "seconds": round(seconds / len(lines), 2)}
+    return out
 
 
 def make_jobs(args, contexts, depths):

@@ -122,6 +122,39 @@ class CliTest(unittest.TestCase):
                 "--backend", "auto")
         self.assertIn(b"backend auto: cpu", p.stderr)
 
+    def test_generate_forks_answer_as_generate_and_refuse_bad_specs(self):
+        # A prompt long enough to close segments (64-token clusters of a
+        # 2-layer model with dense_layers 1: the second layer selects).
+        prompt = self.path("forks.txt", "In the beginning " * 150)
+        common = ("--prompt-file", prompt, "--temperature", "0",
+                  "--max-tokens", "8", "--dense-layers", "1",
+                  "--tokens-per-cluster", "16", "--sink-tokens", "4")
+        p = run("generate-forks", self.model, *common,
+                "--forks", "clusterkv:32,quest:48,streaming:32")
+        lines = [json.loads(x) for x in p.stdout.decode().splitlines()]
+        self.assertEqual([x["fork"] for x in lines],
+                         ["clusterkv:32", "quest:48", "streaming:32"])
+        for x, (policy, budget) in zip(
+                lines, [("clusterkv", 32), ("quest", 48), ("streaming", 32)]):
+            self.assertTrue(x["shared_prefill"])
+            self.assertEqual(x["finish"], "length")
+            self.assertEqual(x["tokens"], 8)
+            want = run("generate", self.model, *common, "--policy", policy,
+                       "--budget", str(budget)).stdout.decode()
+            self.assertEqual(x["text"] + "\n", want, (policy, budget))
+        for forks, why in (("", b"--forks is empty"),
+                           ("clusterkv", b"is not POLICY:BUDGET"),
+                           ("clusterkv:-3", b"is not POLICY:BUDGET"),
+                           ("nope:32", b"unknown policy 'nope'")):
+            p = run("generate-forks", self.model, *common, "--forks", forks,
+                    check=False)
+            self.assertEqual(p.returncode, 2, (forks, p.stderr))
+            self.assertIn(why, p.stderr, forks)
+        p = run("generate-forks", self.model, "--prompt", "x",
+                "--temperature", "0.7", "--forks", "quest:32", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn(b"generate-forks is greedy", p.stderr)
+
     def test_help_lists_every_registered_policy(self):
         # The registry names every policy in the error for an unknown one.
         p = run("info", self.model, "--policy", "no-such-policy", check=False)

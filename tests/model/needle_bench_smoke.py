@@ -8,7 +8,9 @@ every single needle; streaming (the most recent B tokens) misses the
 needle at depth 0, which lies outside its window (in both tasks); the
 JSON lists every policy and both tasks; the answer steps' recall
 (--recall): the oracle's top-k recall is 1 and it attends every needle
-key a copy head retrieves, streaming does not. A missing model fails.
+key a copy head retrieves, streaming does not; the forked answers (one
+prefill per prompt) equal one generate per configuration. A missing
+model fails.
 
 usage: needle_bench_smoke.py BINARY MODEL OUT_PREFIX
 """
@@ -72,7 +74,27 @@ def main():
     depth0 = acc["streaming B=256"]["4096"]["by_depth"]["0.0"]
     assert depth0 == 0.0, ("streaming found a needle outside its window",
                            acc["streaming B=256"])
+    check_forks_equal_separate_runs(binary, model, out, report)
     print("needle_bench_smoke: ok", {p: acc[p]["4096"]["mean"] for p in acc})
+
+
+def check_forks_equal_separate_runs(binary, model, out, report):
+    """The run above answered the sparse configurations from one prefill
+    per prompt (generate-forks); one `generate` per configuration and
+    prompt (--no-forks) gives every answer the same, right or wrong."""
+    assert report["forks"] is True, report.get("forks")
+    subprocess.run([sys.executable, os.path.join(ROOT, "bench",
+                                                 "needle_bench.py"),
+                    "--quick", "--tasks", "single,multikey", "--no-forks",
+                    "--binary", binary, "--model", model,
+                    "--out", out + "_separate"], check=True, cwd=ROOT)
+    with open(out + "_separate.json") as f:
+        separate = json.load(f)
+    for task, configs in report["results"].items():
+        for name, rows in configs.items():
+            want = [r["answer"] for r in separate["results"][task][name]]
+            got = [r["answer"] for r in rows]
+            assert got == want, (task, name, got, want)
 
 
 if __name__ == "__main__":
