@@ -134,21 +134,23 @@ bool SegmentTables::Upload(const Segment& seg, int layer, Entry& e) {
   }
   if (!Ok(rt_.HostWrite(staging_.host, e.bytes))) return false;
   const std::vector<HeadIndex>& heads = seg.layer(layer).heads;
+  // v's bytes at pool offset `at` (an index a policy does not build is
+  // empty: nothing to copy, and memcpy may not read a null pointer).
+  auto put = [&](int64_t at, const auto& v) {
+    if (v.empty()) return;
+    std::memcpy(staging_.host + (at - e.offset), v.data(),
+                v.size() * sizeof(v[0]));
+  };
   for (size_t g = 0; g < heads.size(); ++g) {
     const HeadIndex& h = heads[g];
-    std::memcpy(staging_.host + (e.heads[g].panels - e.offset),
-                h.centroid_panels.data(), h.centroid_panels.size() * 2);
-    std::memcpy(staging_.host + (e.heads[g].members - e.offset),
-                h.members.data(), h.members.size() * 4);
-    if (e.heads[g].row_of >= 0) {
-      std::memcpy(staging_.host + (e.heads[g].row_of - e.offset),
-                  h.row_of.data(), h.row_of.size() * 4);
-    }
-    if (e.heads[g].page_min >= 0) {
-      char* at = staging_.host + (e.heads[g].page_min - e.offset);
-      const size_t bytes = h.page_min.size() * 4;
-      std::memcpy(at, h.page_min.data(), bytes);
-      std::memcpy(at + bytes, h.page_max.data(), bytes);
+    const Head& at = e.heads[g];
+    put(at.panels, h.centroid_panels);
+    put(at.members, h.members);
+    if (at.row_of >= 0) put(at.row_of, h.row_of);
+    if (at.page_min >= 0) {
+      put(at.page_min, h.page_min);
+      put(at.page_min + static_cast<int64_t>(h.page_min.size() * 4),
+          h.page_max);
     }
   }
   ++uploads_;
