@@ -1,5 +1,6 @@
 #include "kernels/cuda/attention_spans.h"
 
+#include "kernels/cuda/attention_emit.cuh"
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/dtype.h"
@@ -23,34 +24,13 @@ __device__ __forceinline__ float Element(const void* base, int32_t dtype,
   return static_cast<const float*>(base)[i];
 }
 
-// One (query row, head) th's combined result: its largest score `big`,
-// weight sum `total` and unnormalised accumulator sum_of(d). Writes out =
-// sum / total, or folds it into the streamed state (p.state; the contract
-// of ref::AttentionAccumulate). Every thread of the block calls it.
+// One (query row, head) th's combined result (detail::EmitRow), by every
+// thread of the block.
 template <class SumFn>
 __device__ void EmitCombined(const SpanAttentionParams& p, int64_t th,
                              float big, float total, SumFn sum_of) {
-  if (p.state == nullptr) {
-    for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-      p.out[th * p.head_dim + d] = total > 0.0f ? sum_of(d) / total : 0.0f;
-    }
-    return;
-  }
-  float* st = p.state + th * (p.head_dim + 2);
-  const float old_l = p.fresh ? 0.0f : st[1];
-  const float old_m = old_l > 0.0f ? st[0] : -INFINITY;
-  const float m = fmaxf(old_m, total > 0.0f ? big : -INFINITY);
-  const float f_old = old_l > 0.0f ? expf(old_m - m) : 0.0f;
-  const float f_new = total > 0.0f ? expf(big - m) : 0.0f;
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    const float old_acc = old_l > 0.0f ? st[2 + d] : 0.0f;
-    st[2 + d] = old_acc * f_old + sum_of(d) * f_new;
-  }
-  __syncthreads();  // every thread has read st[0] and st[1]
-  if (threadIdx.x == 0) {
-    st[0] = m;
-    st[1] = old_l * f_old + total * f_new;
-  }
+  detail::EmitRow(p, th, big, total, threadIdx.x, blockDim.x, sum_of,
+                  [] { __syncthreads(); });
 }
 
 __global__ void SpanFinishKernel(const float* state, int64_t n, int head_dim,

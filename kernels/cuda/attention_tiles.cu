@@ -2,6 +2,7 @@
 
 #include <mma.h>
 
+#include "kernels/cuda/attention_emit.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace ckv::kernels::cuda {
@@ -154,39 +155,17 @@ __device__ void TileAccumulate(const TileSmem<T>& sm, const TileLayout& L,
   }
 }
 
-// The warp's rows out: out = O / l (zeros where l == 0), or folded into
-// the streamed state (ref::AttentionAccumulate, as EmitCombined does).
+// The warp's rows out (detail::EmitRow over its 32 lanes).
 template <class T>
 __device__ void TileEmit(const TileSmem<T>& sm, const TileLayout& L,
                          const SpanAttentionParams& p, int t0, int n_rows,
                          int row0, int lane) {
-  const int hd = p.head_dim;
   for (int i = 0; i < 16 && row0 + i < n_rows; ++i) {
     const int r = row0 + i;
-    const int64_t th = int64_t{t0 + r} * p.n_heads + blockIdx.y;
-    const float l = sm.l[r], m = sm.m[r];
     const float* o = sm.o + r * L.ldo;
-    if (p.state == nullptr) {
-      for (int d = lane; d < hd; d += 32) {
-        p.out[th * hd + d] = l > 0.0f ? o[d] / l : 0.0f;
-      }
-      continue;
-    }
-    float* st = p.state + th * (hd + 2);
-    const float old_l = p.fresh ? 0.0f : st[1];
-    const float old_m = old_l > 0.0f ? st[0] : -INFINITY;
-    const float big = fmaxf(old_m, l > 0.0f ? m : -INFINITY);
-    const float f_old = old_l > 0.0f ? expf(old_m - big) : 0.0f;
-    const float f_new = l > 0.0f ? expf(m - big) : 0.0f;
-    for (int d = lane; d < hd; d += 32) {
-      const float old_acc = old_l > 0.0f ? st[2 + d] : 0.0f;
-      st[2 + d] = old_acc * f_old + o[d] * f_new;
-    }
-    __syncwarp();  // every lane has read st[0] and st[1]
-    if (lane == 0) {
-      st[0] = big;
-      st[1] = old_l * f_old + l * f_new;
-    }
+    detail::EmitRow(
+        p, int64_t{t0 + r} * p.n_heads + blockIdx.y, sm.m[r], sm.l[r], lane, 32,
+        [o](int d) { return o[d]; }, [] { __syncwarp(); });
   }
 }
 
