@@ -103,44 +103,11 @@ TEST(DeviceBackendTest, AppendsOnTheDeviceEqualHostAppends) {
   }
 }
 
-// A 40-token prompt and 12 greedy decode steps of a clustered store with
-// `policy` and no recording: every step's logits and (on a device
-// backend) how often it waited for the device.
-struct Unrecorded {
-  std::vector<std::vector<float>> logits;
-  std::vector<int64_t> waits;
-  absl::Status status;
-  int64_t deferred_calls = 0, list_ops = 0;  // the device planner's
-  AttendCopyStats copies;
-};
-Unrecorded DecodeUnrecorded(const Model& m, std::unique_ptr<Backend> backend,
-                            KvPolicy policy) {
-  const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
-  StoreEnv env = backend->store_env();
-  Transformer tf(m.config, m.weights, {1, 64}, std::move(backend));
+// SparseConfig with `policy`.
+KvStoreConfig WithPolicy(KvPolicy policy) {
   KvStoreConfig c = SparseConfig();
   c.policy = policy;
-  ClusteredKvStore store(KvShapeOf(m.config), c, nullptr, std::move(env));
-  Unrecorded r;
-  std::vector<float> logits;
-  const std::vector<int32_t> p = Tokens(40, m.config.vocab_size);
-  SequenceInput in = MakeInput(p, &store, LogitsMode::kLast, &logits);
-  r.status = tf.Forward(absl::MakeSpan(&in, 1));
-  for (int i = 0; i < 12 && r.status.ok(); ++i) {
-    const int32_t tok[1] = {Argmax(logits)};
-    SequenceInput s = MakeInput(tok, &store, LogitsMode::kLast, &logits,
-                                AppendKind::kGenerated);
-    const int64_t before = device ? device->stream_syncs() : 0;
-    r.status = tf.Forward(absl::MakeSpan(&s, 1));
-    if (device) r.waits.push_back(device->stream_syncs() - before);
-    r.logits.push_back(logits);
-  }
-  if (device != nullptr) {
-    r.deferred_calls = device->planner().deferred_calls();
-    r.list_ops = device->planner().list_ops();
-    r.copies = device->attend_copies();
-  }
-  return r;
+  return c;
 }
 
 // A layer waits for the device only when its selection needs the host:
@@ -165,12 +132,12 @@ TEST(DeviceBackendTest, DecodeLayersWaitOnlyWithoutRowLists) {
         Case{"clusterkv", KvPolicy::kClusterKv, false, {}},
         Case{"clusterkv, offloaded", KvPolicy::kClusterKv, false, kOffload},
         Case{"clusterkv, host row lists", KvPolicy::kClusterKv, true, {}}}) {
-    const Unrecorded cpu = DecodeUnrecorded(*m, Cpu(), k.policy);
+    const Unrecorded cpu = DecodeUnrecorded(*m, Cpu(), WithPolicy(k.policy));
     FakeRuntime rt(Fake(Schedule::kThreaded, 3));
     DeviceBackendDebug debug;
     debug.host_row_lists = k.host_row_lists;
-    const Unrecorded dev =
-        DecodeUnrecorded(*m, Device(rt, debug, k.residency), k.policy);
+    const Unrecorded dev = DecodeUnrecorded(*m, Device(rt, debug, k.residency),
+                                            WithPolicy(k.policy));
     ASSERT_TRUE(cpu.status.ok()) << cpu.status;
     ASSERT_TRUE(dev.status.ok()) << dev.status;
     EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();
@@ -208,8 +175,8 @@ TEST(DeviceBackendTest, PlantedMissingListsWaitIsCaught) {
   planted.skip_lists_wait = true;
   for (Schedule s : {Schedule::kInline, Schedule::kThreaded}) {
     FakeRuntime rt(Fake(s, 6));
-    const Unrecorded bad =
-        DecodeUnrecorded(*m, Device(rt, planted), KvPolicy::kClusterKv);
+    const Unrecorded bad = DecodeUnrecorded(*m, Device(rt, planted),
+                                            WithPolicy(KvPolicy::kClusterKv));
     EXPECT_GT(bad.list_ops, 0) << ScheduleName(s);
     const absl::Status order = rt.OrderingStatus();
     EXPECT_FALSE(order.ok()) << ScheduleName(s);

@@ -77,43 +77,6 @@ TEST(DeviceBackendTest, QuestDevicePlansEqualTheHostPolicy) {
   }
 }
 
-// Unrecorded decode (40-token prompt, 12 steps): how often each step
-// waited for the device, the planner's deferred calls and row_lists ops,
-// every step's logits.
-struct QuestDecode {
-  std::vector<std::vector<float>> logits;
-  std::vector<int64_t> waits;
-  int64_t deferred_calls = 0, list_ops = 0, layers_planned = 0;
-  absl::Status status;
-};
-QuestDecode Decode(const Model& m, std::unique_ptr<Backend> backend,
-                   const KvStoreConfig& c) {
-  const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
-  StoreEnv env = backend->store_env();
-  Transformer tf(m.config, m.weights, {1, 64}, std::move(backend));
-  ClusteredKvStore store(KvShapeOf(m.config), c, nullptr, std::move(env));
-  QuestDecode r;
-  std::vector<float> logits;
-  const std::vector<int32_t> p = Tokens(40, m.config.vocab_size);
-  SequenceInput in = MakeInput(p, &store, LogitsMode::kLast, &logits);
-  r.status = tf.Forward(absl::MakeSpan(&in, 1));
-  for (int i = 0; i < 12 && r.status.ok(); ++i) {
-    const int32_t tok[1] = {Argmax(logits)};
-    SequenceInput s = MakeInput(tok, &store, LogitsMode::kLast, &logits,
-                                AppendKind::kGenerated);
-    const int64_t before = device ? device->stream_syncs() : 0;
-    r.status = tf.Forward(absl::MakeSpan(&s, 1));
-    if (device) r.waits.push_back(device->stream_syncs() - before);
-    r.logits.push_back(logits);
-  }
-  if (device != nullptr) {
-    r.deferred_calls = device->planner().deferred_calls();
-    r.list_ops = device->planner().list_ops();
-    r.layers_planned = device->planner().layers_planned();
-  }
-  return r;
-}
-
 // A quest decode step on the device waits for its logits and at its end
 // only (2), where host planning waits once more per sparse layer for the
 // queries; every sparse layer's plan deferred, one row_lists op each.
@@ -125,14 +88,14 @@ TEST(DeviceBackendTest, QuestDecodeLayersDoNotWait) {
        {GqaSelection::kPerQueryHead, GqaSelection::kPerKvHead}) {
     const KvStoreConfig c = QuestConfig(gqa);
     const std::string what = Name("llama", gqa, false);
-    const QuestDecode cpu = Decode(*m, Cpu(), c);
+    const Unrecorded cpu = DecodeUnrecorded(*m, Cpu(), c);
     for (bool host_planning : {false, true}) {
       FakeRuntime rt(Fake(Schedule::kThreaded, 3));
-      const QuestDecode dev =
-          Decode(*m,
-                 Device(rt, host_planning ? HostSelectionDebug()
-                                          : DeviceBackendDebug{}),
-                 c);
+      const Unrecorded dev =
+          DecodeUnrecorded(*m,
+                           Device(rt, host_planning ? HostSelectionDebug()
+                                                    : DeviceBackendDebug{}),
+                           c);
       ASSERT_TRUE(cpu.status.ok()) << cpu.status;
       ASSERT_TRUE(dev.status.ok()) << dev.status;
       EXPECT_TRUE(rt.OrderingStatus().ok()) << rt.OrderingStatus();

@@ -1,7 +1,8 @@
 // Helpers of the device backend tests (device_backend_test.cc,
-// device_store_rows_test.cc): tiny random models, the fake device and the
+// device_store_rows_test.cc, ...): tiny random models, the fake device and the
 // CPU backend, one greedy session through a clustered store (Greedy) and
-// the device-vs-CPU comparison of its trace (ExpectSameTrace).
+// the device-vs-CPU comparison of its trace (ExpectSameTrace), and an
+// unrecorded decode (DecodeUnrecorded).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -239,6 +240,48 @@ inline void ExpectCloseTrace(const Trace& dev, const Trace& cpu,
 inline void ExpectSameTrace(const Trace& dev, const Trace& cpu,
                             const std::string& what) {
   ExpectCloseTrace(dev, cpu, what, 1e-5, true);
+}
+
+// A 40-token prompt and 12 greedy decode steps of a clustered store with
+// config `c` and no recording: every step's logits and (on a device
+// backend) how often it waited for the device, the planner's counts and
+// the attention's copies.
+struct Unrecorded {
+  std::vector<std::vector<float>> logits;
+  std::vector<int64_t> waits;
+  absl::Status status;
+  // The device planner's.
+  int64_t deferred_calls = 0, list_ops = 0, layers_planned = 0;
+  AttendCopyStats copies;
+};
+inline Unrecorded DecodeUnrecorded(const Model& m,
+                                   std::unique_ptr<Backend> backend,
+                                   const KvStoreConfig& c) {
+  const auto* device = dynamic_cast<const DeviceBackend*>(backend.get());
+  StoreEnv env = backend->store_env();
+  Transformer tf(m.config, m.weights, {1, 64}, std::move(backend));
+  ClusteredKvStore store(KvShapeOf(m.config), c, nullptr, std::move(env));
+  Unrecorded r;
+  std::vector<float> logits;
+  const std::vector<int32_t> p = Tokens(40, m.config.vocab_size);
+  SequenceInput in = MakeInput(p, &store, LogitsMode::kLast, &logits);
+  r.status = tf.Forward(absl::MakeSpan(&in, 1));
+  for (int i = 0; i < 12 && r.status.ok(); ++i) {
+    const int32_t tok[1] = {Argmax(logits)};
+    SequenceInput s = MakeInput(tok, &store, LogitsMode::kLast, &logits,
+                                AppendKind::kGenerated);
+    const int64_t before = device ? device->stream_syncs() : 0;
+    r.status = tf.Forward(absl::MakeSpan(&s, 1));
+    if (device) r.waits.push_back(device->stream_syncs() - before);
+    r.logits.push_back(logits);
+  }
+  if (device != nullptr) {
+    r.deferred_calls = device->planner().deferred_calls();
+    r.list_ops = device->planner().list_ops();
+    r.layers_planned = device->planner().layers_planned();
+    r.copies = device->attend_copies();
+  }
+  return r;
 }
 
 }  // namespace ckv::device_test
